@@ -1,0 +1,27 @@
+# regattn: two commands do all set-up on a fresh machine.
+#   make demo   derive a map and verify it (the main job)
+#   make test   run the test suite (PROFILE=ci by default; PROFILE=thorough for long local runs)
+PYTHON ?= python3
+VENV ?= .venv
+PROFILE ?= ci
+BIN := $(VENV)/bin
+
+.PHONY: setup demo test clean
+
+$(BIN)/regattn: pyproject.toml
+	$(PYTHON) -m venv $(VENV)
+	$(BIN)/python -m pip install --quiet --upgrade pip
+	$(BIN)/python -m pip install --quiet -e '.[test]'
+	touch $@
+
+setup: $(BIN)/regattn
+
+demo: setup
+	$(BIN)/regattn verify tsallis --alpha 3/2
+	$(BIN)/regattn verify --expr "p*log(p) + p**2/2" --name shannon_gini
+
+test: setup
+	$(BIN)/python -m pytest --hypothesis-profile=$(PROFILE) -q
+
+clean:
+	rm -rf $(VENV) .pytest_cache .hypothesis build *.egg-info

@@ -1,0 +1,12 @@
+"""Hypothesis profiles: ``ci`` (fast, the default of ``make test``), ``dev`` and ``thorough``.
+
+Select one with ``pytest --hypothesis-profile=NAME`` (``make test PROFILE=NAME``).
+"""
+
+from hypothesis import HealthCheck, settings
+
+_common = dict(deadline=None, suppress_health_check=[HealthCheck.too_slow, HealthCheck.data_too_large])
+settings.register_profile("ci", max_examples=15, derandomize=True, print_blob=True, **_common)
+settings.register_profile("dev", max_examples=60, **_common)
+settings.register_profile("thorough", max_examples=500, **_common)
+settings.load_profile("dev")

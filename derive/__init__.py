@@ -1,0 +1,34 @@
+"""regattn's symbolic layer: regularizers, their attention maps and the ground truth.
+
+    >>> import sympy
+    >>> from derive import tsallis, derive_map
+    >>> dv = derive_map(tsallis(sympy.Rational(3, 2)))
+    >>> dv.threshold.kind
+    'sort'
+    >>> [round(float(v), 4) for v in dv.evaluate([-2, 0, 0.5])]
+    [0.0, 0.326, 0.674]
+
+This package uses SymPy and mpmath and never imports CuPy.
+"""
+
+from .argmax import Derivation, Inversion, Threshold, derive_map
+from .errors import DerivationError
+from .regularizers import Parameter, Regularizer, alpha, gini, p, shannon, tsallis, z
+
+__all__ = [
+    "p",
+    "z",
+    "alpha",
+    "Parameter",
+    "Regularizer",
+    "shannon",
+    "gini",
+    "tsallis",
+    "derive_map",
+    "Derivation",
+    "Inversion",
+    "Threshold",
+    "DerivationError",
+]
+
+__version__ = "0.1.0"

@@ -1,0 +1,575 @@
+"""Regularized argmax on the simplex, derived from the KKT conditions.
+
+For scores ``s`` in R^d and a separable strictly convex regularizer
+``Omega(p) = sum_i omega(p_i)`` (a :class:`~derive.regularizers.Regularizer`),
+
+    p*(s) = argmax_{p in simplex} <p, s> - Omega(p).
+
+The Lagrangian ``<p, s> - Omega(p) - tau (1^T p - 1) + mu^T p`` gives
+
+* stationarity ``omega'(p_i) = s_i - tau + mu_i`` with ``mu_i >= 0`` and
+  complementary slackness ``mu_i p_i = 0``;
+* on the support, ``p_i = g(s_i - tau)`` with the link ``g = (omega')^{-1}``;
+  off it, ``s_i - tau <= omega'(0+)``, so ``p_i = 0``.  The map is sparse
+  exactly when ``omega'(0+)`` is finite;
+* the threshold ``tau`` is the root of ``sum_i g_+(s_i - tau) = 1``, bracketed
+  by ``[max(s) - omega'(1), max(s) - omega'(1/d)]``;
+* differentiating the KKT system, the Jacobian on the support is
+  ``J = diag(w) - w w^T / sum(w)`` with ``w_i = g'(z_i) = 1/omega''(p_i)``;
+* the convex conjugate is ``Omega*(s) = tau + sum_i omega*_+(s_i - tau)``
+  with the scalar conjugate ``omega*(z) = z g(z) - omega(g(z))``, and the
+  Fenchel-Young loss ``Omega*(s) + Omega(y) - <s, y>`` has gradient
+  ``p*(s) - y``.
+
+:func:`derive_map` carries out these steps with SymPy (``solve`` for the link,
+``limit`` for ``omega'(0+)``, polynomial algebra for the sort-based threshold)
+and returns a :class:`Derivation`.
+"""
+
+from __future__ import annotations
+
+import signal
+import threading
+from contextlib import contextmanager
+from dataclasses import dataclass, field
+from typing import Any
+
+import mpmath
+import sympy as sp
+
+from .errors import DerivationError
+from .regularizers import Regularizer, p, to_mpf, z
+
+__all__ = [
+    "Derivation",
+    "Inversion",
+    "Threshold",
+    "derive_map",
+    "s",
+    "y",
+    "tau",
+    "i",
+    "d",
+    "k",
+    "s_max",
+    "S",
+    "S1",
+    "S2",
+]
+
+#: A single score (scalar) and the score vector as an indexed base ``s[i]``.
+score = sp.Symbol("s", real=True)
+s = sp.IndexedBase("s", real=True)
+#: Target distribution of the Fenchel-Young loss.
+y = sp.IndexedBase("y", real=True)
+#: Threshold (the Lagrange multiplier of ``sum_i p_i = 1``).
+tau = sp.Symbol("tau", real=True)
+#: Index, dimension and support size.
+i = sp.Symbol("i", integer=True, positive=True)
+d = sp.Symbol("d", integer=True, positive=True)
+k = sp.Symbol("k", integer=True, positive=True)
+#: Largest score, the sum ``S = sum_i B(s_i)`` of a closed threshold, and the
+#: sums of the ``k`` largest scores and of their squares (sort threshold).
+s_max = sp.Symbol("s_max", real=True)
+S = sp.Symbol("S", positive=True)
+S1 = sp.Symbol("S_1", real=True)
+S2 = sp.Symbol("S_2", real=True)
+#: The k-th largest score (sort threshold).
+s_k = sp.Symbol("s_(k)", real=True)
+
+_ELEMENTARY = (sp.exp, sp.log)
+_SOLVE_SECONDS = 20.0
+
+
+# ---------------------------------------------------------------- results
+@dataclass(frozen=True)
+class Inversion:
+    """How the link ``g = (omega')^{-1}`` is computed.
+
+    Attributes
+    ----------
+    method:
+        ``"closed"``: :attr:`closed_form` is elementary and numerically safe,
+        the numeric side prints it.  ``"newton"``: the numeric side solves
+        ``omega'(p) = z`` for ``p`` in ``(0, 1]`` by Newton's method with a
+        bisection safeguard (:attr:`newton_step` is one step).
+    closed_form:
+        ``g(z)`` as SymPy found it, also when it is not used numerically
+        (a LambertW, Cardano's formula), else ``None``.
+    special:
+        Names of non-elementary functions in :attr:`closed_form`.
+    newton_step:
+        ``p - (omega'(p) - z) / omega''(p)``.
+    bracket:
+        Interval of ``p`` that holds the root for every ``z`` in the
+        threshold bracket: ``(0, 1)``.
+    reason:
+        One sentence on why this method was chosen.
+    """
+
+    method: str
+    closed_form: sp.Expr | None
+    special: tuple[str, ...]
+    newton_step: sp.Expr
+    bracket: tuple[sp.Expr, sp.Expr]
+    reason: str
+
+
+@dataclass(frozen=True)
+class Threshold:
+    """The threshold ``tau``: its equation, its bracket and how to solve it.
+
+    Attributes
+    ----------
+    kind:
+        ``"closed"`` (``tau = solution(S)`` with ``S = sum_i term(s_i)``),
+        ``"sort"`` (the support rule on sorted scores: ``tau_k = candidate`` in
+        ``k, S_1, S_2`` and the largest ``k`` with ``condition``) or ``"root"``
+        (a bracketed root of :attr:`equation`, by Halley's method).
+    equation:
+        ``sum_i g_+(s_i - tau) = 1`` with ``g_+`` the clipped link.
+    bracket:
+        ``(max(s) - omega'(1), max(s) - omega'(1/d))`` in :data:`s_max`, :data:`d`.
+    term, solution, explicit:
+        Closed kind: ``B(s)``, ``tau`` as a function of :data:`S`, and ``tau``
+        with ``S`` written out as ``Sum(B(s[i]), (i, 1, d))``.
+    degree, candidate, discriminant, condition:
+        Sort kind: degree of the link in ``tau``, ``tau_k``, the quantity that
+        must be ``>= 0`` for ``tau_k`` to be real (``None`` for degree 1), and
+        ``s_(k) - tau_k > omega'(0+)``.
+    dlink, d2link:
+        ``g'(z)`` and ``g''(z)`` written in ``p = g(z)``: ``w(p)`` and
+        ``w'(p) w(p)``; the derivatives of ``g(s - tau)`` in ``tau`` are
+        ``-g'`` and ``g''`` (what Halley's method needs).
+    dlink_z, d2link_z:
+        The same in ``z`` when the link has a closed form, else ``None``.
+    """
+
+    kind: str
+    equation: sp.Eq
+    bracket: tuple[sp.Expr, sp.Expr]
+    dlink: sp.Expr
+    d2link: sp.Expr
+    dlink_z: sp.Expr | None = None
+    d2link_z: sp.Expr | None = None
+    term: sp.Expr | None = None
+    solution: sp.Expr | None = None
+    explicit: sp.Expr | None = None
+    degree: int | None = None
+    candidate: sp.Expr | None = None
+    discriminant: sp.Expr | None = None
+    condition: sp.Expr | None = None
+
+
+@dataclass(frozen=True, eq=False)
+class Derivation:
+    """Everything :func:`derive_map` found for one regularizer.
+
+    Attributes
+    ----------
+    regularizer:
+        The :class:`~derive.regularizers.Regularizer` it came from.
+    omega, omega_prime, omega_second:
+        ``omega(p)``, ``omega'(p)``, ``omega''(p)``.
+    link:
+        The link ``g(z)``, ``z = s - tau``, unclipped branch, as SymPy found it
+        (possibly with LambertW or nested radicals); ``None`` when there is no
+        closed form.  :attr:`inversion` says how the numeric side computes it.
+    inversion:
+        :class:`Inversion`: closed form or Newton solve.
+    clip:
+        ``omega'(0+)``: ``p_i = 0`` where ``s_i - tau <= clip``; ``-oo`` when dense.
+    sparse:
+        Whether ``clip`` is finite.
+    omega_zero:
+        ``omega(0+)``, the value of a coordinate outside the support.
+    weight:
+        ``w(p) = 1/omega''(p)``; Jacobian ``diag(w) - w w^T / sum(w)`` on the support.
+    threshold:
+        :class:`Threshold`.
+    scalar_conjugate:
+        ``omega*(z) = z g(z) - omega(g(z))`` (unclipped), or ``None``.
+    conjugate:
+        ``Omega*(s)``: explicit in ``s[i]`` for a closed threshold, otherwise in
+        ``s[i]`` and ``tau`` (``tau`` being the threshold); ``None`` when the
+        link has no closed form.
+    loss:
+        Fenchel-Young loss ``Omega*(s) + sum_i omega(y_i) - sum_i s_i y_i`` or ``None``.
+    loss_gradient:
+        ``p*_i(s) - y_i`` (Danskin), with ``p[i]`` standing for ``p*(s)_i``.
+    convexity:
+        How strict convexity was established.
+    """
+
+    regularizer: Regularizer
+    omega: sp.Expr
+    omega_prime: sp.Expr
+    omega_second: sp.Expr
+    link: sp.Expr | None
+    inversion: Inversion
+    clip: sp.Expr
+    sparse: bool
+    omega_zero: sp.Expr
+    weight: sp.Expr
+    threshold: Threshold
+    scalar_conjugate: sp.Expr | None
+    conjugate: sp.Expr | None
+    loss: sp.Expr | None
+    loss_gradient: sp.Expr
+    convexity: str
+    _cache: dict = field(default_factory=dict, repr=False, compare=False)
+
+    @property
+    def name(self) -> str:
+        return self.regularizer.name
+
+    @property
+    def parameters(self) -> tuple:
+        return self.regularizer.parameters
+
+    def evaluate(self, scores: Any, digits: int = 50, **params: Any) -> list[mpmath.mpf]:
+        """``p*(s)`` at ``digits`` significant digits with mpmath, from the KKT conditions.
+
+        See :func:`derive.reference.evaluate`.
+        """
+        from .reference import evaluate
+
+        return evaluate(self, scores, digits=digits, **params)
+
+    def latex(self) -> str:
+        """The derivation, step by step, as LaTeX (an ``align*``-free fragment)."""
+        from ._render import render_latex
+
+        return render_latex(self)
+
+    def pretty(self) -> str:
+        """The derivation, step by step, as plain Unicode text."""
+        from ._render import render_text
+
+        return render_text(self)
+
+    def __str__(self) -> str:
+        return self.pretty()
+
+
+# ------------------------------------------------------------- utilities
+@contextmanager
+def _time_limit(seconds: float):
+    """Raise TimeoutError after ``seconds`` (main thread only; elsewhere no limit)."""
+    if threading.current_thread() is not threading.main_thread() or not hasattr(signal, "setitimer"):
+        yield
+        return
+
+    def _raise(signum, frame):  # pragma: no cover - timing dependent
+        raise TimeoutError
+
+    previous = signal.signal(signal.SIGALRM, _raise)
+    signal.setitimer(signal.ITIMER_REAL, seconds)
+    try:
+        yield
+    finally:
+        signal.setitimer(signal.ITIMER_REAL, 0)
+        signal.signal(signal.SIGALRM, previous)
+
+
+def _mp_function(expr: sp.Expr, args: list[sp.Symbol]):
+    return sp.lambdify(args, expr, modules="mpmath")
+
+
+def _close(a: Any, b: Any, rel: float = 1e-12) -> bool:
+    try:
+        return abs(a - b) <= rel * max(1, abs(b))
+    except TypeError:
+        return False
+
+
+def _is_infinite(expr: sp.Expr) -> bool:
+    return expr in (sp.oo, -sp.oo, sp.zoo) or expr.has(sp.oo, -sp.oo, sp.zoo)
+
+
+def _nested_radical(expr: sp.Expr) -> bool:
+    """True if a fractional power has a base holding another fractional power (Cardano-like)."""
+    for node in sp.preorder_traversal(expr):
+        if isinstance(node, sp.Pow) and not node.exp.is_integer:
+            for inner in sp.preorder_traversal(node.base):
+                if inner is not node and isinstance(inner, sp.Pow) and not inner.exp.is_integer and inner.base.has(z):
+                    return True
+    return False
+
+
+def _param_args(reg: Regularizer, values: dict) -> list:
+    return [to_mpf(values[q.symbol]) for q in reg.parameters]
+
+
+def _limit_at_zero(reg: Regularizer, expr: sp.Expr, what: str) -> sp.Expr:
+    assumed, back = reg.assumed(expr)
+    try:
+        with _time_limit(_SOLVE_SECONDS):
+            value = sp.limit(assumed, p, 0, "+")
+    except (TimeoutError, NotImplementedError, ValueError) as exc:
+        raise DerivationError(f"cannot find {what} = lim_(p->0+) of {expr}: {type(exc).__name__}") from None
+    if value.has(sp.Limit, sp.sign, sp.AccumBounds):
+        raise DerivationError(f"cannot decide {what} = lim_(p->0+) of {expr}: SymPy returned {value}")
+    return sp.simplify(value.subs(back))
+
+
+# -------------------------------------------------------------- the steps
+def _invert(reg: Regularizer, d1: sp.Expr, d2: sp.Expr) -> Inversion:
+    newton_step = sp.simplify(p - (d1 - z) / d2)
+    bracket = (sp.Integer(0), sp.Integer(1))
+    candidates: list[sp.Expr] = []
+    failure = ""
+    try:
+        with _time_limit(_SOLVE_SECONDS):
+            candidates = list(sp.solve(sp.Eq(d1, z), p))
+    except TimeoutError:
+        failure = f"SymPy's solve took longer than {_SOLVE_SECONDS:.0f} s"
+    except (NotImplementedError, ValueError, TypeError) as exc:
+        failure = f"SymPy's solve cannot invert omega'(p) = z ({type(exc).__name__})"
+    chosen = None
+    for cand in candidates:
+        if _verify_branch(reg, d1, cand):
+            chosen = cand
+            break
+    if chosen is None:
+        reason = failure or (
+            "SymPy finds no closed-form inverse of omega'(p) = z that holds on (0, 1]"
+            if not candidates
+            else f"none of SymPy's {len(candidates)} solutions of omega'(p) = z is the real branch on (0, 1]"
+        )
+        return Inversion("newton", None, (), newton_step, bracket, reason + "; the numeric side solves omega'(p) = z by safeguarded Newton")
+    special = tuple(
+        sorted(
+            {type(f).__name__ for f in chosen.atoms(sp.Function) if not isinstance(f, _ELEMENTARY)}
+        )
+    )
+    if special:
+        reason = (
+            f"the inverse needs {', '.join(special)}, which C99 and NumPy lack; "
+            "the numeric side solves omega'(p) = z by safeguarded Newton"
+        )
+        return Inversion("newton", chosen, special, newton_step, bracket, reason)
+    if chosen.has(sp.I) or _nested_radical(chosen):
+        reason = (
+            "the inverse is a root of a polynomial of degree >= 3 (nested radicals, "
+            "Cardano-like), which cancels catastrophically in floating point; "
+            "the numeric side solves omega'(p) = z by safeguarded Newton"
+        )
+        return Inversion("newton", chosen, (), newton_step, bracket, reason)
+    return Inversion("closed", chosen, (), newton_step, bracket, "SymPy's solve gives an elementary inverse")
+
+
+def _verify_branch(reg: Regularizer, d1: sp.Expr, cand: sp.Expr) -> bool:
+    """Check ``cand(omega'(p0)) == p0`` at points of (0, 1] for every parameter sample."""
+    symbols = [p] + [q.symbol for q in reg.parameters]
+    f1 = _mp_function(d1, symbols)
+    g = _mp_function(cand, [z] + symbols[1:])
+    with mpmath.workdps(120):
+        for values in reg.parameter_samples():
+            args = _param_args(reg, values)
+            for p0 in ("1e-6", "0.001", "0.05", "0.2", "0.5", "0.8", "1"):
+                p0 = mpmath.mpf(p0)
+                try:
+                    value = g(f1(p0, *args), *args)
+                except (ZeroDivisionError, ValueError, OverflowError, TypeError):
+                    return False
+                if not _close(value, p0, 1e-20):
+                    return False
+    return True
+
+
+def _clip_and_sparsity(reg: Regularizer, d1: sp.Expr) -> tuple[sp.Expr, bool]:
+    clip = _limit_at_zero(reg, d1, "omega'(0+)")
+    if clip == sp.oo:
+        raise DerivationError(f"omega'(0+) = +oo for omega'(p) = {d1}: omega is not convex near 0")
+    sparse = not _is_infinite(clip)
+    return clip, sparse
+
+
+def _threshold(reg: Regularizer, d1, inversion: Inversion, clip, sparse, w) -> Threshold:
+    link = inversion.closed_form
+    gplus = sp.Function("g_+")
+    equation = sp.Eq(sp.Sum(gplus(s[i] - tau), (i, 1, d)), 1)
+    one, at_uniform = d1.subs(p, 1), d1.subs(p, 1 / d)
+    if _is_infinite(sp.simplify(one)):
+        raise DerivationError(f"omega'(1) = {one} is not finite: the threshold bracket does not exist")
+    bracket = (s_max - sp.simplify(one), s_max - sp.simplify(at_uniform))
+    dlink = w
+    d2link = sp.simplify(sp.diff(w, p) * w)
+    common = dict(equation=equation, bracket=bracket, dlink=dlink, d2link=d2link)
+    if link is not None:
+        common["dlink_z"] = sp.simplify(sp.diff(link, z))
+        common["d2link_z"] = sp.simplify(sp.diff(link, z, 2))
+
+    if link is not None and not sparse:
+        closed = _closed_threshold(reg, link)
+        if closed is not None:
+            term, solution = closed
+            explicit = solution.subs(S, sp.Sum(term.subs(score, s[i]), (i, 1, d)))
+            return Threshold("closed", term=term, solution=solution, explicit=explicit, **common)
+
+    if link is not None and sparse:
+        try:
+            poly = sp.Poly(link, z)
+        except sp.PolynomialError:
+            poly = None
+        if poly is not None and poly.degree() in (1, 2):
+            return _sort_threshold(reg, link, poly.degree(), clip, d1, common)
+
+    return Threshold("root", **common)
+
+
+def _closed_threshold(reg: Regularizer, link: sp.Expr):
+    """``g(s - tau) = A(tau) B(s)``: then ``tau`` solves ``A(tau) S = 1`` with ``S = sum B(s_i)``."""
+    at_zero = sp.expand(link.subs(z, score), power_exp=True, mul=True, log=False)
+    _, term = at_zero.as_independent(score, as_Add=False)
+    if not term.has(score):
+        return None
+    factor = sp.simplify(sp.powsimp(link.subs(z, score - tau) / term, force=True))
+    if factor.has(score):
+        return None
+    try:
+        with _time_limit(_SOLVE_SECONDS):
+            roots = sp.solve(sp.Eq(factor * S, 1), tau)
+    except (TimeoutError, NotImplementedError, ValueError):
+        return None
+    # keep the real root that satisfies A(tau) S = 1 at sample values of S
+    for root in roots:
+        ok = True
+        for values in reg.parameter_samples():
+            for s_value in (sp.Rational(1, 3), 2, 17):
+                sub = {S: s_value, **values}
+                check = (factor.subs(tau, root.subs(sub)).subs(values) * s_value).evalf(30)
+                if not (check.is_real and abs(check - 1) < 1e-20):
+                    ok = False
+        if ok:
+            return sp.simplify(term), sp.simplify(root)
+    return None
+
+
+def _sort_threshold(reg, link, degree, clip, d1, common) -> Threshold:
+    """Sum of the link over the ``k`` largest scores as a polynomial in ``tau``."""
+    expanded = sp.Poly(sp.expand(link.subs(z, score - tau)), score)
+    power_sums = {0: k, 1: S1, 2: S2}
+    total = sp.expand(sum(c * power_sums[m] for (m,), c in expanded.terms()))
+    roots = sp.solve(sp.Eq(total, 1), tau)
+    discriminant = None
+    if degree == 2:
+        poly = sp.Poly(total - 1, tau)
+        a2, a1, a0 = poly.all_coeffs()
+        discriminant = sp.factor(sp.expand((a1**2 - 4 * a2 * a0) / k**2))
+    # with two equal scores 0, 0 the threshold is tau = -omega'(1/2)
+    chosen = None
+    for root in roots:
+        good = True
+        for values in reg.parameter_samples():
+            got = root.subs({k: 2, S1: 0, S2: 0}).subs(values).evalf(30)
+            want = (-d1.subs(p, sp.Rational(1, 2))).subs(values).evalf(30)
+            if not (got.is_real and abs(got - want) < 1e-20):
+                good = False
+        if good:
+            chosen = sp.simplify(root)
+            break
+    if chosen is None:
+        raise DerivationError(f"no root of sum g(s_j - tau) = 1 for link {link} is the decreasing branch")
+    condition = sp.StrictGreaterThan(s_k - tau, clip)
+    return Threshold(
+        "sort", degree=degree, candidate=chosen, discriminant=discriminant, condition=condition, **common
+    )
+
+
+def _on_domain(reg: Regularizer, expr: sp.Expr, clip: sp.Expr, sparse: bool) -> sp.Expr:
+    """Simplify ``expr(z)`` knowing ``z`` lies where the link is used.
+
+    On the support of a sparse map ``z > omega'(0+)``; for a dense map
+    ``z <= omega'(1)``.  Writing ``z`` as ``clip + v`` or ``omega'(1) - v`` with
+    ``v > 0`` lets SymPy drop the ``Abs`` that powers of the link produce.
+    """
+    v = sp.Dummy("v", positive=True)
+    edge = clip if sparse else reg.first_derivative.subs(p, 1)
+    shifted = edge + v if sparse else edge - v
+    assumed, back = reg.assumed(expr.subs(z, shifted))
+    simple = sp.simplify(sp.powdenest(sp.simplify(assumed), force=False))
+    edge_assumed, _ = reg.assumed(edge)
+    return sp.simplify(simple.subs(v, (z - edge_assumed) if sparse else (edge_assumed - z)).subs(back))
+
+
+def _conjugates(reg: Regularizer, inversion: Inversion, threshold: Threshold, clip, sparse, omega0):
+    g = inversion.closed_form
+    if g is None or g.has(sp.I) or _nested_radical(g):
+        return None, None, None
+    scalar = _on_domain(reg, z * g - reg.omega.subs(p, g), clip, sparse)
+    zi = s[i] - tau
+    if sparse:
+        term = sp.Piecewise((scalar.subs(z, zi), zi > clip), (-omega0, True))
+    else:
+        term = scalar.subs(z, zi)
+    conjugate = tau + sp.Sum(term, (i, 1, d))
+    if threshold.kind == "closed":
+        # Omega* = tau + sum_i omega*(z_i); when omega* = c g the sum is c (sum_i g = 1)
+        ratio = sp.simplify(scalar / g)
+        sum_expr = sp.Sum(threshold.term.subs(score, s[i]), (i, 1, d))
+        if not ratio.has(z):
+            conjugate = sp.simplify(threshold.solution + ratio).subs(S, sum_expr)
+        else:
+            conjugate = conjugate.subs(tau, threshold.solution).subs(S, sum_expr)
+    loss = conjugate + sp.Sum(reg.omega.subs(p, y[i]), (i, 1, d)) - sp.Sum(s[i] * y[i], (i, 1, d))
+    return scalar, conjugate, loss
+
+
+def derive_map(reg: Regularizer) -> Derivation:
+    """Derive the regularized-argmax map of ``reg`` from the KKT conditions.
+
+    Parameters
+    ----------
+    reg:
+        A :class:`~derive.regularizers.Regularizer` (its constructor has
+        already checked strict convexity and the symbols it uses).
+
+    Returns
+    -------
+    Derivation
+        Link, inversion method, clipping rule, weight, threshold, conjugate
+        and Fenchel-Young loss; :meth:`Derivation.evaluate` computes ``p*(s)``
+        at high precision and :meth:`Derivation.latex` prints the steps.
+
+    Raises
+    ------
+    DerivationError
+        If ``omega'(0+)`` or ``omega'(1)`` cannot be decided or is not usable
+        (``omega'(1)`` must be finite for the threshold bracket).
+
+    Examples
+    --------
+    >>> from derive import derive_map, gini
+    >>> dv = derive_map(gini())
+    >>> dv.link, dv.weight, dv.sparse, dv.threshold.kind
+    (z, 1, True, 'sort')
+    """
+    if not isinstance(reg, Regularizer):
+        raise DerivationError(f"derive_map expects a Regularizer, got {type(reg).__name__}")
+    d1, d2 = reg.first_derivative, reg.second_derivative
+    clip, sparse = _clip_and_sparsity(reg, d1)
+    omega0 = _limit_at_zero(reg, reg.omega, "omega(0+)")
+    weight = sp.powsimp(sp.simplify(1 / d2), force=True)
+    inversion = _invert(reg, d1, d2)
+    threshold = _threshold(reg, d1, inversion, clip, sparse, weight)
+    scalar, conjugate, loss = _conjugates(reg, inversion, threshold, clip, sparse, omega0)
+    return Derivation(
+        regularizer=reg,
+        omega=reg.omega,
+        omega_prime=d1,
+        omega_second=d2,
+        link=inversion.closed_form,
+        inversion=inversion,
+        clip=clip,
+        sparse=sparse,
+        omega_zero=omega0,
+        weight=weight,
+        threshold=threshold,
+        scalar_conjugate=scalar,
+        conjugate=conjugate,
+        loss=loss,
+        loss_gradient=sp.IndexedBase("p")[i] - y[i],
+        convexity=reg.convexity,
+    )
