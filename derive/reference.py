@@ -189,24 +189,45 @@ class _Compiled:
 
 
 def _safeguarded_newton(f, fprime, lo, hi, *, increasing: bool) -> mpmath.mpf:
-    """Root of a monotone ``f`` on ``[lo, hi]`` by Newton steps kept inside a shrinking bracket."""
-    eps = mpmath.mpf(2) ** (-mpmath.mp.prec + 4)
+    """Root of a monotone ``f`` on ``[lo, hi]``: Newton kept inside a shrinking bracket.
+
+    A Newton step is taken only when it stays strictly inside the bracket and
+    at least halves the step before last (as in Numerical Recipes' rtsafe);
+    otherwise the bracket is bisected.  So the iteration converges
+    quadratically on smooth pieces and at least linearly across kinks and
+    infinite slopes (``g'(0+) = oo`` for ``omega = p**3``).  It stops when the
+    bracket or a Newton step with a residual at rounding level is below the
+    working precision.
+    """
+    eps = mpmath.mpf(2) ** (-mpmath.mp.prec + 8)
+    sign = 1 if increasing else -1
+    if sign * f(lo) >= 0:
+        return lo
+    if sign * f(hi) <= 0:
+        return hi
     t = (lo + hi) / 2
-    for _ in range(20 * mpmath.mp.prec):
-        val = f(t)
+    step_old = step = hi - lo
+    for _ in range(8 * mpmath.mp.prec):
+        val = sign * f(t)
         if val == 0:
             return t
-        if (val > 0) == increasing:
+        if val > 0:
             hi = t
         else:
             lo = t
-        deriv = fprime(t)
-        nxt = t - val / deriv if deriv != 0 else (lo + hi) / 2
-        if not (lo < nxt < hi):
-            nxt = (lo + hi) / 2
-        if abs(nxt - t) <= eps * max(1, abs(t)) or hi - lo <= eps * max(1, abs(t)):
-            return nxt
-        t = nxt
+        tol = eps * max(1, abs(t))
+        if hi - lo <= tol:
+            return (lo + hi) / 2
+        deriv = sign * fprime(t)
+        newton = t - val / deriv if deriv > 0 else None
+        if newton is not None and abs(newton - t) <= tol and abs(val) <= eps:
+            return newton  # converged: the step is below the resolution of t
+        if newton is not None and lo < newton < hi and abs(newton - t) < abs(step_old) / 2:
+            step_old, step = step, newton - t
+            t = newton
+        else:
+            step_old, step = step, (hi - lo) / 2
+            t = (lo + hi) / 2
     raise DerivationError("the safeguarded Newton iteration did not converge")  # pragma: no cover
 
 
@@ -301,15 +322,20 @@ def jacobian(dv: Derivation, scores: Any, digits: int = 50, **params: Any) -> li
         return [[(w[a] if a == b else 0) - w[a] * w[b] / total for b in range(n)] for a in range(n)]
 
 
-def kkt_residual(dv: Derivation, scores: Any, probs: Sequence, **params: Any) -> mpmath.mpf:
+def kkt_residual(dv: Derivation, scores: Any, probs: Sequence, digits: int = 50, **params: Any) -> mpmath.mpf:
     """Largest violation of the KKT conditions by ``probs`` for ``scores``.
 
     Uses only ``omega'`` and ``omega'(0+)``, not the threshold rule or the link:
     ``|sum p - 1|``, ``max(-p_i)``, the spread of ``tau_i = s_i - omega'(p_i)``
     over the support, and ``s_i - tau - omega'(0+)`` (must be ``<= 0``) off it.
-    Masked (``-inf``) scores must have ``p_i = 0``.
+    Masked (``-inf``) scores must have ``p_i = 0``.  Computed at ``digits``
+    (plus guard) significant digits.
     """
-    comp = _compiled(dv, params)
+    with mpmath.workdps(digits + _GUARD):
+        return _kkt_residual(_compiled(dv, params), scores, probs)
+
+
+def _kkt_residual(comp: _Compiled, scores: Any, probs: Sequence) -> mpmath.mpf:
     values = to_mp_vector(scores)
     probs = [mpmath.mpf(q) for q in probs]
     if len(probs) != len(values):

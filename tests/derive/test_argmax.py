@@ -1,0 +1,209 @@
+"""derive_map: the derived pieces equal the textbook forms and satisfy the KKT algebra."""
+
+from __future__ import annotations
+
+import mpmath
+import pytest
+import sympy as sp
+
+from derive import DerivationError, Regularizer, alpha, derive_map, p, z
+from derive.argmax import S1, S2, d, i, k, s, s_max, tau
+
+from ._maps import ALL, derivation, params
+
+j = sp.Symbol("j", integer=True, positive=True)
+
+
+def _sample_z(dv, count=6):
+    """Points z inside the link's domain (clip, omega'(1)]."""
+    subs = {q.symbol: v for q, v in zip(dv.parameters, params_sym(dv))}
+    top = dv.omega_prime.subs(p, 1).subs(subs)
+    return [dv.omega_prime.subs(p, q).subs(subs) for q in (sp.Rational(1, 1000), sp.Rational(1, 7), sp.Rational(1, 2), 1)] + [top]
+
+
+def params_sym(dv):
+    return [sp.Rational(13, 10) for _ in dv.parameters]
+
+
+# ----------------------------------------------------------- textbook forms
+def test_softmax_textbook():
+    dv = derivation("softmax")
+    assert dv.link == sp.exp(z - 1)
+    assert dv.weight == p
+    assert not dv.sparse and dv.clip == -sp.oo
+    assert dv.threshold.kind == "closed"
+    # p_i = g(s_i - tau) with the closed tau is exp(s_i) / sum_j exp(s_j)
+    p_i = dv.link.subs(z, s[i] - dv.threshold.explicit)
+    softmax = sp.exp(s[i]) / sp.Sum(sp.exp(s[i]), (i, 1, d))
+    assert sp.simplify(p_i - softmax) == 0
+
+
+def test_softmax_conjugate_is_logsumexp():
+    dv = derivation("softmax")
+    assert sp.simplify(dv.conjugate - sp.log(sp.Sum(sp.exp(s[i]), (i, 1, d)))) == 0
+
+
+def test_sparsemax_textbook():
+    dv = derivation("sparsemax")
+    assert dv.link == z and dv.weight == 1
+    assert dv.sparse and dv.clip == 0
+    th = dv.threshold
+    assert th.kind == "sort" and th.degree == 1
+    # Martins & Astudillo: tau_k = (sum_{j<=k} s_(j) - 1) / k, support where s_(k) > tau_k
+    assert sp.simplify(th.candidate - (S1 - 1) / k) == 0
+
+
+def test_entmax15_textbook():
+    dv = derivation("entmax15")
+    assert dv.weight == sp.sqrt(p)
+    assert dv.sparse and dv.clip == sp.Rational(-4, 3)
+    th = dv.threshold
+    assert th.kind == "sort" and th.degree == 2
+    # Peters et al.: p_i = [s_i/2 - t]_+^2 with t = tau/2 - 2/3 ...
+    t = tau / 2 - sp.Rational(2, 3)
+    sc = sp.Symbol("sc", real=True)
+    assert sp.expand(dv.link.subs(z, sc - tau) - (sc / 2 - t) ** 2) == 0
+    # ... and t_k = M - sqrt(M^2 - (S2/4 - 1)/k), M = S1 / (2k), on the scaled scores s/2
+    m = S1 / (2 * k)
+    textbook = m - sp.sqrt(m**2 - (S2 / 4 - 1) / k)
+    mine = th.candidate / 2 - sp.Rational(2, 3)
+    for kk, s1, s2 in [(1, sp.Rational(1, 2), sp.Rational(1, 4)), (2, sp.Rational(1, 2), sp.Rational(1, 4)), (3, 1, 2), (4, -3, 5)]:
+        vals = {k: kk, S1: s1, S2: s2}
+        if (m**2 - (S2 / 4 - 1) / k).subs(vals) >= 0:
+            assert sp.simplify((mine - textbook).subs(vals)) == 0
+
+
+def test_alpha_entmax_textbook():
+    dv = derivation("entmax_alpha")
+    assert sp.simplify(dv.weight - p ** (2 - alpha)) == 0
+    assert dv.sparse
+    assert sp.simplify(dv.clip + 1 / (alpha * (alpha - 1))) == 0
+    assert dv.threshold.kind == "root"
+    # Peters et al.: p_i = [(alpha - 1) s_i - t]_+^(1/(alpha - 1)) with t = (alpha - 1) tau - 1/alpha
+    sc = sp.Symbol("sc", real=True)
+    t = (alpha - 1) * tau - 1 / alpha
+    textbook = ((alpha - 1) * sc - t) ** (1 / (alpha - 1))
+    assert sp.simplify(dv.link.subs(z, sc - tau) - textbook) == 0
+
+
+def test_tsallis_two_is_sparsemax_up_to_threshold_shift():
+    dv2, dvg = derivation("tsallis2"), derivation("sparsemax")
+    assert dv2.threshold.kind == "sort"
+    assert sp.simplify(dv2.link - (z + sp.Rational(1, 2))) == 0
+    assert dv2.weight == dvg.weight == 1
+
+
+@pytest.mark.parametrize(
+    "name, sparse, kind, method",
+    [
+        ("softmax", False, "closed", "closed"),
+        ("sparsemax", True, "sort", "closed"),
+        ("entmax15", True, "sort", "closed"),
+        ("tsallis2", True, "sort", "closed"),
+        ("tsallis3", True, "root", "closed"),
+        ("tsallis_half", False, "root", "closed"),
+        ("entmax_alpha", True, "root", "closed"),
+        ("lambertw", False, "root", "newton"),
+        ("cube", True, "root", "closed"),
+        ("quartic", True, "root", "newton"),
+    ],
+)
+def test_classification(name, sparse, kind, method):
+    dv = derivation(name)
+    assert dv.sparse is sparse
+    assert dv.threshold.kind == kind
+    assert dv.inversion.method == method
+    assert dv.inversion.reason
+
+
+def test_lambertw_link_is_recorded():
+    dv = derivation("lambertw")
+    assert dv.link == sp.LambertW(sp.exp(z - 1))
+    assert dv.inversion.special == ("LambertW",)
+    assert "Newton" in dv.inversion.reason
+    assert sp.simplify(dv.weight - p / (p + 1)) == 0
+
+
+def test_cubic_link_is_recorded_with_newton():
+    dv = derivation("quartic")
+    assert dv.link is not None  # Cardano's formula, kept for the record
+    assert "Cardano" in dv.inversion.reason
+    # the recorded Newton step is p - (omega'(p) - z) / omega''(p)
+    assert sp.simplify(dv.inversion.newton_step - (p - (p + p**3 - z) / (1 + 3 * p**2))) == 0
+    assert dv.conjugate is None and dv.loss is None
+
+
+def test_no_closed_inverse_falls_back_to_newton():
+    dv = derive_map(Regularizer(p * sp.log(p) + p**4, name="nolink"))
+    assert dv.link is None and dv.inversion.method == "newton"
+    assert dv.threshold.kind == "root"
+    assert dv.conjugate is None
+    assert sum(dv.evaluate([1, 2, 3], digits=30)) == pytest.approx(1, abs=1e-25)
+
+
+# ----------------------------------------------------------- KKT algebra
+@pytest.mark.parametrize("name", [n for n in ALL if derivation(n).link is not None])
+def test_link_inverts_omega_prime(name):
+    """omega'(g(z)) = z and g'(z) = w(g(z)) on the link's domain."""
+    dv = derivation(name)
+    subs = {q.symbol: v for q, v in zip(dv.parameters, params_sym(dv))}
+    link = dv.link.subs(subs)
+    for zz in _sample_z(dv):
+        with mpmath.workdps(60):
+            pz = sp.N(link.subs(z, zz), 50)
+            pz = sp.re(pz) if abs(sp.im(pz)) < 1e-40 else pz
+            assert abs(sp.N(dv.omega_prime.subs(subs).subs(p, pz), 50) - zz) < 1e-40
+            slope = sp.N(sp.diff(link, z).subs(z, zz), 50)
+            assert abs(sp.re(slope) - sp.N(dv.weight.subs(subs).subs(p, pz), 50)) < 1e-35
+
+
+@pytest.mark.parametrize("name", ALL)
+def test_weight_is_inverse_curvature(name):
+    dv = derivation(name)
+    assert sp.simplify(dv.weight * dv.omega_second - 1) == 0
+
+
+@pytest.mark.parametrize("name", ALL)
+def test_halley_derivatives(name):
+    dv = derivation(name)
+    th = dv.threshold
+    assert th.dlink == dv.weight
+    assert sp.simplify(th.d2link - sp.diff(dv.weight, p) * dv.weight) == 0
+    if dv.link is not None and th.dlink_z is not None:
+        # equal on the link's domain (SymPy cannot simplify symbolic exponents without it)
+        subs = {q.symbol: v for q, v in zip(dv.parameters, params_sym(dv))}
+        for zz in _sample_z(dv):
+            at = {**subs, z: zz}
+            want = sp.N(sp.diff(dv.link, z).subs(at), 40)
+            assert abs(sp.N(th.dlink_z.subs(at), 40) - want) < 1e-30 * max(1, abs(want))
+            want2 = sp.N(sp.diff(dv.link, z, 2).subs(at), 40)
+            assert abs(sp.N(th.d2link_z.subs(at), 40) - want2) < 1e-30 * max(1, abs(want2))
+
+
+@pytest.mark.parametrize("name", ALL)
+def test_bracket_is_max_minus_omega_prime(name):
+    dv = derivation(name)
+    lo, hi = dv.threshold.bracket
+    assert sp.simplify(lo - (s_max - dv.omega_prime.subs(p, 1))) == 0
+    assert sp.simplify(hi - (s_max - dv.omega_prime.subs(p, 1 / d))) == 0
+
+
+def test_latex_and_text_show_each_step():
+    dv = derivation("entmax15")
+    tex, text = dv.latex(), dv.pretty()
+    for title in ("Problem", "Derivatives", "KKT conditions", "Link", "Support", "Jacobian", "Threshold", "Conjugate", "Fenchel-Young loss"):
+        assert title in tex and title in text
+    assert sp.latex(dv.link) in tex and r"\begin{align*}" in tex
+    assert tex.count(r"\begin{align*}") == tex.count(r"\end{align*}")
+    assert str(dv) == text
+
+
+def test_derive_map_rejects_non_regularizers():
+    with pytest.raises(DerivationError, match="Regularizer"):
+        derive_map(p**2)
+
+
+def test_unbounded_slope_at_one_is_rejected():
+    # omega = -sqrt(1 - p): convex, but omega'(1) = +oo leaves no threshold bracket
+    with pytest.raises(DerivationError):
+        derive_map(Regularizer(-sp.sqrt(1 - p) + p**2))
