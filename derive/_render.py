@@ -19,6 +19,7 @@ class _Step:
     title: str
     prose: str
     lines: tuple[tuple[str, str, object], ...]  # (latex lhs, text lhs, rhs expr or text)
+    tex: str = ""  # the prose in LaTeX; defaults to the escaped plain prose
 
 
 def _steps(dv: Derivation) -> list[_Step]:
@@ -47,6 +48,8 @@ def _steps(dv: Derivation) -> list[_Step]:
             (
                 (r"\omega'(p_i)", "omega'(p_i)", r"s_i - \tau + \mu_i,\quad \mu_i \ge 0,\quad \mu_i p_i = 0"),
             ),
+            r"With the Lagrangian $\langle p, s\rangle - \Omega(p) - \tau(\mathbf{1}^\top p - 1) + \mu^\top p$, "
+            r"stationarity, dual feasibility and complementary slackness read:",
         ),
     ]
     inv = dv.inversion
@@ -59,6 +62,8 @@ def _steps(dv: Derivation) -> list[_Step]:
             "Link",
             f"On the support p_i = g(z_i), z_i = s_i - tau. Numeric inversion: {inv.method} ({inv.reason}).",
             tuple(link_lines),
+            rf"On the support $p_i = g(z_i)$ with $z_i = s_i - \tau$. Numeric inversion: "
+            rf"\texttt{{{inv.method}}} ({_latex_escape(inv.reason)}).",
         )
     )
     support = (
@@ -66,11 +71,17 @@ def _steps(dv: Derivation) -> list[_Step]:
         if dv.sparse
         else "omega'(0+) = -oo, so the map is dense: every p_i > 0."
     )
+    support_tex = (
+        r"$\omega'(0^+)$ is finite, so the map is sparse: $p_i = 0$ where $s_i - \tau \le \omega'(0^+)$."
+        if dv.sparse
+        else r"$\omega'(0^+) = -\infty$, so the map is dense: every $p_i > 0$."
+    )
     out.append(
         _Step(
             "Support",
             support,
             ((r"\omega'(0^+)", "omega'(0+)", dv.clip), (r"\omega(0^+)", "omega(0+)", dv.omega_zero)),
+            support_tex,
         )
     )
     out.append(
@@ -81,6 +92,8 @@ def _steps(dv: Derivation) -> list[_Step]:
                 (r"w(p) = 1/\omega''(p)", "w(p) = 1/omega''(p)", dv.weight),
                 (r"J v", "J v", r"w \odot v - w \, \frac{w^\top v}{\mathbf{1}^\top w}"),
             ),
+            r"Differentiating the KKT system on the support gives "
+            r"$J = \operatorname{diag}(w) - w w^\top / \mathbf{1}^\top w$.",
         )
     )
     th = dv.threshold
@@ -118,6 +131,7 @@ def _steps(dv: Derivation) -> list[_Step]:
                     (r"\omega^*(z) = z g(z) - \omega(g(z))", "omega*(z)", dv.scalar_conjugate),
                     (r"\Omega^*(s)", "Omega*(s)", dv.conjugate),
                 ),
+                r"$\Omega^*(s) = \langle p^\star, s\rangle - \Omega(p^\star) = \tau + \sum_i \omega^*_+(s_i - \tau)$.",
             )
         )
         out.append(
@@ -125,6 +139,7 @@ def _steps(dv: Derivation) -> list[_Step]:
                 "Fenchel-Young loss",
                 "Non-negative, zero exactly at y = p*(s); its gradient in s is p*(s) - y.",
                 ((r"L(s; y)", "L(s; y)", dv.loss), (r"\nabla_s L", "grad_s L", dv.loss_gradient)),
+                r"Non-negative, zero exactly at $y = p^\star(s)$; its gradient in $s$ is $p^\star(s) - y$.",
             )
         )
     else:
@@ -142,7 +157,7 @@ def _steps(dv: Derivation) -> list[_Step]:
 def render_latex(dv: Derivation) -> str:
     parts = [f"% regattn derivation for {dv.name}: omega(p) = {sp.sstr(dv.omega)}"]
     for step in _steps(dv):
-        parts.append(rf"\paragraph{{{step.title}.}} {_latex_escape(step.prose)}")
+        parts.append(rf"\paragraph{{{step.title}.}} {step.tex or _latex_escape(step.prose)}")
         if step.lines:
             rows = []
             for lhs, _, rhs in step.lines:
@@ -153,7 +168,20 @@ def render_latex(dv: Derivation) -> str:
 
 
 def _latex_escape(text: str) -> str:
-    return text.replace("_", r"\_").replace("^", r"\^{}").replace("<=", r"$\le$").replace(">=", r"$\ge$")
+    for a, b in (
+        ("\\", r"\textbackslash{}"),
+        ("_", r"\_"),
+        ("^", r"\^{}"),
+        ("&", r"\&"),
+        ("%", r"\%"),
+        ("#", r"\#"),
+        ("<=", r"$\le$"),
+        (">=", r"$\ge$"),
+        ("<", r"$<$"),
+        (">", r"$>$"),
+    ):
+        text = text.replace(a, b)
+    return text
 
 
 def render_text(dv: Derivation) -> str:

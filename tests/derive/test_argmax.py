@@ -207,3 +207,12 @@ def test_unbounded_slope_at_one_is_rejected():
     # omega = -sqrt(1 - p): convex, but omega'(1) = +oo leaves no threshold bracket
     with pytest.raises(DerivationError):
         derive_map(Regularizer(-sp.sqrt(1 - p) + p**2))
+
+
+@pytest.mark.parametrize("name", ALL)
+def test_latex_is_balanced(name):
+    tex = derivation(name).latex()
+    assert tex.count("{") == tex.count("}")
+    for line in tex.splitlines():
+        if line.startswith(r"\paragraph"):
+            assert line.replace(r"\$", "").count("$") % 2 == 0, line
