@@ -125,19 +125,11 @@ def test_all_masked_gives_zeros(name):
     assert derivation(name).evaluate([-math.inf] * 3, **params(name)) == [0, 0, 0]
 
 
-@pytest.mark.parametrize("name", ["sparsemax", "entmax15", "tsallis2"])
+@pytest.mark.parametrize("name", ["sparsemax", "entmax15", "tsallis2", "softmax"])
 @given(scores=scores_wide)
-def test_sort_rule_agrees_with_root_finding(name, scores):
+def test_sort_and_closed_thresholds_agree_with_root_finding(name, scores):
     dv = derivation(name)
-    with mpmath.workdps(70):
-        comp = R._compiled(dv, {})
-        values = R.to_mp_vector(scores)
-        assert abs(comp._sort_tau(values) - comp._root_tau(values)) < KKT * max(1, max(abs(v) for v in values))
-
-
-@given(scores=scores_wide)
-def test_closed_threshold_agrees_with_root_finding(scores):
-    dv = derivation("softmax")
+    assert dv.threshold.kind in ("sort", "closed")
     with mpmath.workdps(70):
         comp = R._compiled(dv, {})
         values = R.to_mp_vector(scores)
