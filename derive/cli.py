@@ -1,6 +1,8 @@
 """The ``regattn`` command.
 
     regattn derive shannon | gini | tsallis [--alpha 3/2] | --expr "EXPR" [--latex]
+    regattn generate [--check]                       built-ins -> numeric/_generated/
+    regattn generate --expr "EXPR" --name NAME --out DIR
     regattn verify shannon | gini | tsallis [--alpha 3/2] | --expr "EXPR" [--samples N]
 
 ``derive`` prints the derivation (pretty text, or LaTeX with ``--latex``).
@@ -17,6 +19,7 @@ import random
 import sys
 import time
 from collections.abc import Sequence
+from pathlib import Path
 
 import mpmath
 import sympy as sp
@@ -65,6 +68,32 @@ def _cmd_derive(args: argparse.Namespace) -> int:
     return 0
 
 
+def _cmd_generate(args: argparse.Namespace) -> int:
+    from .codegen import builtins
+
+    if args.expr is not None or args.name is not None:
+        if args.expr is None or args.name is None or args.out is None:
+            raise DerivationError("a user map needs all of --expr, --name and --out")
+        if args.check:
+            raise DerivationError("--check applies to the built-ins only")
+        path = builtins.write_user_module(args.expr, args.name, args.out)
+        print(f"wrote {path}")
+        return 0
+    folder = args.out
+    if args.check:
+        diffs = builtins.stale_builtins(folder)
+        if diffs:
+            sys.stdout.write("".join(diffs))
+            print(f"regattn: {len(diffs)} generated file(s) are stale; run `regattn generate`", file=sys.stderr)
+            return 1
+        print("generated files are current")
+        return 0
+    start = time.perf_counter()
+    written = builtins.write_builtins(folder)
+    print(f"wrote {len(written)} files to {written[0].parent} in {time.perf_counter() - start:.2f} s")
+    return 0
+
+
 def _cmd_verify(args: argparse.Namespace) -> int:
     reg = regularizer_from_args(args)
     start = time.perf_counter()
@@ -100,6 +129,12 @@ def main(argv: Sequence[str] | None = None) -> int:
     _add_regularizer_arguments(p_derive)
     p_derive.add_argument("--latex", action="store_true", help="print LaTeX instead of text")
     p_derive.set_defaults(func=_cmd_derive)
+    p_generate = sub.add_parser("generate", help="generate NumPy/CUDA modules from derivations")
+    p_generate.add_argument("--check", action="store_true", help="exit 1 with a diff if the committed files are stale")
+    p_generate.add_argument("--expr", help="a user regularizer omega(p)")
+    p_generate.add_argument("--name", help="the user map's name (a Python identifier)")
+    p_generate.add_argument("--out", type=Path, help="directory to write into")
+    p_generate.set_defaults(func=_cmd_generate)
     p_verify = sub.add_parser("verify", help="derive a map and verify the reference on random inputs")
     _add_regularizer_arguments(p_verify)
     p_verify.add_argument("--samples", type=int, default=50, help="random score vectors (default 50)")

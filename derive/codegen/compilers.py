@@ -1,0 +1,150 @@
+"""Compile generated CUDA source without a GPU: NVRTC to PTX, and g++ for the host.
+
+* :func:`nvrtc_compile` runs NVRTC through the ``cuda-bindings`` and
+  ``nvidia-cuda-nvrtc`` wheels (extra ``cuda``); no device or driver is needed.
+  CuPy's own compile API needs a device, so this is what CI uses.
+* :func:`host_library` compiles the *device* part of a module
+  (``CUDA_DEVICE_SOURCE``) with g++ behind a header that empties
+  ``__device__``/``__forceinline__``, adds ``extern "C"`` wrappers for float
+  and double, and loads the result with :mod:`ctypes`, so tests can call the
+  very functions the kernels call.
+"""
+
+from __future__ import annotations
+
+import ctypes
+import hashlib
+import os
+import shutil
+import subprocess
+import tempfile
+from collections.abc import Sequence
+from dataclasses import dataclass
+from pathlib import Path
+
+__all__ = ["NvrtcResult", "nvrtc_available", "nvrtc_compile", "host_library", "HOST_HEADER"]
+
+ARCHES = ("compute_80", "compute_90")
+
+HOST_HEADER = """// host build of regattn device functions
+#include <cmath>
+#define __device__
+#define __forceinline__ inline
+"""
+
+
+@dataclass(frozen=True)
+class NvrtcResult:
+    """Outcome of one NVRTC compilation."""
+
+    arch: str
+    ok: bool
+    log: str
+    ptx_size: int
+
+
+def nvrtc_available() -> bool:
+    """Whether ``cuda.bindings.nvrtc`` imports and can create a program."""
+    try:
+        from cuda.bindings import nvrtc
+
+        err, _ = nvrtc.nvrtcVersion()[0], None
+        return err == nvrtc.nvrtcResult.NVRTC_SUCCESS
+    except Exception:  # ImportError, or a wheel without its shared library
+        return False
+
+
+def nvrtc_compile(source: str, arch: str = "compute_80", name: str = "regattn.cu") -> NvrtcResult:
+    """Compile ``source`` to PTX for ``arch`` with NVRTC; never raises on a compile error.
+
+    Raises
+    ------
+    ImportError
+        If the ``cuda-bindings`` / ``nvidia-cuda-nvrtc`` wheels are not installed.
+    """
+    from cuda.bindings import nvrtc
+
+    ok_code = nvrtc.nvrtcResult.NVRTC_SUCCESS
+    err, prog = nvrtc.nvrtcCreateProgram(source.encode(), name.encode(), 0, [], [])
+    if err != ok_code:
+        raise RuntimeError(f"nvrtcCreateProgram failed: {err}")
+    try:
+        opts = [f"--gpu-architecture={arch}".encode(), b"-std=c++17"]
+        (result,) = nvrtc.nvrtcCompileProgram(prog, len(opts), opts)
+        err, size = nvrtc.nvrtcGetProgramLogSize(prog)
+        log = b" " * size
+        nvrtc.nvrtcGetProgramLog(prog, log)
+        ptx_size = 0
+        if result == ok_code:
+            err, ptx_size = nvrtc.nvrtcGetPTXSize(prog)
+        return NvrtcResult(arch, result == ok_code, log.decode(errors="replace").strip("\x00 \n"), int(ptx_size))
+    finally:
+        nvrtc.nvrtcDestroyProgram(prog)
+
+
+_CTYPE = {"float": ctypes.c_float, "double": ctypes.c_double}
+
+
+def host_library(
+    device_source: str,
+    prefix: str,
+    functions: dict[str, int],
+    cache_dir: str | os.PathLike | None = None,
+) -> dict[str, dict[str, object]]:
+    """Compile ``device_source`` for the host and return callables.
+
+    Parameters
+    ----------
+    device_source:
+        A module's ``CUDA_DEVICE_SOURCE``.
+    prefix:
+        The map's name (device functions are ``{prefix}_{function}``).
+    functions:
+        Function name (without prefix) -> number of arguments (parameters included).
+    cache_dir:
+        Where to keep the shared library (keyed by a hash of the source);
+        a temporary directory by default.
+
+    Returns
+    -------
+    ``{"float": {name: f}, "double": {name: f}}`` with ``f`` taking and returning
+    Python floats, computed in that C type.
+    """
+    if shutil.which("g++") is None:
+        raise RuntimeError("g++ is not on PATH; the host build of device functions needs it")
+    wrappers = []
+    for ctype in ("float", "double"):
+        for fname, nargs in functions.items():
+            args = ", ".join(f"{ctype} a{j}" for j in range(nargs))
+            call = ", ".join(f"a{j}" for j in range(nargs))
+            wrappers.append(
+                f'extern "C" {ctype} host_{fname}_{ctype}({args}) {{ return {prefix}_{fname}<{ctype}>({call}); }}'
+            )
+    text = HOST_HEADER + device_source + "\n" + "\n".join(wrappers) + "\n"
+    digest = hashlib.sha256(text.encode()).hexdigest()[:16]
+    folder = Path(cache_dir) if cache_dir is not None else Path(tempfile.mkdtemp(prefix="regattn-host-"))
+    folder.mkdir(parents=True, exist_ok=True)
+    lib_path = folder / f"{prefix}-{digest}.so"
+    if not lib_path.exists():
+        src = folder / f"{prefix}-{digest}.cpp"
+        src.write_text(text)
+        tmp = folder / f"{prefix}-{digest}.{os.getpid()}.so"
+        proc = subprocess.run(
+            ["g++", "-O2", "-std=c++17", "-fPIC", "-shared", "-Wall", "-Werror", "-Wno-unused-variable", "-o", str(tmp), str(src)],
+            capture_output=True,
+            text=True,
+        )
+        if proc.returncode != 0:
+            raise RuntimeError(f"g++ failed on the device functions of {prefix}:\n{proc.stderr}")
+        os.replace(tmp, lib_path)
+    lib = ctypes.CDLL(str(lib_path))
+    out: dict[str, dict[str, object]] = {}
+    for ctype in ("float", "double"):
+        table = {}
+        for fname, nargs in functions.items():
+            fn = getattr(lib, f"host_{fname}_{ctype}")
+            fn.restype = _CTYPE[ctype]
+            fn.argtypes = [_CTYPE[ctype]] * nargs
+            table[fname] = fn
+        out[ctype] = table
+    return out

@@ -1,0 +1,302 @@
+"""CUDA C++ for a derivation: type-generic device functions and the kernels CuPy launches.
+
+The source has two parts.
+
+``device_source``: a prelude (``rg_*`` math overloads for float and double,
+``rg_inf``) and one ``template <typename T> __device__`` function per piece of
+the derivation.  It includes no header and uses no CUDA intrinsic, so the same
+text compiles with NVRTC and, behind a three-line header that empties
+``__device__``, with g++ on the host, where the tests call it through ctypes.
+
+``kernel_source``: ``extern "C"`` kernels, one per dtype (``_f32``, ``_f64``),
+all launched with 256 threads per block:
+
+* ``NAME_forward_from_tau``: elementwise ``p = g_+(s - tau[row])``;
+* ``NAME_forward_rows``: one block per row: max, then the threshold (closed
+  form, or Newton with a bisection safeguard on the bracket followed, for the
+  sort kind, by the exact support formula), then ``p``; writes ``tau`` too;
+* ``NAME_jvp``: one block per row, ``J v = w*v - w (w.v) / sum(w)`` with
+  ``w = w(p)`` on the support (``J`` is symmetric, so this is also the VJP).
+"""
+
+from __future__ import annotations
+
+PRELUDE = r"""// regattn prelude: float/double overloads, infinity, block reductions live in the kernel part
+#ifndef REGATTN_PRELUDE
+#define REGATTN_PRELUDE
+__device__ __forceinline__ float rg_exp(float x) { return expf(x); }
+__device__ __forceinline__ double rg_exp(double x) { return exp(x); }
+__device__ __forceinline__ float rg_log(float x) { return logf(x); }
+__device__ __forceinline__ double rg_log(double x) { return log(x); }
+__device__ __forceinline__ float rg_sqrt(float x) { return sqrtf(x); }
+__device__ __forceinline__ double rg_sqrt(double x) { return sqrt(x); }
+__device__ __forceinline__ float rg_cbrt(float x) { return cbrtf(x); }
+__device__ __forceinline__ double rg_cbrt(double x) { return cbrt(x); }
+__device__ __forceinline__ float rg_pow(float x, float y) { return powf(x, y); }
+__device__ __forceinline__ double rg_pow(double x, double y) { return pow(x, y); }
+__device__ __forceinline__ float rg_sin(float x) { return sinf(x); }
+__device__ __forceinline__ double rg_sin(double x) { return sin(x); }
+__device__ __forceinline__ float rg_cos(float x) { return cosf(x); }
+__device__ __forceinline__ double rg_cos(double x) { return cos(x); }
+__device__ __forceinline__ float rg_tan(float x) { return tanf(x); }
+__device__ __forceinline__ double rg_tan(double x) { return tan(x); }
+__device__ __forceinline__ float rg_sinh(float x) { return sinhf(x); }
+__device__ __forceinline__ double rg_sinh(double x) { return sinh(x); }
+__device__ __forceinline__ float rg_cosh(float x) { return coshf(x); }
+__device__ __forceinline__ double rg_cosh(double x) { return cosh(x); }
+__device__ __forceinline__ float rg_tanh(float x) { return tanhf(x); }
+__device__ __forceinline__ double rg_tanh(double x) { return tanh(x); }
+__device__ __forceinline__ float rg_asinh(float x) { return asinhf(x); }
+__device__ __forceinline__ double rg_asinh(double x) { return asinh(x); }
+__device__ __forceinline__ float rg_acosh(float x) { return acoshf(x); }
+__device__ __forceinline__ double rg_acosh(double x) { return acosh(x); }
+__device__ __forceinline__ float rg_atanh(float x) { return atanhf(x); }
+__device__ __forceinline__ double rg_atanh(double x) { return atanh(x); }
+__device__ __forceinline__ float rg_asin(float x) { return asinf(x); }
+__device__ __forceinline__ double rg_asin(double x) { return asin(x); }
+__device__ __forceinline__ float rg_acos(float x) { return acosf(x); }
+__device__ __forceinline__ double rg_acos(double x) { return acos(x); }
+__device__ __forceinline__ float rg_atan(float x) { return atanf(x); }
+__device__ __forceinline__ double rg_atan(double x) { return atan(x); }
+__device__ __forceinline__ float rg_erf(float x) { return erff(x); }
+__device__ __forceinline__ double rg_erf(double x) { return erf(x); }
+__device__ __forceinline__ float rg_fabs(float x) { return fabsf(x); }
+__device__ __forceinline__ double rg_fabs(double x) { return fabs(x); }
+template <typename T> __device__ __forceinline__ T rg_inf() { return T(1) / T(0); }
+template <typename T> __device__ __forceinline__ T rg_eps();
+template <> __device__ __forceinline__ float rg_eps<float>() { return 1.1920929e-07f; }
+template <> __device__ __forceinline__ double rg_eps<double>() { return 2.220446049250313e-16; }
+template <typename T> __device__ __forceinline__ T rg_log_tiny();  // log of the smallest normal
+template <> __device__ __forceinline__ float rg_log_tiny<float>() { return -87.3f; }
+template <> __device__ __forceinline__ double rg_log_tiny<double>() { return -708.3; }
+#endif
+"""
+
+# Newton on u = log p for omega'(e^u) = z, bracketed in [log tiny, hi]; used when
+# the link has no printable closed form.  Mirrors derive.reference's inversion.
+NEWTON_LINK = r"""
+template <typename T> __device__ __forceinline__ T {name}_link(T z{params_decl}) {{
+    // solve omega'(p) = z for p in (0, 1] (extended above 1 if z > omega'(1)) by Newton on u = log p
+    T lo = rg_log_tiny<T>(), hi = T(0);
+    if ({name}_omega_prime(rg_exp(lo){params_call}) >= z) return T(0);
+    for (int it = 0; it < 64 && {name}_omega_prime(rg_exp(hi){params_call}) < z; ++it) {{ lo = hi; hi += T(1); }}
+    T u = hi, step_old = hi - lo, step = step_old;
+    for (int it = 0; it < 200; ++it) {{
+        T q = rg_exp(u);
+        T f = {name}_omega_prime(q{params_call}) - z;
+        if (f == T(0)) break;
+        if (f > T(0)) hi = u; else lo = u;
+        T df = {name}_omega_second(q{params_call}) * q;
+        T next = (df > T(0)) ? u - f / df : lo - T(1);
+        if (next > lo && next < hi && rg_fabs(next - u) < T(0.5) * rg_fabs(step_old)) {{
+            step_old = step; step = next - u; u = next;
+        }} else {{
+            step_old = step; step = (hi - lo) / T(2); u = lo + step;
+        }}
+        if (rg_fabs(step) <= T(4) * rg_eps<T>() * (T(1) + rg_fabs(u))) break;
+    }}
+    return rg_exp(u);
+}}
+"""
+
+LINK_PLUS = r"""
+template <typename T> __device__ __forceinline__ T {name}_link_plus(T z{params_decl}) {{
+    // the clipped link g_+(z): 0 at or below omega'(0+) (and for z = -inf)
+    if (z != z) return z;
+    if (z == -rg_inf<T>() || z <= {name}_clip<T>({params_only})) return T(0);
+    return {name}_link(z{params_call});
+}}
+"""
+
+REDUCTIONS = r"""
+#ifndef REGATTN_REDUCTIONS
+#define REGATTN_REDUCTIONS
+#define RG_THREADS 256
+template <typename T> __device__ __forceinline__ T rg_warp_sum(T v) {
+    for (int o = 16; o > 0; o >>= 1) v += __shfl_down_sync(0xffffffffu, v, o);
+    return v;
+}
+template <typename T> __device__ __forceinline__ T rg_warp_max(T v) {
+    for (int o = 16; o > 0; o >>= 1) { T w = __shfl_down_sync(0xffffffffu, v, o); v = (w > v || w != w) ? w : v; }
+    return v;
+}
+// block-wide sum / max of one value per thread; every thread gets the result
+template <typename T> __device__ T rg_block_sum(T v, T* shared) {
+    int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
+    v = rg_warp_sum(v);
+    __syncthreads();
+    if (lane == 0) shared[warp] = v;
+    __syncthreads();
+    v = (threadIdx.x < (blockDim.x >> 5)) ? shared[lane] : T(0);
+    if (warp == 0) v = rg_warp_sum(v);
+    if (threadIdx.x == 0) shared[0] = v;
+    __syncthreads();
+    T out = shared[0];
+    __syncthreads();
+    return out;
+}
+template <typename T> __device__ T rg_block_max(T v, T* shared) {
+    int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
+    v = rg_warp_max(v);
+    __syncthreads();
+    if (lane == 0) shared[warp] = v;
+    __syncthreads();
+    v = (threadIdx.x < (blockDim.x >> 5)) ? shared[lane] : -rg_inf<T>();
+    if (warp == 0) v = rg_warp_max(v);
+    if (threadIdx.x == 0) shared[0] = v;
+    __syncthreads();
+    T out = shared[0];
+    __syncthreads();
+    return out;
+}
+#endif
+"""
+
+FORWARD_FROM_TAU = r"""
+extern "C" __global__ void {name}_forward_from_tau_{suffix}(const {T}* s, const {T}* tau, {T}* p,
+        long long rows, long long cols{params_kernel}) {{
+    long long n = rows * cols;
+    for (long long i = blockIdx.x * (long long)blockDim.x + threadIdx.x; i < n; i += (long long)gridDim.x * blockDim.x) {{
+        p[i] = {name}_link_plus<{T}>(s[i] - tau[i / cols]{params_call});
+    }}
+}}
+"""
+
+JVP = r"""
+extern "C" __global__ void {name}_jvp_{suffix}(const {T}* p, const {T}* v, {T}* out,
+        long long rows, long long cols{params_kernel}) {{
+    // J v = w*v - w (w.v) / sum(w), w = w(p) on the support; J is symmetric, so also the VJP
+    __shared__ {T} shared[32];
+    for (long long row = blockIdx.x; row < rows; row += gridDim.x) {{
+        const {T}* pr = p + row * cols; const {T}* vr = v + row * cols; {T}* outr = out + row * cols;
+        {T} sw = 0, swv = 0;
+        for (long long j = threadIdx.x; j < cols; j += blockDim.x) {{
+            {T} w = pr[j] > {T}(0) ? {name}_weight<{T}>(pr[j]{params_call}) : {T}(0);
+            sw += w; swv += w * vr[j];
+        }}
+        sw = rg_block_sum(sw, shared);
+        swv = rg_block_sum(swv, shared);
+        {T} mean = sw > {T}(0) ? swv / sw : {T}(0);
+        for (long long j = threadIdx.x; j < cols; j += blockDim.x) {{
+            {T} w = pr[j] > {T}(0) ? {name}_weight<{T}>(pr[j]{params_call}) : {T}(0);
+            outr[j] = w * (vr[j] - mean);
+        }}
+    }}
+}}
+"""
+
+FORWARD_ROWS_HEAD = r"""
+extern "C" __global__ void {name}_forward_rows_{suffix}(const {T}* s, {T}* p, {T}* tau_out,
+        long long rows, long long cols{params_kernel}) {{
+    // one block per row: m = max(s); the threshold tau; p = g_+(s - tau)
+    __shared__ {T} shared[32];
+    for (long long row = blockIdx.x; row < rows; row += gridDim.x) {{
+        const {T}* sr = s + row * cols; {T}* pr = p + row * cols;
+        {T} m = -rg_inf<{T}>(), finite = 0, nan = 0;
+        for (long long j = threadIdx.x; j < cols; j += blockDim.x) {{
+            {T} v = sr[j];
+            if (v != v) nan += 1; else if (v > -rg_inf<{T}>()) {{ finite += 1; m = v > m ? v : m; }}
+        }}
+        m = rg_block_max(m, shared);
+        finite = rg_block_sum(finite, shared);
+        nan = rg_block_sum(nan, shared);
+        {T} tau;
+        if (nan > {T}(0)) {{
+            tau = {T}(0) / {T}(0);
+        }} else if (finite == {T}(0)) {{
+            tau = rg_inf<{T}>();  // every score masked: all probabilities 0
+        }} else {{
+"""
+
+FORWARD_ROWS_CLOSED = r"""
+            // closed form: tau = m + tau_from_sum(sum_j term(s_j - m))
+            {T} total = 0;
+            for (long long j = threadIdx.x; j < cols; j += blockDim.x) {{
+                {T} v = sr[j];
+                if (v > -rg_inf<{T}>()) total += {name}_term<{T}>(v - m{params_call});
+            }}
+            total = rg_block_sum(total, shared);
+            tau = m + {name}_tau_from_sum<{T}>(total{params_call});
+"""
+
+FORWARD_ROWS_ROOT = r"""
+            // Newton on f(tau) = sum_j g_+(s_j - tau) - 1 (decreasing), f' = -sum_j w(p_j),
+            // safeguarded by bisection on [m - omega'(1), m - omega'(1/n)]
+            {T} lo = m - {name}_omega_prime<{T}>({T}(1){params_call});
+            {T} hi = m - {name}_omega_prime<{T}>({T}(1) / finite{params_call});
+            tau = lo;
+            {T} step_old = hi - lo, step = step_old;
+            for (int it = 0; it < 200; ++it) {{
+                {T} f = 0, df = 0;
+                for (long long j = threadIdx.x; j < cols; j += blockDim.x) {{
+                    {T} q = {name}_link_plus<{T}>(sr[j] - tau{params_call});
+                    f += q;
+                    if (q > {T}(0)) df += {name}_weight<{T}>(q{params_call});
+                }}
+                f = rg_block_sum(f, shared) - {T}(1);
+                df = rg_block_sum(df, shared);
+                if (f == {T}(0)) break;
+                if (f > {T}(0)) lo = tau; else hi = tau;
+                {T} next = df > {T}(0) ? tau + f / df : lo - {T}(1);
+                if (next > lo && next < hi && rg_fabs(next - tau) < {T}(0.5) * rg_fabs(step_old)) {{
+                    step_old = step; step = next - tau; tau = next;
+                }} else {{
+                    step_old = step; step = (hi - lo) / {T}(2); tau = lo + step;
+                }}
+                if (rg_fabs(step) <= {T}(2) * rg_eps<{T}>() * ({T}(1) + rg_fabs(tau))) break;
+            }}
+"""
+
+FORWARD_ROWS_SORT = r"""
+            // exact support formula on the support found by the iteration
+            {T} k = 0, s1 = 0, s2 = 0, cut = {name}_clip<{T}>({params_only});
+            for (long long j = threadIdx.x; j < cols; j += blockDim.x) {{
+                {T} v = sr[j];
+                if (v - tau > cut) {{ {T} x = v - m; k += 1; s1 += x; s2 += x * x; }}
+            }}
+            k = rg_block_sum(k, shared);
+            s1 = rg_block_sum(s1, shared);
+            s2 = rg_block_sum(s2, shared);
+            if (k > {T}(0)) tau = m + {name}_tau_candidate<{T}>(k, s1, s2{params_call});
+"""
+
+FORWARD_ROWS_TAIL = r"""
+        }}
+        if (threadIdx.x == 0) tau_out[row] = tau;
+        for (long long j = threadIdx.x; j < cols; j += blockDim.x) {{
+            pr[j] = (nan > {T}(0)) ? tau : {name}_link_plus<{T}>(sr[j] - tau{params_call});
+        }}
+        __syncthreads();
+    }}
+}}
+"""
+
+
+def kernel_source(name: str, kind: str, params: list[str]) -> str:
+    """The ``extern "C"`` kernels for one map, for float and double."""
+    out = [REDUCTIONS]
+    for T, suffix in (("float", "f32"), ("double", "f64")):
+        fmt = dict(
+            name=name,
+            T=T,
+            suffix=suffix,
+            params_kernel="".join(f", {T} {q}" for q in params),
+            params_call="".join(f", {q}" for q in params),
+            params_only=", ".join(params),
+        )
+        out.append(FORWARD_FROM_TAU.format(**fmt))
+        body = FORWARD_ROWS_HEAD
+        if kind == "closed":
+            body += FORWARD_ROWS_CLOSED
+        else:
+            body += FORWARD_ROWS_ROOT
+            if kind == "sort":
+                body += FORWARD_ROWS_SORT
+        body += FORWARD_ROWS_TAIL
+        out.append(body.format(**fmt))
+        out.append(JVP.format(**fmt))
+    return "".join(out)
+
+
+def kernel_names(name: str) -> list[str]:
+    return [f"{name}_{role}_{suffix}" for suffix in ("f32", "f64") for role in ("forward_from_tau", "forward_rows", "jvp")]
