@@ -95,7 +95,13 @@ template <typename T> __device__ __forceinline__ T {name}_link(T z{params_decl})
         }}
         if (rg_fabs(step) <= T(4) * rg_eps<T>() * (T(1) + rg_fabs(u))) break;
     }}
-    return rg_exp(u);
+    // polish in p itself: u carries an absolute error of eps |u|, p must be relatively exact
+    T q = rg_exp(u);
+    for (int it = 0; it < 2; ++it) {{
+        T next = q - ({name}_omega_prime(q{params_call}) - z) / {name}_omega_second(q{params_call});
+        q = next > T(0) ? next : q;
+    }}
+    return q;
 }}
 """
 

@@ -107,24 +107,26 @@ class _PowerMixin:
     """Small integer powers as products, half-integer powers through sqrt."""
 
     def _pow_parts(self, expr):
+        """Small powers as products/roots, parenthesized so that ``a/k**2`` prints ``a/(k*k)``."""
         base, e = expr.base, expr.exp
         b = self._print(base)
         if not (base.is_Symbol or base.is_Number):
             b = f"({b})"
         if e.is_Integer and 1 <= abs(e) <= MAX_PRODUCT and base.is_Symbol:
             prod = "*".join([b] * int(abs(e)))
-            return prod if e > 0 else f"{self._one()}/({prod})"
+            prod = prod if abs(e) == 1 else f"({prod})"
+            return prod if e > 0 else f"({self._one()}/{prod})"
         if e.is_Rational and e.q == 2 and base.is_Symbol and abs(e.p) <= 2 * MAX_PRODUCT + 1:
             whole = (abs(e.p) - 1) // 2
             root = f"{self._sqrt()}({b})"
-            value = "*".join([b] * whole + [root])
-            return value if e > 0 else f"{self._one()}/({value})"
+            value = root if whole == 0 else "(" + "*".join([b] * whole + [root]) + ")"
+            return value if e > 0 else f"({self._one()}/{value})"
         if e == sp.Rational(1, 3):
             return f"{self._cbrt()}({b})"
         if e == sp.Rational(-1, 3):
-            return f"{self._one()}/{self._cbrt()}({b})"
+            return f"({self._one()}/{self._cbrt()}({b}))"
         if e == -1:
-            return f"{self._one()}/{b}"
+            return f"({self._one()}/{b})"
         return None
 
 

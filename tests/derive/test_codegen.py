@@ -1,0 +1,317 @@
+"""Generated modules: shape, determinism, and agreement with the 50-digit SymPy reference.
+
+The NumPy functions and the CUDA device functions (compiled for the host with
+g++ and called through ctypes) are compared with the SymPy expressions they
+were printed from, evaluated by mpmath at 50 digits, on hypothesis-drawn
+points.  A floating-point evaluation of ``f`` at ``x`` can be no better than
+the condition number ``kappa = sum_j |x_j df/dx_j| / |f|`` allows, so the bound
+is ``tol * (1 + kappa)`` relative with ``tol`` = 1e-13 (double) and 1e-6 (float).
+"""
+
+from __future__ import annotations
+
+import importlib.util
+import math
+import os
+import re
+import subprocess
+import sys
+from functools import lru_cache
+from pathlib import Path
+
+import mpmath
+import numpy as np
+import pytest
+import sympy as sp
+from hypothesis import assume, given
+from hypothesis import strategies as st
+
+from derive import DerivationError, Regularizer, derive_map
+from derive.argmax import S, S1, S2, k, score
+from derive.codegen import content_hash, generate_module
+from derive.codegen.builtins import BUILTIN_MAPS
+from derive.codegen.compilers import host_library, nvrtc_available, nvrtc_compile
+from derive.regularizers import p, z
+
+ROOT = Path(__file__).resolve().parents[2]
+GENERATED = ROOT / "numeric" / "_generated"
+USER_MAPS = {
+    "shannon_gini": "p*log(p) + p**2/2",  # LambertW link -> Newton
+    "cube": "p**3",  # sparse, sqrt link, root threshold
+    "quartic": "p**2/2 + p**4/4",  # Cardano link -> Newton
+}
+ALPHA = (1.05, 4.0)
+
+
+@lru_cache(maxsize=None)
+def derivation_for(name: str):
+    if name in BUILTIN_MAPS:
+        return derive_map(BUILTIN_MAPS[name]())
+    return derive_map(Regularizer.from_string(USER_MAPS[name], name=name))
+
+
+@lru_cache(maxsize=None)
+def module_for(name: str):
+    """The committed module for a built-in, a freshly generated one for a user map."""
+    if name in BUILTIN_MAPS:
+        path = GENERATED / f"{name}.py"
+    else:
+        folder = Path(os.environ.get("PYTEST_TMP", "/tmp")) / f"regattn-gen-{os.getpid()}"
+        folder.mkdir(exist_ok=True)
+        path = folder / f"{name}.py"
+        path.write_text(generate_module(derivation_for(name), name))
+    spec = importlib.util.spec_from_file_location(f"_regattn_test_{name}", path)
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+ALL_MAPS = list(BUILTIN_MAPS) + list(USER_MAPS)
+
+
+# ---------------------------------------------------------------- functions
+def _functions(name: str) -> dict[str, tuple[sp.Expr, list[sp.Symbol]]]:
+    """Generated function name -> (SymPy expression, its argument symbols before the parameters)."""
+    dv = derivation_for(name)
+    th = dv.threshold
+    out = {
+        "omega": (dv.omega, [p]),
+        "omega_prime": (dv.omega_prime, [p]),
+        "omega_second": (dv.omega_second, [p]),
+        "weight": (dv.weight, [p]),
+        "weight_d2": (th.d2link, [p]),
+    }
+    if dv.inversion.method == "closed":
+        out["link"] = (dv.link, [z])
+        out["link_dtau"] = (-th.dlink_z, [z])
+        out["link_dtau2"] = (th.d2link_z, [z])
+    if th.kind == "closed":
+        out["term"] = (th.term, [score])
+        out["tau_from_sum"] = (th.solution, [S])
+    if th.kind == "sort":
+        out["tau_candidate"] = (th.candidate, [k, S1, S2])
+        if th.discriminant is not None:
+            out["discriminant"] = (th.discriminant, [k, S1, S2])
+    return out
+
+
+@st.composite
+def points(draw, name: str, fname: str):
+    """(args, params) as Python floats inside the function's domain."""
+    dv = derivation_for(name)
+    params = [draw(st.floats(*ALPHA)) for _ in dv.parameters]
+    subs = {q.symbol: sp.Float(v, 30) for q, v in zip(dv.parameters, params)}
+    expr, args = _functions(name)[fname]
+    if args == [p]:
+        return [draw(st.floats(1e-6, 1.0))], params
+    if args == [z]:
+        p0 = draw(st.floats(1e-4, 1.0))
+        return [float(dv.omega_prime.subs(subs).subs(p, p0))], params
+    if args == [score]:
+        return [draw(st.floats(-700.0, 0.0))], params
+    if args == [S]:
+        return [draw(st.floats(1.0, 1e6))], params
+    xs = draw(st.lists(st.floats(-5.0, 0.0), min_size=0, max_size=30)) + [0.0]
+    s1, s2 = math.fsum(xs), math.fsum(x * x for x in xs)
+    disc = dv.threshold.discriminant
+    if disc is not None:  # tau_k is real only where the discriminant is >= 0
+        assume(disc.subs({k: len(xs), S1: sp.Float(s1, 30), S2: sp.Float(s2, 30)}) > 1e-12)
+    return [float(len(xs)), s1, s2], params
+
+
+def _reference(name: str, fname: str, args: list[float], params: list[float]) -> tuple[mpmath.mpf, mpmath.mpf]:
+    """(value, condition number) at 50 digits."""
+    dv = derivation_for(name)
+    expr, syms = _functions(name)[fname]
+    allsyms = syms + [q.symbol for q in dv.parameters]
+    values = [mpmath.mpf(v) for v in args + params]
+    with mpmath.workdps(50):
+        f = sp.lambdify(allsyms, expr, "mpmath")(*values)
+        if isinstance(f, mpmath.mpc):
+            if abs(f.imag) > mpmath.mpf(10) ** -40 * max(1, abs(f.real)):
+                return None, None  # outside the function's real domain
+            f = f.real
+        if f == 0:
+            return mpmath.mpf(0), mpmath.mpf(0)
+        kappa = mpmath.mpf(0)
+        for sym, val in zip(allsyms, values):
+            d = sp.lambdify(allsyms, sp.diff(expr, sym), "mpmath")(*values)
+            kappa += abs(mpmath.re(d) * val)
+        return mpmath.mpf(f), kappa / abs(f)
+
+
+def _assert_close(got, want, kappa, tol, what):
+    with mpmath.workdps(50):
+        err = abs(mpmath.mpf(got) - want)
+        bound = tol * (1 + kappa) * abs(want)
+        assert err <= bound or (want == 0 and err == 0), f"{what}: got {got}, want {mpmath.nstr(want, 20)}, error {mpmath.nstr(err, 3)} > {mpmath.nstr(bound, 3)}"
+
+
+CASES = [(name, fname) for name in ALL_MAPS for fname in _functions(name)]
+
+
+@pytest.mark.parametrize("name, fname", CASES)
+@given(data=st.data())
+def test_numpy_functions_match_reference(name, fname, data):
+    args, params = data.draw(points(name, fname))
+    fn = getattr(module_for(name), fname)
+    got = fn(*[np.array([a], dtype=np.float64) for a in args], *params)
+    got = np.broadcast_to(np.asarray(got, dtype=np.float64), (1,))[0]
+    want, kappa = _reference(name, fname, args, params)
+    assert want is not None, f"the sampler left the domain of {name}.{fname} at {args + params}"
+    assume(want == 0 or float(np.finfo(np.float64).tiny) <= abs(want) <= float(np.finfo(np.float64).max))
+    _assert_close(float(got), want, kappa, 1e-13, f"{name}.{fname}{tuple(args + params)}")
+
+
+@lru_cache(maxsize=None)
+def host_functions(name: str):
+    mod = module_for(name)
+    npar = len(mod.PARAMETERS)
+    fns = {fname: len(args) + npar for fname, (_, args) in _functions(name).items()}
+    fns["link"] = 1 + npar  # the Newton link has no SymPy twin but must exist
+    fns["link_plus"] = 1 + npar
+    fns["clip"] = npar
+    return host_library(mod.CUDA_DEVICE_SOURCE, name, fns, cache_dir=Path("/tmp") / f"regattn-host-{os.getuid()}")
+
+
+@pytest.mark.parametrize("name, fname", CASES)
+@pytest.mark.parametrize("ctype, tol", [("double", 1e-13), ("float", 1e-6)])
+@given(data=st.data())
+def test_device_functions_match_reference(name, fname, ctype, tol, data):
+    args, params = data.draw(points(name, fname))
+    if ctype == "float":  # evaluate the reference at the float32 inputs actually used
+        args = [float(np.float32(a)) for a in args]
+        params = [float(np.float32(a)) for a in params]
+        assume(all(math.isfinite(a) for a in args))
+    got = host_functions(name)[ctype][fname](*args, *params)
+    want, kappa = _reference(name, fname, args, params)
+    if ctype == "double":
+        assert want is not None, f"the sampler left the domain of {name}.{fname} at {args + params}"
+    else:
+        # rounding the inputs to float32 may leave the domain, or land where the
+        # relative bound tol * (1 + kappa) exceeds 1 and says nothing
+        assume(want is not None and tol * kappa < 1)
+    info = np.finfo(np.float32 if ctype == "float" else np.float64)
+    # relative accuracy is only defined where the true value is a normal number of the type
+    assume(want == 0 or float(info.tiny) <= abs(want) <= float(info.max))
+    _assert_close(got, want, kappa, tol, f"{ctype} {name}_{fname}{tuple(args + params)}")
+
+
+@pytest.mark.parametrize("name", ALL_MAPS)
+@pytest.mark.parametrize("ctype, tol", [("double", 1e-13), ("float", 1e-6)])
+@given(p0=st.floats(1e-4, 1.0))
+def test_device_link_inverts_omega_prime(name, ctype, tol, p0):
+    """The device link, closed or Newton, returns p with omega'(p) = z (checked at 50 digits)."""
+    dv = derivation_for(name)
+    params = [1.3] * len(dv.parameters)
+    subs = {q.symbol: sp.Rational(13, 10) for q in dv.parameters}
+    zz = float(dv.omega_prime.subs(subs).subs(p, p0))
+    if ctype == "float":
+        zz = float(np.float32(zz))
+    got = host_functions(name)[ctype]["link"](zz, *params)
+    with mpmath.workdps(50):
+        # the exact root of omega'(q) = zz, and the conditioning |z g'(z) / g(z)|
+        d1 = sp.lambdify([p], dv.omega_prime.subs(subs), "mpmath")
+        w = sp.lambdify([p], dv.weight.subs(subs), "mpmath")
+        exact = mpmath.findroot(lambda q: d1(q) - zz, mpmath.mpf(p0))
+        kappa = abs(zz * w(exact) / exact)
+    _assert_close(got, exact, kappa, tol, f"{ctype} {name}_link({zz})")
+
+
+@pytest.mark.parametrize("name", ALL_MAPS)
+def test_device_link_plus_clips(name):
+    dv = derivation_for(name)
+    params = [1.3] * len(dv.parameters)
+    lib = host_functions(name)["double"]
+    assert lib["link_plus"](-math.inf, *params) == 0.0
+    assert math.isnan(lib["link_plus"](math.nan, *params))
+    if dv.sparse:
+        clip = lib["clip"](*params)
+        assert lib["link_plus"](clip, *params) == 0.0
+        assert lib["link_plus"](clip - 1.0, *params) == 0.0
+        assert lib["link_plus"](clip + 1e-3, *params) > 0.0
+
+
+# ------------------------------------------------------------------ NVRTC
+needs_nvrtc = pytest.mark.skipif(not nvrtc_available(), reason="cuda-bindings / nvidia-cuda-nvrtc not installed")
+
+
+@needs_nvrtc
+@pytest.mark.parametrize("name", ALL_MAPS)
+@pytest.mark.parametrize("arch", ["compute_80", "compute_90"])
+def test_cuda_source_compiles_with_nvrtc(name, arch):
+    mod = module_for(name)
+    result = nvrtc_compile(mod.CUDA_SOURCE, arch)
+    assert result.ok, result.log
+    assert result.ptx_size > 0
+    for kernel in mod.CUDA_KERNELS:
+        assert f"void {kernel}(" in mod.CUDA_SOURCE
+
+
+@needs_nvrtc
+def test_nvrtc_reports_errors():
+    result = nvrtc_compile("extern \"C\" __global__ void k() { undefined_thing(); }")
+    assert not result.ok and "undefined_thing" in result.log
+
+
+# ---------------------------------------------------------- module shape
+@pytest.mark.parametrize("name", ALL_MAPS)
+def test_module_shape(name):
+    mod = module_for(name)
+    dv = derivation_for(name)
+    assert mod.NAME == name
+    assert Regularizer.from_string(mod.REGULARIZER, parameters=dv.parameters).omega == dv.omega
+    assert mod.SPARSE is dv.sparse
+    assert mod.THRESHOLD == dv.threshold.kind
+    assert mod.LINK_METHOD == dv.inversion.method
+    assert mod.PARAMETERS == tuple(q.symbol.name for q in dv.parameters)
+    assert isinstance(mod.CUDA_SOURCE, str) and mod.CUDA_SOURCE.startswith(mod.CUDA_DEVICE_SOURCE)
+    for fname in ("omega", "omega_prime", "omega_second", "weight", "weight_d2", "clip", "omega_zero"):
+        assert callable(getattr(mod, fname))
+    assert (mod.link is None) == (dv.inversion.method != "closed")
+    assert (mod.tau_candidate is None) == (dv.threshold.kind != "sort")
+    assert (mod.term is None) == (dv.threshold.kind != "closed")
+
+
+@pytest.mark.parametrize("name", ALL_MAPS)
+def test_generated_text_is_readable(name):
+    text = generate_module(derivation_for(name), name)
+    assert "Heaviside" not in text and "DiracDelta" not in text and "Piecewise" not in text
+    code = [ln for ln in text.splitlines() if re.match(r"^    (t\d+ = |return |const T t\d+ = )", ln)]
+    assert code
+    for line in code:  # integer powers print as products, never as ** or pow(x, 2)
+        assert "**" not in line, line
+        assert not any(f", {n})" in line and "pow(" in line for n in ("2", "3", "T(2)", "T(3)")), line
+
+
+@pytest.mark.parametrize("name", list(BUILTIN_MAPS))
+def test_committed_builtins_carry_a_valid_hash(name):
+    text = (GENERATED / f"{name}.py").read_text()
+    header, body = text.split("\n", 4)[:4], text.split("\n", 4)[4]
+    assert header[0].startswith("# Generated by `regattn generate`")
+    assert header[3] == f"# content-hash: {content_hash(body)}"
+
+
+def test_generation_is_deterministic_across_hash_seeds(tmp_path):
+    code = (
+        "import sys; from derive.codegen.builtins import builtin_sources; "
+        "sys.stdout.write(''.join(builtin_sources().values()))"
+    )
+    outs = []
+    for seed in ("0", "12345"):
+        env = dict(os.environ, PYTHONHASHSEED=seed)
+        outs.append(subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True, check=True).stdout)
+    assert outs[0] == outs[1] and len(outs[0]) > 1000
+
+
+def test_bad_names_are_rejected():
+    dv = derivation_for("sparsemax")
+    for bad in ("1abc", "class", "has-dash", "", "_private", "ünï"):
+        with pytest.raises(DerivationError, match="name"):
+            generate_module(dv, bad)
+
+
+def test_unprintable_function_is_named():
+    dv = derive_map(Regularizer(p * sp.LambertW(p) + p**2))
+    with pytest.raises(DerivationError, match="LambertW"):
+        generate_module(dv, "lw")
