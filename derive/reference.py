@@ -135,7 +135,7 @@ class _Compiled:
             lo = 2 * lo - 1
             if lo < -(10**7):
                 raise DerivationError(f"omega'(p) = z = {zz} has no root for p >= e^{lo}")
-        return mpmath.exp(
+        q = mpmath.exp(
             _safeguarded_newton(
                 lambda u: self.d1(mpmath.exp(u)) - zz,
                 lambda u: self.d2(mpmath.exp(u)) * mpmath.exp(u),
@@ -144,6 +144,9 @@ class _Compiled:
                 increasing=True,
             )
         )
+        # u = log p carries an absolute error of eps |u|; one Newton step in p makes p relatively exact
+        nxt = q - (self.d1(q) - zz) / self.d2(q)
+        return nxt if nxt > 0 else q
 
     # ------------------------------------------------------- the threshold
     def tau(self, finite: list[mpmath.mpf]) -> mpmath.mpf:
@@ -201,9 +204,10 @@ def _safeguarded_newton(f, fprime, lo, hi, *, increasing: bool) -> mpmath.mpf:
     """
     eps = mpmath.mpf(2) ** (-mpmath.mp.prec + 8)
     sign = 1 if increasing else -1
-    if sign * f(lo) >= 0:
+    f_lo, f_hi = sign * f(lo), sign * f(hi)
+    if f_lo >= -16 * eps:  # the root is at lo (to working precision)
         return lo
-    if sign * f(hi) <= 0:
+    if f_hi <= 16 * eps:
         return hi
     t = (lo + hi) / 2
     step_old = step = hi - lo
@@ -220,7 +224,7 @@ def _safeguarded_newton(f, fprime, lo, hi, *, increasing: bool) -> mpmath.mpf:
             return (lo + hi) / 2
         deriv = sign * fprime(t)
         newton = t - val / deriv if deriv > 0 else None
-        if newton is not None and abs(newton - t) <= tol and abs(val) <= eps:
+        if newton is not None and abs(newton - t) <= tol and abs(val) <= 16 * eps:
             return newton  # converged: the step is below the resolution of t
         if newton is not None and lo < newton < hi and abs(newton - t) < abs(step_old) / 2:
             step_old, step = step, newton - t

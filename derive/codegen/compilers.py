@@ -22,7 +22,15 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
-__all__ = ["NvrtcResult", "nvrtc_available", "nvrtc_compile", "host_library", "HOST_HEADER"]
+__all__ = [
+    "NvrtcResult",
+    "nvrtc_available",
+    "nvrtc_compile",
+    "host_library",
+    "host_kernels",
+    "HOST_HEADER",
+    "HOST_EMULATION_HEADER",
+]
 
 ARCHES = ("compute_80", "compute_90")
 
@@ -30,6 +38,19 @@ HOST_HEADER = """// host build of regattn device functions
 #include <cmath>
 #define __device__
 #define __forceinline__ inline
+"""
+
+
+# The kernels themselves on the host: one block of one thread, so the block
+# reductions are the identity and each kernel walks its rows sequentially.
+HOST_EMULATION_HEADER = HOST_HEADER + """#define __global__
+#define __shared__ static
+#define REGATTN_HOST_EMULATION
+struct rg_dim3 { unsigned x; };
+static const rg_dim3 threadIdx = {0}, blockIdx = {0}, blockDim = {1}, gridDim = {1};
+static inline void __syncthreads() {}
+template <typename T> T rg_block_sum(T v, T*) { return v; }
+template <typename T> T rg_block_max(T v, T*) { return v; }
 """
 
 
@@ -110,8 +131,6 @@ def host_library(
     ``{"float": {name: f}, "double": {name: f}}`` with ``f`` taking and returning
     Python floats, computed in that C type.
     """
-    if shutil.which("g++") is None:
-        raise RuntimeError("g++ is not on PATH; the host build of device functions needs it")
     wrappers = []
     for ctype in ("float", "double"):
         for fname, nargs in functions.items():
@@ -121,22 +140,7 @@ def host_library(
                 f'extern "C" {ctype} host_{fname}_{ctype}({args}) {{ return {prefix}_{fname}<{ctype}>({call}); }}'
             )
     text = HOST_HEADER + device_source + "\n" + "\n".join(wrappers) + "\n"
-    digest = hashlib.sha256(text.encode()).hexdigest()[:16]
-    folder = Path(cache_dir) if cache_dir is not None else Path(tempfile.mkdtemp(prefix="regattn-host-"))
-    folder.mkdir(parents=True, exist_ok=True)
-    lib_path = folder / f"{prefix}-{digest}.so"
-    if not lib_path.exists():
-        src = folder / f"{prefix}-{digest}.cpp"
-        src.write_text(text)
-        tmp = folder / f"{prefix}-{digest}.{os.getpid()}.so"
-        proc = subprocess.run(
-            ["g++", "-O2", "-std=c++17", "-fPIC", "-shared", "-Wall", "-Werror", "-Wno-unused-variable", "-o", str(tmp), str(src)],
-            capture_output=True,
-            text=True,
-        )
-        if proc.returncode != 0:
-            raise RuntimeError(f"g++ failed on the device functions of {prefix}:\n{proc.stderr}")
-        os.replace(tmp, lib_path)
+    lib_path = _build(text, prefix, cache_dir)
     lib = ctypes.CDLL(str(lib_path))
     out: dict[str, dict[str, object]] = {}
     for ctype in ("float", "double"):
@@ -148,3 +152,36 @@ def host_library(
             table[fname] = fn
         out[ctype] = table
     return out
+
+
+def _build(text: str, prefix: str, cache_dir) -> Path:
+    """g++ ``text`` into a shared library named by its hash (reused when present)."""
+    if shutil.which("g++") is None:
+        raise RuntimeError("g++ is not on PATH; the host build of generated CUDA needs it")
+    digest = hashlib.sha256(text.encode()).hexdigest()[:16]
+    folder = Path(cache_dir) if cache_dir is not None else Path(tempfile.mkdtemp(prefix="regattn-host-"))
+    folder.mkdir(parents=True, exist_ok=True)
+    lib_path = folder / f"{prefix}-{digest}.so"
+    if not lib_path.exists():
+        src = folder / f"{prefix}-{digest}.cpp"
+        src.write_text(text)
+        tmp = folder / f"{prefix}-{digest}.{os.getpid()}.so"
+        proc = subprocess.run(
+            ["g++", "-O2", "-std=c++17", "-fPIC", "-shared", "-Wall", "-Werror", "-Wno-unused-variable",
+             "-Wno-unused-function", "-o", str(tmp), str(src)],
+            capture_output=True,
+            text=True,
+        )
+        if proc.returncode != 0:
+            raise RuntimeError(f"g++ failed on the generated CUDA of {prefix}:\n{proc.stderr}")
+        os.replace(tmp, lib_path)
+    return lib_path
+
+
+def host_kernels(cuda_source: str, prefix: str, cache_dir: str | os.PathLike | None = None) -> ctypes.CDLL:
+    """Compile a module's whole ``CUDA_SOURCE`` for the host under :data:`HOST_EMULATION_HEADER`.
+
+    Each ``extern "C"`` kernel becomes a C function with the same arguments,
+    running one row after another on one thread; set ``argtypes`` before calling.
+    """
+    return ctypes.CDLL(str(_build(HOST_EMULATION_HEADER + cuda_source, prefix, cache_dir)))

@@ -117,7 +117,7 @@ template <typename T> __device__ __forceinline__ T {name}_link_plus(T z{params_d
 REDUCTIONS = r"""
 #ifndef REGATTN_REDUCTIONS
 #define REGATTN_REDUCTIONS
-#define RG_THREADS 256
+#ifndef REGATTN_HOST_EMULATION  // the host emulation (one thread per block) brings its own
 template <typename T> __device__ __forceinline__ T rg_warp_sum(T v) {
     for (int o = 16; o > 0; o >>= 1) v += __shfl_down_sync(0xffffffffu, v, o);
     return v;
@@ -155,6 +155,7 @@ template <typename T> __device__ T rg_block_max(T v, T* shared) {
     __syncthreads();
     return out;
 }
+#endif
 #endif
 """
 
