@@ -21,7 +21,8 @@ demo: setup
 	$(BIN)/regattn verify --expr "p*log(p) + p**2/2" --name shannon_gini
 
 test: setup
-	$(BIN)/python -m pytest --hypothesis-profile=$(PROFILE) -q
+	$(BIN)/regattn generate --check
+	$(BIN)/python -m pytest --hypothesis-profile=$(PROFILE) -q -rs
 
 clean:
 	rm -rf $(VENV) .pytest_cache .hypothesis build *.egg-info

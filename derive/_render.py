@@ -10,8 +10,7 @@ from dataclasses import dataclass
 
 import sympy as sp
 
-from .argmax import S, S1, S2, Derivation, d, i, k, s, s_k, s_max, score, tau, y
-from .regularizers import p, z
+from .argmax import Derivation
 
 
 @dataclass(frozen=True)

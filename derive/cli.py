@@ -24,7 +24,7 @@ from pathlib import Path
 import mpmath
 import sympy as sp
 
-from .argmax import Derivation, derive_map
+from .argmax import derive_map
 from .errors import DerivationError
 from .reference import kkt_residual
 from .regularizers import Regularizer, gini, shannon, tsallis
@@ -94,30 +94,84 @@ def _cmd_generate(args: argparse.Namespace) -> int:
     return 0
 
 
+def _import_file(path: Path):
+    import importlib.util
+
+    spec = importlib.util.spec_from_file_location(f"_regattn_verify_{path.stem}", path)
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
 def _cmd_verify(args: argparse.Namespace) -> int:
+    import tempfile
+
+    import numpy as np
+
+    from .codegen import generate_module
+    from .codegen import verify as V
+    from .codegen.builtins import write_atomic
+    from .codegen.compilers import ARCHES, host_library, nvrtc_available, nvrtc_compile
+
     reg = regularizer_from_args(args)
     start = time.perf_counter()
     dv = derive_map(reg)
     took = time.perf_counter() - start
     params = {q.symbol.name: sp.Rational(13, 10) for q in dv.parameters}
     rng = random.Random(args.seed)
+    ok = True
     print(f"regularizer  omega(p) = {sp.sstr(dv.omega)}   ({dv.name})")
-    print(f"derived in   {took:.2f} s: link {dv.inversion.method}, threshold {dv.threshold.kind}, "
+    print(f"derived      in {took:.2f} s: link {dv.inversion.method}, threshold {dv.threshold.kind}, "
           f"{'sparse' if dv.sparse else 'dense'}, weight w(p) = {sp.sstr(dv.weight)}")
-    if params:
-        print(f"parameters   {', '.join(f'{k} = {v}' for k, v in params.items())}")
     worst = mpmath.mpf(0)
     for _ in range(args.samples):
         n = rng.randint(1, 12)
         scores = [rng.gauss(0, 2) for _ in range(n)]
         probs = dv.evaluate(scores, digits=50, **params)
         worst = max(worst, kkt_residual(dv, scores, probs, digits=50, **params))
-    ok = worst < mpmath.mpf(10) ** -40
-    print(f"reference    {args.samples} random score vectors, max KKT residual {mpmath.nstr(worst, 3)}"
-          f" ({'ok' if ok else 'FAILED'}, bound 1e-40)")
-    example = [-2, 0, sp.Rational(1, 2)]
-    probs = dv.evaluate(example, digits=30, **params)
+    good = worst < mpmath.mpf(10) ** -40
+    ok &= good
+    print(f"reference    {args.samples} random score vectors{' at ' + ', '.join(f'{k} = {v}' for k, v in params.items()) if params else ''}: "
+          f"max KKT residual {mpmath.nstr(worst, 3)} ({'ok' if good else 'FAILED'}, bound 1e-40)")
+
+    name = args.name or ("custom" if args.expr else dv.name.split("(")[0])
+    with tempfile.TemporaryDirectory(prefix="regattn-verify-") as tmp:
+        start = time.perf_counter()
+        path = Path(tmp) / f"{name}.py"
+        write_atomic(path, generate_module(dv, name))
+        module = _import_file(path)
+        print(f"generated    {name}.py ({path.stat().st_size // 1024} kB, {len(V.functions(dv))} functions, "
+              f"{len(module.CUDA_KERNELS)} kernels) in {time.perf_counter() - start:.2f} s")
+
+        def numpy_call(fname, xs, ps):
+            out = getattr(module, fname)(*[np.array([x]) for x in xs], *ps)
+            return float(np.broadcast_to(np.asarray(out, dtype=np.float64), (1,))[0])
+
+        reports = [V.check(dv, numpy_call, "double", "numpy", points=args.points, seed=args.seed)]
+        try:
+            npar = len(dv.parameters)
+            lib = host_library(module.CUDA_DEVICE_SOURCE, name, {f: len(a) + npar for f, (_, a) in V.functions(dv).items()}, Path(tmp))
+            for ctype in ("double", "float"):
+                reports.append(V.check(dv, lambda f, xs, ps, c=ctype: lib[c][f](*xs, *ps), ctype, "device (g++)", points=args.points, seed=args.seed))
+        except RuntimeError as exc:
+            print(f"device       host build failed: {exc}")
+            ok = False
+        for rep in reports:
+            ok &= rep.ok
+            print(f"{rep.where:<12} {rep.ctype:<6} {rep.points} points per function: max error / (1 + kappa) = "
+                  f"{rep.max_error:.2g} ({'ok' if rep.ok else 'FAILED'}, bound {V.TOLERANCE[rep.ctype]:g})")
+        if nvrtc_available():
+            results = [nvrtc_compile(module.CUDA_SOURCE, arch) for arch in ARCHES]
+            ok &= all(r.ok for r in results)
+            print("nvrtc        " + ", ".join(f"{r.arch} {'ok' if r.ok else 'FAILED'} ({r.ptx_size // 1024} kB PTX)" for r in results))
+            for r in results:
+                if not r.ok:
+                    print(r.log)
+        else:
+            print("nvrtc        not installed (pip install cuda-bindings nvidia-cuda-nvrtc): CUDA compile not checked")
+    probs = dv.evaluate([-2, 0, sp.Rational(1, 2)], digits=30, **params)
     print("example      p*([-2, 0, 0.5]) = [" + ", ".join(mpmath.nstr(v, 6) for v in probs) + "]")
+    print("verdict      " + ("all checks passed" if ok else "SOME CHECKS FAILED"))
     return 0 if ok else 1
 
 
@@ -139,6 +193,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     _add_regularizer_arguments(p_verify)
     p_verify.add_argument("--samples", type=int, default=50, help="random score vectors (default 50)")
     p_verify.add_argument("--seed", type=int, default=0, help="random seed (default 0)")
+    p_verify.add_argument("--points", type=int, default=40, help="points per generated function (default 40)")
     p_verify.set_defaults(func=_cmd_verify)
     args = parser.parse_args(argv)
     try:

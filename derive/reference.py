@@ -24,7 +24,7 @@ from typing import Any
 import mpmath
 import sympy as sp
 
-from .argmax import S, S1, S2, Derivation, k, score, tau
+from .argmax import S, S1, S2, Derivation, k, score
 from .errors import DerivationError
 from .regularizers import p, to_mpf, z
 

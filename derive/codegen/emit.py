@@ -27,7 +27,6 @@ from __future__ import annotations
 
 import hashlib
 import keyword
-import math
 
 import sympy as sp
 

@@ -9,7 +9,7 @@ import sympy as sp
 from derive import DerivationError, Regularizer, alpha, derive_map, p, z
 from derive.argmax import S1, S2, d, i, k, s, s_max, tau
 
-from ._maps import ALL, derivation, params
+from ._maps import ALL, derivation
 
 j = sp.Symbol("j", integer=True, positive=True)
 

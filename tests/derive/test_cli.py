@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import os
 import subprocess
 import sys
 
@@ -73,3 +74,87 @@ def test_console_entry_has_no_traceback():
     assert proc.returncode == 2
     assert "Traceback" not in proc.stderr and "'abs' is not allowed" in proc.stderr
     assert "hacked" not in proc.stdout
+
+
+# ---------------------------------------------------------------- generate
+def test_generate_check_is_current(capsys):
+    assert main(["generate", "--check"]) == 0
+    assert "current" in capsys.readouterr().out
+
+
+def test_generate_writes_and_checks_a_folder(tmp_path, capsys):
+    assert main(["generate", "--out", str(tmp_path)]) == 0
+    names = sorted(p.name for p in tmp_path.iterdir())
+    assert names == ["__init__.py", "entmax.py", "entmax15.py", "softmax.py", "sparsemax.py"]
+    assert main(["generate", "--check", "--out", str(tmp_path)]) == 0
+    # a hand edit makes --check fail with a diff naming the file
+    target = tmp_path / "sparsemax.py"
+    target.write_text(target.read_text().replace("return (S_1 - 1)/k", "return (S_1 - 2)/k"))
+    (tmp_path / "stray.py").write_text("x = 1\n")
+    capsys.readouterr()
+    assert main(["generate", "--check", "--out", str(tmp_path)]) == 1
+    captured = capsys.readouterr()
+    assert "sparsemax.py" in captured.out and "-    return (S_1 - 2)/k" in captured.out
+    assert "stray.py" in captured.out and "stale" in captured.err
+
+
+def test_generate_user_map_imports_with_plain_python(tmp_path, capsys):
+    assert main(["generate", "--expr", "p*log(p) + p**2/2", "--name", "mixed", "--out", str(tmp_path)]) == 0
+    path = tmp_path / "mixed.py"
+    assert path.exists() and str(path) in capsys.readouterr().out
+    proc = subprocess.run(
+        [sys.executable, "-c", "import mixed; print(mixed.NAME, mixed.LINK_METHOD, mixed.THRESHOLD, mixed.weight(0.5))"],
+        cwd=tmp_path, capture_output=True, text=True, timeout=120,
+    )
+    assert proc.returncode == 0, proc.stderr
+    name, method, kind, w = proc.stdout.split()
+    assert (name, method, kind) == ("mixed", "newton", "root") and float(w) == pytest.approx(0.5 / 1.5)
+
+
+@pytest.mark.parametrize(
+    "argv, message",
+    [
+        (["generate", "--expr", "p**3", "--name", "not-valid", "--out", "."], "not a Python identifier"),
+        (["generate", "--expr", "p**3", "--name", "class", "--out", "."], "not a Python identifier"),
+        (["generate", "--expr", "p**3", "--name", "cube"], "needs all of"),
+        (["generate", "--expr", "p**3", "--name", "cube", "--out", "/nonexistent/dir"], "not an existing directory"),
+        (["generate", "--check", "--expr", "p**3", "--name", "cube", "--out", "."], "built-ins only"),
+        (["generate", "--expr", "p", "--name", "lin", "--out", "."], "not strictly convex"),
+    ],
+)
+def test_generate_bad_input(argv, message, capsys, tmp_path, monkeypatch):
+    monkeypatch.chdir(tmp_path)
+    assert main(argv) == 2
+    err = capsys.readouterr().err
+    assert message in err and "Traceback" not in err
+    assert list(tmp_path.iterdir()) == []  # nothing half-written
+
+
+def test_generate_unwritable_folder_leaves_nothing(tmp_path, capsys):
+    if os.geteuid() == 0:
+        pytest.skip("root can write into read-only folders")
+    folder = tmp_path / "ro"
+    folder.mkdir()
+    folder.chmod(0o500)
+    try:
+        assert main(["generate", "--expr", "p**3", "--name", "cube", "--out", str(folder)]) == 2
+        assert "not writable" in capsys.readouterr().err
+        assert list(folder.iterdir()) == []
+    finally:
+        folder.chmod(0o700)
+
+
+def test_atomic_write_leaves_no_partial_file(tmp_path, monkeypatch):
+    from derive.codegen import builtins
+
+    target = tmp_path / "m.py"
+    target.write_text("old\n")
+
+    def boom(*args, **kwargs):
+        raise OSError("disk full")
+
+    monkeypatch.setattr(builtins.os, "replace", boom)
+    with pytest.raises(OSError):
+        builtins.write_atomic(target, "new\n")
+    assert target.read_text() == "old\n"
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["m.py"]

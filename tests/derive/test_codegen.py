@@ -27,11 +27,11 @@ from hypothesis import assume, given
 from hypothesis import strategies as st
 
 from derive import DerivationError, Regularizer, derive_map
-from derive.argmax import S, S1, S2, k, score
 from derive.codegen import content_hash, generate_module
+from derive.codegen import verify as V
 from derive.codegen.builtins import BUILTIN_MAPS
 from derive.codegen.compilers import host_library, nvrtc_available, nvrtc_compile
-from derive.regularizers import p, z
+from derive.regularizers import p
 
 ROOT = Path(__file__).resolve().parents[2]
 GENERATED = ROOT / "numeric" / "_generated"
@@ -40,7 +40,6 @@ USER_MAPS = {
     "cube": "p**3",  # sparse, sqrt link, root threshold
     "quartic": "p**2/2 + p**4/4",  # Cardano link -> Newton
 }
-ALPHA = (1.05, 4.0)
 
 
 @lru_cache(maxsize=None)
@@ -70,81 +69,30 @@ ALL_MAPS = list(BUILTIN_MAPS) + list(USER_MAPS)
 
 
 # ---------------------------------------------------------------- functions
-def _functions(name: str) -> dict[str, tuple[sp.Expr, list[sp.Symbol]]]:
-    """Generated function name -> (SymPy expression, its argument symbols before the parameters)."""
-    dv = derivation_for(name)
-    th = dv.threshold
-    out = {
-        "omega": (dv.omega, [p]),
-        "omega_prime": (dv.omega_prime, [p]),
-        "omega_second": (dv.omega_second, [p]),
-        "weight": (dv.weight, [p]),
-        "weight_d2": (th.d2link, [p]),
-    }
-    if dv.inversion.method == "closed":
-        out["link"] = (dv.link, [z])
-        out["link_dtau"] = (-th.dlink_z, [z])
-        out["link_dtau2"] = (th.d2link_z, [z])
-    if th.kind == "closed":
-        out["term"] = (th.term, [score])
-        out["tau_from_sum"] = (th.solution, [S])
-    if th.kind == "sort":
-        out["tau_candidate"] = (th.candidate, [k, S1, S2])
-        if th.discriminant is not None:
-            out["discriminant"] = (th.discriminant, [k, S1, S2])
-    return out
+def _functions(name: str):
+    return V.functions(derivation_for(name))
 
 
 @st.composite
 def points(draw, name: str, fname: str):
-    """(args, params) as Python floats inside the function's domain."""
-    dv = derivation_for(name)
-    params = [draw(st.floats(*ALPHA)) for _ in dv.parameters]
-    subs = {q.symbol: sp.Float(v, 30) for q, v in zip(dv.parameters, params)}
-    expr, args = _functions(name)[fname]
-    if args == [p]:
-        return [draw(st.floats(1e-6, 1.0))], params
-    if args == [z]:
-        p0 = draw(st.floats(1e-4, 1.0))
-        return [float(dv.omega_prime.subs(subs).subs(p, p0))], params
-    if args == [score]:
-        return [draw(st.floats(-700.0, 0.0))], params
-    if args == [S]:
-        return [draw(st.floats(1.0, 1e6))], params
-    xs = draw(st.lists(st.floats(-5.0, 0.0), min_size=0, max_size=30)) + [0.0]
-    s1, s2 = math.fsum(xs), math.fsum(x * x for x in xs)
-    disc = dv.threshold.discriminant
-    if disc is not None:  # tau_k is real only where the discriminant is >= 0
-        assume(disc.subs({k: len(xs), S1: sp.Float(s1, 30), S2: sp.Float(s2, 30)}) > 1e-12)
-    return [float(len(xs)), s1, s2], params
+    """(args, params) as Python floats inside the function's domain (see derive.codegen.verify)."""
+    drawn = V.sample_point(
+        derivation_for(name),
+        fname,
+        lambda lo, hi: draw(st.floats(lo, hi)),
+        lambda lo, hi: draw(st.integers(lo, hi)),
+    )
+    assume(drawn is not None)
+    return drawn
 
 
-def _reference(name: str, fname: str, args: list[float], params: list[float]) -> tuple[mpmath.mpf, mpmath.mpf]:
-    """(value, condition number) at 50 digits."""
-    dv = derivation_for(name)
-    expr, syms = _functions(name)[fname]
-    allsyms = syms + [q.symbol for q in dv.parameters]
-    values = [mpmath.mpf(v) for v in args + params]
-    with mpmath.workdps(50):
-        f = sp.lambdify(allsyms, expr, "mpmath")(*values)
-        if isinstance(f, mpmath.mpc):
-            if abs(f.imag) > mpmath.mpf(10) ** -40 * max(1, abs(f.real)):
-                return None, None  # outside the function's real domain
-            f = f.real
-        if f == 0:
-            return mpmath.mpf(0), mpmath.mpf(0)
-        kappa = mpmath.mpf(0)
-        for sym, val in zip(allsyms, values):
-            d = sp.lambdify(allsyms, sp.diff(expr, sym), "mpmath")(*values)
-            kappa += abs(mpmath.re(d) * val)
-        return mpmath.mpf(f), kappa / abs(f)
+def _reference(name: str, fname: str, args: list[float], params: list[float]):
+    return V.exact_value(derivation_for(name), fname, args, params)
 
 
 def _assert_close(got, want, kappa, tol, what):
-    with mpmath.workdps(50):
-        err = abs(mpmath.mpf(got) - want)
-        bound = tol * (1 + kappa) * abs(want)
-        assert err <= bound or (want == 0 and err == 0), f"{what}: got {got}, want {mpmath.nstr(want, 20)}, error {mpmath.nstr(err, 3)} > {mpmath.nstr(bound, 3)}"
+    err = V.scaled_error(got, want, kappa)
+    assert err <= tol, f"{what}: got {got}, want {mpmath.nstr(want, 20)}, scaled error {err:.3g} > {tol}"
 
 
 CASES = [(name, fname) for name in ALL_MAPS for fname in _functions(name)]
@@ -159,7 +107,7 @@ def test_numpy_functions_match_reference(name, fname, data):
     got = np.broadcast_to(np.asarray(got, dtype=np.float64), (1,))[0]
     want, kappa = _reference(name, fname, args, params)
     assert want is not None, f"the sampler left the domain of {name}.{fname} at {args + params}"
-    assume(want == 0 or float(np.finfo(np.float64).tiny) <= abs(want) <= float(np.finfo(np.float64).max))
+    assume(V.representable(want, "double"))
     _assert_close(float(got), want, kappa, 1e-13, f"{name}.{fname}{tuple(args + params)}")
 
 
@@ -191,9 +139,8 @@ def test_device_functions_match_reference(name, fname, ctype, tol, data):
         # rounding the inputs to float32 may leave the domain, or land where the
         # relative bound tol * (1 + kappa) exceeds 1 and says nothing
         assume(want is not None and tol * kappa < 1)
-    info = np.finfo(np.float32 if ctype == "float" else np.float64)
     # relative accuracy is only defined where the true value is a normal number of the type
-    assume(want == 0 or float(info.tiny) <= abs(want) <= float(info.max))
+    assume(V.representable(want, ctype))
     _assert_close(got, want, kappa, tol, f"{ctype} {name}_{fname}{tuple(args + params)}")
 
 

@@ -11,7 +11,7 @@ from hypothesis import assume, given
 from hypothesis import strategies as st
 
 from derive import reference as R
-from derive.argmax import d, i, s, s_max, tau
+from derive.argmax import d, s, s_max, tau
 
 from ._maps import ALL, BUILTINS, USERS, derivation, params
 

@@ -1,0 +1,172 @@
+"""Check generated code against the SymPy expressions it was printed from.
+
+Shared by the test-suite and ``regattn verify``.  A function ``f`` evaluated in
+floating point at ``x`` can be no more accurate than its condition number
+``kappa = sum_j |x_j df/dx_j| / |f|`` allows, so agreement is measured as
+
+    |computed - exact| / (|exact| (1 + kappa)),
+
+which must stay below 1e-13 in double and 1e-6 in float.  ``exact`` is the
+SymPy expression evaluated by mpmath at 50 digits at the very inputs the code
+received (after rounding to float32 for float code).
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Callable
+from dataclasses import dataclass
+
+import mpmath
+import numpy as np
+import sympy as sp
+
+from ..argmax import S, S1, S2, Derivation, k, score
+from ..regularizers import p, z
+
+__all__ = ["functions", "sample_point", "exact_value", "scaled_error", "TOLERANCE", "ALPHA_RANGE"]
+
+#: Bound on :func:`scaled_error` for double and float code.
+TOLERANCE = {"double": 1e-13, "float": 1e-6}
+#: Range of parameter values (Tsallis' alpha) drawn for parametrized maps.
+ALPHA_RANGE = (1.05, 4.0)
+
+
+def functions(dv: Derivation) -> dict[str, tuple[sp.Expr, list[sp.Symbol]]]:
+    """Generated function name -> (SymPy expression, argument symbols before the parameters)."""
+    th = dv.threshold
+    out = {
+        "omega": (dv.omega, [p]),
+        "omega_prime": (dv.omega_prime, [p]),
+        "omega_second": (dv.omega_second, [p]),
+        "weight": (dv.weight, [p]),
+        "weight_d2": (th.d2link, [p]),
+    }
+    if dv.inversion.method == "closed":
+        out["link"] = (dv.link, [z])
+        out["link_dtau"] = (-th.dlink_z, [z])
+        out["link_dtau2"] = (th.d2link_z, [z])
+    if th.kind == "closed":
+        out["term"] = (th.term, [score])
+        out["tau_from_sum"] = (th.solution, [S])
+    if th.kind == "sort":
+        out["tau_candidate"] = (th.candidate, [k, S1, S2])
+        if th.discriminant is not None:
+            out["discriminant"] = (th.discriminant, [k, S1, S2])
+    return out
+
+
+def sample_point(
+    dv: Derivation,
+    fname: str,
+    uniform: Callable[[float, float], float],
+    integer: Callable[[int, int], int],
+) -> tuple[list[float], list[float]] | None:
+    """``(args, params)`` inside the domain where the function is used, or ``None`` to draw again.
+
+    ``uniform(lo, hi)`` and ``integer(lo, hi)`` supply the randomness (a NumPy
+    generator or hypothesis draws).  Probabilities lie in ``[1e-6, 1]``; link
+    arguments are ``z = omega'(p0)`` with ``p0`` in ``[1e-4, 1]``; shifted scores
+    ``s - max(s)`` in ``[-700, 0]``; sums ``S`` in ``[1, 1e6]``; sort sums come
+    from up to 31 scores in ``[-5/k, 0]`` including a 0, with a real ``tau_k``.
+    """
+    params = [uniform(*ALPHA_RANGE) for _ in dv.parameters]
+    subs = {q.symbol: sp.Float(v, 30) for q, v in zip(dv.parameters, params)}
+    _, args = functions(dv)[fname]
+    if args == [p]:
+        return [uniform(1e-6, 1.0)], params
+    if args == [z]:
+        return [float(dv.omega_prime.subs(subs).subs(p, uniform(1e-4, 1.0)))], params
+    if args == [score]:
+        return [uniform(-700.0, 0.0)], params
+    if args == [S]:
+        return [uniform(1.0, 1e6)], params
+    count = integer(0, 30)
+    width = uniform(0.0, 5.0) / (1 + count)  # supports of k scores have spreads of order 1/k
+    xs = [uniform(-width, 0.0) for _ in range(count)] + [0.0]
+    s1, s2 = math.fsum(xs), math.fsum(x * x for x in xs)
+    disc = dv.threshold.discriminant
+    if disc is not None and not disc.subs({k: len(xs), S1: sp.Float(s1, 30), S2: sp.Float(s2, 30)}).subs(subs) > 1e-12:
+        return None
+    return [float(len(xs)), s1, s2], params
+
+
+def exact_value(dv: Derivation, fname: str, args: list[float], params: list[float]):
+    """``(value, kappa)`` at 50 digits; ``(None, None)`` outside the real domain."""
+    expr, syms = functions(dv)[fname]
+    allsyms = syms + [q.symbol for q in dv.parameters]
+    values = [mpmath.mpf(v) for v in list(args) + list(params)]
+    with mpmath.workdps(50):
+        f = sp.lambdify(allsyms, expr, "mpmath")(*values)
+        if isinstance(f, mpmath.mpc):
+            if abs(f.imag) > mpmath.mpf(10) ** -40 * max(1, abs(f.real)):
+                return None, None
+            f = f.real
+        if f == 0:
+            return mpmath.mpf(0), mpmath.mpf(0)
+        if not mpmath.isfinite(f):
+            return None, None
+        kappa = mpmath.mpf(0)
+        for sym, val in zip(allsyms, values):
+            d = sp.lambdify(allsyms, sp.diff(expr, sym), "mpmath")(*values)
+            kappa += abs(mpmath.re(d) * val)
+        return mpmath.mpf(f), kappa / abs(f)
+
+
+def scaled_error(got: float, exact, kappa) -> float:
+    """``|got - exact| / (|exact| (1 + kappa))``; 0 when both are 0, inf when only ``exact`` is."""
+    with mpmath.workdps(50):
+        err = abs(mpmath.mpf(got) - exact)
+        if exact == 0:
+            return 0.0 if err == 0 else math.inf
+        return float(err / (abs(exact) * (1 + kappa)))
+
+
+def representable(exact, ctype: str) -> bool:
+    """Whether ``exact`` is 0 or a normal number of ``ctype`` (relative error is meaningless otherwise)."""
+    info = np.finfo(np.float32 if ctype == "float" else np.float64)
+    return exact == 0 or float(info.tiny) <= abs(exact) <= float(info.max)
+
+
+@dataclass(frozen=True)
+class Report:
+    """Largest scaled error of each function over the points checked."""
+
+    where: str
+    ctype: str
+    points: int
+    worst: dict[str, float]
+
+    @property
+    def ok(self) -> bool:
+        return all(v <= TOLERANCE[self.ctype] for v in self.worst.values())
+
+    @property
+    def max_error(self) -> float:
+        return max(self.worst.values(), default=0.0)
+
+
+def check(dv: Derivation, call: Callable[[str, list[float], list[float]], float], ctype: str, where: str, points: int = 50, seed: int = 0) -> Report:
+    """Evaluate ``call(fname, args, params)`` at random points of every function and compare."""
+    rng = np.random.default_rng(seed)
+    uniform = lambda lo, hi: float(rng.uniform(lo, hi))  # noqa: E731
+    integer = lambda lo, hi: int(rng.integers(lo, hi + 1))  # noqa: E731
+    worst = {}
+    for fname in functions(dv):
+        errors: list[float] = []
+        for _ in range(20 * points):
+            if len(errors) == points:
+                break
+            drawn = sample_point(dv, fname, uniform, integer)
+            if drawn is None:
+                continue
+            args, params = drawn
+            if ctype == "float":
+                args = [float(np.float32(a)) for a in args]
+                params = [float(np.float32(a)) for a in params]
+            exact, kappa = exact_value(dv, fname, args, params)
+            if exact is None or not representable(exact, ctype) or TOLERANCE[ctype] * kappa >= 1:
+                continue  # rounding left the domain, or the type cannot resolve the value: not judged
+            errors.append(scaled_error(call(fname, args, params), exact, kappa))
+        worst[fname] = max(errors, default=0.0)
+    return Report(where, ctype, points, worst)
