@@ -12,6 +12,7 @@ This package uses SymPy and mpmath and never imports CuPy.
 """
 
 from .argmax import Derivation, Inversion, Threshold, derive_map
+from .codegen import generate_module
 from .errors import DerivationError
 from .regularizers import Parameter, Regularizer, alpha, gini, p, shannon, tsallis, z
 
@@ -29,6 +30,7 @@ __all__ = [
     "Inversion",
     "Threshold",
     "DerivationError",
+    "generate_module",
 ]
 
 __version__ = "0.1.0"
