@@ -7,7 +7,8 @@
   ``LINK_METHOD`` (``"closed"`` or ``"newton"``), ``PARAMETERS`` and
   ``PARAMETER_DOMAINS``;
 * NumPy functions, each taking the parameters after its own arguments:
-  ``omega``, ``omega_prime``, ``omega_second`` (in ``p``), ``weight``
+  ``omega``, ``omega_prime``, ``omega_second``, ``omega_third`` (in ``p``),
+  ``omega_prime_d_<parameter>`` for each parameter, ``weight``
   (``w = 1/omega''``) and ``weight_d2`` (``w' w``: with ``w`` the derivatives of
   ``g(s - tau)`` in ``tau`` are ``-w(p)`` and ``w'(p) w(p)``, what Halley needs),
   ``clip`` (``omega'(0+)``) and ``omega_zero``; ``link``, ``link_dtau`` and
@@ -68,11 +69,18 @@ def _pieces(dv: Derivation) -> list[_Piece]:
         _Piece("omega", ["p"], dv.omega, "omega(p), the regularizer's scalar function (p > 0)."),
         _Piece("omega_prime", ["p"], dv.omega_prime, "omega'(p); the link inverts it."),
         _Piece("omega_second", ["p"], dv.omega_second, "omega''(p)."),
+        _Piece("omega_third", ["p"], sp.simplify(sp.diff(dv.omega_second, p)),
+               "omega'''(p), for Halley's method on omega'(sum_i p_i) = omega'(1)."),
         _Piece("weight", ["p"], w, "w(p) = 1/omega''(p) = g'(z): Jacobian diag(w) - w w^T / sum(w)."),
         _Piece("weight_d2", ["p"], th.d2link, "w'(p) w(p) = g''(z) at p = g(z)."),
         _Piece("clip", [], dv.clip, "omega'(0+): p = 0 where z = s - tau <= clip."),
         _Piece("omega_zero", [], dv.omega_zero, "omega(0+), the value of a coordinate off the support."),
     ]
+    for q in dv.parameters:
+        pieces.append(
+            _Piece(f"omega_prime_d_{q.symbol.name}", ["p"], sp.simplify(sp.diff(dv.omega_prime, q.symbol)),
+                   f"d omega'(p) / d {q.symbol.name}: dp*/d{q.symbol.name} = -J c with c_i = this at p_i.")
+        )
     if dv.inversion.method == "closed":
         pieces += [
             _Piece("link", ["z"], dv.link, "g(z) = (omega')^{-1}(z), the unclipped link."),

@@ -74,13 +74,14 @@ def _functions(name: str):
 
 
 @st.composite
-def points(draw, name: str, fname: str):
+def points(draw, name: str, fname: str, ctype: str = "double"):
     """(args, params) as Python floats inside the function's domain (see derive.codegen.verify)."""
     drawn = V.sample_point(
         derivation_for(name),
         fname,
         lambda lo, hi: draw(st.floats(lo, hi)),
         lambda lo, hi: draw(st.integers(lo, hi)),
+        ctype,
     )
     assume(drawn is not None)
     return drawn
@@ -126,7 +127,7 @@ def host_functions(name: str):
 @pytest.mark.parametrize("ctype, tol", [("double", 1e-13), ("float", 1e-6)])
 @given(data=st.data())
 def test_device_functions_match_reference(name, fname, ctype, tol, data):
-    args, params = data.draw(points(name, fname))
+    args, params = data.draw(points(name, fname, ctype))
     if ctype == "float":  # evaluate the reference at the float32 inputs actually used
         args = [float(np.float32(a)) for a in args]
         params = [float(np.float32(a)) for a in params]
