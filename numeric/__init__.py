@@ -1,10 +1,18 @@
-"""regattn's numeric layer: NumPy (and CuPy) maps, attention and layers.
+"""regattn's numeric layer: attention maps in NumPy and CuPy, from generated kernels.
+
+    >>> import numpy as np
+    >>> import numeric as nm
+    >>> nm.softmax(np.array([-2.0, 0.0, 0.5])).round(4)
+    array([0.0486, 0.3592, 0.5922])
+    >>> nm.entmax15(np.array([-2.0, 0.0, 0.5])).round(4)
+    array([0.   , 0.326, 0.674])
 
 This package never imports SymPy.  Its kernels come from modules in
 :mod:`numeric._generated`, written by ``regattn generate`` from the symbolic
-derivations in :mod:`derive`.  The maps, attention functions and layers are
-built in later milestones (see the issues); this package is importable now so
-that the layout is fixed.
+derivations in :mod:`derive`.
 """
 
+from .maps import Map, entmax, entmax15, get_map, softmax, sparsemax
+
+__all__ = ["Map", "get_map", "softmax", "sparsemax", "entmax15", "entmax"]
 __version__ = "0.1.0"

@@ -1,0 +1,348 @@
+"""Attention maps ``p*(s) = argmax_{p in simplex} <p, s> - Omega(p)`` assembled from generated kernels.
+
+A :class:`Map` wraps one module of :mod:`numeric._generated` (or a module
+written by ``regattn generate --expr ... --name ... --out DIR``) and the values
+of its parameters.  It provides
+
+* ``m(x, axis=-1)``: the map along ``axis`` (any batch shape);
+* ``m.jvp(y, dx)`` / ``m.vjp(y, dy)``: ``J v = w*v - w (w.v) / sum(w)`` with
+  ``w = 1/omega''(y)`` on the support (``J`` is symmetric, so both are the same);
+* ``m.vjp_params(y, dy)``: gradients with respect to the map's parameters
+  (``dp/dalpha = -J c`` with ``c_i = d omega'(p_i) / d alpha``);
+* ``m.loss(x, target)`` and ``m.loss_and_grad(x, target)``: the Fenchel-Young
+  loss ``Omega*(s) + Omega(y) - <s, y>`` and its gradient ``p*(s) - y``.
+
+Scores of ``-inf`` are masked (probability exactly 0, as if absent); a row
+with every score masked gives zeros and zero gradients; a NaN makes its row
+NaN and leaves the others alone.  float16 computes in float32 and returns
+float16; float32 and float64 compute as themselves.  CuPy arrays run the
+generated CUDA kernels on the device.
+"""
+
+from __future__ import annotations
+
+import importlib
+import math
+from types import ModuleType
+
+import numpy as np
+
+from . import threshold as th
+from .backend import CUDA_THREADS, array_module, is_cupy, kernels, to_compute_dtype
+
+__all__ = ["Map", "get_map", "softmax", "sparsemax", "entmax15", "entmax", "REQUIRED"]
+
+#: What a module must define to serve as a map.
+REQUIRED = (
+    "NAME", "REGULARIZER", "SPARSE", "THRESHOLD", "LINK_METHOD", "PARAMETERS", "PARAMETER_DOMAINS",
+    "omega", "omega_prime", "omega_second", "omega_third", "weight", "weight_d2", "clip", "omega_zero",
+    "link", "CUDA_SOURCE", "CUDA_KERNELS",
+)
+_THRESHOLDS = ("auto", "closed", "sort", "root")
+
+
+def _check_axis(x, axis: int) -> int:
+    if x.ndim == 0:
+        raise ValueError(f"scores must have at least one dimension, got shape {x.shape}")
+    if not isinstance(axis, (int, np.integer)) or not -x.ndim <= axis < x.ndim:
+        raise ValueError(f"axis {axis} is out of range for scores of shape {x.shape}")
+    if x.shape[axis] == 0:
+        raise ValueError(f"axis {axis} of scores with shape {x.shape} is empty")
+    return int(axis) % x.ndim
+
+
+def _rows(x, axis: int):
+    """Move ``axis`` last and flatten the rest: returns (2-D view/copy, restore function)."""
+    xp = array_module(x)
+    moved = xp.moveaxis(x, axis, -1)
+    shape = moved.shape
+    flat = xp.ascontiguousarray(moved.reshape(-1, shape[-1]))
+
+    def restore(a):
+        return xp.moveaxis(a.reshape(shape), -1, axis)
+
+    return flat, restore
+
+
+class Map:
+    """A regularized-argmax map from a generated module, with bound parameter values.
+
+    Parameters
+    ----------
+    module:
+        A generated module (see :data:`REQUIRED`).
+    threshold:
+        ``"auto"`` (the module's own kind), or force ``"sort"``/``"root"``
+        (``"root"`` applies to every map; ``"sort"`` only to sort maps).
+    **params:
+        Values of the module's parameters, e.g. ``alpha=1.5``.
+    """
+
+    def __init__(self, module: ModuleType, threshold: str = "auto", **params: float):
+        missing = [name for name in REQUIRED if not hasattr(module, name)]
+        if missing:
+            raise TypeError(f"module {getattr(module, '__name__', module)!r} is not a generated map: missing {', '.join(missing)}")
+        if threshold not in _THRESHOLDS:
+            raise ValueError(f"threshold must be one of {_THRESHOLDS}, got {threshold!r}")
+        if threshold == "sort" and module.THRESHOLD != "sort":
+            raise ValueError(f"map {module.NAME!r} has a {module.THRESHOLD} threshold; 'sort' needs a link of degree 1 or 2")
+        if threshold == "closed" and module.THRESHOLD != "closed":
+            raise ValueError(f"map {module.NAME!r} has no closed-form threshold")
+        names = tuple(module.PARAMETERS)
+        unknown = set(params) - set(names)
+        if unknown:
+            raise ValueError(f"map {module.NAME!r} has no parameter(s) {sorted(unknown)}; it has {list(names)}")
+        missing = [n for n in names if n not in params]
+        if missing:
+            raise ValueError(f"map {module.NAME!r} needs a value for {', '.join(missing)}")
+        values = []
+        for name in names:
+            value = params[name]
+            if not isinstance(value, (int, float, np.integer, np.floating)) or isinstance(value, bool):
+                raise TypeError(f"parameter {name} must be a real number, got {value!r}")
+            lo, hi = module.PARAMETER_DOMAINS[name]
+            if not (lo < float(value) < hi) or math.isnan(float(value)):
+                raise ValueError(f"parameter {name} = {value} is outside ({lo}, {hi}) for map {module.NAME!r}")
+            values.append(float(value))
+        self.module = module
+        self.threshold = module.THRESHOLD if threshold == "auto" else threshold
+        self.params = dict(zip(names, values))
+        self._values = tuple(values)
+
+    # ---------------------------------------------------------------- info
+    @property
+    def name(self) -> str:
+        return self.module.NAME
+
+    @property
+    def sparse(self) -> bool:
+        return self.module.SPARSE
+
+    def __repr__(self) -> str:
+        extra = "".join(f", {k}={v!r}" for k, v in self.params.items())
+        return f"Map({self.name!r}, threshold={self.threshold!r}{extra})"
+
+    def _cast(self, dtype):
+        return tuple(np.asarray(v, dtype=dtype)[()] for v in self._values)
+
+    # ------------------------------------------------------------- forward
+    def __call__(self, x, axis: int = -1):
+        """``p*(x)`` along ``axis``; same array kind, shape and (float) dtype as ``x``."""
+        xp = array_module(x)
+        x, out_dtype = to_compute_dtype(x, xp)
+        axis = _check_axis(x, axis)
+        flat, restore = _rows(x, axis)
+        p = self._forward_cupy(flat)[0] if is_cupy(flat) else self._forward_numpy(flat)[0]
+        return restore(p).astype(out_dtype, copy=False)
+
+    def threshold_of(self, x, axis: int = -1):
+        """The threshold ``tau`` of each row (``+inf`` for fully masked rows, NaN for rows with NaN)."""
+        xp = array_module(x)
+        x, _ = to_compute_dtype(x, xp)
+        axis = _check_axis(x, axis)
+        flat, _ = _rows(x, axis)
+        tau = self._forward_cupy(flat)[1] if is_cupy(flat) else self._forward_numpy(flat)[1]
+        return tau.reshape(xp.moveaxis(x, axis, -1).shape[:-1])
+
+    def _forward_numpy(self, x: np.ndarray):
+        rows, n = x.shape
+        params = self._cast(x.dtype)
+        p = np.zeros_like(x)
+        tau = np.full(rows, np.inf, dtype=x.dtype)
+        nan_rows = np.isnan(x).any(axis=-1)
+        live = ~nan_rows & (x > -np.inf).any(axis=-1)
+        p[nan_rows] = np.nan
+        tau[nan_rows] = np.nan
+        if live.any():
+            xs = x[live]
+            if self.threshold == "closed":
+                pl, tl = th.closed_threshold(self.module, xs, params)
+            else:
+                if self.threshold == "sort":
+                    tl = th.sort_threshold(self.module, xs, params)
+                else:
+                    tl = th.root_threshold(self.module, xs, params)
+                pl = th.clipped_link(self.module, xs - tl[:, None], params)
+                if self.threshold == "root":  # tau is exact to the tolerance; make the sum exact too
+                    pl /= pl.sum(axis=-1, keepdims=True)
+            p[live] = pl
+            tau[live] = tl
+        return p, tau
+
+    def _forward_cupy(self, x):
+        import cupy
+
+        rows, n = x.shape
+        suffix = "f64" if x.dtype == np.float64 else "f32"
+        p = cupy.empty_like(x)
+        tau = cupy.empty(rows, dtype=x.dtype)
+        kern = kernels(self.module)[f"{self.name}_forward_rows_{suffix}"]
+        grid = (min(rows, 65535),)
+        kern(grid, (CUDA_THREADS,), (x, p, tau, np.int64(rows), np.int64(n), *self._cast(x.dtype)))
+        return p, tau
+
+    # --------------------------------------------------------- derivatives
+    def _weights(self, y, xp):
+        params = self._cast(y.dtype)
+        pos = y > 0
+        safe = xp.where(pos, y, 1)
+        return xp.where(pos, self.module.weight(safe, *params), 0).astype(y.dtype, copy=False)
+
+    def jvp(self, y, dx, axis: int = -1):
+        """``J dx`` at ``y = m(x)``: ``w*dx - w (w.dx) / sum(w)``, ``w = w(y)`` on the support."""
+        xp = array_module(y, dx)
+        y, out_dtype = to_compute_dtype(y, xp)
+        dx = xp.asarray(dx).astype(y.dtype, copy=False)
+        if dx.shape != y.shape:
+            raise ValueError(f"tangent of shape {dx.shape} does not match the output shape {y.shape}")
+        axis = _check_axis(y, axis)
+        if is_cupy(y):
+            fy, restore = _rows(y, axis)
+            fd, _ = _rows(dx, axis)
+            out = xp.empty_like(fy)
+            kern = kernels(self.module)[f"{self.name}_jvp_{'f64' if fy.dtype == np.float64 else 'f32'}"]
+            kern((min(fy.shape[0], 65535),), (CUDA_THREADS,), (fy, fd, out, np.int64(fy.shape[0]), np.int64(fy.shape[1]), *self._cast(fy.dtype)))
+            return restore(out).astype(out_dtype, copy=False)
+        w = self._weights(y, xp)
+        total = w.sum(axis=axis, keepdims=True)
+        dot = (w * dx).sum(axis=axis, keepdims=True)
+        mean = xp.where(total > 0, dot / xp.where(total > 0, total, 1), 0)
+        return (w * (dx - mean)).astype(out_dtype, copy=False)
+
+    def vjp(self, y, dy, axis: int = -1):
+        """``J^T dy`` at ``y = m(x)``; ``J`` is symmetric, so this equals :meth:`jvp`."""
+        return self.jvp(y, dy, axis=axis)
+
+    def vjp_params(self, y, dy, axis: int = -1) -> dict:
+        """``{name: sum_i dy_i dp_i/dq}`` per row (batch shape), for each parameter ``q``.
+
+        From the KKT system, ``dp/dq = -J c`` with ``c_i = d omega'(p_i)/dq`` on the
+        support; computed in float64 (the printed ``d omega'/d alpha`` cancels near
+        ``alpha = 1`` in float32).
+        """
+        xp = array_module(y, dy)
+        y64 = xp.asarray(y).astype(np.float64)
+        dy64 = xp.asarray(dy).astype(np.float64)
+        if dy64.shape != y64.shape:
+            raise ValueError(f"cotangent of shape {dy64.shape} does not match the output shape {y64.shape}")
+        axis = _check_axis(y64, axis)
+        jdy = self.jvp(y64, dy64, axis=axis)
+        params = self._cast(np.float64)
+        pos = y64 > 0
+        safe = xp.where(pos, y64, 1)
+        out = {}
+        for name in self.params:
+            c = xp.where(pos, getattr(self.module, f"omega_prime_d_{name}")(safe, *params), 0)
+            out[name] = -(jdy * c).sum(axis=axis)
+        return out
+
+    # ---------------------------------------------------------------- loss
+    def _target(self, x, target, axis, xp):
+        target = xp.asarray(target)
+        if target.dtype.kind in "iu":
+            batch = x.shape[:axis] + x.shape[axis + 1:]
+            if target.shape != batch:
+                raise ValueError(f"integer labels must have shape {batch} for scores {x.shape} along axis {axis}, got {target.shape}")
+            n = x.shape[axis]
+            if target.size and (int(target.min()) < 0 or int(target.max()) >= n):
+                raise ValueError(f"labels must lie in [0, {n}) for axis {axis} of length {n}")
+            onehot = xp.moveaxis(xp.arange(n) == xp.expand_dims(target, -1), -1, axis)
+            return onehot.astype(x.dtype)
+        target = target.astype(x.dtype, copy=False)
+        if target.shape != x.shape:
+            raise ValueError(f"target of shape {target.shape} does not match scores of shape {x.shape}")
+        return target
+
+    def loss(self, x, target, axis: int = -1, reduction: str = "mean"):
+        """Fenchel-Young loss ``Omega*(s) + Omega(y) - <s, y>`` (see :meth:`loss_and_grad`)."""
+        return self.loss_and_grad(x, target, axis=axis, reduction=reduction)[0]
+
+    def loss_and_grad(self, x, target, axis: int = -1, reduction: str = "mean"):
+        """``(loss, dloss/dx)`` with ``target`` integer labels or distributions along ``axis``.
+
+        ``Omega*(s) = <p*, s> - Omega(p*)`` and the scores are shifted by their
+        maximum first (the loss is shift-invariant), so huge scores lose no
+        precision.  Masked scores are left out; a target with mass on a masked
+        score has infinite loss.  The gradient is ``p*(s) - y`` (divided by the
+        number of rows for ``reduction="mean"``).  ``reduction`` is ``"none"``
+        (one value per row, batch shape), ``"sum"`` or ``"mean"``.
+        """
+        if reduction not in ("none", "sum", "mean"):
+            raise ValueError(f"reduction must be 'none', 'sum' or 'mean', got {reduction!r}")
+        xp = array_module(x, target)
+        x, out_dtype = to_compute_dtype(x, xp)
+        axis = _check_axis(x, axis)
+        y = self._target(x, target, axis, xp)
+        p = self(x, axis=axis).astype(x.dtype, copy=False)
+        params = self._cast(x.dtype)
+        finite = xp.isfinite(x)
+        m = xp.max(xp.where(finite, x, -xp.inf), axis=axis, keepdims=True)
+        s = xp.where(finite, x - xp.where(xp.isfinite(m), m, 0), 0)
+        omega_zero = self.module.omega_zero(*params)
+
+        def big_omega(q):
+            pos = q > 0
+            val = xp.where(pos, self.module.omega(xp.where(pos, q, 1), *params), omega_zero)
+            return xp.where(finite, val, 0).sum(axis=axis)
+
+        conj = (p * s).sum(axis=axis) - big_omega(p)
+        value = conj + big_omega(y) - (y * s).sum(axis=axis)
+        masked_mass = (xp.where(finite, 0, y) > 0).any(axis=axis)
+        value = xp.where(masked_mass, xp.inf, value)
+        grad = p - y
+        rows = max(1, value.size)
+        if reduction == "sum":
+            value = value.sum()
+        elif reduction == "mean":
+            value = value.sum() / rows
+            grad = grad / rows
+        return value.astype(out_dtype), grad.astype(out_dtype)
+
+
+def _load(name: str) -> ModuleType:
+    from ._generated import BUILTINS
+
+    if name in BUILTINS:
+        return importlib.import_module(f"numeric._generated.{name}")
+    try:
+        return importlib.import_module(name)
+    except ImportError:
+        raise ValueError(
+            f"no map named {name!r}: built-ins are {', '.join(BUILTINS)}; a generated module "
+            "must be importable by that name (or pass the module itself)"
+        ) from None
+
+
+def get_map(name, *, threshold: str = "auto", **params) -> Map:
+    """The :class:`Map` for a built-in name, an importable generated module's name, or the module itself.
+
+    >>> import numpy as np, numeric as nm
+    >>> nm.get_map("sparsemax")(np.array([-2.0, 0.0, 0.5]))
+    array([0.  , 0.25, 0.75])
+    """
+    if isinstance(name, Map):
+        return name if not params and threshold == "auto" else Map(name.module, threshold, **{**name.params, **params})
+    module = name if isinstance(name, ModuleType) else _load(name) if isinstance(name, str) else None
+    if module is None:
+        raise TypeError(f"get_map expects a name, a generated module or a Map, got {type(name).__name__}")
+    return Map(module, threshold, **params)
+
+
+def softmax(x, axis: int = -1):
+    """Softmax ``p_i = exp(s_i) / sum_j exp(s_j)``: the map of Shannon's ``p log p``."""
+    return get_map("softmax")(x, axis=axis)
+
+
+def sparsemax(x, axis: int = -1):
+    """Sparsemax ``p = [s - tau]_+``: the map of ``p**2 / 2`` (Euclidean projection on the simplex)."""
+    return get_map("sparsemax")(x, axis=axis)
+
+
+def entmax15(x, axis: int = -1):
+    """1.5-entmax ``p = [s/2 - tau]_+**2``: the map of Tsallis alpha = 3/2."""
+    return get_map("entmax15")(x, axis=axis)
+
+
+def entmax(x, alpha: float, axis: int = -1):
+    """alpha-entmax ``p = [(alpha - 1) s - tau]_+**(1/(alpha - 1))``, alpha > 1 (Tsallis)."""
+    return get_map("entmax", alpha=alpha)(x, axis=axis)

@@ -1,0 +1,195 @@
+"""Threshold solvers: ``tau`` with ``sum_i g_+(s_i - tau) = 1``, row by row, in NumPy.
+
+All functions take a generated module ``mod`` (see :mod:`numeric._generated`),
+a 2-D float array ``x`` of scores (rows along axis 0) in which every row has at
+least one finite score and no NaN (masked scores are ``-inf``), and the
+module's parameter values.  The solver is chosen by ``mod.THRESHOLD``:
+
+* ``"closed"``: ``g(s - tau) = A(tau) B(s)``, so ``p_i = B(s_i - m) / sum_j B(s_j - m)``
+  with ``m = max(s)`` (no overflow) and ``tau = m + tau_from_sum(S)``;
+* ``"sort"``: scores sorted in decreasing order, ``tau_k`` from the cumulative
+  sums of the shifted scores and their squares, the largest ``k`` with
+  ``s_(k) - tau_k > omega'(0+)`` (vectorised over rows);
+* ``"root"``: Halley's method on ``h(tau) = omega'(F(tau)) - omega'(1)`` with
+  ``F(tau) = sum_i g_+(s_i - tau)``.  ``h`` is exactly linear while one score
+  is in the support and nearly linear otherwise (for Shannon it is linear
+  always), where ``F - 1`` itself is strongly curved.  Steps are kept inside
+  the bracket ``[m - omega'(1), m - omega'(1/n)]`` (else Newton, else
+  bisection), the iteration starts from the same solve on the 32 largest
+  scores (a lower bound of ``tau``, found by partial selection in O(n)), and
+  stops at a tolerance: ``|F - 1|`` or the step below a few ulps.
+
+Links with no printable closed form (``mod.link is None``) are inverted by
+:func:`newton_link`: Newton on ``u = log p`` with a bisection safeguard, then
+a polishing step in ``p``.
+"""
+
+from __future__ import annotations
+
+from types import ModuleType
+
+import numpy as np
+
+__all__ = ["clipped_link", "newton_link", "closed_threshold", "sort_threshold", "root_threshold", "WARM_START"]
+
+#: Number of largest scores used for the warm start of the root solver.
+WARM_START = 32
+
+
+def _scalar(value, dtype):
+    return np.asarray(value, dtype=dtype)[()]
+
+
+def newton_link(mod: ModuleType, z: np.ndarray, params: tuple) -> np.ndarray:
+    """``p = g(z)`` solving ``omega'(p) = z`` for ``z > omega'(0+)``, elementwise."""
+    dtype = z.dtype
+    eps = np.finfo(dtype).eps
+    tiny_log = _scalar(np.log(np.finfo(dtype).tiny), dtype)
+    lo = np.full(z.shape, tiny_log, dtype=dtype)
+    hi = np.zeros(z.shape, dtype=dtype)
+    with np.errstate(over="ignore", under="ignore"):
+        underflow = mod.omega_prime(np.exp(lo), *params) >= z  # p below the smallest normal
+        for _ in range(64):  # z above omega'(1): move the upper end out
+            short = mod.omega_prime(np.exp(hi), *params) < z
+            if not short.any():
+                break
+            lo = np.where(short, hi, lo)
+            hi = np.where(short, hi + 1, hi)
+        u = hi.copy()
+        step_old = hi - lo
+        step = step_old.copy()
+        active = ~underflow
+        for _ in range(200):
+            if not active.any():
+                break
+            q = np.exp(u)
+            f = mod.omega_prime(q, *params) - z
+            hi = np.where(active & (f > 0), u, hi)
+            lo = np.where(active & (f < 0), u, lo)
+            df = mod.omega_second(q, *params) * q
+            nxt = u - f / np.where(df > 0, df, 1)
+            newton_ok = (df > 0) & (nxt > lo) & (nxt < hi) & (np.abs(nxt - u) < 0.5 * np.abs(step_old))
+            new_step = np.where(newton_ok, nxt - u, 0.5 * (hi - lo) + lo - u)
+            step_old = np.where(active, step, step_old)
+            step = np.where(active, new_step, step)
+            u = np.where(active, u + step, u)
+            active &= (f != 0) & (np.abs(step) > 4 * eps * (1 + np.abs(u)))
+        q = np.exp(u)
+        for _ in range(2):  # polish in p: u has an absolute error of eps |u|
+            nxt = q - (mod.omega_prime(q, *params) - z) / mod.omega_second(q, *params)
+            q = np.where(nxt > 0, nxt, q)
+    return np.where(underflow, 0, q).astype(dtype, copy=False)
+
+
+def clipped_link(mod: ModuleType, z: np.ndarray, params: tuple) -> np.ndarray:
+    """``g_+(z)``: the link where ``z > omega'(0+)``, exactly 0 elsewhere (``-inf`` included)."""
+    dtype = z.dtype
+    clip = mod.clip(*params)
+    live = z > clip
+    if mod.link is not None:
+        # evaluate the link only inside its domain: z = omega'(1) stands in for clipped entries
+        safe = np.where(live, z, _scalar(mod.omega_prime(np.ones((), dtype), *params), dtype))
+        with np.errstate(under="ignore"):
+            return np.where(live, mod.link(safe, *params), 0).astype(dtype, copy=False)
+    out = np.zeros(z.shape, dtype=dtype)
+    out[live] = newton_link(mod, z[live], params)
+    return out
+
+
+def _row_max(x: np.ndarray) -> np.ndarray:
+    return x.max(axis=-1)
+
+
+def closed_threshold(mod: ModuleType, x: np.ndarray, params: tuple) -> tuple[np.ndarray, np.ndarray]:
+    """``(p, tau)`` for a closed threshold: ``p_i = B(s_i - m) / sum_j B(s_j - m)``."""
+    m = _row_max(x)
+    y = x - m[:, None]
+    finite = np.isfinite(y)
+    with np.errstate(under="ignore"):
+        b = np.where(finite, mod.term(np.where(finite, y, 0), *params), 0).astype(x.dtype, copy=False)
+    total = b.sum(axis=-1)
+    return b / total[:, None], m + mod.tau_from_sum(total, *params)
+
+
+def sort_threshold(mod: ModuleType, x: np.ndarray, params: tuple) -> np.ndarray:
+    """``tau`` by the support rule on sorted scores (links of degree 1 or 2 in ``tau``)."""
+    n = x.shape[-1]
+    m = _row_max(x)
+    y = -np.sort(-x, axis=-1) - m[:, None]  # decreasing, masked (-inf) last
+    finite = np.isfinite(y)
+    y0 = np.where(finite, y, 0)
+    s1 = np.cumsum(y0, axis=-1)
+    s2 = np.cumsum(y0 * y0, axis=-1)
+    k = np.arange(1, n + 1, dtype=x.dtype)
+    k = np.broadcast_to(k, y.shape)
+    ok = finite
+    if mod.discriminant is not None:
+        ok = ok & (mod.discriminant(k, s1, s2, *params) >= 0)
+    # (1, 0, 0) is the always-feasible support of the largest score alone
+    cand = mod.tau_candidate(np.where(ok, k, 1), np.where(ok, s1, 0), np.where(ok, s2, 0), *params)
+    good = ok & (y - cand > mod.clip(*params))
+    good[:, 0] = True
+    last = n - 1 - np.argmax(good[:, ::-1], axis=-1)
+    return m + np.take_along_axis(cand, last[:, None], axis=-1)[:, 0]
+
+
+def _halley(mod, x, tau, lo, hi, params, maxiter, tol):
+    """Safeguarded Halley on h(tau) = omega'(F(tau)) - omega'(1) for every row; returns (tau, iterations)."""
+    dtype = x.dtype
+    one = _scalar(mod.omega_prime(np.ones((), dtype), *params), dtype)
+    rows = np.arange(x.shape[0])
+    iterations = np.zeros(x.shape[0], dtype=np.int64)
+    tau, lo, hi = tau.copy(), lo.copy(), hi.copy()
+    for it in range(1, maxiter + 1):
+        if rows.size == 0:
+            break
+        t = tau[rows]
+        p = clipped_link(mod, x[rows] - t[:, None], params)
+        pos = p > 0
+        safe = np.where(pos, p, 1)
+        total = p.sum(axis=-1)
+        d1 = -np.where(pos, mod.weight(safe, *params), 0).sum(axis=-1)  # F'
+        d2 = np.where(pos, mod.weight_d2(safe, *params), 0).sum(axis=-1)  # F''
+        o2 = mod.omega_second(total, *params)
+        o3 = mod.omega_third(total, *params)
+        h = mod.omega_prime(total, *params) - one
+        h1 = o2 * d1
+        h2 = o3 * d1 * d1 + o2 * d2
+        lo[rows] = np.where(total > 1, t, lo[rows])
+        hi[rows] = np.where(total < 1, t, hi[rows])
+        lo_r, hi_r = lo[rows], hi[rows]
+        denom = 2 * h1 * h1 - h * h2
+        with np.errstate(divide="ignore", invalid="ignore"):
+            halley = t - 2 * h * h1 / denom
+            newton = t - h / h1
+        new = np.where((denom > 0) & (halley >= lo_r) & (halley <= hi_r), halley, newton)
+        new = np.where((new >= lo_r) & (new <= hi_r) & np.isfinite(new), new, 0.5 * (lo_r + hi_r))
+        done = (np.abs(total - 1) <= tol) | (np.abs(new - t) <= tol * (1 + np.abs(t)))
+        tau[rows] = np.where(np.abs(total - 1) <= tol, t, new)
+        iterations[rows] = it
+        rows = rows[~done]
+    return tau, iterations
+
+
+def root_threshold(mod: ModuleType, x: np.ndarray, params: tuple, *, maxiter: int = 100, return_iterations: bool = False):
+    """``tau`` by safeguarded Halley on ``omega'(F(tau)) = omega'(1)`` (see the module docstring).
+
+    With ``return_iterations=True`` also returns the number of full-row
+    iterations each row took (the warm start on 32 scores is not counted).
+    """
+    dtype = x.dtype
+    n = x.shape[-1]
+    tol = 4 * np.finfo(dtype).eps
+    m = _row_max(x)
+    count = np.isfinite(x).sum(axis=-1).astype(dtype)
+    one = mod.omega_prime(np.ones((), dtype), *params)
+    lo = (m - one).astype(dtype)
+    hi = (m - mod.omega_prime(1 / count, *params)).astype(dtype)
+    if n > WARM_START:
+        top = -np.partition(-x, WARM_START - 1, axis=-1)[:, :WARM_START]
+        top_count = np.isfinite(top).sum(axis=-1).astype(dtype)
+        top_hi = (m - mod.omega_prime(1 / top_count, *params)).astype(dtype)
+        start, _ = _halley(mod, top, lo, lo, top_hi, params, maxiter, tol)
+        lo = np.maximum(lo, np.minimum(start, hi))  # F(start) >= F_top(start) = 1: a lower bound
+    tau, iterations = _halley(mod, x, lo, lo, hi, params, maxiter, tol)
+    return (tau, iterations) if return_iterations else tau
