@@ -78,27 +78,33 @@ class _Compiled:
         missing = set(names) - set(params)
         if missing:
             raise ValueError(f"{dv.name} needs values for parameter(s) {sorted(missing)}")
-        subs = {}
+        raw = []
         for name, q in names.items():
-            value = sp.Rational(params[name]) if isinstance(params[name], (int, str)) else sp.sympify(params[name])
-            if isinstance(params[name], float):
-                value = sp.Rational(params[name])  # exact binary value
-            if not (q.lower < value < q.upper):
-                raise ValueError(f"parameter {name} = {params[name]} is outside ({q.lower}, {q.upper})")
-            subs[q.symbol] = value
+            value = params[name]
+            exact = sp.Rational(value) if isinstance(value, (int, str)) else sp.sympify(value)
+            if not (q.lower < exact < q.upper):
+                raise ValueError(f"parameter {name} = {value} is outside ({q.lower}, {q.upper})")
+            # floats at their exact binary value; other numbers exactly, at the working precision
+            raw.append(value if isinstance(value, float) else exact)
+        symbols = [q.symbol for q in names.values()]
         self.dv = dv
 
-        def fn(expr, *args):
-            return sp.lambdify(list(args), expr.subs(subs), modules="mpmath")
+        def values():
+            return [mpmath.mpf(r) if isinstance(r, float) else to_mpf(r) for r in raw]
 
-        self.clip = dv.clip.subs(subs)
+        def fn(expr, *args):
+            # parameters stay symbols in the lambdified code (substituting a long binary
+            # rational into SymPy expressions makes SymPy expand huge exact powers)
+            f = sp.lambdify(list(args) + symbols, expr, modules="mpmath")
+            return lambda *a: f(*a, *values())
+
+        self.sparse = dv.sparse
+        self.clip = fn(dv.clip)
         self.omega = fn(dv.omega, p)
-        self.omega_zero = dv.omega_zero.subs(subs)
+        self.omega_zero = fn(dv.omega_zero)
         self.d1 = fn(dv.omega_prime, p)
         self.d2 = fn(dv.omega_second, p)
         self.weight = fn(dv.weight, p)
-        self.one = dv.omega_prime.subs(p, 1).subs(subs)
-        self.d1_expr = dv.omega_prime.subs(subs)
         inv = dv.inversion
         self.link = fn(inv.closed_form, z) if inv.closed_form is not None and inv.method == "closed" else None
         if inv.method != "closed" and inv.special == ("LambertW",):
@@ -114,7 +120,7 @@ class _Compiled:
     # ------------------------------------------------------------ the link
     def g(self, zz: mpmath.mpf) -> mpmath.mpf:
         """Clipped link ``g_+(z)``."""
-        if zz == -mpmath.inf or (self.clip != -sp.oo and zz <= to_mpf(self.clip)):
+        if zz == -mpmath.inf or (self.sparse and zz <= self.clip()):
             return mpmath.mpf(0)
         if self.link is not None:
             value = self.link(zz)
@@ -159,7 +165,7 @@ class _Compiled:
 
     def _sort_tau(self, finite: list[mpmath.mpf]) -> mpmath.mpf:
         ordered = sorted(finite, reverse=True)
-        clip = to_mpf(self.clip)
+        clip = self.clip()
         s1 = s2 = mpmath.mpf(0)
         best = None
         for kk, v in enumerate(ordered, start=1):
@@ -179,8 +185,8 @@ class _Compiled:
     def _root_tau(self, finite: list[mpmath.mpf]) -> mpmath.mpf:
         n = len(finite)
         top = max(finite)
-        lo = top - to_mpf(self.one)
-        hi = top - to_mpf(self.d1_expr.subs(p, sp.Rational(1, n)))
+        lo = top - self.d1(mpmath.mpf(1))
+        hi = top - self.d1(mpmath.mpf(1) / n)
 
         def f(t):
             return mpmath.fsum(self.g(v - t) for v in finite) - 1
@@ -292,7 +298,7 @@ def _conjugate_value(comp: _Compiled, values, probs) -> mpmath.mpf:
     for v, q in zip(values, probs):
         if v == -mpmath.inf:
             continue
-        total += (q * v - comp.omega(q)) if q > 0 else -to_mpf(comp.omega_zero)
+        total += (q * v - comp.omega(q)) if q > 0 else -comp.omega_zero()
     return total
 
 
@@ -310,7 +316,7 @@ def loss(dv: Derivation, scores: Any, target: Any, digits: int = 50, **params: A
             if t > 0 and v == -mpmath.inf:
                 return mpmath.inf
             if v != -mpmath.inf:
-                total += (comp.omega(t) if t > 0 else to_mpf(comp.omega_zero)) - v * t
+                total += (comp.omega(t) if t > 0 else comp.omega_zero()) - v * t
         return total
 
 
@@ -353,8 +359,8 @@ def _kkt_residual(comp: _Compiled, scores: Any, probs: Sequence) -> mpmath.mpf:
         return max(residual, mpmath.mpf(1))
     center = mpmath.fsum(taus) / len(taus)
     residual = max([residual] + [abs(t - center) for t in taus])
-    if comp.clip != -sp.oo:
-        clip = to_mpf(comp.clip)
+    if comp.sparse:
+        clip = comp.clip()
         for v, q in zip(values, probs):
             if q == 0 and v != -mpmath.inf:
                 residual = max(residual, v - center - clip)

@@ -155,18 +155,23 @@ class Map:
         tau[nan_rows] = np.nan
         if live.any():
             xs = x[live]
+            # solve on scores shifted by their maximum: s - tau = (s - m) - (tau - m) loses
+            # nothing to the magnitude of m
+            m = xs.max(axis=-1)
+            with np.errstate(over="ignore"):  # a spread beyond the dtype's range is -inf: probability 0
+                ys = xs - m[:, None]
             if self.threshold == "closed":
-                pl, tl = th.closed_threshold(self.module, xs, params)
+                pl, tl = th.closed_threshold(self.module, ys, params)
             else:
                 if self.threshold == "sort":
-                    tl = th.sort_threshold(self.module, xs, params)
+                    tl = th.sort_threshold(self.module, ys, params)
                 else:
-                    tl = th.root_threshold(self.module, xs, params)
-                pl = th.clipped_link(self.module, xs - tl[:, None], params)
+                    tl = th.root_threshold(self.module, ys, params)
+                pl = th.clipped_link(self.module, ys - tl[:, None], params)
                 if self.threshold == "root":  # tau is exact to the tolerance; make the sum exact too
                     pl /= pl.sum(axis=-1, keepdims=True)
             p[live] = pl
-            tau[live] = tl
+            tau[live] = m + tl
         return p, tau
 
     def _forward_cupy(self, x):

@@ -64,6 +64,7 @@ def newton_link(mod: ModuleType, z: np.ndarray, params: tuple) -> np.ndarray:
                 break
             q = np.exp(u)
             f = mod.omega_prime(q, *params) - z
+            active &= f != 0  # exact roots stay where they are
             hi = np.where(active & (f > 0), u, hi)
             lo = np.where(active & (f < 0), u, lo)
             df = mod.omega_second(q, *params) * q
@@ -73,7 +74,7 @@ def newton_link(mod: ModuleType, z: np.ndarray, params: tuple) -> np.ndarray:
             step_old = np.where(active, step, step_old)
             step = np.where(active, new_step, step)
             u = np.where(active, u + step, u)
-            active &= (f != 0) & (np.abs(step) > 4 * eps * (1 + np.abs(u)))
+            active &= np.abs(step) > 4 * eps * (1 + np.abs(u))
         q = np.exp(u)
         for _ in range(2):  # polish in p: u has an absolute error of eps |u|
             nxt = q - (mod.omega_prime(q, *params) - z) / mod.omega_second(q, *params)
@@ -116,7 +117,10 @@ def sort_threshold(mod: ModuleType, x: np.ndarray, params: tuple) -> np.ndarray:
     n = x.shape[-1]
     m = _row_max(x)
     y = -np.sort(-x, axis=-1) - m[:, None]  # decreasing, masked (-inf) last
-    finite = np.isfinite(y)
+    # tau >= m - omega'(1), so a score with s - m <= omega'(0+) - omega'(1) is never in the
+    # support: leave it out of the sums (this also keeps far-away scores from overflowing y*y)
+    reach = mod.clip(*params) - mod.omega_prime(np.ones((), x.dtype), *params)
+    finite = y > reach
     y0 = np.where(finite, y, 0)
     s1 = np.cumsum(y0, axis=-1)
     s2 = np.cumsum(y0 * y0, axis=-1)
@@ -134,12 +138,20 @@ def sort_threshold(mod: ModuleType, x: np.ndarray, params: tuple) -> np.ndarray:
 
 
 def _halley(mod, x, tau, lo, hi, params, maxiter, tol):
-    """Safeguarded Halley on h(tau) = omega'(F(tau)) - omega'(1) for every row; returns (tau, iterations)."""
+    """Safeguarded Halley on h(tau) = omega'(F(tau)) - omega'(1) for every row; returns (tau, iterations).
+
+    A Halley (else Newton) step is taken only if it lands strictly inside the
+    bracket and is at most half the step before last (as in rtsafe); otherwise
+    the bracket is bisected.  This rules out cycles across the kinks where a
+    score enters or leaves the support.
+    """
     dtype = x.dtype
     one = _scalar(mod.omega_prime(np.ones((), dtype), *params), dtype)
     rows = np.arange(x.shape[0])
     iterations = np.zeros(x.shape[0], dtype=np.int64)
     tau, lo, hi = tau.copy(), lo.copy(), hi.copy()
+    step = hi - lo  # last step taken
+    step_old = step.copy()  # the one before
     for it in range(1, maxiter + 1):
         if rows.size == 0:
             break
@@ -159,13 +171,20 @@ def _halley(mod, x, tau, lo, hi, params, maxiter, tol):
         hi[rows] = np.where(total < 1, t, hi[rows])
         lo_r, hi_r = lo[rows], hi[rows]
         denom = 2 * h1 * h1 - h * h2
-        with np.errstate(divide="ignore", invalid="ignore"):
+        with np.errstate(divide="ignore", invalid="ignore", over="ignore"):
             halley = t - 2 * h * h1 / denom
             newton = t - h / h1
-        new = np.where((denom > 0) & (halley >= lo_r) & (halley <= hi_r), halley, newton)
-        new = np.where((new >= lo_r) & (new <= hi_r) & np.isfinite(new), new, 0.5 * (lo_r + hi_r))
-        done = (np.abs(total - 1) <= tol) | (np.abs(new - t) <= tol * (1 + np.abs(t)))
-        tau[rows] = np.where(np.abs(total - 1) <= tol, t, new)
+        inside = lambda v: (v > lo_r) & (v < hi_r) & np.isfinite(v)  # noqa: E731
+        new = np.where((denom > 0) & inside(halley), halley, newton)
+        # converged: F within tol of 1, or the step would change F by less than tol (possibly
+        # below the resolution of t), or no room is left in the bracket
+        exact = np.abs(total - 1) <= tol
+        done = exact | (np.abs((new - t) * d1) <= tol) | (hi_r - lo_r <= 4 * np.finfo(dtype).eps * (1 + np.abs(t)))
+        fast = done | (inside(new) & (np.abs(new - t) <= 0.5 * np.abs(step_old[rows])))
+        new = np.where(fast & np.isfinite(new), new, 0.5 * (lo_r + hi_r))
+        step_old[rows] = step[rows]
+        step[rows] = new - t
+        tau[rows] = np.where(exact, t, new)
         iterations[rows] = it
         rows = rows[~done]
     return tau, iterations
@@ -181,15 +200,17 @@ def root_threshold(mod: ModuleType, x: np.ndarray, params: tuple, *, maxiter: in
     n = x.shape[-1]
     tol = 4 * np.finfo(dtype).eps
     m = _row_max(x)
+    x = x - m[:, None]  # work relative to the row maximum, so tau needs no digits for m
     count = np.isfinite(x).sum(axis=-1).astype(dtype)
     one = mod.omega_prime(np.ones((), dtype), *params)
-    lo = (m - one).astype(dtype)
-    hi = (m - mod.omega_prime(1 / count, *params)).astype(dtype)
+    lo = np.full(x.shape[0], -one, dtype=dtype)
+    hi = (-mod.omega_prime(1 / count, *params)).astype(dtype)
     if n > WARM_START:
         top = -np.partition(-x, WARM_START - 1, axis=-1)[:, :WARM_START]
         top_count = np.isfinite(top).sum(axis=-1).astype(dtype)
-        top_hi = (m - mod.omega_prime(1 / top_count, *params)).astype(dtype)
+        top_hi = (-mod.omega_prime(1 / top_count, *params)).astype(dtype)
         start, _ = _halley(mod, top, lo, lo, top_hi, params, maxiter, tol)
         lo = np.maximum(lo, np.minimum(start, hi))  # F(start) >= F_top(start) = 1: a lower bound
     tau, iterations = _halley(mod, x, lo, lo, hi, params, maxiter, tol)
+    tau = m + tau
     return (tau, iterations) if return_iterations else tau

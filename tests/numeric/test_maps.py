@@ -1,0 +1,345 @@
+"""numeric maps against the 50-digit reference: values, Jacobians, losses, masks, extremes, dtypes."""
+
+from __future__ import annotations
+
+import importlib
+import math
+import subprocess
+import sys
+
+import numpy as np
+import pytest
+import sympy as sp
+from hypothesis import assume, given
+from hypothesis import strategies as st
+from hypothesis.extra import numpy as hnp
+
+import numeric as nm
+from derive import reference as R
+from numeric import threshold as th
+
+from .conftest import PARAMS, USER, derivation, reference
+
+BUILTINS = ["softmax", "sparsemax", "entmax15", "entmax"]
+ALL = BUILTINS + list(USER)
+
+
+def get(name, **kw):
+    return nm.get_map(name, **{**PARAMS.get(name, {}), **kw})
+
+
+row_values = st.one_of(
+    st.floats(-50, 50),
+    st.floats(-1e12, 1e12),
+    st.floats(-1e-9, 1e-9),
+    st.integers(-3, 3).map(float),  # ties
+)
+
+
+@st.composite
+def rows(draw, max_len=64, masked=True):
+    n = draw(st.integers(1, max_len))
+    values = draw(st.lists(row_values, min_size=n, max_size=n))
+    if masked:
+        mask = draw(st.lists(st.booleans(), min_size=n, max_size=n))
+        values = [-math.inf if m and j > 0 else v for j, (v, m) in enumerate(zip(values, mask))]
+    return np.array(values)
+
+
+# ------------------------------------------------------------- values
+@pytest.mark.parametrize("name", ALL)
+@given(x=rows())
+def test_matches_reference(name, x):
+    got = get(name)(x)
+    np.testing.assert_allclose(got, reference(name, x), rtol=0, atol=1e-12)
+
+
+@pytest.mark.parametrize("name", BUILTINS)
+@pytest.mark.parametrize("n", [1, 2, 257, 4096])
+def test_matches_reference_long_rows(name, n):
+    rng = np.random.default_rng(n)
+    for scale in (0.01, 1.0, 30.0):
+        x = rng.standard_normal(n) * scale
+        x[rng.random(n) < 0.1] = -np.inf
+        x[0] = 0.0
+        np.testing.assert_allclose(get(name)(x), reference(name, x, digits=25), rtol=0, atol=1e-12)
+
+
+@pytest.mark.parametrize("name", ALL)
+@given(x=rows(max_len=8), data=st.data())
+def test_simplex_and_batch_axes(name, x, data):
+    batch = np.stack([x, x[::-1], x + 3.0])
+    axis = data.draw(st.sampled_from([0, 1, -1]))
+    arr = np.moveaxis(batch, -1, axis) if axis != -1 else batch
+    p = get(name)(arr, axis=axis)
+    assert p.shape == arr.shape and p.dtype == np.float64
+    assert (p >= 0).all()
+    np.testing.assert_allclose(p.sum(axis=axis), 1, atol=1e-12)
+    single = get(name)(x)
+    np.testing.assert_allclose(np.moveaxis(p, axis, -1)[0], single, atol=1e-15)
+
+
+@pytest.mark.parametrize("name", ["sparsemax", "entmax15"])
+@given(x=rows())
+def test_sort_and_root_agree(name, x):
+    np.testing.assert_allclose(get(name, threshold="sort")(x), get(name, threshold="root")(x), atol=1e-12)
+
+
+@given(x=rows())
+def test_closed_and_root_agree(x):
+    np.testing.assert_allclose(nm.get_map("softmax")(x), nm.get_map("softmax", threshold="root")(x), atol=1e-12)
+
+
+@given(x=rows(masked=False))
+def test_alpha_limits(x):
+    np.testing.assert_allclose(nm.entmax(x, 2.0), nm.sparsemax(x), atol=1e-12)
+    np.testing.assert_allclose(nm.entmax(x, 1.5), nm.entmax15(x), atol=1e-12)
+    close, far = (np.abs(nm.entmax(x, a) - nm.softmax(x)).max() for a in (1 + 1e-6, 1 + 1e-2))
+    assert close <= 1e-5 and close <= far + 1e-12
+
+
+@given(x=rows(masked=False))
+def test_support_never_grows_with_alpha(x):
+    sizes = [(nm.entmax(x, a) > 0).sum() for a in (1.01, 1.25, 1.5, 2.0, 3.0, 6.0)]
+    assert sizes == sorted(sizes, reverse=True)
+
+
+@pytest.mark.parametrize("alpha", [1.25, 1.5, 1.75, 2.0])
+@pytest.mark.parametrize("n", [64, 1024, 16384])
+def test_halley_iterations_float32(alpha, n):
+    """At most 6 full-row iterations to float32 accuracy for alpha in [1.25, 2]."""
+    rng = np.random.default_rng(int(alpha * 100) + n)
+    mod = importlib.import_module("numeric._generated.entmax")
+    x = (rng.standard_normal((64, n)) * rng.uniform(0.05, 10, (64, 1))).astype(np.float32)
+    tau, iterations = th.root_threshold(mod, x, (np.float32(alpha),), return_iterations=True)
+    assert iterations.max() <= 6, np.bincount(iterations)
+    p = th.clipped_link(mod, x - tau[:, None], (np.float32(alpha),))
+    assert np.abs(p.astype(np.float64).sum(-1) - 1).max() < 1e-5
+
+
+# ------------------------------------------------------------ Jacobians
+@pytest.mark.parametrize("name", ALL)
+@given(x=hnp.arrays(np.float64, st.integers(2, 6), elements=st.floats(-3, 3)), v=st.data())
+def test_jvp_matches_finite_differences(name, x, v):
+    m = get(name)
+    dx = v.draw(hnp.arrays(np.float64, x.shape, elements=st.floats(-1, 1)))
+    y = m(x)
+    h = 1e-6
+    # central differences are exact up to O(h^2) away from support changes
+    up, down = m(x + h * dx), m(x - h * dx)
+    assume(((up > 0) == (y > 0)).all() and ((down > 0) == (y > 0)).all())
+    assume(np.all((y == 0) | (y > 1e-3)))
+    fd = (up - down) / (2 * h)
+    np.testing.assert_allclose(m.jvp(y, dx), fd, atol=1e-7)
+
+
+@pytest.mark.parametrize("name", ALL)
+@given(x=hnp.arrays(np.float64, st.integers(1, 8), elements=st.floats(-5, 5)), data=st.data())
+def test_vjp_is_transpose_of_jvp(name, x, data):
+    m = get(name)
+    u = data.draw(hnp.arrays(np.float64, x.shape, elements=st.floats(-1, 1)))
+    v = data.draw(hnp.arrays(np.float64, x.shape, elements=st.floats(-1, 1)))
+    y = m(x)
+    assert np.dot(u, m.jvp(y, v)) == pytest.approx(np.dot(m.vjp(y, u), v), abs=1e-12)
+
+
+def _sympy_jacobian(name, x):
+    """Jacobian of the closed form p(s) on the support pattern of x (closed and sort maps)."""
+    dv = derivation(name)
+    n = len(x)
+    ss = sp.symbols(f"s0:{n}", real=True)
+    probs = reference(name, x)
+    support = [j for j in range(n) if probs[j] > 0]
+    th_ = dv.threshold
+    from derive.argmax import S, S1, S2, k, score
+    from derive.regularizers import z
+
+    if th_.kind == "closed":
+        terms = [th_.term.subs(score, sj) for sj in ss]
+        p = [t / sum(terms) for t in terms]
+    else:
+        s1 = sum(ss[j] for j in support)
+        s2 = sum(ss[j] ** 2 for j in support)
+        tau = th_.candidate.subs({k: len(support), S1: s1, S2: s2})
+        p = [dv.link.subs(z, ss[j] - tau) if j in support else sp.Integer(0) for j in range(n)]
+    at = {sj: sp.Float(xj, 30) for sj, xj in zip(ss, x)}
+    return np.array([[float(sp.diff(p[a], ss[b]).subs(at).evalf(30)) for b in range(n)] for a in range(n)])
+
+
+@pytest.mark.parametrize("name", ["softmax", "sparsemax", "entmax15"])
+@given(x=hnp.arrays(np.float64, st.integers(1, 4), elements=st.floats(-2, 2)))
+def test_jacobian_matches_sympy_closed_form(name, x):
+    m = get(name)
+    y = m(x)
+    jac = np.stack([m.jvp(y, e) for e in np.eye(len(x))], axis=1)
+    np.testing.assert_allclose(jac, _sympy_jacobian(name, x), atol=1e-10)
+
+
+@given(x=hnp.arrays(np.float64, st.integers(2, 6), elements=st.floats(-3, 3)), alpha=st.floats(1.1, 3.0), data=st.data())
+def test_alpha_gradient_matches_finite_differences(x, alpha, data):
+    dy = data.draw(hnp.arrays(np.float64, x.shape, elements=st.floats(-1, 1)))
+    m = nm.get_map("entmax", alpha=alpha)
+    y = m(x)
+    h = 1e-6
+    up, down = nm.entmax(x, alpha + h), nm.entmax(x, alpha - h)
+    assume(((up > 0) == (y > 0)).all() and ((down > 0) == (y > 0)).all() and np.all((y == 0) | (y > 1e-3)))
+    fd = np.dot(dy, (up - down) / (2 * h))
+    assert m.vjp_params(y, dy)["alpha"] == pytest.approx(fd, abs=1e-6)
+
+
+# ---------------------------------------------------------------- losses
+@pytest.mark.parametrize("name", ALL)
+@given(x=hnp.arrays(np.float64, (3, 4), elements=st.floats(-4, 4)), t=hnp.arrays(np.int64, (3, 4), elements=st.integers(0, 4)))
+def test_loss_gradient_and_zero(name, x, t):
+    assume((t.sum(-1) > 0).all())
+    y = t / t.sum(-1, keepdims=True)
+    m = get(name)
+    value, grad = m.loss_and_grad(x, y, reduction="sum")
+    per_row = m.loss(x, y, reduction="none")
+    assert per_row.shape == (3,) and (per_row >= -1e-12).all()
+    assert value == pytest.approx(per_row.sum())
+    np.testing.assert_allclose(grad, m(x) - y, atol=1e-15)
+    h = 1e-6
+    for j in range(4):
+        e = np.zeros_like(x)
+        e[:, j] = h
+        fd = (m.loss(x + e, y, reduction="sum") - m.loss(x - e, y, reduction="sum")) / (2 * h)
+        assert fd == pytest.approx(grad[:, j].sum(), abs=1e-6)
+    # zero exactly at the map's own output, positive elsewhere by the Fenchel-Young inequality
+    assert np.abs(m.loss(x, m(x), reduction="none")).max() < 1e-12
+    # against the reference loss
+    for r in range(3):
+        exact = [sp.Rational(int(v), int(t[r].sum())) for v in t[r]]
+        want = float(R.loss(derivation(name), x[r].tolist(), exact, digits=30, **PARAMS.get(name, {})))
+        assert per_row[r] == pytest.approx(want, abs=1e-10)
+
+
+def test_softmax_loss_is_cross_entropy_and_mean_reduction():
+    rng = np.random.default_rng(0)
+    x = rng.standard_normal((5, 7))
+    labels = rng.integers(0, 7, 5)
+    lse = np.log(np.exp(x).sum(-1))
+    ce = lse - x[np.arange(5), labels]
+    value, grad = nm.get_map("softmax").loss_and_grad(x, labels, reduction="mean")
+    assert value == pytest.approx(ce.mean(), abs=1e-14)
+    onehot = np.eye(7)[labels]
+    np.testing.assert_allclose(grad, (nm.softmax(x) - onehot) / 5, atol=1e-16)
+
+
+def test_loss_masks_and_huge_scores():
+    m = nm.get_map("sparsemax")
+    x = np.array([[1e30, 1e30 - 2e14, -np.inf], [0.0, 1.0, -np.inf]])
+    assert np.isfinite(m.loss(x, np.array([0, 1]), reduction="none")).all()
+    assert m.loss(x, np.array([[0, 0, 1.0], [0, 0, 1.0]]), reduction="none").tolist() == [np.inf, np.inf]
+    # shift invariance keeps huge scores exact: same loss as the shifted problem
+    assert m.loss(np.array([1e30, 1e30]), np.array([0.5, 0.5]), reduction="sum") == pytest.approx(0.0, abs=1e-15)
+
+
+# --------------------------------------------------- masks, extremes, dtypes
+@pytest.mark.parametrize("name", ALL)
+def test_fully_masked_rows_give_zeros_and_zero_gradients(name):
+    m = get(name)
+    x = np.array([[-np.inf, -np.inf, -np.inf], [0.0, 1.0, -np.inf]])
+    y = m(x)  # pytest turns any warning into an error
+    assert (y[0] == 0).all() and y[1].sum() == pytest.approx(1)
+    assert (m.jvp(y, np.ones_like(x))[0] == 0).all()
+    value, grad = m.loss_and_grad(x[1:], np.array([1]), reduction="sum")
+    assert np.isfinite(value)
+
+
+@pytest.mark.parametrize("name", ALL)
+def test_nan_stays_in_its_row(name):
+    m = get(name)
+    x = np.array([[0.0, np.nan, 1.0], [0.0, 0.5, 1.0]])
+    y = m(x)
+    assert np.isnan(y[0]).all()
+    np.testing.assert_allclose(y[1], reference(name, x[1]), atol=1e-12)
+
+
+@pytest.mark.parametrize("name", ALL)
+@pytest.mark.parametrize("dtype", [np.float64, np.float32])
+def test_extreme_magnitudes(name, dtype):
+    big = 1e30 if dtype == np.float64 else float(np.finfo(dtype).max) / 4
+    top = float(np.finfo(dtype).max)
+    for x in ([big, -big, 0.0], [big, big, big], [top, -top, 0.0], [top, top * 0.5]):
+        y = get(name)(np.array(x, dtype=dtype))
+        assert np.isfinite(y).all() and (y >= 0).all()
+        assert float(y.astype(np.float64).sum()) == pytest.approx(1, abs=1e-5)
+
+
+@pytest.mark.parametrize("name", ALL)
+def test_dtypes(name):
+    x = np.array([[-1.0, 0.0, 0.5, 2.0]])
+    want = reference(name, x[0])
+    for dtype, atol in ((np.float64, 1e-12), (np.float32, 1e-6), (np.float16, 1e-3)):
+        y = get(name)(x.astype(dtype))
+        assert y.dtype == dtype
+        np.testing.assert_allclose(y[0].astype(np.float64), want, atol=atol)
+    assert get(name)(np.array([1, 2, 3])).dtype == np.float64
+
+
+def test_shape_and_axis_errors():
+    with pytest.raises(ValueError, match=r"axis 2 is out of range for scores of shape \(2, 3\)"):
+        nm.softmax(np.zeros((2, 3)), axis=2)
+    with pytest.raises(ValueError, match=r"shape \(\)"):
+        nm.softmax(np.float64(1.0))
+    with pytest.raises(ValueError, match="empty"):
+        nm.softmax(np.zeros((2, 0)))
+    m = nm.get_map("sparsemax")
+    with pytest.raises(ValueError, match="does not match"):
+        m.jvp(np.zeros(3), np.zeros(4))
+    with pytest.raises(ValueError, match="labels must have shape"):
+        m.loss(np.zeros((2, 3)), np.array([0, 1, 2]))
+    with pytest.raises(ValueError, match=r"labels must lie in \[0, 3\)"):
+        m.loss(np.zeros((2, 3)), np.array([0, 3]))
+    with pytest.raises(ValueError, match="reduction"):
+        m.loss(np.zeros(3), np.array(0), reduction="max")
+
+
+def test_get_map_errors_and_parameters():
+    with pytest.raises(ValueError, match="no map named"):
+        nm.get_map("nope")
+    with pytest.raises(ValueError, match="needs a value for alpha"):
+        nm.get_map("entmax")
+    with pytest.raises(ValueError, match="outside"):
+        nm.entmax(np.zeros(3), 0.5)
+    with pytest.raises(ValueError, match="no parameter"):
+        nm.get_map("softmax", alpha=2.0)
+    with pytest.raises(ValueError, match="'sort' needs"):
+        nm.get_map("softmax", threshold="sort")
+    with pytest.raises(TypeError, match="not a generated map"):
+        nm.get_map(math)
+    with pytest.raises(TypeError, match="mixed NumPy and CuPy"):
+        from numeric.backend import array_module
+
+        class Fake:  # a stand-in with CuPy's module name
+            pass
+
+        Fake.__module__ = "cupy._core"
+        array_module(np.zeros(2), Fake())
+
+
+def test_user_module_by_name_and_object():
+    mod = importlib.import_module("cube")
+    a = nm.get_map("cube")(np.array([0.0, 1.0, 2.0]))
+    b = nm.get_map(mod)(np.array([0.0, 1.0, 2.0]))
+    np.testing.assert_array_equal(a, b)
+    np.testing.assert_allclose(a, reference("cube", [0.0, 1.0, 2.0]), atol=1e-12)
+    assert repr(nm.get_map("entmax", alpha=1.5)) == "Map('entmax', threshold='root', alpha=1.5)"
+
+
+def test_numeric_never_imports_sympy():
+    code = (
+        "import sys, numpy as np, numeric as nm, numeric.threshold, numeric.backend;"
+        "import numeric._generated.softmax, numeric._generated.sparsemax, numeric._generated.entmax15, numeric._generated.entmax;"
+        "nm.entmax(np.arange(5.0), 1.3); assert 'sympy' not in sys.modules, 'sympy imported'"
+    )
+    subprocess.run([sys.executable, "-c", code], check=True, timeout=120)
+
+
+def test_derive_never_imports_cupy():
+    code = (
+        "import sys, derive, derive.cli, derive.codegen, derive.codegen.compilers, derive.codegen.verify;"
+        "assert not any(m.split('.')[0] == 'cupy' for m in sys.modules), 'cupy imported'"
+    )
+    subprocess.run([sys.executable, "-c", code], check=True, timeout=120)
