@@ -34,6 +34,10 @@ __all__ = ["clipped_link", "newton_link", "closed_threshold", "sort_threshold", 
 
 #: Number of largest scores used for the warm start of the root solver.
 WARM_START = 32
+#: First number of largest scores the partial-sort threshold tries.
+PARTIAL_K = 64
+#: Row length from which the sort threshold selects before sorting (see sort_threshold).
+PARTIAL_FROM = 256
 
 
 def _scalar(value, dtype):
@@ -112,20 +116,17 @@ def closed_threshold(mod: ModuleType, x: np.ndarray, params: tuple) -> tuple[np.
     return b / total[:, None], m + mod.tau_from_sum(total, *params)
 
 
-def sort_threshold(mod: ModuleType, x: np.ndarray, params: tuple) -> np.ndarray:
-    """``tau`` by the support rule on sorted scores (links of degree 1 or 2 in ``tau``)."""
-    n = x.shape[-1]
-    m = _row_max(x)
-    y = -np.sort(-x, axis=-1) - m[:, None]  # decreasing, masked (-inf) last
+def _sort_rule(mod, y: np.ndarray, params: tuple) -> tuple[np.ndarray, np.ndarray]:
+    """``(tau - m, support size)`` from scores ``y = s - m`` sorted in decreasing order."""
+    n = y.shape[-1]
     # tau >= m - omega'(1), so a score with s - m <= omega'(0+) - omega'(1) is never in the
     # support: leave it out of the sums (this also keeps far-away scores from overflowing y*y)
-    reach = mod.clip(*params) - mod.omega_prime(np.ones((), x.dtype), *params)
+    reach = mod.clip(*params) - mod.omega_prime(np.ones((), y.dtype), *params)
     finite = y > reach
     y0 = np.where(finite, y, 0)
     s1 = np.cumsum(y0, axis=-1)
     s2 = np.cumsum(y0 * y0, axis=-1)
-    k = np.arange(1, n + 1, dtype=x.dtype)
-    k = np.broadcast_to(k, y.shape)
+    k = np.broadcast_to(np.arange(1, n + 1, dtype=y.dtype), y.shape)
     ok = finite
     if mod.discriminant is not None:
         ok = ok & (mod.discriminant(k, s1, s2, *params) >= 0)
@@ -134,7 +135,43 @@ def sort_threshold(mod: ModuleType, x: np.ndarray, params: tuple) -> np.ndarray:
     good = ok & (y - cand > mod.clip(*params))
     good[:, 0] = True
     last = n - 1 - np.argmax(good[:, ::-1], axis=-1)
-    return m + np.take_along_axis(cand, last[:, None], axis=-1)[:, 0]
+    return np.take_along_axis(cand, last[:, None], axis=-1)[:, 0], last + 1
+
+
+def sort_threshold(mod: ModuleType, x: np.ndarray, params: tuple, *, method: str = "auto") -> np.ndarray:
+    """``tau`` by the support rule on sorted scores (links of degree 1 or 2 in ``tau``).
+
+    ``method="full"`` sorts whole rows (O(n log n)).  ``method="partial"`` selects
+    the ``K`` largest scores with :func:`numpy.partition` (O(n)), sorts only those
+    and applies the rule; the support being a prefix of the sorted scores, the
+    answer is exact whenever the support ends before ``K``; rows where it does
+    not are retried with ``4 K``, then fully.  ``"auto"`` picks ``"partial"`` for
+    rows longer than :data:`PARTIAL_FROM` (measured in benchmarks/bench_maps.py).
+    """
+    n = x.shape[-1]
+    if method == "auto":
+        method = "partial" if n >= PARTIAL_FROM else "full"
+    m = _row_max(x)
+    if method == "full" or n <= PARTIAL_K:
+        tau, _ = _sort_rule(mod, -np.sort(-x, axis=-1) - m[:, None], params)
+        return m + tau
+    if method != "partial":
+        raise ValueError(f"method must be 'auto', 'full' or 'partial', got {method!r}")
+    tau = np.empty(x.shape[0], dtype=x.dtype)
+    rows = np.arange(x.shape[0])
+    size = PARTIAL_K
+    while rows.size:
+        if size >= n:
+            t, _ = _sort_rule(mod, -np.sort(-x[rows], axis=-1) - m[rows, None], params)
+            tau[rows] = t
+            break
+        top = -np.partition(-x[rows], size - 1, axis=-1)[:, :size]
+        t, support = _sort_rule(mod, -np.sort(-top, axis=-1) - m[rows, None], params)
+        exact = support < size
+        tau[rows[exact]] = t[exact]
+        rows = rows[~exact]
+        size *= 4
+    return m + tau
 
 
 def _halley(mod, x, tau, lo, hi, params, maxiter, tol):

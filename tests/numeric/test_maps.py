@@ -343,3 +343,14 @@ def test_derive_never_imports_cupy():
         "assert not any(m.split('.')[0] == 'cupy' for m in sys.modules), 'cupy imported'"
     )
     subprocess.run([sys.executable, "-c", code], check=True, timeout=120)
+
+
+@pytest.mark.parametrize("name", ["sparsemax", "entmax15"])
+@given(n=st.integers(65, 700), scale=st.sampled_from([1e-3, 0.1, 1.0, 30.0]), seed=st.integers(0, 2**16))
+def test_partial_sort_equals_full_sort(name, n, scale, seed):
+    mod = importlib.import_module(f"numeric._generated.{name}")
+    x = np.random.default_rng(seed).standard_normal((3, n)) * scale
+    x[1, ::3] = -np.inf
+    full = th.sort_threshold(mod, x, (), method="full")
+    partial = th.sort_threshold(mod, x, (), method="partial")
+    np.testing.assert_array_equal(full, partial)

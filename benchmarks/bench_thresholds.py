@@ -1,0 +1,52 @@
+"""Sort-based threshold: full sort against partial selection (numpy.partition), and the root solver.
+
+Run: python benchmarks/bench_thresholds.py
+Float32 rows, about 2**20 scores per case, median of 5 runs; two score
+scales: N(0, 1) (small supports) and N(0, 0.01) (supports of most of the row).
+The figures decide numeric.threshold.PARTIAL_FROM; results go to
+benchmarks/results/thresholds.json.
+"""
+
+from __future__ import annotations
+
+import importlib
+import json
+import statistics
+import time
+from pathlib import Path
+
+import numpy as np
+
+from numeric import threshold as th
+
+
+def median_time(fn, repeat=5):
+    times = []
+    for _ in range(repeat):
+        start = time.perf_counter()
+        fn()
+        times.append(time.perf_counter() - start)
+    return statistics.median(times)
+
+
+def main() -> None:
+    rows = []
+    for name in ("sparsemax", "entmax15"):
+        mod = importlib.import_module(f"numeric._generated.{name}")
+        for scale in (1.0, 0.01):
+            for n in (64, 256, 1024, 4096, 16384):
+                x = (np.random.default_rng(n).standard_normal((max(1, 2**20 // n), n)) * scale).astype(np.float32)
+                full = median_time(lambda: th.sort_threshold(mod, x, (), method="full"))
+                partial = median_time(lambda: th.sort_threshold(mod, x, (), method="partial"))
+                root = median_time(lambda: th.root_threshold(mod, x, ()), repeat=3)
+                same = float(np.abs(th.sort_threshold(mod, x, (), method="full") - th.sort_threshold(mod, x, (), method="partial")).max())
+                rows.append(dict(map=name, scale=scale, n=n, full_ms=full * 1e3, partial_ms=partial * 1e3, root_ms=root * 1e3, max_diff=same))
+                print(f"{name:9s} scale {scale:<5} n {n:6d}: full {full*1e3:7.2f} ms  partial {partial*1e3:7.2f} ms "
+                      f"({full/partial:5.1f}x)  root {root*1e3:7.2f} ms  |full - partial| = {same:.1e}")
+    out = Path(__file__).resolve().parent / "results"
+    out.mkdir(exist_ok=True)
+    (out / "thresholds.json").write_text(json.dumps(rows, indent=2) + "\n")
+
+
+if __name__ == "__main__":
+    main()
