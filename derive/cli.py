@@ -160,6 +160,19 @@ def _cmd_verify(args: argparse.Namespace) -> int:
             ok &= rep.ok
             print(f"{rep.where:<12} {rep.ctype:<6} {rep.points} points per function: max error / (1 + kappa) = "
                   f"{rep.max_error:.2g} ({'ok' if rep.ok else 'FAILED'}, bound {V.TOLERANCE[rep.ctype]:g})")
+        from numeric import get_map
+
+        mapping = get_map(module, **{k: float(v) for k, v in params.items()})
+        worst_p = 0.0
+        for _ in range(args.samples):
+            n = rng.randint(1, 40)
+            scores = np.array([rng.gauss(0, 3) for _ in range(n)])
+            want = np.array([float(v) for v in dv.evaluate(scores.tolist(), digits=30, **params)])
+            worst_p = max(worst_p, float(np.abs(mapping(scores) - want).max()))
+        good = worst_p <= 1e-12
+        ok &= good
+        print(f"numeric map  p*(s) by numeric.get_map on {args.samples} random score vectors: max |p - p_ref| = "
+              f"{worst_p:.2g} ({'ok' if good else 'FAILED'}, bound 1e-12)")
         if nvrtc_available():
             results = [nvrtc_compile(module.CUDA_SOURCE, arch) for arch in ARCHES]
             ok &= all(r.ok for r in results)

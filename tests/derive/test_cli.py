@@ -42,6 +42,9 @@ def test_verify_reports_small_residual(capsys):
     assert main(["verify", "--expr", "p**3", "--samples", "5"]) == 0
     out = capsys.readouterr().out
     assert "max KKT residual" in out and "(ok" in out
+    for line in ("numpy", "device (g++) double", "device (g++) float", "numeric map", "nvrtc"):
+        assert line in out
+    assert "verdict      all checks passed" in out
 
 
 @pytest.mark.parametrize(
