@@ -207,6 +207,8 @@ def test_loss_gradient_and_zero(name, x, t):
         assert fd == pytest.approx(grad[:, j].sum(), abs=1e-6)
     # zero exactly at the map's own output, positive elsewhere by the Fenchel-Young inequality
     assert np.abs(m.loss(x, m(x), reduction="none")).max() < 1e-12
+    far = np.abs(y - m(x)).sum(-1) > 1e-3
+    assert (per_row[far] > 0).all()
     # against the reference loss
     for r in range(3):
         exact = [sp.Rational(int(v), int(t[r].sum())) for v in t[r]]
