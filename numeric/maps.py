@@ -128,21 +128,21 @@ class Map:
     # ------------------------------------------------------------- forward
     def __call__(self, x, axis: int = -1):
         """``p*(x)`` along ``axis``; same array kind, shape and (float) dtype as ``x``."""
+        return self.forward(x, axis)[0]
+
+    def threshold_of(self, x, axis: int = -1):
+        """The threshold ``tau`` of each row (``+inf`` for fully masked rows, NaN for rows with NaN)."""
+        return self.forward(x, axis)[1]
+
+    def forward(self, x, axis: int = -1):
+        """``(p*(x), tau)``: the map along ``axis`` and the threshold of each row (batch shape)."""
         xp = array_module(x)
         x, out_dtype = to_compute_dtype(x, xp)
         axis = _check_axis(x, axis)
         flat, restore = _rows(x, axis)
-        p = self._forward_cupy(flat)[0] if is_cupy(flat) else self._forward_numpy(flat)[0]
-        return restore(p).astype(out_dtype, copy=False)
-
-    def threshold_of(self, x, axis: int = -1):
-        """The threshold ``tau`` of each row (``+inf`` for fully masked rows, NaN for rows with NaN)."""
-        xp = array_module(x)
-        x, _ = to_compute_dtype(x, xp)
-        axis = _check_axis(x, axis)
-        flat, _ = _rows(x, axis)
-        tau = self._forward_cupy(flat)[1] if is_cupy(flat) else self._forward_numpy(flat)[1]
-        return tau.reshape(xp.moveaxis(x, axis, -1).shape[:-1])
+        p, tau = self._forward_cupy(flat) if is_cupy(flat) else self._forward_numpy(flat)
+        batch = x.shape[:axis] + x.shape[axis + 1:]
+        return restore(p).astype(out_dtype, copy=False), tau.reshape(batch)
 
     def _forward_numpy(self, x: np.ndarray):
         rows, n = x.shape
