@@ -12,7 +12,21 @@ This package never imports SymPy.  Its kernels come from modules in
 derivations in :mod:`derive`.
 """
 
+from .attention import attention, attention_backward
+from .layers import MultiHeadAttention, SelfAttention, sinusoidal_encoding
 from .maps import Map, entmax, entmax15, get_map, softmax, sparsemax
 
-__all__ = ["Map", "get_map", "softmax", "sparsemax", "entmax15", "entmax"]
+__all__ = [
+    "Map",
+    "get_map",
+    "softmax",
+    "sparsemax",
+    "entmax15",
+    "entmax",
+    "attention",
+    "attention_backward",
+    "SelfAttention",
+    "MultiHeadAttention",
+    "sinusoidal_encoding",
+]
 __version__ = "0.1.0"

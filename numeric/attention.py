@@ -1,0 +1,171 @@
+"""Attention with any derived map: ``out = map(scale * q k^T + mask) v``, forward and backward.
+
+Shapes are batch-first: ``q`` is ``(..., L, E)``, ``k`` is ``(..., S, E)``, ``v``
+is ``(..., S, Ev)``; leading dimensions broadcast.  A boolean ``mask`` is True
+where a query may attend (as in ``torch.nn.functional.scaled_dot_product_attention``
+and ``jax.nn``); a float mask is added to the scores; either broadcasts to
+``(..., L, S)``.  ``causal=True`` allows key ``j`` for query ``i`` when ``j <= i``
+(the upper-left lower triangle).  A query with nothing to attend to gets
+weights 0 and output 0.
+
+Backward, with ``P = map(A)``, ``A = scale q k^T``:
+``dv = P^T dout``, ``dP = dout v^T``, ``dA = J_map^T dP`` (the map's VJP,
+``w*dP - w (w.dP)/sum(w)``), ``dq = scale dA k``, ``dk = scale dA^T q``.
+
+Long sequences go through a blocked path automatically: queries are taken
+``block`` at a time, so the scores never exceed ``block x S`` (times the batch);
+with ``causal=True`` each block only looks at the keys up to its last query, so
+blocks above the diagonal are skipped.  The backward pass recomputes each
+block's weights instead of storing ``L x S`` of them.
+"""
+
+from __future__ import annotations
+
+import math
+
+import numpy as np
+
+from .backend import array_module
+from .maps import Map, get_map
+
+__all__ = ["attention", "attention_backward", "DENSE_LIMIT"]
+
+#: Above this many score entries per batch element (L * S) the blocked path is used.
+DENSE_LIMIT = 1 << 22
+
+
+def _prepare(q, k, v, mapping, mask, causal, scale):
+    xp = array_module(q, k, v, mask if mask is not None and not isinstance(mask, (bool, float, int)) else None)
+    q, k, v = (xp.asarray(a) for a in (q, k, v))
+    for name, a in (("q", q), ("k", k), ("v", v)):
+        if a.ndim < 2:
+            raise ValueError(f"{name} must have shape (..., length, features), got {a.shape}")
+    if q.shape[-1] != k.shape[-1]:
+        raise ValueError(f"q and k must share their feature size: q {q.shape}, k {k.shape}")
+    if k.shape[-2] != v.shape[-2]:
+        raise ValueError(f"k and v must have the same length: k {k.shape}, v {v.shape}")
+    try:
+        np.broadcast_shapes(q.shape[:-2], k.shape[:-2], v.shape[:-2])
+    except ValueError:
+        raise ValueError(f"batch shapes do not broadcast: q {q.shape}, k {k.shape}, v {v.shape}") from None
+    dtype = np.result_type(q.dtype, k.dtype, v.dtype, np.float32)
+    if dtype == np.float16:
+        dtype = np.dtype(np.float32)
+    q, k, v = (a.astype(dtype, copy=False) for a in (q, k, v))
+    m = mapping if isinstance(mapping, Map) else get_map(mapping)
+    scale = 1.0 / math.sqrt(q.shape[-1]) if scale is None else float(scale)
+    L, S = q.shape[-2], k.shape[-2]
+    if mask is not None:
+        mask = xp.asarray(mask)
+        if mask.dtype != np.bool_ and mask.dtype.kind != "f":
+            raise TypeError(f"mask must be boolean (True = may attend) or float (added to the scores), got dtype {mask.dtype}")
+        batch = np.broadcast_shapes(q.shape[:-2], k.shape[:-2])
+        try:
+            np.broadcast_shapes(mask.shape, batch + (L, S))
+        except ValueError:
+            raise ValueError(f"mask of shape {mask.shape} does not broadcast to the scores' shape {batch + (L, S)}") from None
+    return xp, q, k, v, m, scale, mask
+
+
+def _scores(xp, q, k, scale, mask, causal, rows: slice, keys: int):
+    """Masked scores for queries ``rows`` against the first ``keys`` keys."""
+    a = xp.matmul(q[..., rows, :], xp.swapaxes(k[..., :keys, :], -1, -2))
+    a *= a.dtype.type(scale)
+    if mask is not None:
+        part = mask[..., rows, :keys] if mask.ndim >= 2 and mask.shape[-2] != 1 else mask[..., :keys]
+        if mask.dtype == np.bool_:
+            a = xp.where(part, a, -xp.inf)
+        else:
+            a = a + part.astype(a.dtype, copy=False)
+    if causal:
+        i = xp.arange(rows.start, rows.stop)[:, None]
+        j = xp.arange(keys)[None, :]
+        a = xp.where(j <= i, a, -xp.inf)
+    return a
+
+
+def _blocks(L: int, S: int, block: int | None, causal: bool):
+    if block is None:
+        if L * S <= DENSE_LIMIT:
+            block = L
+        else:
+            block = max(1, min(L, DENSE_LIMIT // (4 * max(S, 1))))
+    for start in range(0, L, block):
+        stop = min(L, start + block)
+        keys = min(S, stop) if causal else S
+        yield slice(start, stop), keys
+
+
+def attention(q, k, v, *, mapping="softmax", mask=None, causal=False, scale=None, return_weights=False, block=None):
+    """``map(scale q k^T + mask) v`` along the keys.
+
+    Parameters
+    ----------
+    q, k, v:
+        ``(..., L, E)``, ``(..., S, E)``, ``(..., S, Ev)``, NumPy or CuPy.
+    mapping:
+        A map name (``"softmax"``, ``"sparsemax"``, ``"entmax15"``, a generated
+        module's name), a module, or a :class:`~numeric.maps.Map`.
+    mask:
+        Boolean (True = may attend) or float (added), broadcastable to ``(..., L, S)``.
+    causal:
+        Query ``i`` sees keys ``j <= i``.
+    scale:
+        Score scale, ``1/sqrt(E)`` by default.
+    return_weights:
+        Also return the weights ``(..., L, S)`` (forces the dense path's memory).
+    block:
+        Query block size; ``None`` chooses dense up to :data:`DENSE_LIMIT` score
+        entries and blocks of about ``DENSE_LIMIT / 4`` entries beyond.
+
+    Returns
+    -------
+    ``out`` of shape ``(..., L, Ev)``, and the weights if asked.
+    """
+    xp, q, k, v, m, scale, mask = _prepare(q, k, v, mapping, mask, causal, scale)
+    L, S = q.shape[-2], k.shape[-2]
+    batch = np.broadcast_shapes(q.shape[:-2], k.shape[:-2], v.shape[:-2])
+    out = xp.zeros(batch + (L, v.shape[-1]), dtype=q.dtype)
+    weights = xp.zeros(batch + (L, S), dtype=q.dtype) if return_weights else None
+    for rows, keys in _blocks(L, S, block, causal):
+        p = m(_scores(xp, q, k, scale, mask, causal, rows, keys), axis=-1)
+        out[..., rows, :] = xp.matmul(p, v[..., :keys, :])
+        if weights is not None:
+            weights[..., rows, :keys] = p
+    return (out, weights) if return_weights else out
+
+
+def attention_backward(q, k, v, dout, *, mapping="softmax", mask=None, causal=False, scale=None, block=None):
+    """Gradients ``(dq, dk, dv)`` of ``sum(dout * attention(q, k, v, ...))``.
+
+    Same keywords as :func:`attention`; the weights are recomputed block by
+    block.  Gradients are reduced over broadcast batch dimensions so that each
+    has its input's shape.
+    """
+    xp, q, k, v, m, scale, mask = _prepare(q, k, v, mapping, mask, causal, scale)
+    L, S = q.shape[-2], k.shape[-2]
+    batch = np.broadcast_shapes(q.shape[:-2], k.shape[:-2], v.shape[:-2])
+    dout = xp.asarray(dout).astype(q.dtype, copy=False)
+    if dout.shape != batch + (L, v.shape[-1]):
+        raise ValueError(f"dout must have the output's shape {batch + (L, v.shape[-1])}, got {dout.shape}")
+    dq = xp.zeros(batch + q.shape[-2:], dtype=q.dtype)
+    dk = xp.zeros(batch + k.shape[-2:], dtype=q.dtype)
+    dv = xp.zeros(batch + v.shape[-2:], dtype=q.dtype)
+    for rows, keys in _blocks(L, S, block, causal):
+        p = m(_scores(xp, q, k, scale, mask, causal, rows, keys), axis=-1)
+        g = dout[..., rows, :]
+        dv[..., :keys, :] += xp.matmul(xp.swapaxes(p, -1, -2), g)
+        dp = xp.matmul(g, xp.swapaxes(v[..., :keys, :], -1, -2))
+        da = m.vjp(p, dp, axis=-1)
+        da *= da.dtype.type(scale)
+        dq[..., rows, :] = xp.matmul(da, k[..., :keys, :])
+        dk[..., :keys, :] += xp.matmul(xp.swapaxes(da, -1, -2), q[..., rows, :])
+    return _unbroadcast(dq, q.shape, xp), _unbroadcast(dk, k.shape, xp), _unbroadcast(dv, v.shape, xp)
+
+
+def _unbroadcast(g, shape, xp):
+    extra = g.ndim - len(shape)
+    if extra:
+        g = g.sum(axis=tuple(range(extra)))
+    axes = tuple(i for i, (a, b) in enumerate(zip(g.shape, shape)) if b == 1 and a != 1)
+    return g.sum(axis=axes, keepdims=True) if axes else g
