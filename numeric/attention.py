@@ -15,8 +15,10 @@ Backward, with ``P = map(A)``, ``A = scale q k^T``:
 Long sequences go through a blocked path automatically: queries are taken
 ``block`` at a time, so the scores never exceed ``block x S`` (times the batch);
 with ``causal=True`` each block only looks at the keys up to its last query, so
-blocks above the diagonal are skipped.  The backward pass recomputes each
-block's weights instead of storing ``L x S`` of them.
+blocks above the diagonal are skipped.  For maps with a closed-form threshold
+(softmax) the keys can be blocked too, with an online rescaled accumulation.
+The backward pass recomputes each query block's weights instead of storing
+``L x S`` of them.
 """
 
 from __future__ import annotations
@@ -67,21 +69,52 @@ def _prepare(q, k, v, mapping, mask, causal, scale):
     return xp, q, k, v, m, scale, mask
 
 
-def _scores(xp, q, k, scale, mask, causal, rows: slice, keys: int):
-    """Masked scores for queries ``rows`` against the first ``keys`` keys."""
-    a = xp.matmul(q[..., rows, :], xp.swapaxes(k[..., :keys, :], -1, -2))
+def _scores(xp, q, k, scale, mask, causal, rows: slice, keys):
+    """Masked scores for queries ``rows`` against keys ``keys`` (a slice, or a count from 0)."""
+    cols = keys if isinstance(keys, slice) else slice(0, keys)
+    a = xp.matmul(q[..., rows, :], xp.swapaxes(k[..., cols, :], -1, -2))
     a *= a.dtype.type(scale)
     if mask is not None:
-        part = mask[..., rows, :keys] if mask.ndim >= 2 and mask.shape[-2] != 1 else mask[..., :keys]
+        part = mask[..., rows, cols] if mask.ndim >= 2 and mask.shape[-2] != 1 else mask[..., cols]
         if mask.dtype == np.bool_:
             a = xp.where(part, a, -xp.inf)
         else:
             a = a + part.astype(a.dtype, copy=False)
     if causal:
         i = xp.arange(rows.start, rows.stop)[:, None]
-        j = xp.arange(keys)[None, :]
+        j = xp.arange(cols.start, cols.stop)[None, :]
         a = xp.where(j <= i, a, -xp.inf)
     return a
+
+
+def _online_closed(xp, m, q, k, v, mask, causal, scale, rows, keys, key_block):
+    """One query block by an online, rescaled accumulation over key blocks (closed-threshold maps).
+
+    For a closed threshold ``p_j = B(s_j - c) / sum_i B(s_i - c)`` for any shift
+    ``c``, and ``B(s + d) = B(s) B(d) / B(0)`` (``g(s - tau) = A(tau) B(s)`` forces
+    ``B`` to be exponential), so partial sums taken under a running maximum can
+    be rescaled when the maximum grows: memory ``block x key_block``.
+    """
+    mod = m.module
+    params = m._cast(q.dtype)
+    b0 = mod.term(xp.zeros((), dtype=q.dtype), *params)
+    shape = q[..., rows, :].shape[:-1]
+    top = xp.full(shape, -xp.inf, dtype=q.dtype)
+    total = xp.zeros(shape, dtype=q.dtype)
+    acc = xp.zeros(shape + (v.shape[-1],), dtype=q.dtype)
+    for start in range(0, keys, key_block):
+        cols = slice(start, min(keys, start + key_block))
+        a = _scores(xp, q, k, scale, mask, causal, rows, cols)
+        new_top = xp.maximum(top, a.max(axis=-1))
+        live = xp.isfinite(new_top)
+        safe_top = xp.where(live, new_top, 0)
+        rescale = xp.where(xp.isfinite(top), mod.term(xp.where(xp.isfinite(top), top, 0) - safe_top, *params) / b0, 0)
+        finite = xp.isfinite(a)
+        b = xp.where(finite, mod.term(xp.where(finite, a - safe_top[..., None], 0), *params), 0)
+        total = total * rescale + b.sum(axis=-1)
+        acc = acc * rescale[..., None] + xp.matmul(b, v[..., cols, :])
+        top = new_top
+    return xp.where(total[..., None] > 0, acc / xp.where(total > 0, total, 1)[..., None], 0)
 
 
 def _blocks(L: int, S: int, block: int | None, causal: bool):
@@ -96,7 +129,8 @@ def _blocks(L: int, S: int, block: int | None, causal: bool):
         yield slice(start, stop), keys
 
 
-def attention(q, k, v, *, mapping="softmax", mask=None, causal=False, scale=None, return_weights=False, block=None):
+def attention(q, k, v, *, mapping="softmax", mask=None, causal=False, scale=None, return_weights=False, block=None,
+              key_block=None):
     """``map(scale q k^T + mask) v`` along the keys.
 
     Parameters
@@ -117,6 +151,11 @@ def attention(q, k, v, *, mapping="softmax", mask=None, causal=False, scale=None
     block:
         Query block size; ``None`` chooses dense up to :data:`DENSE_LIMIT` score
         entries and blocks of about ``DENSE_LIMIT / 4`` entries beyond.
+    key_block:
+        Key block size for maps with a closed-form threshold (softmax): keys are
+        then taken ``key_block`` at a time with an online, rescaled accumulation,
+        so no block of scores is wider than ``key_block``.  ``None`` does this
+        only when a query block would see more than :data:`DENSE_LIMIT` / 4 keys.
 
     Returns
     -------
@@ -127,7 +166,12 @@ def attention(q, k, v, *, mapping="softmax", mask=None, causal=False, scale=None
     batch = np.broadcast_shapes(q.shape[:-2], k.shape[:-2], v.shape[:-2])
     out = xp.zeros(batch + (L, v.shape[-1]), dtype=q.dtype)
     weights = xp.zeros(batch + (L, S), dtype=q.dtype) if return_weights else None
+    online = m.threshold == "closed" and not return_weights and (key_block is not None or S > DENSE_LIMIT // 4)
+    key_block = key_block or DENSE_LIMIT // 4
     for rows, keys in _blocks(L, S, block, causal):
+        if online:
+            out[..., rows, :] = _online_closed(xp, m, q, k, v, mask, causal, scale, rows, keys, key_block)
+            continue
         p = m(_scores(xp, q, k, scale, mask, causal, rows, keys), axis=-1)
         out[..., rows, :] = xp.matmul(p, v[..., :keys, :])
         if weights is not None:

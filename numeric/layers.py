@@ -17,6 +17,17 @@ from .maps import get_map
 __all__ = ["SelfAttention", "MultiHeadAttention", "sinusoidal_encoding"]
 
 
+def _move(params: dict, where: str) -> dict:
+    """``params`` as NumPy (``"numpy"``/``"cpu"``) or CuPy (``"cupy"``/``"gpu"``) arrays."""
+    if where in ("numpy", "cpu"):
+        return {k: (v.get() if type(v).__module__.split(".")[0] == "cupy" else np.asarray(v)) for k, v in params.items()}
+    if where in ("cupy", "gpu"):
+        import cupy
+
+        return {k: cupy.asarray(v) for k, v in params.items()}
+    raise ValueError(f"where must be 'numpy', 'cpu', 'cupy' or 'gpu', got {where!r}")
+
+
 def sinusoidal_encoding(length: int, dim: int, dtype=np.float64) -> np.ndarray:
     """``PE[t, 2i] = sin(t / 10000^(2i/d))``, ``PE[t, 2i+1] = cos(...)`` (Vaswani et al.)."""
     if length < 0 or dim <= 0:
@@ -44,6 +55,12 @@ class SelfAttention:
         self.grads: dict = {}
         self._cache = None
         self.attention_weights = None
+
+    def to(self, where: str):
+        """Move the parameters to ``"cupy"`` (the current GPU) or ``"numpy"``; returns ``self``."""
+        self.params = _move(self.params, where)
+        self.grads = {}
+        return self
 
     def forward(self, x, *, mask=None):
         xp = array_module(x)
@@ -135,6 +152,12 @@ class MultiHeadAttention:
         self.grads: dict = {}
         self.attention_weights = None
         self._cache = None
+
+    def to(self, where: str):
+        """Move the parameters to ``"cupy"`` (the current GPU) or ``"numpy"``; returns ``self``."""
+        self.params = _move(self.params, where)
+        self.grads = {}
+        return self
 
     # ----------------------------------------------------------------- helpers
     def _param(self, name, xp):

@@ -232,3 +232,16 @@ def test_bad_input():
         layer.forward(np.zeros((2, 3, 5)))
     with pytest.raises(RuntimeError, match="forward"):
         nm.MultiHeadAttention(4, 2).backward(np.zeros((1, 1, 4)))
+
+
+@given(seed=st.integers(0, 2**16), block=st.sampled_from([None, 1, 3]), key_block=st.integers(1, 9), causal=st.booleans())
+def test_online_key_blocks_equal_dense(seed, block, key_block, causal):
+    """Softmax (a closed threshold) accumulates over key blocks with rescaling; same result as dense."""
+    rng = np.random.default_rng(seed)
+    q, k, v = rng.standard_normal((2, 6, 3)) * 3, rng.standard_normal((2, 9, 3)) * 3, rng.standard_normal((2, 9, 4))
+    mask = rng.random((6, 9)) > 0.3
+    mask[1] = False
+    dense = nm.attention(q, k, v, mask=mask, causal=causal)
+    online = nm.attention(q, k, v, mask=mask, causal=causal, block=block, key_block=key_block)
+    np.testing.assert_allclose(online, dense, atol=1e-13)
+    assert (online[:, 1] == 0).all()
