@@ -7,12 +7,9 @@ import pytest
 
 import numeric as nm
 
-cp = pytest.importorskip("cupy", reason="CuPy is not installed (extra 'cuda')")
-try:
-    _HAS_GPU = cp.cuda.runtime.getDeviceCount() > 0
-except Exception:
-    _HAS_GPU = False
-pytestmark = [pytest.mark.gpu, pytest.mark.skipif(not _HAS_GPU, reason="no CUDA device")]
+from ._device import GPU, cp
+
+pytestmark = GPU
 
 
 @pytest.mark.parametrize("mapping", ["softmax", "sparsemax", "entmax15"])

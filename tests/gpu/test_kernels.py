@@ -18,12 +18,9 @@ from derive import derive_map
 from derive import reference as R
 from derive.codegen.builtins import BUILTIN_MAPS
 
-cp = pytest.importorskip("cupy", reason="CuPy is not installed (extra 'cuda')")
-try:
-    _HAS_GPU = cp.cuda.runtime.getDeviceCount() > 0
-except Exception:  # no driver, no device
-    _HAS_GPU = False
-pytestmark = [pytest.mark.gpu, pytest.mark.skipif(not _HAS_GPU, reason="no CUDA device")]
+from ._device import GPU, cp
+
+pytestmark = GPU
 
 GENERATED = Path(__file__).resolve().parents[2] / "numeric" / "_generated"
 PARAMS = {"entmax": {"alpha": 1.3}}
