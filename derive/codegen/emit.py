@@ -197,7 +197,7 @@ def generate_module(dv: Derivation, name: str) -> str:
         f"{256} threads per block).",
         '"""',
     ]
-    body = ["", "\n".join(doc), "", "import math", "", "import numpy", ""]
+    body = ["", "\n".join(doc), "", "import math", "", "import numpy", ""]  # math dropped below if unused
     body += [
         f"NAME = {name!r}",
         f"REGULARIZER = {reg_text!r}",
@@ -226,6 +226,8 @@ def generate_module(dv: Derivation, name: str) -> str:
     body += ["", 'CUDA_DEVICE_SOURCE = r"""', device_source.rstrip("\n"), '"""', ""]
     body += ['CUDA_SOURCE = CUDA_DEVICE_SOURCE + r"""', kernel_source.rstrip("\n"), '"""', ""]
     text = "\n".join(body)
+    if "math." not in text.split("import numpy", 1)[1]:
+        text = text.replace("import math\n\n", "", 1)
     while "\n\n\n\n" in text:
         text = text.replace("\n\n\n\n", "\n\n\n")
     text = text.strip("\n") + "\n"

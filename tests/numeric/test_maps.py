@@ -151,7 +151,7 @@ def _sympy_jacobian(name, x):
     probs = reference(name, x)
     support = [j for j in range(n) if probs[j] > 0]
     th_ = dv.threshold
-    from derive.argmax import S, S1, S2, k, score
+    from derive.argmax import S1, S2, k, score
     from derive.regularizers import z
 
     if th_.kind == "closed":
