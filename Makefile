@@ -22,6 +22,7 @@ demo: setup
 
 test: setup
 	$(BIN)/regattn generate --check
+	$(BIN)/ruff check derive numeric tests benchmarks examples
 	$(BIN)/python -m pytest --hypothesis-profile=$(PROFILE) -q -rs
 
 clean:
