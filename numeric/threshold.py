@@ -92,10 +92,13 @@ def clipped_link(mod: ModuleType, z: np.ndarray, params: tuple) -> np.ndarray:
     clip = mod.clip(*params)
     live = z > clip
     if mod.link is not None:
-        # evaluate the link only inside its domain: z = omega'(1) stands in for clipped entries
+        # evaluate the link only inside its domain: z = omega'(1) stands in for clipped entries.
+        # Just above omega'(0+) the link's base, e.g. (alpha - 1) z + 1/alpha, can round to a
+        # negative number (NaN from the power) where the exact value is ~0: that is 0.
         safe = np.where(live, z, _scalar(mod.omega_prime(np.ones((), dtype), *params), dtype))
-        with np.errstate(under="ignore"):
-            return np.where(live, mod.link(safe, *params), 0).astype(dtype, copy=False)
+        with np.errstate(under="ignore", invalid="ignore"):
+            value = mod.link(safe, *params)
+        return np.where(live & ~np.isnan(value), value, 0).astype(dtype, copy=False)
     out = np.zeros(z.shape, dtype=dtype)
     out[live] = newton_link(mod, z[live], params)
     return out
