@@ -145,34 +145,41 @@ class Map:
         return restore(p).astype(out_dtype, copy=False), tau.reshape(batch)
 
     def _forward_numpy(self, x: np.ndarray):
-        rows, n = x.shape
         params = self._cast(x.dtype)
+        m = x.max(axis=-1)  # NaN in a row makes m NaN; a fully masked row has m = -inf
+        bad = ~np.isfinite(m)
+        if not bad.any():  # the common case: no copies of rows
+            return self._solve_rows(x, m, params)
         p = np.zeros_like(x)
-        tau = np.full(rows, np.inf, dtype=x.dtype)
-        nan_rows = np.isnan(x).any(axis=-1)
-        live = ~nan_rows & (x > -np.inf).any(axis=-1)
-        p[nan_rows] = np.nan
-        tau[nan_rows] = np.nan
+        tau = np.full(x.shape[0], np.inf, dtype=x.dtype)
+        invalid = np.isnan(m) | (m == np.inf)  # NaN (or +inf) scores: the row is NaN
+        p[invalid] = np.nan
+        tau[invalid] = np.nan
+        live = ~bad
         if live.any():
-            xs = x[live]
-            # solve on scores shifted by their maximum: s - tau = (s - m) - (tau - m) loses
-            # nothing to the magnitude of m
-            m = xs.max(axis=-1)
-            with np.errstate(over="ignore"):  # a spread beyond the dtype's range is -inf: probability 0
-                ys = xs - m[:, None]
-            if self.threshold == "closed":
-                pl, tl = th.closed_threshold(self.module, ys, params)
-            else:
-                if self.threshold == "sort":
-                    tl = th.sort_threshold(self.module, ys, params)
-                else:
-                    tl = th.root_threshold(self.module, ys, params)
-                pl = th.clipped_link(self.module, ys - tl[:, None], params)
-                if self.threshold == "root":  # tau is exact to the tolerance; make the sum exact too
-                    pl /= pl.sum(axis=-1, keepdims=True)
-            p[live] = pl
-            tau[live] = m + tl
+            p[live], tau[live] = self._solve_rows(x[live], m[live], params)
         return p, tau
+
+    def _solve_rows(self, x: np.ndarray, m: np.ndarray, params: tuple):
+        """``(p, tau)`` for rows with a finite maximum ``m``.
+
+        The scores are shifted by ``m`` first: ``s - tau = (s - m) - (tau - m)``
+        loses nothing to the magnitude of ``m``.
+        """
+        with np.errstate(over="ignore"):  # a spread beyond the dtype's range is -inf: probability 0
+            y = x - m[:, None]
+        if self.threshold == "closed":
+            p, t = th.closed_threshold(self.module, y, params, shifted=True)
+        else:
+            if self.threshold == "sort":
+                t = th.sort_threshold(self.module, y, params, shifted=True)
+            else:
+                t = th.root_threshold(self.module, y, params, shifted=True)
+            y -= t[:, None]
+            p = th.clipped_link(self.module, y, params)
+            if self.threshold == "root":  # tau is exact to the tolerance; make the sum exact too
+                p /= th.row_sum(p)[:, None]
+        return p, m + t
 
     def _forward_cupy(self, x):
         import cupy
