@@ -17,7 +17,9 @@ module's parameter values.  The solver is chosen by ``mod.THRESHOLD``:
   the bracket ``[m - omega'(1), m - omega'(1/n)]`` (else Newton, else
   bisection), the iteration starts from the same solve on the 32 largest
   scores (a lower bound of ``tau``, found by partial selection in O(n)), and
-  stops at a tolerance: ``|F - 1|`` or the step below a few ulps.
+  stops at a tolerance: ``|F - 1|`` or the step below a few ulps.  For a
+  sparse map only scores above that lower bound plus ``omega'(0+)`` can be
+  in the support; when they are few, the iteration runs on them alone.
 
 Links with no printable closed form (``mod.link is None``) are inverted by
 :func:`newton_link`: Newton on ``u = log p`` with a bisection safeguard, then
@@ -91,6 +93,14 @@ def clipped_link(mod: ModuleType, z: np.ndarray, params: tuple) -> np.ndarray:
     dtype = z.dtype
     clip = mod.clip(*params)
     live = z > clip
+    if mod.link is not None and np.isfinite(clip):
+        idx = np.flatnonzero(live)
+        if 4 * idx.size < live.size:  # a sparse map with small supports: evaluate the link there only
+            out = np.zeros(z.shape, dtype=dtype)
+            with np.errstate(under="ignore", invalid="ignore"):
+                value = np.asarray(mod.link(z.ravel()[idx], *params), dtype=dtype)
+            out.ravel()[idx] = np.where(np.isnan(value), 0, value)
+            return out
     if mod.link is not None:
         # evaluate the link only inside its domain: z = omega'(1) stands in for clipped entries.
         # Just above omega'(0+) the link's base, e.g. (alpha - 1) z + 1/alpha, can round to a
@@ -267,6 +277,14 @@ def root_threshold(mod: ModuleType, x: np.ndarray, params: tuple, *, maxiter: in
         top_hi = (-mod.omega_prime(1 / top_count, *params)).astype(dtype)
         start, _ = _halley(mod, top, lo, lo, top_hi, params, maxiter, tol)
         lo = np.maximum(lo, np.minimum(start, hi))  # F(start) >= F_top(start) = 1: a lower bound
+        # tau >= lo, so only scores with s - lo > omega'(0+) can enter the support; they are
+        # the largest ones of their row: iterate on the K largest of every row
+        clip = mod.clip(*params)
+        if np.isfinite(clip):
+            size = int(row_sum((x > (lo + clip)[:, None]).astype(dtype)).max())
+            if 4 * size < n:
+                size = max(size, WARM_START)
+                x = -np.partition(-x, size - 1, axis=-1)[:, :size]
     tau, iterations = _halley(mod, x, lo, lo, hi, params, maxiter, tol)
     tau = m + tau
     return (tau, iterations) if return_iterations else tau
