@@ -15,7 +15,7 @@ from pathlib import Path
 import mpmath
 import numpy as np
 import pytest
-from hypothesis import given
+from hypothesis import assume, given
 from hypothesis import strategies as st
 from hypothesis.extra import numpy as hnp
 
@@ -95,6 +95,9 @@ def test_jvp_matches_reference_jacobian(name, scores, v):
     dv = derivation_for(name)
     params = PARAMS.get(name, {})
     probs = _reference_rows(name, scores)
+    # the Jacobian jumps where a score crosses the support boundary (and w = 1/(6p) for p**3
+    # is unbounded there): judge points with a clear support only
+    assume(np.all((probs == 0) | (probs > 1e-6)))
     out = np.empty_like(probs)
     _kernel(name, "jvp", "f64")(_ptr(probs, ctypes.c_double), _ptr(np.ascontiguousarray(v), ctypes.c_double), _ptr(out, ctypes.c_double), 3, 6, *[np.float64(x) for x in params.values()])
     for r in range(3):
