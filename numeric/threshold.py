@@ -39,7 +39,7 @@ WARM_START = 32
 #: First number of largest scores the partial-sort threshold tries.
 PARTIAL_K = 64
 #: Row length from which the sort threshold selects before sorting (see sort_threshold).
-PARTIAL_FROM = 256
+PARTIAL_FROM = 32
 
 
 def _scalar(value, dtype):
@@ -122,7 +122,7 @@ def row_sum(a: np.ndarray) -> np.ndarray:
     """Sums along the last axis of a 2-D array, as a matrix-vector product.
 
     BLAS's gemv is several times faster than ``a.sum(axis=-1)`` on short rows
-    (measured in benchmarks/bench_maps.py) and just as accurate (blocked sums).
+    (measured in benchmarks/bench_thresholds.py) and just as accurate (blocked sums).
     """
     a = np.ascontiguousarray(a)
     return a @ np.ones(a.shape[-1], dtype=a.dtype)
@@ -151,6 +151,8 @@ def _sort_rule(mod, y: np.ndarray, params: tuple) -> tuple[np.ndarray, np.ndarra
     reach = mod.clip(*params) - mod.omega_prime(np.ones((), y.dtype), *params)
     finite = y > reach
     y0 = np.where(finite, y, 0)
+    # np.cumsum is sequential, so prefix sums do not depend on the row length: the partial
+    # and the full rule agree bit for bit
     s1 = np.cumsum(y0, axis=-1)
     s2 = np.cumsum(y0 * y0, axis=-1)
     k = np.broadcast_to(np.arange(1, n + 1, dtype=y.dtype), y.shape)
@@ -173,20 +175,22 @@ def sort_threshold(mod: ModuleType, x: np.ndarray, params: tuple, *, method: str
     and applies the rule; the support being a prefix of the sorted scores, the
     answer is exact whenever the support ends before ``K``; rows where it does
     not are retried with ``4 K``, then fully.  ``"auto"`` picks ``"partial"`` for
-    rows longer than :data:`PARTIAL_FROM` (measured in benchmarks/bench_maps.py).
+    rows of at least :data:`PARTIAL_FROM` scores, first trying ``K = min(PARTIAL_K, n // 4)``
+    (measured in benchmarks/bench_thresholds.py).
     """
     n = x.shape[-1]
     if method == "auto":
         method = "partial" if n >= PARTIAL_FROM else "full"
     m = np.zeros(x.shape[0], dtype=x.dtype) if shifted else _row_max(x)
-    if method == "full" or n <= PARTIAL_K:
+    first = min(PARTIAL_K, max(8, n // 4))
+    if method == "full" or n <= first:
         tau, _ = _sort_rule(mod, -np.sort(-x, axis=-1) - m[:, None], params)
         return m + tau
     if method != "partial":
         raise ValueError(f"method must be 'auto', 'full' or 'partial', got {method!r}")
     tau = np.empty(x.shape[0], dtype=x.dtype)
     rows = np.arange(x.shape[0])
-    size = PARTIAL_K
+    size = first
     while rows.size:
         if size >= n:
             t, _ = _sort_rule(mod, -np.sort(-x[rows], axis=-1) - m[rows, None], params)
