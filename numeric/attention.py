@@ -71,11 +71,11 @@ def _prepare(q, k, v, mapping, mask, causal, scale):
     return xp, q, k, v, m, scale, mask
 
 
-def _scores(xp, q, k, scale, mask, causal, rows: slice, keys):
-    """Masked scores for queries ``rows`` against keys ``keys`` (a slice, or a count from 0)."""
+def _scores(xp, q, k, mask, causal, rows: slice, keys):
+    """Masked scores ``q k^T`` for queries ``rows`` against keys ``keys`` (a slice, or a count from 0)."""
     cols = keys if isinstance(keys, slice) else slice(0, keys)
+    # q is scaled once by the caller (L x E work, not L x S)
     a = xp.matmul(q[..., rows, :], xp.swapaxes(k[..., cols, :], -1, -2))
-    a *= a.dtype.type(scale)
     if mask is not None:
         part = mask[..., rows, cols] if mask.ndim >= 2 and mask.shape[-2] != 1 else mask[..., cols]
         if mask.dtype == np.bool_:
@@ -89,7 +89,7 @@ def _scores(xp, q, k, scale, mask, causal, rows: slice, keys):
     return a
 
 
-def _online_closed(xp, m, q, k, v, mask, causal, scale, rows, keys, key_block):
+def _online_closed(xp, m, q, k, v, mask, causal, rows, keys, key_block):
     """One query block by an online, rescaled accumulation over key blocks (closed-threshold maps).
 
     For a closed threshold ``p_j = B(s_j - c) / sum_i B(s_i - c)`` for any shift
@@ -106,7 +106,7 @@ def _online_closed(xp, m, q, k, v, mask, causal, scale, rows, keys, key_block):
     acc = xp.zeros(shape + (v.shape[-1],), dtype=q.dtype)
     for start in range(0, keys, key_block):
         cols = slice(start, min(keys, start + key_block))
-        a = _scores(xp, q, k, scale, mask, causal, rows, cols)
+        a = _scores(xp, q, k, mask, causal, rows, cols)
         new_top = xp.maximum(top, a.max(axis=-1))
         live = xp.isfinite(new_top)
         safe_top = xp.where(live, new_top, 0)
@@ -171,11 +171,12 @@ def attention(q, k, v, *, mapping="softmax", mask=None, causal=False, scale=None
     weights = xp.zeros(batch + (L, S), dtype=q.dtype) if return_weights else None
     online = m.threshold == "closed" and not return_weights and (key_block is not None or S > DENSE_LIMIT // 4)
     key_block = key_block or DENSE_LIMIT // 4
+    q = q * q.dtype.type(scale)
     for rows, keys in _blocks(L, S, block, causal):
         if online:
-            out[..., rows, :] = _online_closed(xp, m, q, k, v, mask, causal, scale, rows, keys, key_block)
+            out[..., rows, :] = _online_closed(xp, m, q, k, v, mask, causal, rows, keys, key_block)
             continue
-        p = m(_scores(xp, q, k, scale, mask, causal, rows, keys), axis=-1)
+        p = m.forward(_scores(xp, q, k, mask, causal, rows, keys), axis=-1, overwrite=True)[0]
         out[..., rows, :] = xp.matmul(p, v[..., :keys, :])
         if weights is not None:
             weights[..., rows, :keys] = p
@@ -198,8 +199,9 @@ def attention_backward(q, k, v, dout, *, mapping="softmax", mask=None, causal=Fa
     dq = xp.zeros(batch + q.shape[-2:], dtype=q.dtype)
     dk = xp.zeros(batch + k.shape[-2:], dtype=q.dtype)
     dv = xp.zeros(batch + v.shape[-2:], dtype=q.dtype)
+    qs = q * q.dtype.type(scale)
     for rows, keys in _blocks(L, S, block, causal):
-        p = m(_scores(xp, q, k, scale, mask, causal, rows, keys), axis=-1)
+        p = m.forward(_scores(xp, qs, k, mask, causal, rows, keys), axis=-1, overwrite=True)[0]
         g = dout[..., rows, :]
         dv[..., :keys, :] += xp.matmul(xp.swapaxes(p, -1, -2), g)
         dp = xp.matmul(g, xp.swapaxes(v[..., :keys, :], -1, -2))

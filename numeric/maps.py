@@ -134,22 +134,29 @@ class Map:
         """The threshold ``tau`` of each row (``+inf`` for fully masked rows, NaN for rows with NaN)."""
         return self.forward(x, axis)[1]
 
-    def forward(self, x, axis: int = -1):
-        """``(p*(x), tau)``: the map along ``axis`` and the threshold of each row (batch shape)."""
+    def forward(self, x, axis: int = -1, *, overwrite: bool = False):
+        """``(p*(x), tau)``: the map along ``axis`` and the threshold of each row (batch shape).
+
+        ``overwrite=True`` lets the NumPy path use ``x`` as scratch space (attention
+        passes its own score buffers this way, saving an allocation and a pass).
+        """
         xp = array_module(x)
         x, out_dtype = to_compute_dtype(x, xp)
         axis = _check_axis(x, axis)
         flat, restore = _rows(x, axis)
-        p, tau = self._forward_cupy(flat) if is_cupy(flat) else self._forward_numpy(flat)
+        if is_cupy(flat):
+            p, tau = self._forward_cupy(flat)
+        else:
+            p, tau = self._forward_numpy(flat, overwrite=overwrite and np.shares_memory(flat, x))
         batch = x.shape[:axis] + x.shape[axis + 1:]
         return restore(p).astype(out_dtype, copy=False), tau.reshape(batch)
 
-    def _forward_numpy(self, x: np.ndarray):
+    def _forward_numpy(self, x: np.ndarray, overwrite: bool = False):
         params = self._cast(x.dtype)
         m = x.max(axis=-1)  # NaN in a row makes m NaN; a fully masked row has m = -inf
         bad = ~np.isfinite(m)
         if not bad.any():  # the common case: no copies of rows
-            return self._solve_rows(x, m, params)
+            return self._solve_rows(x, m, params, overwrite)
         p = np.zeros_like(x)
         tau = np.full(x.shape[0], np.inf, dtype=x.dtype)
         invalid = np.isnan(m) | (m == np.inf)  # NaN (or +inf) scores: the row is NaN
@@ -160,14 +167,18 @@ class Map:
             p[live], tau[live] = self._solve_rows(x[live], m[live], params)
         return p, tau
 
-    def _solve_rows(self, x: np.ndarray, m: np.ndarray, params: tuple):
-        """``(p, tau)`` for rows with a finite maximum ``m``.
+    def _solve_rows(self, x: np.ndarray, m: np.ndarray, params: tuple, overwrite: bool = False):
+        """``(p, tau)`` for rows with a finite maximum ``m`` (``x`` is scratch if ``overwrite``).
 
         The scores are shifted by ``m`` first: ``s - tau = (s - m) - (tau - m)``
         loses nothing to the magnitude of ``m``.
         """
         with np.errstate(over="ignore"):  # a spread beyond the dtype's range is -inf: probability 0
-            y = x - m[:, None]
+            if overwrite:
+                y = x
+                y -= m[:, None]
+            else:
+                y = x - m[:, None]
         if self.threshold == "closed":
             p, t = th.closed_threshold(self.module, y, params, shifted=True)
         else:

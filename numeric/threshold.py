@@ -139,7 +139,7 @@ def closed_threshold(mod: ModuleType, x: np.ndarray, params: tuple, *, shifted: 
     with np.errstate(under="ignore"):
         b = np.asarray(mod.term(y, *params), dtype=x.dtype)
     total = row_sum(b)
-    b /= total[:, None]
+    b *= (1 / total)[:, None]
     return b, m + mod.tau_from_sum(total, *params)
 
 
