@@ -24,6 +24,7 @@ The backward pass recomputes each query block's weights instead of storing
 from __future__ import annotations
 
 import math
+import os
 
 import numpy as np
 
@@ -172,14 +173,18 @@ def attention(q, k, v, *, mapping="softmax", mask=None, causal=False, scale=None
     online = m.threshold == "closed" and not return_weights and (key_block is not None or S > DENSE_LIMIT // 4)
     key_block = key_block or DENSE_LIMIT // 4
     q = q * q.dtype.type(scale)
-    for rows, keys in _blocks(L, S, block, causal):
-        if online:
-            out[..., rows, :] = _online_closed(xp, m, q, k, v, mask, causal, rows, keys, key_block)
-            continue
-        p = m.forward(_scores(xp, q, k, mask, causal, rows, keys), axis=-1, overwrite=True)[0]
-        out[..., rows, :] = xp.matmul(p, v[..., :keys, :])
-        if weights is not None:
-            weights[..., rows, :keys] = p
+
+    def core(q, k, v, mask, out, weights):
+        for rows, keys in _blocks(L, S, block, causal):
+            if online:
+                out[..., rows, :] = _online_closed(xp, m, q, k, v, mask, causal, rows, keys, key_block)
+                continue
+            p = m.forward(_scores(xp, q, k, mask, causal, rows, keys), axis=-1, overwrite=True)[0]
+            out[..., rows, :] = xp.matmul(p, v[..., :keys, :])
+            if weights is not None:
+                weights[..., rows, :keys] = p
+
+    _run(xp, core, batch, (q, k, v, mask), (out, weights), L * S)
     return (out, weights) if return_weights else out
 
 
@@ -200,16 +205,56 @@ def attention_backward(q, k, v, dout, *, mapping="softmax", mask=None, causal=Fa
     dk = xp.zeros(batch + k.shape[-2:], dtype=q.dtype)
     dv = xp.zeros(batch + v.shape[-2:], dtype=q.dtype)
     qs = q * q.dtype.type(scale)
-    for rows, keys in _blocks(L, S, block, causal):
-        p = m.forward(_scores(xp, qs, k, mask, causal, rows, keys), axis=-1, overwrite=True)[0]
-        g = dout[..., rows, :]
-        dv[..., :keys, :] += xp.matmul(xp.swapaxes(p, -1, -2), g)
-        dp = xp.matmul(g, xp.swapaxes(v[..., :keys, :], -1, -2))
-        da = m.vjp(p, dp, axis=-1)
-        da *= da.dtype.type(scale)
-        dq[..., rows, :] = xp.matmul(da, k[..., :keys, :])
-        dk[..., :keys, :] += xp.matmul(xp.swapaxes(da, -1, -2), q[..., rows, :])
+
+    def core(q, qs, k, v, dout, mask, dq, dk, dv):
+        for rows, keys in _blocks(L, S, block, causal):
+            p = m.forward(_scores(xp, qs, k, mask, causal, rows, keys), axis=-1, overwrite=True)[0]
+            g = dout[..., rows, :]
+            dv[..., :keys, :] += xp.matmul(xp.swapaxes(p, -1, -2), g)
+            dp = xp.matmul(g, xp.swapaxes(v[..., :keys, :], -1, -2))
+            da = m.vjp(p, dp, axis=-1)
+            da *= da.dtype.type(scale)
+            dq[..., rows, :] = xp.matmul(da, k[..., :keys, :])
+            dk[..., :keys, :] += xp.matmul(xp.swapaxes(da, -1, -2), q[..., rows, :])
+
+    _run(xp, core, batch, (q, qs, k, v, dout, mask), (dq, dk, dv), L * S)
     return _unbroadcast(dq, q.shape, xp), _unbroadcast(dk, k.shape, xp), _unbroadcast(dv, v.shape, xp)
+
+
+#: Work (batch elements x L x S) from which batch elements are spread over the cores.
+PARALLEL_FROM = 1 << 22
+_POOL = None
+
+
+def _run(xp, core, batch, inputs, outputs, per_item):
+    """``core(*inputs, *outputs)`` over the whole batch, or one batch element per task on all cores.
+
+    NumPy only, and only when there are several batch elements and enough work:
+    each task runs with BLAS limited to one thread (threadpoolctl), so the cores
+    work on different heads instead of contending inside one matrix product.
+    Arrays are broadcast to the batch shape as views (nothing is copied).
+    """
+    global _POOL
+    count = int(np.prod(batch, dtype=np.int64))
+    workers = min(os.cpu_count() or 1, 8)
+    if xp is not np or count < 2 or workers < 2 or count * per_item < PARALLEL_FROM:
+        return core(*inputs, *outputs)
+    try:
+        from threadpoolctl import threadpool_limits
+    except ImportError:  # optional: without it, one BLAS call at a time on all cores
+        return core(*inputs, *outputs)
+    if _POOL is None:
+        from concurrent.futures import ThreadPoolExecutor
+
+        _POOL = ThreadPoolExecutor(max_workers=workers, thread_name_prefix="regattn-attention")
+    views = [None if a is None else np.broadcast_to(a, batch + a.shape[-2:]) for a in inputs]
+
+    def task(index):
+        core(*[None if a is None else a[index] for a in views], *[None if o is None else o[index] for o in outputs])
+
+    with threadpool_limits(1, user_api="blas"):
+        for future in [_POOL.submit(task, index) for index in np.ndindex(*batch)]:
+            future.result()
 
 
 def _unbroadcast(g, shape, xp):

@@ -245,3 +245,22 @@ def test_online_key_blocks_equal_dense(seed, block, key_block, causal):
     online = nm.attention(q, k, v, mask=mask, causal=causal, block=block, key_block=key_block)
     np.testing.assert_allclose(online, dense, atol=1e-13)
     assert (online[:, 1] == 0).all()
+
+
+@pytest.mark.parametrize("mapping", ["softmax", "entmax15"])
+def test_heads_on_all_cores_equal_serial(mapping, monkeypatch):
+    """Batch elements spread over threads (BLAS pinned to one thread each) give the serial numbers."""
+    import importlib
+
+    A = importlib.import_module("numeric.attention")  # the package exports a function of that name
+    rng = np.random.default_rng(5)
+    q, k, v = rng.standard_normal((2, 3, 6, 4)), rng.standard_normal((1, 3, 7, 4)), rng.standard_normal((2, 1, 7, 5))
+    mask = rng.random((6, 7)) > 0.3
+    dout = rng.standard_normal((2, 3, 6, 5))
+    serial = A.attention(q, k, v, mapping=mapping, mask=mask, causal=True)
+    serial_grads = A.attention_backward(q, k, v, dout, mapping=mapping, mask=mask, causal=True)
+    monkeypatch.setattr(A, "PARALLEL_FROM", 1)
+    np.testing.assert_allclose(A.attention(q, k, v, mapping=mapping, mask=mask, causal=True), serial, atol=1e-14)
+    for a, b in zip(A.attention_backward(q, k, v, dout, mapping=mapping, mask=mask, causal=True), serial_grads):
+        assert a.shape == b.shape
+        np.testing.assert_allclose(a, b, atol=1e-13)
