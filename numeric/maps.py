@@ -208,8 +208,8 @@ class Map:
     def _weights(self, y, xp):
         params = self._cast(y.dtype)
         pos = y > 0
-        safe = xp.where(pos, y, 1)
-        return xp.where(pos, self.module.weight(safe, *params), 0).astype(y.dtype, copy=False)
+        w = self.module.weight(y + ~pos, *params) * pos  # 1 stands in off the support
+        return xp.asarray(w).astype(y.dtype, copy=False)
 
     def jvp(self, y, dx, axis: int = -1):
         """``J dx`` at ``y = m(x)``: ``w*dx - w (w.dx) / sum(w)``, ``w = w(y)`` on the support."""
