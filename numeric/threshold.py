@@ -95,7 +95,7 @@ def clipped_link(mod: ModuleType, z: np.ndarray, params: tuple) -> np.ndarray:
     live = z > clip
     if mod.link is not None and np.isfinite(clip):
         idx = np.flatnonzero(live)
-        if 4 * idx.size < live.size:  # a sparse map with small supports: evaluate the link there only
+        if 2 * idx.size < live.size:  # a sparse map with small supports: evaluate the link there only
             out = np.zeros(z.shape, dtype=dtype)
             with np.errstate(under="ignore", invalid="ignore"):
                 value = np.asarray(mod.link(z.ravel()[idx], *params), dtype=dtype)
