@@ -36,3 +36,30 @@ def test_birds_sometimes_walk_prints_the_seed_numbers(tmp_path):
     for name in ("softmax", "sparsemax", "entmax15"):
         assert f"{name} weights" in out
     assert (tmp_path / "birds_sometimes_walk.png").stat().st_size > 10_000
+
+
+def _run(name, tmp_path):
+    script = next(s for s in EXAMPLES if s.name == name)
+    proc = subprocess.run([sys.executable, str(script)], cwd=tmp_path, capture_output=True, text=True, timeout=300)
+    assert proc.returncode == 0, proc.stderr
+    assert (tmp_path / name.replace(".py", ".png")).stat().st_size > 10_000
+    return proc.stdout
+
+
+def test_attention_exploration_claims(tmp_path):
+    out = _run("attention_exploration.py", tmp_path)
+    lines = out.splitlines()
+    beta16 = next(ln for ln in lines if ln.strip().startswith("16 "))
+    softmax_err, sparsemax_err, entmax_err = (float(v) for v in beta16.split()[1:])
+    assert sparsemax_err == 0 and entmax_err == 0 and 0 < softmax_err < 1e-5  # exact copies at finite beta
+    for line in (ln for ln in lines if "two heads" in ln and "median" in ln):
+        one, two = (float(v) for v in line.replace(",", "").split()[-4::3])
+        assert two < 0.05 * one  # two heads recover the average that one head cannot
+
+
+def test_simplex_geometry_claims(tmp_path):
+    out = _run("simplex_geometry.py", tmp_path)
+    assert "softmax (Shannon): interior 100.0%, on an edge   0.0%, at a vertex   0.0%" in out
+    sparse = next(ln for ln in out.splitlines() if ln.strip().startswith("sparsemax (Gini): interior"))
+    assert float(sparse.split("vertex")[1].strip(" %")) > 20
+    assert "sparsemax (Gini): 0.000, 0.250, 0.500, 0.750, 1.000" in out
