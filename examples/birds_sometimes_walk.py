@@ -49,7 +49,7 @@ def main():
         context = weights[2] @ V
         show(f"{name} weights", weights)
         zeros = int((weights == 0).sum())
-        print(f"  context(walk) = [" + ", ".join(f"{v:.3f}" for v in context) + f"], . v_birds = {context @ V[0]:.3f}, "
+        print("  context(walk) = [" + ", ".join(f"{v:.3f}" for v in context) + f"], . v_birds = {context @ V[0]:.3f}, "
               f"exact zeros: {zeros}")
     print("\nWhat changes: softmax gives every token some weight; sparsemax sets the weight of\n"
           "'sometimes' (the least similar token) to exactly 0 and 1.5-entmax sits in between. With\n"
