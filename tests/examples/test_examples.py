@@ -63,3 +63,11 @@ def test_simplex_geometry_claims(tmp_path):
     sparse = next(ln for ln in out.splitlines() if ln.strip().startswith("sparsemax (Gini): interior"))
     assert float(sparse.split("vertex")[1].strip(" %")) > 20
     assert "sparsemax (Gini): 0.000, 0.250, 0.500, 0.750, 1.000" in out
+
+
+def test_derive_a_new_map_runs_the_user_map_in_attention(tmp_path):
+    out = _run("derive_a_new_map.py", tmp_path)
+    assert "LambertW" in out and "imported shannon_gini: link newton, threshold root" in out
+    assert r"\begin{align*}" in (tmp_path / "shannon_gini.tex").read_text()
+    diff = float(out.split("weights: ")[1].split()[0])
+    assert diff > 0  # a different map gives different weights
