@@ -71,3 +71,14 @@ def test_derive_a_new_map_runs_the_user_map_in_attention(tmp_path):
     assert r"\begin{align*}" in (tmp_path / "shannon_gini.tex").read_text()
     diff = float(out.split("weights: ")[1].split()[0])
     assert diff > 0  # a different map gives different weights
+
+
+def test_training_learns_and_sparse_maps_are_sparse(tmp_path):
+    out = _run("train_flag_retrieval.py", tmp_path)
+    rows = {ln.split(":")[0].strip(): ln for ln in out.splitlines() if "held-out loss" in ln}
+    assert set(rows) == {"softmax", "sparsemax", "entmax15"}
+    for name, line in rows.items():
+        accuracy = float(line.split("accuracy ")[1].split("%")[0])
+        zeros = float(line.split("exactly 0: ")[1].split("%")[0])
+        assert accuracy >= 95, line
+        assert (zeros == 0) if name == "softmax" else (zeros >= 50), line
