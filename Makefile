@@ -1,12 +1,13 @@
 # regattn: two commands do all set-up on a fresh machine.
 #   make demo   derive a map and verify it (the main job)
 #   make test   run the test suite (PROFILE=ci by default; PROFILE=thorough for long local runs)
+#   make docs   build the documentation (warnings are errors) into docs/_build/html
 PYTHON ?= python3
 VENV ?= .venv
 PROFILE ?= ci
 BIN := $(VENV)/bin
 
-.PHONY: setup demo test clean
+.PHONY: setup demo test docs clean
 
 $(BIN)/regattn: pyproject.toml
 	$(PYTHON) -m venv $(VENV)
@@ -25,5 +26,9 @@ test: setup
 	$(BIN)/ruff check derive numeric tests benchmarks examples
 	$(BIN)/python -m pytest --hypothesis-profile=$(PROFILE) -q -rs
 
+docs: setup
+	$(BIN)/python -m pip install --quiet -e '.[test,docs]'
+	$(BIN)/sphinx-build -W --keep-going -q -b html docs docs/_build/html
+
 clean:
-	rm -rf $(VENV) .pytest_cache .hypothesis build *.egg-info
+	rm -rf $(VENV) .pytest_cache .hypothesis build *.egg-info docs/_build docs/_generated

@@ -218,3 +218,22 @@ def _plain(latex: str) -> str:
     ):
         latex = latex.replace(a, b)
     return " ".join(latex.split())
+
+
+def render_markdown(dv: Derivation) -> str:
+    """The steps as Markdown with display math (MyST / MathJax), for documentation pages."""
+    parts = [f"Regularizer `omega(p) = {sp.sstr(dv.omega)}` ({dv.name}).", ""]
+    for n, step in enumerate(_steps(dv), start=1):
+        prose = step.prose.replace("&", "&amp;").replace("<", "&lt;").replace(">", "&gt;").replace("*", "\\*")
+        parts.append(f"**{n}. {step.title}.** {prose}")
+        parts.append("")
+        if step.lines:
+            rows = []
+            for lhs, _, rhs in step.lines:
+                body = rhs if isinstance(rhs, str) else sp.latex(rhs)
+                rows.append(f"{lhs} &= {body}")
+            parts.append("$$")
+            parts.append("\\begin{aligned}\n" + " \\\\\n".join(rows) + "\n\\end{aligned}")
+            parts.append("$$")
+            parts.append("")
+    return "\n".join(parts)

@@ -242,6 +242,12 @@ class Derivation:
 
         return render_latex(self)
 
+    def markdown(self) -> str:
+        """The derivation, step by step, as Markdown with display math (for MyST/MathJax)."""
+        from ._render import render_markdown
+
+        return render_markdown(self)
+
     def pretty(self) -> str:
         """The derivation, step by step, as plain Unicode text."""
         from ._render import render_text
