@@ -11,22 +11,12 @@ from __future__ import annotations
 
 import importlib
 import json
-import statistics
-import time
 from pathlib import Path
 
 import numpy as np
 
 from numeric import threshold as th
-
-
-def median_time(fn, repeat=5):
-    times = []
-    for _ in range(repeat):
-        start = time.perf_counter()
-        fn()
-        times.append(time.perf_counter() - start)
-    return statistics.median(times)
+from _timing import median_seconds
 
 
 def main() -> None:
@@ -36,9 +26,9 @@ def main() -> None:
         for scale in (1.0, 0.01):
             for n in (64, 256, 1024, 4096, 16384):
                 x = (np.random.default_rng(n).standard_normal((max(1, 2**20 // n), n)) * scale).astype(np.float32)
-                full = median_time(lambda: th.sort_threshold(mod, x, (), method="full"))
-                partial = median_time(lambda: th.sort_threshold(mod, x, (), method="partial"))
-                root = median_time(lambda: th.root_threshold(mod, x, ()), repeat=3)
+                full = median_seconds(lambda: th.sort_threshold(mod, x, (), method="full"))
+                partial = median_seconds(lambda: th.sort_threshold(mod, x, (), method="partial"))
+                root = median_seconds(lambda: th.root_threshold(mod, x, ()), repeat=3)
                 same = float(np.abs(th.sort_threshold(mod, x, (), method="full") - th.sort_threshold(mod, x, (), method="partial")).max())
                 rows.append(dict(map=name, scale=scale, n=n, full_ms=full * 1e3, partial_ms=partial * 1e3, root_ms=root * 1e3, max_diff=same))
                 print(f"{name:9s} scale {scale:<5} n {n:6d}: full {full*1e3:7.2f} ms  partial {partial*1e3:7.2f} ms "

@@ -16,7 +16,6 @@ import argparse
 import json
 import os
 import platform
-import statistics
 import subprocess
 import sys
 import tempfile
@@ -26,18 +25,9 @@ from pathlib import Path
 import numpy as np
 
 import numeric as nm
+from _timing import median_seconds
 
 THREADS = 2
-
-
-def median_seconds(fn, repeat: int) -> float:
-    fn()  # warm up (kernel builds, caches)
-    times = []
-    for _ in range(repeat):
-        start = time.perf_counter()
-        fn()
-        times.append(time.perf_counter() - start)
-    return statistics.median(times)
 
 
 def peers():

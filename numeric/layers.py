@@ -38,7 +38,20 @@ def sinusoidal_encoding(length: int, dim: int, dtype=np.float64) -> np.ndarray:
     return np.where(i % 2 == 0, np.sin(angle), np.cos(angle)).astype(dtype)
 
 
-class SelfAttention:
+class _Movable:
+    """Layers whose ``params`` can move between NumPy and CuPy."""
+
+    params: dict
+    grads: dict
+
+    def to(self, where: str):
+        """Move the parameters to ``"cupy"`` (the current GPU) or ``"numpy"``; returns ``self``."""
+        self.params = _move(self.params, where)
+        self.grads = {}
+        return self
+
+
+class SelfAttention(_Movable):
     """``Y = W (X V)`` with ``W = map((X Q)(X K)^T / sqrt(d))`` for ``X`` of shape ``(..., l, d)``.
 
     The parameters ``Q``, ``K``, ``V`` are ``d x d`` matrices multiplied on the
@@ -55,12 +68,6 @@ class SelfAttention:
         self.grads: dict = {}
         self._cache = None
         self.attention_weights = None
-
-    def to(self, where: str):
-        """Move the parameters to ``"cupy"`` (the current GPU) or ``"numpy"``; returns ``self``."""
-        self.params = _move(self.params, where)
-        self.grads = {}
-        return self
 
     def forward(self, x, *, mask=None):
         xp = array_module(x)
@@ -90,7 +97,7 @@ class SelfAttention:
         return dq @ P["Q"].T + dk @ P["K"].T + dv @ P["V"].T
 
 
-class MultiHeadAttention:
+class MultiHeadAttention(_Movable):
     """Multi-head attention with any derived map, batch first.
 
     ``y = concat_h(attention(x_q W_q^h, x_k W_k^h, x_v W_v^h)) W_o^T + b_o`` with
@@ -152,12 +159,6 @@ class MultiHeadAttention:
         self.grads: dict = {}
         self.attention_weights = None
         self._cache = None
-
-    def to(self, where: str):
-        """Move the parameters to ``"cupy"`` (the current GPU) or ``"numpy"``; returns ``self``."""
-        self.params = _move(self.params, where)
-        self.grads = {}
-        return self
 
     # ----------------------------------------------------------------- helpers
     def _param(self, name, xp):
