@@ -106,6 +106,26 @@ def attention_rows(found, repeat, length=2048):
     return rows, times
 
 
+def layer_rows(found, repeat, length=1024, embed=512, heads=8):
+    """Multi-head self-attention layer forward, float32, against torch.nn.MultiheadAttention."""
+    rows = []
+    rng = np.random.default_rng(1)
+    x = rng.standard_normal((1, length, embed)).astype(np.float32)
+    for causal in (False, True):
+        layer = nm.MultiHeadAttention(embed, heads, causal=causal, dtype="float32", seed=0)
+        ours = median_seconds(lambda: layer.forward(x, need_weights=False), repeat)
+        if "torch" in found:
+            torch = found["torch"]
+            mha = torch.nn.MultiheadAttention(embed, heads, batch_first=True)
+            xt = torch.from_numpy(x)
+            mask = torch.nn.Transformer.generate_square_subsequent_mask(length) if causal else None
+            with torch.no_grad():
+                peer = median_seconds(lambda: mha(xt, xt, xt, attn_mask=mask, need_weights=False, is_causal=causal), repeat)
+            rows.append(dict(what=f"MultiHeadAttention{' causal' if causal else ''} E={embed} H={heads}", n=length,
+                             peer="torch.nn.MultiheadAttention", ours_ms=ours * 1e3, peer_ms=peer * 1e3))
+    return rows
+
+
 def generate_seconds():
     with tempfile.TemporaryDirectory() as tmp:
         start = time.perf_counter()
@@ -191,6 +211,9 @@ def main() -> int:
     rows = maps_rows(found, (64, 1024, 16384), repeat)
     att_rows, times = attention_rows(found, repeat)
     rows += att_rows
+    small, _ = attention_rows(found, repeat, length=512)
+    rows += [row for row in small if row["peer"] == "torch SDPA"]
+    rows += layer_rows(found, repeat)
     checked = targets(rows, times, generate_seconds())
     print(write(args.out, rows, checked, missing))
     return 0

@@ -190,11 +190,14 @@ class MultiHeadAttention(_Movable):
         return x + table[:length]
 
     # ----------------------------------------------------------------- forward
-    def forward(self, query, key=None, value=None, *, mask=None):
+    def forward(self, query, key=None, value=None, *, mask=None, need_weights: bool = True):
         """``(N, L, E)`` output for ``query (N, L, E)``, ``key (N, S, E)``, ``value (N, S, E)``.
 
         ``key`` defaults to ``query`` and ``value`` to ``key``.  ``mask``
         broadcasts to ``(N, H, L, S)`` (e.g. ``(L, S)`` or ``(N, 1, L, S)``).
+        ``need_weights=False`` skips keeping :attr:`attention_weights` (set to
+        ``None``), which saves ``N H L S`` of memory and lets long sequences go
+        through the blocked paths.
         """
         self_attn = key is None and value is None
         key = query if key is None else key
@@ -210,7 +213,10 @@ class MultiHeadAttention(_Movable):
         q = self._split(self._project(xq, "q", xp))
         k = self._split(self._project(xk, "k", xp))
         v = self._split(self._project(xv, "v", xp))
-        heads, weights = attention(q, k, v, mapping=self.mapping, mask=mask, causal=self.causal, return_weights=True)
+        if need_weights:
+            heads, weights = attention(q, k, v, mapping=self.mapping, mask=mask, causal=self.causal, return_weights=True)
+        else:
+            heads, weights = attention(q, k, v, mapping=self.mapping, mask=mask, causal=self.causal), None
         merged = self._merge(heads)
         y = self._project(merged, "out", xp)
         self._cache = dict(xq=xq, xk=xk, xv=xv, q=q, k=k, v=v, merged=merged, mask=mask, self_attn=self_attn,

@@ -264,3 +264,15 @@ def test_heads_on_all_cores_equal_serial(mapping, monkeypatch):
     for a, b in zip(A.attention_backward(q, k, v, dout, mapping=mapping, mask=mask, causal=True), serial_grads):
         assert a.shape == b.shape
         np.testing.assert_allclose(a, b, atol=1e-13)
+
+
+def test_layer_without_weights_gives_the_same_output():
+    rng = np.random.default_rng(2)
+    layer = nm.MultiHeadAttention(8, 2, mapping="entmax15", causal=True, dtype="float64", seed=3)
+    x = rng.standard_normal((2, 5, 8))
+    with_weights = layer.forward(x)
+    dx = layer.backward(np.ones_like(with_weights))
+    without = layer.forward(x, need_weights=False)
+    assert layer.attention_weights is None
+    np.testing.assert_array_equal(without, with_weights)
+    np.testing.assert_allclose(layer.backward(np.ones_like(without)), dx, atol=1e-15)
