@@ -1,0 +1,96 @@
+"""Continuous maps (issue 8, first part): closed forms against mpmath quadrature at 30 digits."""
+
+from __future__ import annotations
+
+from functools import lru_cache
+
+import mpmath
+import pytest
+import sympy as sp
+from hypothesis import given
+from hypothesis import strategies as st
+
+from derive import DerivationError, Regularizer, gini, shannon, tsallis
+from derive.continuous import c, derive_continuous, mu, radius, s2, sigma2, t, theta1, theta2, u
+from derive.regularizers import p
+
+REGS = {"shannon": shannon, "gini": gini, "tsallis15": lambda: tsallis(sp.Rational(3, 2))}
+
+
+@lru_cache(maxsize=None)
+def cmap(name):
+    return derive_continuous(REGS[name]())
+
+
+def test_known_forms():
+    g = cmap("shannon")
+    assert g.family == "gaussian"
+    assert sp.simplify(g.density - sp.exp(-(u**2) / (2 * sigma2)) / sp.sqrt(2 * sp.pi * sigma2)) == 0
+    sparse = cmap("gini")
+    assert sparse.family == "compact"
+    assert sp.simplify(sparse.support_radius - (sp.Rational(3, 2) * sigma2) ** sp.Rational(1, 3)) == 0
+    assert sp.simplify(sparse.density - (radius**2 - u**2) / (2 * sigma2)) == 0  # a truncated parabola
+    biweight = cmap("tsallis15")
+    assert sp.simplify(biweight.support_radius - (15 * sigma2**2) ** sp.Rational(1, 5)) == 0
+    assert sp.simplify(biweight.density - (radius**2 - u**2) ** 2 / (16 * sigma2**2)) == 0
+    assert sp.simplify(g.mean - (-theta1 / (2 * theta2))) == 0 and sp.simplify(g.variance + 1 / (2 * theta2)) == 0
+
+
+params = st.tuples(
+    st.floats(-3, 3), st.floats(0.05, 4), st.floats(-4, 4), st.floats(0.05, 3)
+).map(lambda v: {mu: sp.Rational(v[0]), sigma2: sp.Rational(v[1]), c: sp.Rational(v[2]), s2: sp.Rational(v[3])})
+
+
+def _density(name, values):
+    cm = cmap(name)
+    fn = sp.lambdify([t], cm.density_at().subs(values), "mpmath")
+    half = float(cm.support_radius.subs(values)) if cm.family == "compact" else None
+    center = mpmath.mpf(sp.Rational(values[mu]).p) / sp.Rational(values[mu]).q
+
+    def p_of(x):
+        if half is not None and abs(x - center) >= cm.support_radius.subs(values).evalf(40):
+            return mpmath.mpf(0)
+        return fn(x)
+
+    lo, hi = (center - half, center + half) if half is not None else (-mpmath.inf, mpmath.inf)
+    return p_of, (lo, hi) if half is not None else (-mpmath.inf, mpmath.inf), center
+
+
+@pytest.mark.parametrize("name", list(REGS))
+@given(values=params)
+def test_density_is_normalised_and_stationary(name, values):
+    p_of, (lo, hi), center = _density(name, values)
+    with mpmath.workdps(30):
+        total = mpmath.quad(p_of, [lo, center, hi])
+        assert abs(total - 1) < mpmath.mpf(10) ** -25
+        # stationarity: omega'(p(t)) - f(t) is the same constant on the support, with
+        # f(t) = -(t - mu)^2 / (2 sigma^2) (up to a constant, which tau absorbs)
+        d1 = sp.lambdify([p], REGS[name]().first_derivative, "mpmath")
+        var = mpmath.mpf(sp.Rational(values[sigma2]).p) / sp.Rational(values[sigma2]).q
+        width = (hi - lo) / 4 if mpmath.isfinite(hi) else mpmath.sqrt(var)
+        taus = [d1(p_of(center + k * width)) + (k * width) ** 2 / (2 * var) for k in (-1, 0, mpmath.mpf(1) / 3, 1)]
+        assert max(taus) - min(taus) < mpmath.mpf(10) ** -20
+
+
+@pytest.mark.parametrize("name", list(REGS))
+@given(values=params)
+def test_rbf_expectation_matches_quadrature(name, values):
+    cm = cmap(name)
+    closed = cm.rbf_expectation().subs(values).evalf(40)
+    p_of, (lo, hi), center = _density(name, values)
+    cc = mpmath.mpf(sp.Rational(values[c]).p) / sp.Rational(values[c]).q
+    ss = mpmath.mpf(sp.Rational(values[s2]).p) / sp.Rational(values[s2]).q
+    with mpmath.workdps(30):
+        psi = lambda x: mpmath.exp(-((x - cc) ** 2) / (2 * ss)) / mpmath.sqrt(2 * mpmath.pi * ss)  # noqa: E731
+        points = sorted({lo, center, hi, cc} - {-mpmath.inf, mpmath.inf}) if mpmath.isfinite(hi) else [-mpmath.inf, center, cc, mpmath.inf]
+        if mpmath.isfinite(hi):
+            points = [x for x in points if lo <= x <= hi]
+        numeric = mpmath.quad(lambda x: p_of(x) * psi(x), points if len(points) > 1 else [lo, hi])
+        assert abs(numeric - mpmath.mpf(str(closed))) < mpmath.mpf(10) ** -25 * max(1, abs(numeric))
+
+
+def test_continuous_errors():
+    with pytest.raises(DerivationError, match="parameters"):
+        derive_continuous(tsallis())
+    with pytest.raises(DerivationError, match="closed form"):
+        derive_continuous(Regularizer.from_string("p*log(p) + p**2/2"))
