@@ -94,6 +94,23 @@ class ContinuousMap:
         return total / sp.sqrt(sp.pi)
 
 
+    def rbf_expectation_theta(self) -> tuple[sp.Expr, sp.Expr, sp.Expr]:
+        """``(E, dE/dtheta_1, dE/dtheta_2)`` for ``E = E_p[N(t; c, s2)]``, in ``theta_1``, ``theta_2``, ``c``, ``s2``.
+
+        Through ``mu = -theta_1 / (2 theta_2)`` and ``sigma^2 = -1 / (2 theta_2)``:
+        the Jacobian a continuous attention layer back-propagates through.
+        """
+        expr = self.rbf_expectation()
+        d_mu, d_var = sp.diff(expr, mu), sp.diff(expr, sigma2)
+        at = {mu: self.mean, sigma2: self.variance}
+        dmu = (sp.diff(self.mean, theta1), sp.diff(self.mean, theta2))
+        dvar = (sp.diff(self.variance, theta1), sp.diff(self.variance, theta2))
+        value = expr.subs(at)
+        g1 = (d_mu * dmu[0] + d_var * dvar[0]).subs(at)
+        g2 = (d_mu * dmu[1] + d_var * dvar[1]).subs(at)
+        return value, g1, g2
+
+
 def _antiderivative(k: int, x: sp.Expr) -> sp.Expr:
     """``J_k(x) = int_0^x v^k exp(-v^2) dv`` by ``J_k = -x^(k-1) e^(-x^2)/2 + (k-1)/2 J_(k-2)``."""
     if k == 0:

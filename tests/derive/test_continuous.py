@@ -94,3 +94,19 @@ def test_continuous_errors():
         derive_continuous(tsallis())
     with pytest.raises(DerivationError, match="closed form"):
         derive_continuous(Regularizer.from_string("p*log(p) + p**2/2"))
+
+
+@pytest.mark.parametrize("name", list(REGS))
+@given(th1=st.floats(-3, 3), th2=st.floats(-3, -0.1), cc=st.floats(-3, 3), ss=st.floats(0.1, 2))
+def test_rbf_expectation_gradient_matches_finite_differences(name, th1, th2, cc, ss):
+    value, g1, g2 = cmap(name).rbf_expectation_theta()
+    values = {c: sp.Rational(cc), s2: sp.Rational(ss)}
+    f = sp.lambdify([theta1, theta2], value.subs(values), "mpmath")
+    grads = [sp.lambdify([theta1, theta2], g.subs(values), "mpmath") for g in (g1, g2)]
+    a, b = mpmath.mpf(th1), mpmath.mpf(th2)
+    with mpmath.workdps(40):
+        h = mpmath.mpf(10) ** -12
+        fd1 = (f(a + h, b) - f(a - h, b)) / (2 * h)
+        fd2 = (f(a, b + h) - f(a, b - h)) / (2 * h)
+        assert abs(fd1 - grads[0](a, b)) < mpmath.mpf(10) ** -15 * max(1, abs(fd1))
+        assert abs(fd2 - grads[1](a, b)) < mpmath.mpf(10) ** -15 * max(1, abs(fd2))
