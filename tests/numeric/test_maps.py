@@ -103,7 +103,8 @@ def test_alpha_limits(x):
     np.testing.assert_allclose(nm.entmax(x, 2.0), nm.sparsemax(x), atol=1e-12)
     np.testing.assert_allclose(nm.entmax(x, 1.5), nm.entmax15(x), atol=1e-12)
     close, far = (np.abs(nm.entmax(x, a) - nm.softmax(x)).max() for a in (1 + 1e-6, 1 + 1e-2))
-    assert close <= 1e-5 and close <= far + 1e-12
+    # closer as alpha -> 1, down to the solvers' rounding (~1e-11 near ties)
+    assert close <= 1e-5 and close <= max(far, 1e-10)
 
 
 @given(x=rows(masked=False))
@@ -179,6 +180,8 @@ def _sympy_jacobian(name, x):
 def test_jacobian_matches_sympy_closed_form(name, x):
     m = get(name)
     y = m(x)
+    # the map is not differentiable where a score sits on its support boundary
+    assume(all(q == 0 or q > 1e-9 for q in reference(name, x)))
     jac = np.stack([m.jvp(y, e) for e in np.eye(len(x))], axis=1)
     np.testing.assert_allclose(jac, _sympy_jacobian(name, x), atol=1e-10)
 
