@@ -257,8 +257,17 @@ def _solve(dv: Derivation, scores: Any, digits: int, params: dict):
     finite = [v for v in values if v != -mpmath.inf]
     if not finite:
         return comp, values, None, [mpmath.mpf(0)] * len(values)
-    t = comp.tau(finite)
-    return comp, values, t, [comp.g(v - t) for v in values]
+    # A score right at the support boundary of a map whose link has an infinite slope
+    # there (omega = p**3: g(z) = sqrt(z/3)) makes sum_i p_i - 1 ~ sqrt(error of tau): the
+    # working precision is raised until the simplex holds to the digits asked for.
+    target = mpmath.mpf(10) ** -(digits + 5)
+    for extra in (0, 40, 120, 360):
+        with mpmath.workdps(mpmath.mp.dps + extra):
+            t = comp.tau(finite)
+            probs = [comp.g(v - t) for v in values]
+            if abs(mpmath.fsum(probs) - 1) <= target:
+                break
+    return comp, values, t, probs
 
 
 def evaluate(dv: Derivation, scores: Any, digits: int = 50, **params: Any) -> list[mpmath.mpf]:
