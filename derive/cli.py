@@ -94,15 +94,6 @@ def _cmd_generate(args: argparse.Namespace) -> int:
     return 0
 
 
-def _import_file(path: Path):
-    import importlib.util
-
-    spec = importlib.util.spec_from_file_location(f"_regattn_verify_{path.stem}", path)
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
-
-
 def _cmd_verify(args: argparse.Namespace) -> int:
     import tempfile
 
@@ -110,7 +101,7 @@ def _cmd_verify(args: argparse.Namespace) -> int:
 
     from .codegen import generate_module
     from .codegen import verify as V
-    from .codegen.builtins import write_atomic
+    from .codegen.builtins import load_module, write_atomic
     from .codegen.compilers import ARCHES, host_library, nvrtc_available, nvrtc_compile
 
     reg = regularizer_from_args(args)
@@ -139,7 +130,7 @@ def _cmd_verify(args: argparse.Namespace) -> int:
         start = time.perf_counter()
         path = Path(tmp) / f"{name}.py"
         write_atomic(path, generate_module(dv, name))
-        module = _import_file(path)
+        module = load_module(path, prefix="_regattn_verify_")
         print(f"generated    {name}.py ({path.stat().st_size // 1024} kB, {len(V.functions(dv))} functions, "
               f"{len(module.CUDA_KERNELS)} kernels) in {time.perf_counter() - start:.2f} s")
 

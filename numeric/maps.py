@@ -138,16 +138,20 @@ class Map:
         """``(p*(x), tau)``: the map along ``axis`` and the threshold of each row (batch shape).
 
         ``overwrite=True`` lets the NumPy path use ``x`` as scratch space (attention
-        passes its own score buffers this way, saving an allocation and a pass).
+        passes its own score buffers this way, saving an allocation and a pass);
+        copies made here (a cast, a moved axis) are used as scratch anyway.
         """
         xp = array_module(x)
+        given = x
         x, out_dtype = to_compute_dtype(x, xp)
         axis = _check_axis(x, axis)
         flat, restore = _rows(x, axis)
         if is_cupy(flat):
             p, tau = self._forward_cupy(flat)
         else:
-            p, tau = self._forward_numpy(flat, overwrite=overwrite and np.shares_memory(flat, x))
+            # scratch space: a copy made here (a cast or a moved axis), or the caller's buffer if allowed
+            own = not np.may_share_memory(flat, given)
+            p, tau = self._forward_numpy(flat, overwrite=overwrite or own)
         batch = x.shape[:axis] + x.shape[axis + 1:]
         return restore(p).astype(out_dtype, copy=False), tau.reshape(batch)
 
@@ -205,11 +209,14 @@ class Map:
         return p, tau
 
     # --------------------------------------------------------- derivatives
-    def _weights(self, y, xp):
-        params = self._cast(y.dtype)
+    def _on_support(self, fn, y, xp, off=0.0):
+        """``fn(y)`` where ``y > 0``, ``off`` elsewhere; ``fn`` is evaluated at 1 off the support."""
         pos = y > 0
-        w = self.module.weight(y + ~pos, *params) * pos  # 1 stands in off the support
-        return xp.asarray(w).astype(y.dtype, copy=False)
+        value = xp.asarray(fn(y + ~pos, *self._cast(y.dtype)))
+        return (value * pos + off * ~pos if off else value * pos).astype(y.dtype, copy=False)
+
+    def _weights(self, y, xp):
+        return self._on_support(self.module.weight, y, xp)
 
     def jvp(self, y, dx, axis: int = -1):
         """``J dx`` at ``y = m(x)``: ``w*dx - w (w.dx) / sum(w)``, ``w = w(y)`` on the support."""
@@ -250,12 +257,9 @@ class Map:
             raise ValueError(f"cotangent of shape {dy64.shape} does not match the output shape {y64.shape}")
         axis = _check_axis(y64, axis)
         jdy = self.jvp(y64, dy64, axis=axis)
-        params = self._cast(np.float64)
-        pos = y64 > 0
-        safe = xp.where(pos, y64, 1)
         out = {}
         for name in self.params:
-            c = xp.where(pos, getattr(self.module, f"omega_prime_d_{name}")(safe, *params), 0)
+            c = self._on_support(getattr(self.module, f"omega_prime_d_{name}"), y64, xp)
             out[name] = -(jdy * c).sum(axis=axis)
         return out
 
@@ -304,8 +308,7 @@ class Map:
         omega_zero = self.module.omega_zero(*params)
 
         def big_omega(q):
-            pos = q > 0
-            val = xp.where(pos, self.module.omega(xp.where(pos, q, 1), *params), omega_zero)
+            val = self._on_support(self.module.omega, q, xp, off=float(omega_zero))
             return xp.where(finite, val, 0).sum(axis=axis)
 
         conj = (p * s).sum(axis=axis) - big_omega(p)

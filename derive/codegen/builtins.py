@@ -8,6 +8,7 @@ import os
 import tempfile
 from collections.abc import Callable
 from pathlib import Path
+from types import ModuleType
 
 import sympy as sp
 
@@ -16,7 +17,16 @@ from ..errors import DerivationError
 from ..regularizers import Regularizer, gini, shannon, tsallis
 from .emit import check_name, generate_module
 
-__all__ = ["BUILTIN_MAPS", "builtin_sources", "generated_dir", "write_atomic", "write_builtins", "stale_builtins"]
+__all__ = [
+    "BUILTIN_MAPS",
+    "builtin_sources",
+    "generated_dir",
+    "load_module",
+    "write_atomic",
+    "write_builtins",
+    "stale_builtins",
+    "write_user_module",
+]
 
 #: map name -> regularizer factory
 BUILTIN_MAPS: dict[str, Callable[[], Regularizer]] = {
@@ -48,6 +58,17 @@ def builtin_sources() -> dict[str, str]:
     out = {f"{name}.py": generate_module(derive_map(factory()), name) for name, factory in BUILTIN_MAPS.items()}
     out["__init__.py"] = _INIT.format(mark=HEADER_MARK, names=tuple(BUILTIN_MAPS))
     return out
+
+
+def load_module(path: Path, prefix: str = "_regattn_") -> ModuleType:
+    """Import a generated module from its file, under the name ``prefix + stem`` (not put in sys.modules)."""
+    path = Path(path)
+    spec = importlib.util.spec_from_file_location(prefix + path.stem, path)
+    if spec is None or spec.loader is None:
+        raise DerivationError(f"cannot import {path}")
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
 
 
 def write_atomic(path: Path, text: str) -> None:

@@ -10,7 +10,6 @@ is ``tol * (1 + kappa)`` relative with ``tol`` = 1e-13 (double) and 1e-6 (float)
 
 from __future__ import annotations
 
-import importlib.util
 import math
 import os
 import re
@@ -29,7 +28,7 @@ from hypothesis import strategies as st
 from derive import DerivationError, Regularizer, derive_map
 from derive.codegen import content_hash, generate_module
 from derive.codegen import verify as V
-from derive.codegen.builtins import BUILTIN_MAPS
+from derive.codegen.builtins import BUILTIN_MAPS, load_module
 from derive.codegen.compilers import host_library, nvrtc_available, nvrtc_compile
 from derive.regularizers import p
 
@@ -59,10 +58,7 @@ def module_for(name: str):
         folder.mkdir(exist_ok=True)
         path = folder / f"{name}.py"
         path.write_text(generate_module(derivation_for(name), name))
-    spec = importlib.util.spec_from_file_location(f"_regattn_test_{name}", path)
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
+    return load_module(path, prefix="_regattn_test_")
 
 
 ALL_MAPS = list(BUILTIN_MAPS) + list(USER_MAPS)

@@ -7,8 +7,7 @@ reference Jacobian.
 
 from __future__ import annotations
 
-import importlib.util
-from pathlib import Path
+import importlib
 
 import mpmath
 import numpy as np
@@ -22,15 +21,11 @@ from ._device import GPU, cp
 
 pytestmark = GPU
 
-GENERATED = Path(__file__).resolve().parents[2] / "numeric" / "_generated"
 PARAMS = {"entmax": {"alpha": 1.3}}
 
 
 def _module(name):
-    spec = importlib.util.spec_from_file_location(f"_gpu_{name}", GENERATED / f"{name}.py")
-    mod = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(mod)
-    return mod
+    return importlib.import_module(f"numeric._generated.{name}")
 
 
 def _kernels(name):
