@@ -40,7 +40,7 @@ CAUSAL_MIN_BLOCK = 128
 
 
 def _prepare(q, k, v, mapping, mask, causal, scale):
-    xp = array_module(q, k, v, mask if mask is not None and not isinstance(mask, (bool, float, int)) else None)
+    xp = array_module(q, k, v, mask)  # None and Python scalars do not decide
     q, k, v = (xp.asarray(a) for a in (q, k, v))
     for name, a in (("q", q), ("k", k), ("v", v)):
         if a.ndim < 2:

@@ -197,8 +197,7 @@ def generate_module(dv: Derivation, name: str) -> str:
         f"{256} threads per block).",
         '"""',
     ]
-    body = ["", "\n".join(doc), "", "import math", "", "import numpy", ""]  # math dropped below if unused
-    body += [
+    body = [
         f"NAME = {name!r}",
         f"REGULARIZER = {reg_text!r}",
         f"SPARSE = {dv.sparse!r}",
@@ -223,11 +222,11 @@ def generate_module(dv: Derivation, name: str) -> str:
         body += ["", "tau_candidate = None", ""]
     if th.discriminant is None:
         body += ["", "discriminant = None", ""]
+    imports = (["import math", ""] if "math." in "\n".join(body) else []) + ["import numpy", ""]
+    body = ["", "\n".join(doc), ""] + imports + body
     body += ["", 'CUDA_DEVICE_SOURCE = r"""', device_source.rstrip("\n"), '"""', ""]
     body += ['CUDA_SOURCE = CUDA_DEVICE_SOURCE + r"""', kernel_source.rstrip("\n"), '"""', ""]
     text = "\n".join(body)
-    if "math." not in text.split("import numpy", 1)[1]:
-        text = text.replace("import math\n\n", "", 1)
     while "\n\n\n\n" in text:
         text = text.replace("\n\n\n\n", "\n\n\n")
     text = text.strip("\n") + "\n"
