@@ -42,6 +42,8 @@ radius = sp.Symbol("a", positive=True)
 theta1 = sp.Symbol("theta_1", real=True)
 theta2 = sp.Symbol("theta_2", negative=True)
 _v = sp.Symbol("v", real=True)
+_d = sp.Symbol("d", real=True)
+_lo, _hi = sp.Symbol("x_-", real=True), sp.Symbol("x_+", real=True)
 
 
 @dataclass(frozen=True)
@@ -82,17 +84,33 @@ class ContinuousMap:
         if self.family == "gaussian":
             total = sigma2 + s2
             return sp.exp(-((c - mu) ** 2) / (2 * total)) / sp.sqrt(2 * sp.pi * total)
-        a = self.support_radius
-        # u = d + sqrt(2 s2) v with d = c - mu: psi du = exp(-v^2) dv / sqrt(pi)
-        d = c - mu
+        expr, at = self._compact_expectation()
+        return expr.subs(at, simultaneous=True).subs(radius, self.support_radius)
+
+    def _compact_expectation(self) -> tuple[sp.Expr, dict]:
+        """The compact-support expectation in ``a``, ``d = c - mu``, ``x_-``, ``x_+`` and ``s2``.
+
+        With ``u = d + sqrt(2 s2) v``, ``psi du = exp(-v^2) dv / sqrt(pi)`` and the
+        support ``|u| < a`` is ``x_- < v < x_+``, ``x_+- = (+-a - d) / sqrt(2 s2)``.
+        Returns the expression and the substitution back to ``mu``, ``c``, ``s2``.
+        """
         scale = sp.sqrt(2 * s2)
-        poly = sp.Poly(sp.expand(self.density.subs(radius, a).subs(u, d + scale * _v)), _v)
-        lo, hi = (-a - d) / scale, (a - d) / scale
+        poly = sp.Poly(sp.expand(self.density.subs(u, _d + scale * _v)), _v)
         total = sp.Integer(0)
         for (power,), coeff in poly.terms():
-            total += coeff * (_antiderivative(power, hi) - _antiderivative(power, lo))
-        return total / sp.sqrt(sp.pi)
+            total += sp.factor(coeff) * (_antiderivative(power, _hi) - _antiderivative(power, _lo))
+        d = c - mu
+        return total / sp.sqrt(sp.pi), {_hi: (radius - d) / scale, _lo: (-radius - d) / scale, _d: d}
 
+    def rbf_expectation_grad(self) -> tuple[sp.Expr, sp.Expr, sp.Expr]:
+        """``(E, dE/dmu, dE/dsigma2)`` for ``E = E_p[N(t; c, s2)]``, in ``mu``, ``sigma2``, ``c``, ``s2``.
+
+        The radius ``a(sigma2)`` moves with ``sigma2``; the density vanishes at
+        ``|u| = a``, so the moving ends add nothing and differentiating the
+        closed form is exact.
+        """
+        expr = self.rbf_expectation()
+        return expr, sp.diff(expr, mu), sp.diff(expr, sigma2)
 
     def rbf_expectation_theta(self) -> tuple[sp.Expr, sp.Expr, sp.Expr]:
         """``(E, dE/dtheta_1, dE/dtheta_2)`` for ``E = E_p[N(t; c, s2)]``, in ``theta_1``, ``theta_2``, ``c``, ``s2``.
@@ -100,8 +118,7 @@ class ContinuousMap:
         Through ``mu = -theta_1 / (2 theta_2)`` and ``sigma^2 = -1 / (2 theta_2)``:
         the Jacobian a continuous attention layer back-propagates through.
         """
-        expr = self.rbf_expectation()
-        d_mu, d_var = sp.diff(expr, mu), sp.diff(expr, sigma2)
+        expr, d_mu, d_var = self.rbf_expectation_grad()
         at = {mu: self.mean, sigma2: self.variance}
         dmu = (sp.diff(self.mean, theta1), sp.diff(self.mean, theta2))
         dvar = (sp.diff(self.variance, theta1), sp.diff(self.variance, theta2))
@@ -109,6 +126,53 @@ class ContinuousMap:
         g1 = (d_mu * dmu[0] + d_var * dvar[0]).subs(at)
         g2 = (d_mu * dmu[1] + d_var * dvar[1]).subs(at)
         return value, g1, g2
+
+
+    def _steps(self) -> list[tuple[str, sp.Expr | sp.Eq]]:
+        f = theta1 * t + theta2 * t**2
+        steps = [
+            ("scores", sp.Eq(sp.Function("f")(t), f)),
+            ("mean and variance", sp.Eq(sp.Tuple(mu, sigma2), sp.Tuple(self.mean, self.variance))),
+        ]
+        if self.family == "gaussian":
+            steps.append(("density (Gaussian, full support)", sp.Eq(sp.Function("p")(t), self.density_at())))
+        else:
+            steps += [
+                ("support", sp.Eq(sp.Abs(t - mu), radius, evaluate=False)),
+                ("radius", sp.Eq(radius, self.support_radius)),
+                ("density on the support", sp.Eq(sp.Function("p")(t), self.density.subs(u, t - mu))),
+            ]
+        psi = sp.Symbol(r"E_p[\mathcal{N}(t; c, s^2)]")
+        if self.family == "gaussian":
+            steps.append(("context of a Gaussian basis function", sp.Eq(psi, self.rbf_expectation())))
+        else:
+            expr, at = self._compact_expectation()
+            steps += [
+                ("context of a Gaussian basis function", sp.Eq(psi, expr)),
+                ("where", sp.Tuple(*(sp.Eq(k, v) for k, v in at.items()))),
+            ]
+        return steps
+
+    def _display_steps(self) -> list[tuple[str, sp.Basic]]:
+        show = {sigma2: sp.Symbol("sigma^2", positive=True), s2: sp.Symbol("s^2", positive=True)}
+        return [(title, eq.subs(show)) for title, eq in self._steps()]
+
+    def latex(self) -> str:
+        """The continuous map as LaTeX: scores, mean and variance, support, density, context."""
+        lines = [rf"\text{{continuous map of }} \omega(p) = {sp.latex(self.regularizer.omega)} \\"]
+        for title, eq in self._display_steps():
+            lines.append(rf"\text{{{title}:}}\quad {sp.latex(eq)} \\")
+        return "\n".join(lines)
+
+    def pretty(self) -> str:
+        """The continuous map as plain Unicode text."""
+        out = [f"continuous map of omega(p) = {sp.sstr(self.regularizer.omega)}  ({self.family})"]
+        for title, eq in self._display_steps():
+            out += [f"{title}:", sp.pretty(eq, use_unicode=True), ""]
+        return "\n".join(out).rstrip() + "\n"
+
+    def __str__(self) -> str:
+        return self.pretty()
 
 
 def _antiderivative(k: int, x: sp.Expr) -> sp.Expr:
