@@ -109,6 +109,8 @@ class _PowerMixin:
     def _pow_parts(self, expr):
         """Small powers as products/roots, parenthesized so that ``a/k**2`` prints ``a/(k*k)``."""
         base, e = expr.base, expr.exp
+        if expr.is_number and not e.is_Integer and expr.is_extended_real and expr.is_finite:
+            return self._print(sp.Float(expr.evalf(20), 17))  # an irrational constant such as 2**(2/3): its value
         b = self._print(base)
         if not (base.is_Symbol or base.is_Number):
             b = f"({b})"
@@ -158,6 +160,10 @@ class PyPrinter(_PowerMixin, NumPyPrinter):
 
     def _print_Float(self, expr):
         return repr(float(expr))
+
+    def _print_erf(self, expr):
+        # numeric.special.erf: NumPy has no erf ufunc (modules using it import it)
+        return f"erf({self._print(expr.args[0])})"
 
     def _print_Infinity(self, expr):
         return "math.inf"
