@@ -157,7 +157,7 @@ class Map:
 
     def _forward_numpy(self, x: np.ndarray, overwrite: bool = False):
         params = self._cast(x.dtype)
-        m = x.max(axis=-1)  # NaN in a row makes m NaN; a fully masked row has m = -inf
+        m = th.row_max(x)  # NaN in a row makes m NaN; a fully masked row has m = -inf
         bad = ~np.isfinite(m)
         if not bad.any():  # the common case: no copies of rows
             return self._solve_rows(x, m, params, overwrite)
@@ -191,7 +191,7 @@ class Map:
             else:
                 t = th.root_threshold(self.module, y, params, shifted=True)
             y -= t[:, None]
-            p = th.clipped_link(self.module, y, params)
+            p = th.clipped_link(self.module, y, params, overwrite=True)
             if self.threshold == "root":  # tau is exact to the tolerance; make the sum exact too
                 p /= th.row_sum(p)[:, None]
         return p, m + t

@@ -1,0 +1,226 @@
+"""Fast paths of numeric.threshold against the plain ones and the 50-digit reference.
+
+The sort-free fixed-point threshold (links of degree 1) against the full sort,
+row maxima through transposed blocks against ``max(axis=-1)``, row sums by
+einsum against float64 sums, the one-pass clipped affine link against the
+masked one; masks, ties, NaN rows, huge scores, float32 and float64, rows of
+length 1, and batches long enough to take every fast path.
+"""
+
+from __future__ import annotations
+
+import importlib
+import math
+
+import numpy as np
+import pytest
+from hypothesis import given
+from hypothesis import strategies as st
+
+import numeric as nm
+from derive import Regularizer, derive_map, generate_module
+from derive.codegen.builtins import load_module
+from numeric import threshold as th
+
+from .conftest import reference
+
+#: degree-1 user maps: omega'(1) - omega'(0+) = 2 (support counted by comparison), and
+#: omega'(0+) = 1 (the link z - 1 clips away from 0)
+LINEAR_USER = {"twice_gini": "p**2", "shifted_gini": "p**2/2 + p"}
+
+
+@pytest.fixture(scope="module")
+def linear_maps(tmp_path_factory):
+    folder = tmp_path_factory.mktemp("linear")
+    mods = {"sparsemax": importlib.import_module("numeric._generated.sparsemax")}
+    for name, expr in LINEAR_USER.items():
+        path = folder / f"{name}.py"
+        path.write_text(generate_module(derive_map(Regularizer.from_string(expr, name=name)), name))
+        mods[name] = load_module(path)
+        assert mods[name].THRESHOLD == "sort" and mods[name].THRESHOLD_DEGREE == 1
+    return mods
+
+
+values = st.one_of(
+    st.floats(-50, 50),
+    st.floats(-1e12, 1e12),
+    st.floats(-1e-9, 1e-9),
+    st.integers(-3, 3).map(float),  # ties
+    st.sampled_from([0.0, 0.5, 1.0, -1.0]).map(lambda v: v / 4),  # ties at the threshold
+)
+
+
+@st.composite
+def batches(draw, max_len=80, max_rows=6):
+    """A (rows, n) float64 batch; masked scores (-inf) anywhere but column 0."""
+    n = draw(st.integers(1, max_len))
+    r = draw(st.integers(1, max_rows))
+    x = np.array(draw(st.lists(st.lists(values, min_size=n, max_size=n), min_size=r, max_size=r)))
+    mask = np.array(draw(st.lists(st.lists(st.booleans(), min_size=n, max_size=n), min_size=r, max_size=r)))
+    mask[:, 0] = False
+    x[mask] = -np.inf
+    return x
+
+
+def _shifted(x):
+    return x - x.max(axis=-1, keepdims=True)
+
+
+@pytest.mark.parametrize("name", ["sparsemax", *LINEAR_USER])
+@pytest.mark.parametrize("dtype", [np.float64, np.float32])
+@given(x=batches())
+def test_fixed_point_threshold_equals_full_sort(linear_maps, name, dtype, x):
+    mod = linear_maps[name]
+    y = _shifted(x.astype(dtype))
+    eps = float(np.finfo(dtype).eps)
+    reach = float(mod.omega_prime(1.0))
+    fixed, iterations = th.fixed_point_threshold(mod, y, (), return_iterations=True)
+    full = th.sort_threshold(mod, y, (), method="full", shifted=True)
+    n = y.shape[-1]
+    assert iterations.max() <= n + 1
+    # both are exact on the support's shifted scores (|y| <= omega'(1) there): sums of n terms
+    tol = 4 * n * eps * max(1.0, reach)
+    np.testing.assert_allclose(fixed, full, rtol=0, atol=tol)
+    p_fixed = th.clipped_link(mod, y - fixed[:, None], ())
+    p_full = th.clipped_link(mod, y - full[:, None], ())
+    np.testing.assert_allclose(p_fixed, p_full, rtol=0, atol=tol)
+    np.testing.assert_allclose(p_fixed.astype(np.float64).sum(-1), 1, rtol=0, atol=tol)
+
+
+@pytest.mark.parametrize("name", ["sparsemax", *LINEAR_USER])
+@given(x=batches(max_len=40, max_rows=3))
+def test_fixed_point_method_of_sort_threshold(linear_maps, name, x):
+    """method="fixed" shifts by the row maximum itself and agrees with the full sort."""
+    mod = linear_maps[name]
+    fixed = th.sort_threshold(mod, x, (), method="fixed")
+    full = th.sort_threshold(mod, x, (), method="full")
+    np.testing.assert_allclose(fixed - x.max(-1), full - x.max(-1), rtol=0, atol=1e-12 * x.shape[-1])
+
+
+def test_fixed_point_needs_degree_one():
+    mod = importlib.import_module("numeric._generated.entmax15")
+    with pytest.raises(ValueError, match="degree 1"):
+        th.sort_threshold(mod, np.zeros((2, 3)), (), method="fixed")
+
+
+@pytest.mark.parametrize("scale", [0.01, 0.1, 1.0, 10.0])
+@pytest.mark.parametrize("n", [1, 2, 64, 255])
+def test_fixed_point_iterations_on_random_rows(scale, n):
+    """Few steps on random rows (a regression guard for speed; the bound proved is n + 1)."""
+    mod = importlib.import_module("numeric._generated.sparsemax")
+    x = (np.random.default_rng(n).standard_normal((2048, n)) * scale).astype(np.float32)
+    y = _shifted(x)
+    tau, iterations = th.fixed_point_threshold(mod, y, (), return_iterations=True)
+    assert iterations.max() <= min(n + 1, 12), np.bincount(iterations)
+    np.testing.assert_array_equal(tau, th.sort_threshold(mod, y, (), method="fixed", shifted=True))
+    full = th.sort_threshold(mod, y, (), method="full", shifted=True)
+    np.testing.assert_allclose(tau, full, rtol=0, atol=4 * n * np.finfo(np.float32).eps)
+
+
+# ------------------------------------------------------------ row maxima and sums
+@given(
+    rows=st.sampled_from([1, 1023, 1024, 1500, 2049]),
+    n=st.integers(1, 70),
+    seed=st.integers(0, 2**16),
+    dtype=st.sampled_from([np.float64, np.float32]),
+)
+def test_row_max_equals_max(rows, n, seed, dtype):
+    rng = np.random.default_rng(seed)
+    x = (rng.standard_normal((rows, n)) * 10.0 ** rng.integers(-3, 30, (rows, 1))).astype(dtype)
+    x[rng.random((rows, n)) < 0.1] = -np.inf
+    x[rng.random(rows) < 0.05, 0] = np.nan
+    x[rng.random(rows) < 0.02, -1] = np.inf
+    x[rng.random(rows) < 0.02] = -np.inf
+    np.testing.assert_array_equal(th.row_max(x), x.max(axis=-1))
+    assert th.row_max(x).dtype == dtype
+
+
+@pytest.mark.parametrize("dtype", [np.float64, np.float32])
+@pytest.mark.parametrize("n", [1, 3, 64, 1024, 16384])
+def test_row_sum_accuracy(dtype, n):
+    rng = np.random.default_rng(n)
+    x = (rng.standard_normal((max(1, 2**16 // n), n)) + 0.3).astype(dtype)
+    got = th.row_sum(x)
+    assert got.dtype == dtype and got.shape == (x.shape[0],)
+    exact = x.astype(np.float64).sum(-1)
+    bound = 4 * np.finfo(dtype).eps * np.abs(x).astype(np.float64).sum(-1)
+    assert (np.abs(got - exact) <= bound).all()
+    y = x.copy()
+    y[:, 0] = -np.inf
+    assert (th.row_sum(y) == -np.inf).all()
+
+
+@pytest.mark.parametrize("name", ["sparsemax", *LINEAR_USER])
+@pytest.mark.parametrize("dtype", [np.float64, np.float32])
+def test_clipped_affine_link_equals_masked_link(linear_maps, name, dtype):
+    mod = linear_maps[name]
+    clip = mod.clip()
+    z = (np.random.default_rng(0).standard_normal((50, 40)) * 3 + clip).astype(dtype)
+    z[:, :5] = clip  # exactly at the clip: 0
+    z[:, 5] = -np.inf
+    z[:, 6] = np.nextafter(dtype(clip), dtype(np.inf))
+    before = z.copy()
+    got = th.clipped_link(mod, z, ())
+    np.testing.assert_array_equal(z, before)  # not overwritten unless asked
+    with np.errstate(invalid="ignore"):
+        want = np.where(z > clip, mod.link(z), 0).astype(dtype)
+    np.testing.assert_array_equal(got, want)
+    assert got.dtype == dtype and (got >= 0).all()
+    same = th.clipped_link(mod, z, (), overwrite=True)
+    np.testing.assert_array_equal(same, want)
+
+
+# ------------------------------------------------------- whole maps on long batches
+def _special_rows(n, dtype):
+    big = 1e30 if dtype == np.float64 else float(np.finfo(dtype).max) / 4
+    rows = [
+        np.full(n, -np.inf),  # fully masked
+        np.r_[np.nan, np.zeros(n - 1)],  # NaN
+        np.r_[big, -big, np.zeros(n - 2)],  # huge
+        np.r_[1e12, 1e12 - 0.5, np.full(n - 2, -1e12)],  # huge with a small spread
+        np.r_[0.25, 0.25, 0.25, np.full(n - 3, -np.inf)],  # ties, masks
+        np.zeros(n),  # all tied
+        np.arange(n) * 1e-9,  # nearly tied
+    ]
+    return np.array(rows, dtype=dtype)
+
+
+@pytest.mark.parametrize("dtype", [np.float64, np.float32])
+@pytest.mark.parametrize("n", [64, 200])
+def test_sparsemax_long_batch_with_special_rows(dtype, n):
+    """2048 rows: transposed row maxima (n = 64) and the fixed-point threshold, with odd rows among them."""
+    rng = np.random.default_rng(n)
+    x = rng.standard_normal((2048, n)).astype(dtype)
+    special = _special_rows(n, dtype)
+    at = rng.choice(2048, special.shape[0], replace=False)
+    x[at] = special
+    p = nm.sparsemax(x)
+    assert p.dtype == dtype
+    nan_rows = np.isnan(x).any(-1)
+    assert np.isnan(p[nan_rows]).all() and not np.isnan(p[~nan_rows]).any()
+    assert (p[0 == np.isfinite(x).sum(-1)] == 0).all()
+    eps = float(np.finfo(dtype).eps)
+    for row, i in zip(special, at):
+        if np.isnan(row).any() or not np.isfinite(row).any():
+            continue
+        want = np.array(reference("sparsemax", row.astype(np.float64)))
+        np.testing.assert_allclose(p[i], want, rtol=0, atol=8 * n * eps)
+    # every other row as computed alone (no fast path depends on the batch)
+    for i in rng.choice(2048, 5, replace=False):
+        np.testing.assert_allclose(p[i], nm.sparsemax(x[i]), rtol=0, atol=4 * n * eps)
+    # float32 against float64
+    if dtype == np.float32:
+        ok = ~nan_rows
+        np.testing.assert_allclose(p[ok], nm.sparsemax(x[ok].astype(np.float64)), rtol=0, atol=2e-6)
+
+
+def test_rows_of_length_one_and_two_in_long_batches():
+    x = np.random.default_rng(1).standard_normal((3000, 1))
+    x[::7] = -np.inf
+    p = nm.sparsemax(x)
+    assert (p[::7] == 0).all() and (np.delete(p, np.s_[::7], axis=0) == 1).all()
+    x2 = np.random.default_rng(2).standard_normal((3000, 2)).astype(np.float32)
+    p2 = nm.sparsemax(x2)
+    want = np.clip((x2[:, 0] - x2[:, 1] + 1) / 2, 0, 1)
+    np.testing.assert_allclose(p2[:, 0], want, rtol=0, atol=4e-7)
+    assert math.isclose(float(p2.astype(np.float64).sum()), 3000, rel_tol=1e-6)
