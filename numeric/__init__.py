@@ -13,6 +13,7 @@ derivations in :mod:`derive`.
 """
 
 from .attention import attention, attention_backward
+from .continuous import ContinuousAttention, GaussianBasis, continuous_attention, continuous_attention_backward, get_continuous_map
 from .layers import MultiHeadAttention, SelfAttention, sinusoidal_encoding
 from .maps import Map, entmax, entmax15, get_map, softmax, sparsemax
 
@@ -28,5 +29,10 @@ __all__ = [
     "SelfAttention",
     "MultiHeadAttention",
     "sinusoidal_encoding",
+    "get_continuous_map",
+    "GaussianBasis",
+    "continuous_attention",
+    "continuous_attention_backward",
+    "ContinuousAttention",
 ]
 __version__ = "0.1.0"
