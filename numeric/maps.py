@@ -21,8 +21,12 @@ generated CUDA kernels on the device.
 
 from __future__ import annotations
 
+import contextvars
 import importlib
 import math
+import os
+import threading
+from concurrent.futures import ThreadPoolExecutor
 from types import ModuleType
 
 import numpy as np
@@ -157,44 +161,69 @@ class Map:
 
     def _forward_numpy(self, x: np.ndarray, overwrite: bool = False):
         params = self._cast(x.dtype)
+        out = x if overwrite else np.empty_like(x)
+        tau = np.empty(x.shape[0], dtype=x.dtype)
+
+        def solve(lo, hi):
+            self._forward_block(x[lo:hi], out[lo:hi], tau[lo:hi], params)
+
+        _on_two_threads(solve, x.shape[0], x.size)
+        return out, tau
+
+    def _forward_block(self, x: np.ndarray, out: np.ndarray, tau: np.ndarray, params: tuple):
+        """``p`` of the rows ``x`` into ``out`` (which may be ``x`` itself) and their thresholds into ``tau``."""
+        if self.threshold == "closed":
+            # no shift where none is needed (see closed_unshifted); the other rows below
+            redo = th.closed_unshifted(self.module, x, params, out, tau)
+            if redo is not None:
+                rows, scores = redo
+                sub_tau = np.empty(rows.size, dtype=x.dtype)
+                self._shifted_rows(scores, scores, sub_tau, params)
+                out[rows] = scores
+                tau[rows] = sub_tau
+            return
+        self._shifted_rows(x, out, tau, params)
+
+    def _shifted_rows(self, x: np.ndarray, out: np.ndarray, tau: np.ndarray, params: tuple):
+        """:meth:`_forward_block` by shifting every row by its maximum; NaN and fully masked rows here."""
         m = th.row_max(x)  # NaN in a row makes m NaN; a fully masked row has m = -inf
         bad = ~np.isfinite(m)
         if not bad.any():  # the common case: no copies of rows
-            return self._solve_rows(x, m, params, overwrite)
-        p = np.zeros_like(x)
-        tau = np.full(x.shape[0], np.inf, dtype=x.dtype)
-        invalid = np.isnan(m) | (m == np.inf)  # NaN (or +inf) scores: the row is NaN
-        p[invalid] = np.nan
-        tau[invalid] = np.nan
+            tau[...] = self._solve_rows(x, m, params, out)
+            return
         live = ~bad
         if live.any():
-            p[live], tau[live] = self._solve_rows(x[live], m[live], params)
-        return p, tau
+            sub = x[live]  # a copy, used as scratch; written out before out (maybe x) changes
+            tau[live] = self._solve_rows(sub, m[live], params, sub)
+            out[live] = sub
+        invalid = np.isnan(m) | (m == np.inf)  # NaN (or +inf) scores: the row is NaN
+        out[bad] = 0
+        tau[bad] = np.inf
+        out[invalid] = np.nan
+        tau[invalid] = np.nan
 
-    def _solve_rows(self, x: np.ndarray, m: np.ndarray, params: tuple, overwrite: bool = False):
-        """``(p, tau)`` for rows with a finite maximum ``m`` (``x`` is scratch if ``overwrite``).
+    def _solve_rows(self, x: np.ndarray, m: np.ndarray, params: tuple, out: np.ndarray) -> np.ndarray:
+        """``p`` into ``out`` (which may be ``x``) for rows with a finite maximum ``m``; returns ``tau``.
 
         The scores are shifted by ``m`` first: ``s - tau = (s - m) - (tau - m)``
         loses nothing to the magnitude of ``m``.
         """
         with np.errstate(over="ignore"):  # a spread beyond the dtype's range is -inf: probability 0
-            if overwrite:
-                y = x
-                y -= m[:, None]
-            else:
-                y = x - m[:, None]
+            y = np.subtract(x, m[:, None], out=out)
         if self.threshold == "closed":
-            p, t = th.closed_threshold(self.module, y, params, shifted=True)
+            _, t = th.closed_threshold(self.module, y, params, shifted=True, out=out)
+            return m + t
+        if self.threshold == "sort":
+            t = th.sort_threshold(self.module, y, params, shifted=True)
         else:
-            if self.threshold == "sort":
-                t = th.sort_threshold(self.module, y, params, shifted=True)
-            else:
-                t = th.root_threshold(self.module, y, params, shifted=True)
-            y -= t[:, None]
-            p = th.clipped_link(self.module, y, params, overwrite=True)
-            if self.threshold == "root":  # tau is exact to the tolerance; make the sum exact too
-                p /= th.row_sum(p)[:, None]
-        return p, m + t
+            t = th.root_threshold(self.module, y, params, shifted=True)
+        y -= t[:, None]
+        p = th.clipped_link(self.module, y, params, overwrite=True)
+        if self.threshold == "root":  # tau is exact to the tolerance; make the sum exact too
+            np.divide(p, th.row_sum(p)[:, None], out=out)
+        elif p is not out:
+            np.copyto(out, p)
+        return m + t
 
     def _forward_cupy(self, x):
         import cupy
@@ -323,6 +352,35 @@ class Map:
             value = value.sum() / rows
             grad = grad / rows
         return value.astype(out_dtype), grad.astype(out_dtype)
+
+
+#: NumPy inputs of at least this many scores are solved in two halves of their rows on two threads.
+THREADS_FROM = 1 << 17
+_POOL = None
+_POOL_LOCK = threading.Lock()
+
+
+def _on_two_threads(solve, rows: int, size: int) -> None:
+    """``solve(lo, hi)`` over the rows ``[0, rows)``: two halves on two threads where it pays.
+
+    NumPy's ufuncs and einsum release the GIL, so the halves run side by side; the
+    second runs on one persistent worker thread (no thread-pool set-up per call).
+    Only from the main thread: attention's workers keep the cores busy already.
+    The caller's NumPy error state travels with the half on the worker.
+    """
+    global _POOL
+    if size < THREADS_FROM or rows < 2 or (os.cpu_count() or 1) < 2 or threading.current_thread() is not threading.main_thread():
+        solve(0, rows)
+        return
+    with _POOL_LOCK:
+        if _POOL is None:
+            _POOL = ThreadPoolExecutor(max_workers=1, thread_name_prefix="regattn-maps")
+    half = rows // 2
+    future = _POOL.submit(contextvars.copy_context().run, solve, half, rows)
+    try:
+        solve(0, half)
+    finally:
+        future.result()
 
 
 def _load(name: str) -> ModuleType:

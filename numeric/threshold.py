@@ -33,7 +33,8 @@ from types import ModuleType
 import numpy as np
 
 __all__ = [
-    "clipped_link", "newton_link", "row_sum", "row_max", "closed_threshold", "sort_threshold", "fixed_point_threshold",
+    "clipped_link", "newton_link", "row_sum", "row_max", "closed_threshold", "closed_unshifted", "sort_threshold",
+    "fixed_point_threshold",
     "root_threshold", "WARM_START",
 ]
 
@@ -172,10 +173,47 @@ def row_max(a: np.ndarray) -> np.ndarray:
     return out
 
 
-def closed_threshold(mod: ModuleType, x: np.ndarray, params: tuple, *, shifted: bool = False) -> tuple[np.ndarray, np.ndarray]:
+def _term_is_exp(mod: ModuleType, params: tuple) -> bool:
+    """Whether the closed threshold's ``B(s)`` is ``exp(s)`` itself (it is ``b e^{c s}`` for some ``b, c``)."""
+    probe = np.array([0.0, 1.0, -2.5])
+    return bool(np.array_equal(np.asarray(mod.term(probe, *params), dtype=np.float64), np.exp(probe)))
+
+
+def closed_unshifted(mod: ModuleType, x: np.ndarray, params: tuple, out: np.ndarray, tau: np.ndarray):
+    """``p_i = B(s_i) / sum_j B(s_j)`` into ``out`` and ``tau`` into ``tau``, with no shift, where that is exact.
+
+    For a closed threshold ``B`` is an exponential, ``b e^{c s}``.  Unshifted, a row
+    is as accurate as shifted by its maximum (more: ``s - m`` rounds, ``s`` does not)
+    when ``S = sum_j B(s_j)`` is finite and ``S >= 1``: then ``p_i <= B(s_i)``, so where
+    ``B(s_i)`` leaves the normal range ``p_i`` is below it too.  That saves the row
+    maximum and the shift (two passes of three).  Returns ``None`` when every row
+    qualifies, else ``(rows, their scores)``, copied before ``out`` (which may be ``x``)
+    is written: those rows (NaN, fully masked, overflowing, or all scores far below
+    0) are for the shifted solver.
+    """
+    with np.errstate(over="ignore", under="ignore", invalid="ignore"):
+        if not np.may_share_memory(out, x) and _term_is_exp(mod, params):  # softmax: exp into out, no temporary
+            b = np.exp(x, out=out)
+        else:
+            b = np.asarray(mod.term(x, *params), dtype=x.dtype)
+    total = row_sum(b)
+    ok = (total >= 1) & (total < np.inf)  # False for NaN
+    redo = None
+    if not ok.all():
+        rows = np.flatnonzero(~ok)
+        redo = rows, x[rows]
+        total = np.where(ok, total, 1)
+    np.multiply(b, (1 / total)[:, None], out=out)
+    tau[...] = mod.tau_from_sum(total, *params)
+    return redo
+
+
+def closed_threshold(mod: ModuleType, x: np.ndarray, params: tuple, *, shifted: bool = False,
+                     out: np.ndarray | None = None) -> tuple[np.ndarray, np.ndarray]:
     """``(p, tau)`` for a closed threshold: ``p_i = B(s_i - m) / sum_j B(s_j - m)``.
 
-    ``shifted=True`` says every row's maximum is already 0 (skips a reduction).
+    ``shifted=True`` says every row's maximum is already 0 (skips a reduction);
+    ``p`` goes into ``out`` if given (which may be ``x``).
     """
     m = np.zeros(x.shape[0], dtype=x.dtype) if shifted else x.max(axis=-1)
     y = x - m[:, None] if not shifted else x
@@ -183,7 +221,7 @@ def closed_threshold(mod: ModuleType, x: np.ndarray, params: tuple, *, shifted: 
     with np.errstate(under="ignore"):
         b = np.asarray(mod.term(y, *params), dtype=x.dtype)
     total = row_sum(b)
-    b *= (1 / total)[:, None]
+    b = np.multiply(b, (1 / total)[:, None], out=b if out is None else out)
     return b, m + mod.tau_from_sum(total, *params)
 
 

@@ -224,3 +224,74 @@ def test_rows_of_length_one_and_two_in_long_batches():
     want = np.clip((x2[:, 0] - x2[:, 1] + 1) / 2, 0, 1)
     np.testing.assert_allclose(p2[:, 0], want, rtol=0, atol=4e-7)
     assert math.isclose(float(p2.astype(np.float64).sum()), 3000, rel_tol=1e-6)
+
+
+# ------------------------------------------------- softmax without a shift, two threads
+@pytest.mark.parametrize("dtype", [np.float64, np.float32])
+def test_unshifted_softmax_and_its_fallback_rows(dtype):
+    """Rows whose exp-sum is finite and >= 1 skip the shift; the others (NaN, masked, overflow,
+    every score far below 0) take the shifted path; both agree with the reference."""
+    rng = np.random.default_rng(7)
+    n = 64
+    x = (rng.standard_normal((4096, n)) * 3).astype(dtype)
+    top = float(np.finfo(dtype).max)
+    odd = {
+        0: np.full(n, -np.inf),
+        1: np.r_[np.nan, np.zeros(n - 1)],
+        2: np.r_[top, -top, np.zeros(n - 2)],  # exp overflows
+        3: np.r_[1000.0, 999.0, np.zeros(n - 2)],  # exp overflows in either dtype
+        4: np.full(n, -200.0) + np.arange(n),  # all far below 0: the sum is < 1
+        5: np.r_[-3000.0, np.full(n - 1, -np.inf)],  # one live score, far below 0
+        6: np.r_[80.0, 80.0, np.full(n - 2, -50.0)],  # large but finite in float32
+    }
+    for i, row in odd.items():
+        x[i] = row
+    p, tau = nm.get_map("softmax").forward(x)
+    assert p.dtype == dtype
+    assert (p[0] == 0).all() and tau[0] == np.inf
+    assert np.isnan(p[1]).all() and np.isnan(tau[1])
+    atol = 1e-12 if dtype == np.float64 else 2e-7
+    for i in range(2, 7):
+        np.testing.assert_allclose(p[i], reference("softmax", x[i].astype(np.float64)), rtol=0, atol=atol)
+    for i in rng.choice(np.arange(7, 4096), 4, replace=False):
+        np.testing.assert_allclose(p[i], reference("softmax", x[i].astype(np.float64)), rtol=0, atol=atol)
+        # tau: p_i = exp(s_i - tau - 1) for Shannon's link exp(z - 1)
+        np.testing.assert_allclose(np.log(p[i, 0]) + 1 + tau[i], x[i, 0], rtol=0, atol=1e3 * atol * (1 + abs(float(x[i, 0]))))
+    ok = ~np.isnan(p).any(-1) & np.isfinite(x).any(-1)
+    np.testing.assert_allclose(p[ok].astype(np.float64).sum(-1), 1, rtol=0, atol=100 * np.finfo(dtype).eps)
+
+
+@pytest.mark.parametrize("name", ["softmax", "sparsemax", "entmax15", "entmax"])
+def test_two_threads_give_the_rows_of_one(name, monkeypatch):
+    from numeric import maps
+
+    rng = np.random.default_rng(3)
+    x = rng.standard_normal((2**17 // 64 + 3, 64)).astype(np.float32)
+    x[5] = np.nan
+    x[6] = -np.inf
+    x[7, ::2] = -np.inf
+    m = nm.get_map(name, **({"alpha": 1.3} if name == "entmax" else {}))
+    monkeypatch.setattr(maps, "THREADS_FROM", 1 << 62)
+    one, tau_one = m.forward(x)
+    monkeypatch.setattr(maps, "THREADS_FROM", 1)
+    two, tau_two = m.forward(x)
+    three = m.forward(x.copy(), overwrite=True)[0]
+    np.testing.assert_allclose(two, one, rtol=0, atol=1e-7)  # root solvers: rounding of batch-wide sizes
+    np.testing.assert_allclose(tau_two, tau_one, rtol=0, atol=1e-6)
+    np.testing.assert_array_equal(three, two)
+    assert np.isnan(two[5]).all() and (two[6] == 0).all()
+
+
+def test_maps_from_a_worker_thread_and_under_raise():
+    """Off the main thread the rows stay on that thread; the caller's error state reaches the worker half."""
+    from concurrent.futures import ThreadPoolExecutor
+
+    x = np.random.default_rng(4).standard_normal((4096, 64)).astype(np.float32)
+    x[::9, 1:] = -np.inf
+    want = nm.entmax(x, 1.3)
+    with ThreadPoolExecutor(1) as pool:
+        got = pool.submit(nm.entmax, x, 1.3).result()
+    np.testing.assert_allclose(got, want, rtol=0, atol=1e-7)
+    with np.errstate(all="raise"):  # the solvers silence what they expect, on both threads
+        for f in (nm.softmax, nm.sparsemax, nm.entmax15, lambda a: nm.entmax(a, 1.3)):
+            np.testing.assert_allclose(f(x), f(x.astype(np.float64)), rtol=0, atol=2e-6)
