@@ -63,8 +63,14 @@ def regularizer_from_args(args: argparse.Namespace) -> Regularizer:
 
 
 def _cmd_derive(args: argparse.Namespace) -> int:
-    dv = derive_map(regularizer_from_args(args))
-    sys.stdout.write(dv.latex() if args.latex else dv.pretty())
+    reg = regularizer_from_args(args)
+    if args.continuous:
+        from .continuous import derive_continuous
+
+        dv = derive_continuous(reg)
+    else:
+        dv = derive_map(reg)
+    sys.stdout.write(dv.latex() + "\n" if args.latex else dv.pretty())
     return 0
 
 
@@ -186,6 +192,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     p_derive = sub.add_parser("derive", help="print the derivation of a map")
     _add_regularizer_arguments(p_derive)
     p_derive.add_argument("--latex", action="store_true", help="print LaTeX instead of text")
+    p_derive.add_argument("--continuous", action="store_true",
+                          help="the continuous map over densities on the real line, for scores theta_1 t + theta_2 t^2")
     p_derive.set_defaults(func=_cmd_derive)
     p_generate = sub.add_parser("generate", help="generate NumPy/CUDA modules from derivations")
     p_generate.add_argument("--check", action="store_true", help="exit 1 with a diff if the committed files are stale")

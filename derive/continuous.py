@@ -94,6 +94,10 @@ class ContinuousMap:
         support ``|u| < a`` is ``x_- < v < x_+``, ``x_+- = (+-a - d) / sqrt(2 s2)``.
         Returns the expression and the substitution back to ``mu``, ``c``, ``s2``.
         """
+        if not self.density.is_polynomial(u):
+            raise DerivationError(
+                f"E_p[psi] has no closed form here: the {self.regularizer.name} density {self.density} is not a polynomial in u"
+            )
         scale = sp.sqrt(2 * s2)
         poly = sp.Poly(sp.expand(self.density.subs(u, _d + scale * _v)), _v)
         total = sp.Integer(0)
@@ -145,6 +149,8 @@ class ContinuousMap:
         psi = sp.Symbol(r"E_p[\mathcal{N}(t; c, s^2)]")
         if self.family == "gaussian":
             steps.append(("context of a Gaussian basis function", sp.Eq(psi, self.rbf_expectation())))
+        elif not self.density.is_polynomial(u):
+            steps.append(("context of a Gaussian basis function", sp.Symbol(r"\text{no closed form (the density is not a polynomial)}")))
         else:
             expr, at = self._compact_expectation()
             steps += [
@@ -164,11 +170,19 @@ class ContinuousMap:
             lines.append(rf"\text{{{title}:}}\quad {sp.latex(eq)} \\")
         return "\n".join(lines)
 
+    def markdown(self) -> str:
+        """The continuous map as Markdown with display math (for MyST/MathJax)."""
+        out = [f"Continuous map of $\\omega(p) = {sp.latex(self.regularizer.omega)}$ ({self.family} density).", ""]
+        for title, eq in self._display_steps():
+            out += [f"**{title.capitalize()}:**", "", "$$", sp.latex(eq), "$$", ""]
+        return "\n".join(out)
+
     def pretty(self) -> str:
         """The continuous map as plain Unicode text."""
         out = [f"continuous map of omega(p) = {sp.sstr(self.regularizer.omega)}  ({self.family})"]
         for title, eq in self._display_steps():
-            out += [f"{title}:", sp.pretty(eq, use_unicode=True), ""]
+            text = eq.name[6:-1] if isinstance(eq, sp.Symbol) and eq.name.startswith("\\text{") else sp.pretty(eq, use_unicode=True)
+            out += [f"{title}:", text, ""]
         return "\n".join(out).rstrip() + "\n"
 
     def __str__(self) -> str:

@@ -46,6 +46,14 @@ def _derivations():
              "Each section is `Derivation.markdown()` of the map, as `regattn derive ... --latex` prints it in LaTeX.", ""]
     for title, reg in maps:
         lines += [f"## {title}", "", derive_map(reg).markdown(), ""]
+    from derive.continuous import derive_continuous
+
+    lines += ["# Continuous maps", "",
+              "`derive_continuous(reg).markdown()` for the scores `theta_1 t + theta_2 t^2` on the real line "
+              "(`regattn derive ... --continuous` prints them).", ""]
+    for title, reg in [("Continuous softmax: a Gaussian", shannon()), ("Continuous sparsemax: a truncated parabola", gini()),
+                       ("Continuous 1.5-entmax: a biweight", tsallis(1.5))]:
+        lines += [f"## {title}", "", derive_continuous(reg).markdown(), ""]
     (GENERATED / "derivations.md").write_text("\n".join(lines))
 
 
@@ -55,6 +63,7 @@ EXAMPLES = [
     ("simplex_geometry", "The geometry of regularized argmax"),
     ("derive_a_new_map", "Deriving a new map and using it in attention"),
     ("train_flag_retrieval", "Training a causal attention model end to end"),
+    ("continuous_attention", "Continuous attention: compact densities and a layer on a toy signal"),
 ]
 
 

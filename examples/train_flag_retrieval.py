@@ -20,6 +20,7 @@ import time
 import numpy as np
 
 import numeric as nm
+from _optim import Adam
 
 VOCAB, LENGTH, EMBED, BATCH = 12, 10, 16, 64
 
@@ -58,22 +59,6 @@ class Model:
         grads["emb"] = demb
         grads.update({f"attn.{k}": v for k, v in self.attn.grads.items()})
         return float(loss), accuracy, grads
-
-
-class Adam:
-    def __init__(self, params, lr=0.03, b1=0.9, b2=0.999, eps=1e-8):
-        self.lr, self.b1, self.b2, self.eps, self.t = lr, b1, b2, eps, 0
-        self.m = {k: np.zeros_like(v) for k, v in params.items()}
-        self.v = {k: np.zeros_like(v) for k, v in params.items()}
-
-    def update(self, params, grads):
-        self.t += 1
-        for k, g in grads.items():
-            self.m[k] = self.b1 * self.m[k] + (1 - self.b1) * g
-            self.v[k] = self.b2 * self.v[k] + (1 - self.b2) * g * g
-            mhat = self.m[k] / (1 - self.b1**self.t)
-            vhat = self.v[k] / (1 - self.b2**self.t)
-            params[k] -= self.lr * mhat / (np.sqrt(vhat) + self.eps)  # in place: the model sees it
 
 
 def progress(name, i, total, loss, acc, width=30):

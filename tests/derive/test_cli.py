@@ -88,7 +88,8 @@ def test_generate_check_is_current(capsys):
 def test_generate_writes_and_checks_a_folder(tmp_path, capsys):
     assert main(["generate", "--out", str(tmp_path)]) == 0
     names = sorted(p.name for p in tmp_path.iterdir())
-    assert names == ["__init__.py", "entmax.py", "entmax15.py", "softmax.py", "sparsemax.py"]
+    assert names == ["__init__.py", "continuous_entmax15.py", "continuous_softmax.py", "continuous_sparsemax.py",
+                     "entmax.py", "entmax15.py", "softmax.py", "sparsemax.py"]
     assert main(["generate", "--check", "--out", str(tmp_path)]) == 0
     # a hand edit makes --check fail with a diff naming the file
     target = tmp_path / "sparsemax.py"
@@ -161,3 +162,12 @@ def test_atomic_write_leaves_no_partial_file(tmp_path, monkeypatch):
         builtins.write_atomic(target, "new\n")
     assert target.read_text() == "old\n"
     assert sorted(p.name for p in tmp_path.iterdir()) == ["m.py"]
+
+
+def test_derive_continuous(capsys):
+    assert main(["derive", "gini", "--continuous"]) == 0
+    out = capsys.readouterr().out
+    assert "compact" in out and "radius" in out and "erf" in out
+    assert main(["derive", "shannon", "--continuous", "--latex"]) == 0
+    out = capsys.readouterr().out
+    assert r"\text{density (Gaussian, full support):}" in out and r"\operatorname{erf}" not in out

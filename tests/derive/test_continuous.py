@@ -110,3 +110,29 @@ def test_rbf_expectation_gradient_matches_finite_differences(name, th1, th2, cc,
         fd2 = (f(a, b + h) - f(a, b - h)) / (2 * h)
         assert abs(fd1 - grads[0](a, b)) < mpmath.mpf(10) ** -15 * max(1, abs(fd1))
         assert abs(fd2 - grads[1](a, b)) < mpmath.mpf(10) ** -15 * max(1, abs(fd2))
+
+
+@pytest.mark.parametrize("name", list(REGS))
+def test_rendering_names_every_step(name):
+    cm = cmap(name)
+    latex, text, md = cm.latex(), cm.pretty(), cm.markdown()
+    for title in ("scores", "mean and variance", "context of a Gaussian basis function"):
+        assert title in latex and title in text and title.capitalize() in md
+    assert ("radius" in text) == (cm.family == "compact")
+    assert r"\operatorname{erf}" in latex if cm.family == "compact" else "erf" not in latex
+    assert latex.count("$") == 0 and md.count("$$") % 2 == 0
+
+
+def test_non_polynomial_density_has_no_closed_context():
+    cm = derive_continuous(Regularizer.from_string("p**3", name="cube"))
+    assert cm.family == "compact" and not cm.density.is_polynomial(u)
+    # normalised all the same: int_{-a}^{a} sqrt((a^2 - u^2) / (6 sigma^2)) du = 1, checked by quadrature
+    var = sp.Rational(1, 7)
+    a = cm.support_radius.subs(sigma2, var)
+    f = sp.lambdify([u], cm.density.subs(radius, a).subs(sigma2, var), "mpmath")
+    with mpmath.workdps(30):
+        half = mpmath.mpf(str(a.evalf(40)))
+        assert abs(mpmath.quad(f, [-half, 0, half]) - 1) < mpmath.mpf(10) ** -25
+    with pytest.raises(DerivationError, match="not a polynomial"):
+        cm.rbf_expectation()
+    assert "no closed form" in cm.pretty() and "no closed form" in cm.latex()

@@ -8,7 +8,7 @@ from pathlib import Path
 
 import pytest
 
-EXAMPLES = sorted((Path(__file__).resolve().parents[2] / "examples").glob("*.py"))
+EXAMPLES = sorted(p for p in (Path(__file__).resolve().parents[2] / "examples").glob("*.py") if not p.name.startswith("_"))
 
 
 @pytest.mark.parametrize("script", EXAMPLES, ids=lambda p: p.name)
@@ -82,3 +82,20 @@ def test_training_learns_and_sparse_maps_are_sparse(tmp_path):
         zeros = float(line.split("exactly 0: ")[1].split("%")[0])
         assert accuracy >= 95, line
         assert (zeros == 0) if name == "softmax" else (zeros >= 50), line
+
+
+def test_continuous_attention_claims(tmp_path):
+    import re
+
+    out = _run("continuous_attention.py", tmp_path)
+    # f(t) = 6t - 6t^2: mu = 1/2, sigma^2 = 1/12; sparsemax a = (3/2 * 1/12)^(1/3) = 1/2 exactly,
+    # the biweight a = (15 / 144)^(1/5)
+    assert "N(mu = 0.5000, sigma^2 = 0.0833)" in out
+    assert "support [0.0000, 1.0000], p(mu) = 1.5000" in out  # the parabola's peak: a^2 / (2 sigma^2) = 3/2
+    assert f"= {(15 / 144) ** 0.2:.4f}, support" in out
+    baseline = float(re.search(r"predicting the mean target: mean squared error ([0-9.]+)", out).group(1))
+    for name in ("softmax", "sparsemax"):
+        line = next(ln for ln in out.splitlines() if ln.strip().startswith(f"{name}: held-out"))
+        assert float(re.search(r"held-out mean squared error ([0-9.]+)", line).group(1)) < 0.1 * baseline, line
+        support = int(re.search(r"positions in the support: (\d+) of 64", line).group(1))
+        assert support == 64 if name == "softmax" else support < 32, line

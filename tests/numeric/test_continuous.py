@@ -209,3 +209,13 @@ def test_float32_values_keep_their_dtype():
     assert out.dtype == np.float32
     ref = nc.continuous_attention(values.astype(np.float64), np.array([0.3, 0.6]), np.array([0.01, 0.02]), mapping="sparsemax")
     np.testing.assert_allclose(out, ref, rtol=1e-5, atol=1e-6)
+
+
+def test_continuous_attention_never_imports_sympy():
+    import subprocess
+    import sys
+
+    code = ("import sys, numpy as np, numeric as nm; l = nm.ContinuousAttention(3, mapping='sparsemax'); "
+            "l.backward(l.forward(np.ones((2, 5, 3)))); assert 'sympy' not in sys.modules, 'sympy imported'")
+    proc = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True)
+    assert proc.returncode == 0, proc.stderr
