@@ -165,12 +165,11 @@ class ContinuousMap:
         shape = mu.shape + (len(basis),)
         rows, n = int(np.prod(mu.shape, dtype=np.int64)), len(basis)
         c, s2 = cupy.asarray(basis.centers), cupy.asarray(basis.variances)
-        outs = [cupy.empty(shape, dtype=np.float64) for _ in range(3 if grad else 1)]
-        ptrs = outs + [None] * (3 - len(outs))
+        outs = [cupy.empty(shape, dtype=np.float64) for _ in range(3)]  # the gradients cost little more
         kern = kernels(self.module)[f"{self.name}_rbf_context_f64"]
         blocks = max(1, min((rows * n + CUDA_THREADS - 1) // CUDA_THREADS, 65535))
         kern((blocks,), (CUDA_THREADS,), (cupy.ascontiguousarray(mu), cupy.ascontiguousarray(sigma2), c, s2,
-                                         np.int64(rows), np.int64(n), *ptrs))
+                                         np.int64(rows), np.int64(n), *outs))
         return tuple(outs) if grad else (outs[0], None, None)
 
 
