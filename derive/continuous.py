@@ -58,14 +58,20 @@ class ContinuousMap:
         ``p`` as a function of ``u = t - mu`` (and ``sigma2``; ``a`` for compact support).
     support_radius:
         ``a`` in terms of ``sigma2`` (``oo`` for the Gaussian).
+    level:
+        ``lambda(sigma2)``: on the support ``f(t) - tau = lambda - (t - mu)^2 / (2 sigma2)``,
+        so ``lambda = omega'(p(mu))``, the height of the scores above the threshold at the peak.
     mean, variance:
         ``mu`` and ``sigma2`` in terms of ``theta_1``, ``theta_2``.
+    threshold:
+        ``tau`` in terms of ``theta_1``, ``theta_2``.
     """
 
     regularizer: Regularizer
     family: str
     density: sp.Expr
     support_radius: sp.Expr
+    level: sp.Expr
 
     @property
     def mean(self) -> sp.Expr:
@@ -74,6 +80,12 @@ class ContinuousMap:
     @property
     def variance(self) -> sp.Expr:
         return -1 / (2 * theta2)
+
+    @property
+    def threshold(self) -> sp.Expr:
+        """``tau``: ``f(mu) - lambda`` with ``f(mu) = -theta_1^2 / (4 theta_2)`` the peak score."""
+        peak = -(theta1**2) / (4 * theta2)
+        return sp.simplify(peak - self.level.subs(sigma2, self.variance))
 
     def density_at(self) -> sp.Expr:
         """``p(t)`` with the radius substituted, in ``t``, ``mu``, ``sigma2`` (inside the support)."""
@@ -137,6 +149,7 @@ class ContinuousMap:
         steps = [
             ("scores", sp.Eq(sp.Function("f")(t), f)),
             ("mean and variance", sp.Eq(sp.Tuple(mu, sigma2), sp.Tuple(self.mean, self.variance))),
+            ("threshold", sp.Eq(sp.Symbol("tau"), self.threshold)),
         ]
         if self.family == "gaussian":
             steps.append(("density (Gaussian, full support)", sp.Eq(sp.Function("p")(t), self.density_at())))
@@ -221,11 +234,12 @@ def derive_continuous(reg: Regularizer) -> ContinuousMap:
         if not roots:
             raise DerivationError(f"cannot normalise the dense continuous map of {reg.name}")
         density = sp.simplify(shape.subs(lam, roots[0]))
-        return ContinuousMap(reg, "gaussian", density, sp.oo)
+        return ContinuousMap(reg, "gaussian", density, sp.oo, sp.simplify(roots[0]))
     zz = dv.clip + (radius**2 - u**2) / (2 * sigma2)
     density = sp.expand(dv.link.subs(z, zz))
     total = sp.integrate(density, (u, -radius, radius))
     roots = [r for r in sp.solve(sp.Eq(total, 1), radius) if r.is_positive is not False and not r.has(sp.I)]
     if not roots:
         raise DerivationError(f"the normalisation of the continuous {reg.name} map has no closed-form radius")
-    return ContinuousMap(reg, "compact", density, sp.simplify(roots[0]))
+    a = sp.simplify(roots[0])
+    return ContinuousMap(reg, "compact", density, a, sp.simplify(dv.clip + a**2 / (2 * sigma2)))

@@ -10,7 +10,7 @@ import sympy as sp
 from hypothesis import given
 from hypothesis import strategies as st
 
-from derive import DerivationError, Regularizer, gini, shannon, tsallis
+from derive import DerivationError, Regularizer, derive_map, gini, shannon, tsallis
 from derive.continuous import c, derive_continuous, mu, radius, s2, sigma2, t, theta1, theta2, u
 from derive.regularizers import p
 
@@ -136,3 +136,29 @@ def test_non_polynomial_density_has_no_closed_context():
     with pytest.raises(DerivationError, match="not a polynomial"):
         cm.rbf_expectation()
     assert "no closed form" in cm.pretty() and "no closed form" in cm.latex()
+
+
+@pytest.mark.parametrize("name", list(REGS))
+@given(th1=st.floats(-4, 4), th2=st.floats(-8, -0.2), frac=st.floats(-0.99, 0.99))
+def test_threshold_satisfies_the_stationarity_conditions(name, th1, th2, frac):
+    """omega'(p(t)) = f(t) - tau on the support and f(t) - tau <= omega'(0+) off it, f(t) = theta_1 t + theta_2 t^2."""
+    cm = cmap(name)
+    reg = REGS[name]()
+    at = {theta1: sp.Rational(th1), theta2: sp.Rational(th2)}
+    with mpmath.workdps(40):
+        tau = mpmath.mpf(str(cm.threshold.subs(at).evalf(45)))
+        m = mpmath.mpf(str(cm.mean.subs(at).evalf(45)))
+        var = mpmath.mpf(str(cm.variance.subs(at).evalf(45)))
+        f = lambda x: mpmath.mpf(th1) * x + mpmath.mpf(th2) * x**2  # noqa: E731
+        dens = sp.lambdify([t, mu, sigma2], cm.density_at(), "mpmath")
+        d1 = sp.lambdify([p], reg.first_derivative, "mpmath")
+        if cm.family == "compact":
+            a = mpmath.mpf(str(cm.support_radius.subs(sigma2, cm.variance.subs(at)).evalf(45)))
+            inside = m + frac * a
+            assert abs(d1(dens(inside, m, var)) - (f(inside) - tau)) < mpmath.mpf(10) ** -30
+            clip = mpmath.mpf(str(derive_map(reg).clip.evalf(45)))
+            assert f(m + a) - tau == pytest.approx(clip, abs=1e-30)  # the edge of the support
+            assert f(m + (1.01 + abs(frac)) * a) - tau < clip
+        else:
+            point = m + 4 * frac * mpmath.sqrt(var)
+            assert abs(d1(dens(point, m, var)) - (f(point) - tau)) < mpmath.mpf(10) ** -30
