@@ -295,3 +295,75 @@ def test_maps_from_a_worker_thread_and_under_raise():
     with np.errstate(all="raise"):  # the solvers silence what they expect, on both threads
         for f in (nm.softmax, nm.sparsemax, nm.entmax15, lambda a: nm.entmax(a, 1.3)):
             np.testing.assert_allclose(f(x), f(x.astype(np.float64)), rtol=0, atol=2e-6)
+
+
+# ------------------------------------------------------------ alpha-entmax (Tsallis) fast path
+ALPHAS = [1.01, 1.3, 4 / 3, 1.5, 2.0, 3.0, 6.0]
+
+
+@pytest.mark.parametrize("alpha", ALPHAS)
+@pytest.mark.parametrize("dtype", [np.float64, np.float32])
+def test_tsallis_sums_match_the_generated_weights(alpha, dtype):
+    """F, F' and F'' from one power and two divisions equal those from the generated link and weights."""
+    mod = importlib.import_module("numeric._generated.entmax")
+    params = (dtype(alpha),)
+    assert th._tsallis_alpha(mod, params) == params[0]
+    assert th._tsallis_alpha(importlib.import_module("numeric._generated.entmax15"), ()) is None
+    rng = np.random.default_rng(int(alpha * 100))
+    y = _shifted(rng.standard_normal((300, 50)) * 2).astype(dtype)
+    y[::5, 10:] = -np.inf
+    t = (rng.uniform(-1 / alpha, -0.05, 300)).astype(dtype)
+    b = (y * dtype(alpha - 1) + dtype(1 / alpha)).astype(dtype)
+    fast = th._tsallis_sums(alpha, np.dtype(dtype), b.size, b.shape[-1])(b, t)
+    with np.errstate(over="ignore", under="ignore"):
+        slow = th._generic_sums(mod, params)(y, t)
+    # both round base = (alpha - 1)(y - t) + 1/alpha differently: relative to the batch's largest
+    rtol = 1e-12 if dtype == np.float64 else 3e-5
+    for got, want in zip(fast, slow):
+        assert np.isfinite(got).all()
+        np.testing.assert_allclose(got, want, rtol=rtol, atol=rtol * float(np.abs(want).max()))
+
+
+@pytest.mark.parametrize("alpha", ALPHAS)
+@pytest.mark.parametrize("dtype", [np.float64, np.float32])
+def test_tsallis_link_matches_the_generated_link(alpha, dtype):
+    mod = importlib.import_module("numeric._generated.entmax")
+    params = (dtype(alpha),)
+    clip = mod.clip(*params)
+    z = (np.random.default_rng(0).standard_normal((40, 30)) * 2).astype(dtype)
+    z[:, 0] = clip
+    z[:, 1] = -np.inf
+    z[:, 2] = np.nextafter(dtype(clip), dtype(np.inf))
+    z[:, 3] = 1 / alpha  # omega'(1): p = 1
+    before = z.copy()
+    got = th.clipped_link(mod, z, params)
+    np.testing.assert_array_equal(z, before)
+    with np.errstate(invalid="ignore", under="ignore"):
+        want = np.where(z > clip, np.fmax(mod.link(np.maximum(z, clip), *params), 0), 0)
+    eps = float(np.finfo(dtype).eps)
+    # base = (alpha - 1) z + 1/alpha rounds differently in the two (relative error eps), and p = base**k
+    # carries k = 1/(alpha - 1) times that; exp(k log base) adds |log p| eps
+    k = 1 / (alpha - 1)
+    np.testing.assert_allclose(got, want, rtol=(2 * k + 8) * eps, atol=4 * eps)
+    assert (got[:, [0, 1]] == 0).all() and (got >= 0).all() and np.isfinite(got).all()
+    np.testing.assert_allclose(got[:, 3], 1, rtol=8 * eps)
+    np.testing.assert_array_equal(th.clipped_link(mod, z.copy(), params, overwrite=True), got)
+
+
+@pytest.mark.parametrize("alpha", [1.1, 1.25, 1.3, 1.5])
+@pytest.mark.parametrize("n", [33, 64, 128])
+def test_cold_start_on_short_rows(alpha, n):
+    """alpha <= 3/2 on rows of <= 128 starts without the warm start: same threshold, few steps
+    (at most 6 in [1.25, 2] as test_halley_iterations_float32 asks; 7 measured at alpha = 1.1)."""
+    mod = importlib.import_module("numeric._generated.entmax")
+    rng = np.random.default_rng(n)
+    x = (rng.standard_normal((512, n)) * rng.uniform(0.05, 10, (512, 1))).astype(np.float32)
+    x[::7, n // 2:] = -np.inf
+    params = (np.float32(alpha),)
+    tau, iterations = th.root_threshold(mod, x, params, return_iterations=True)
+    assert iterations.max() <= (6 if alpha >= 1.25 else 8), np.bincount(iterations)
+    tau64 = th.root_threshold(mod, x.astype(np.float64), (alpha,))
+    p = th.clipped_link(mod, x - tau[:, None], params)
+    p64 = th.clipped_link(mod, x.astype(np.float64) - tau64[:, None], (alpha,))
+    np.testing.assert_allclose(p.astype(np.float64).sum(-1), 1, atol=1e-5)
+    np.testing.assert_allclose(p, p64, atol=2e-6)
