@@ -20,6 +20,7 @@ setup: $(BIN)/regattn
 demo: setup
 	$(BIN)/regattn verify tsallis --alpha 3/2
 	$(BIN)/regattn verify --expr "p*log(p) + p**2/2" --name shannon_gini
+	$(BIN)/regattn verify gini --continuous
 
 test: setup
 	$(BIN)/regattn generate --check

@@ -100,7 +100,75 @@ def _cmd_generate(args: argparse.Namespace) -> int:
     return 0
 
 
+def _verify_continuous(args: argparse.Namespace) -> int:
+    """``regattn verify --continuous``: derive the continuous map, check it by quadrature, generate and check its code."""
+    import tempfile
+
+    import numpy as np
+
+    from .codegen import verify_continuous as VC
+    from .codegen.builtins import load_module, write_atomic
+    from .codegen.compilers import ARCHES, host_library, nvrtc_available, nvrtc_compile
+    from .codegen.continuous import generate_continuous_module
+    from .continuous import check_density, derive_continuous
+
+    reg = regularizer_from_args(args)
+    start = time.perf_counter()
+    cm = derive_continuous(reg)
+    print(f"regularizer  omega(p) = {sp.sstr(reg.omega)}   ({reg.name})")
+    print(f"derived      in {time.perf_counter() - start:.2f} s: {cm.family} density, support radius a = "
+          f"{sp.sstr(cm.support_radius)}, threshold tau = {sp.sstr(cm.threshold)}")
+    rng = random.Random(args.seed)
+    worst_norm = worst_stat = mpmath.mpf(0)
+    for _ in range(args.samples):
+        norm, stat = check_density(cm, rng.uniform(-1, 1), rng.uniform(1e-3, 2), digits=30)
+        worst_norm, worst_stat = max(worst_norm, norm), max(worst_stat, stat)
+    ok = worst_norm < mpmath.mpf(10) ** -25 and worst_stat < mpmath.mpf(10) ** -25
+    print(f"density      {args.samples} random (mu, sigma2), mpmath quadrature at 30 digits: |int p - 1| <= "
+          f"{mpmath.nstr(worst_norm, 3)}, stationarity spread <= {mpmath.nstr(worst_stat, 3)} "
+          f"({'ok' if ok else 'FAILED'}, bound 1e-25)")
+    name = args.name or f"continuous_{'custom' if args.expr else reg.name.split('(')[0]}"
+    with tempfile.TemporaryDirectory(prefix="regattn-verify-") as tmp:
+        start = time.perf_counter()
+        path = Path(tmp) / f"{name}.py"
+        write_atomic(path, generate_continuous_module(cm, name))
+        module = load_module(path, prefix="_regattn_verify_")
+        fns = VC.functions(cm)
+        print(f"generated    {name}.py ({path.stat().st_size // 1024} kB, {len(fns)} functions, "
+              f"{len(module.CUDA_KERNELS)} kernels) in {time.perf_counter() - start:.2f} s")
+
+        def numpy_call(fname, xs):
+            return float(np.broadcast_to(getattr(module, fname)(*[np.array([x]) for x in xs]), (1,))[0])
+
+        reports = [VC.check(cm, numpy_call, "double", "numpy", points=args.points, seed=args.seed)]
+        try:
+            lib = host_library(module.CUDA_DEVICE_SOURCE, name, {f: len(a) for f, (_, a) in fns.items()}, Path(tmp))
+            for ctype in ("double", "float"):
+                reports.append(VC.check(cm, lambda f, xs, c=ctype: lib[c][f](*xs), ctype, "device (g++)",
+                                        points=args.points, seed=args.seed))
+        except RuntimeError as exc:
+            print(f"device       host build failed: {exc}")
+            ok = False
+        for rep in reports:
+            ok &= rep.ok
+            print(f"{rep.where:<12} {rep.ctype:<6} {rep.points} points per function: max error / running bound = "
+                  f"{rep.max_ratio:.2g} ({'ok' if rep.ok else 'FAILED'}, bound 1; {VC.UNIT[rep.ctype]:g} per operation)")
+        if nvrtc_available():
+            results = [nvrtc_compile(module.CUDA_SOURCE, arch) for arch in ARCHES]
+            ok &= all(r.ok for r in results)
+            print("nvrtc        " + ", ".join(f"{r.arch} {'ok' if r.ok else 'FAILED'} ({r.ptx_size // 1024} kB PTX)" for r in results))
+            for r in results:
+                if not r.ok:
+                    print(r.log)
+        else:
+            print("nvrtc        not installed (pip install cuda-bindings nvidia-cuda-nvrtc): CUDA compile not checked")
+    print("verdict      " + ("all checks passed" if ok else "SOME CHECKS FAILED"))
+    return 0 if ok else 1
+
+
 def _cmd_verify(args: argparse.Namespace) -> int:
+    if args.continuous:
+        return _verify_continuous(args)
     import tempfile
 
     import numpy as np
@@ -206,6 +274,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     p_verify.add_argument("--samples", type=int, default=50, help="random score vectors (default 50)")
     p_verify.add_argument("--seed", type=int, default=0, help="random seed (default 0)")
     p_verify.add_argument("--points", type=int, default=40, help="points per generated function (default 40)")
+    p_verify.add_argument("--continuous", action="store_true", help="verify the continuous map (densities on the real line)")
     p_verify.set_defaults(func=_cmd_verify)
     args = parser.parse_args(argv)
     try:

@@ -27,13 +27,14 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+import mpmath
 import sympy as sp
 
 from .argmax import derive_map
 from .errors import DerivationError
 from .regularizers import Regularizer, z
 
-__all__ = ["ContinuousMap", "derive_continuous", "t", "u", "mu", "sigma2", "radius", "c", "s2", "theta1", "theta2"]
+__all__ = ["ContinuousMap", "derive_continuous", "check_density", "t", "u", "mu", "sigma2", "radius", "c", "s2", "theta1", "theta2"]
 
 t, u = sp.symbols("t u", real=True)
 mu, c = sp.symbols("mu c", real=True)
@@ -200,6 +201,27 @@ class ContinuousMap:
 
     def __str__(self) -> str:
         return self.pretty()
+
+
+def check_density(cm: ContinuousMap, mean, var, digits: int = 30) -> tuple:
+    """``(|int p - 1|, spread)`` at ``mu = mean``, ``sigma2 = var`` by mpmath quadrature at ``digits``.
+
+    ``spread`` is the largest difference between values of ``omega'(p(t)) + (t - mu)^2 / (2 sigma2)``
+    at five points of the support: stationarity makes it the constant ``f(mu) - tau``.
+    """
+    with mpmath.workdps(digits + 10):
+        m, v = mpmath.mpf(mean), mpmath.mpf(var)
+        dens = sp.lambdify([t, mu, sigma2], cm.density_at(), "mpmath")
+        d1 = sp.lambdify([sp.Symbol("p", positive=True)], cm.regularizer.first_derivative, "mpmath")
+        if cm.family == "compact":
+            a = sp.lambdify([sigma2], cm.support_radius, "mpmath")(v)
+            total = mpmath.quad(lambda x: dens(x, m, v), [m - a, m, m + a])
+            points = [m + k * a for k in (-0.9, -0.5, 0, 0.3, 0.8)]
+        else:
+            total = mpmath.quad(lambda x: dens(x, m, v), [-mpmath.inf, m, mpmath.inf])
+            points = [m + k * mpmath.sqrt(v) for k in (-3, -1, 0, 0.5, 2)]
+        levels = [d1(dens(x, m, v)) + (x - m) ** 2 / (2 * v) for x in points]
+        return abs(total - 1), max(levels) - min(levels)
 
 
 def _antiderivative(k: int, x: sp.Expr) -> sp.Expr:

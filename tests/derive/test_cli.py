@@ -171,3 +171,13 @@ def test_derive_continuous(capsys):
     assert main(["derive", "shannon", "--continuous", "--latex"]) == 0
     out = capsys.readouterr().out
     assert r"\text{density (Gaussian, full support):}" in out and r"\operatorname{erf}" not in out
+
+
+def test_verify_continuous(capsys):
+    assert main(["verify", "gini", "--continuous", "--samples", "3", "--points", "5"]) == 0
+    out = capsys.readouterr().out
+    assert "compact density" in out and "verdict      all checks passed" in out
+    for line in ("density ", "numpy        double", "device (g++) double", "device (g++) float"):
+        assert line in out and "FAILED" not in out
+    assert main(["verify", "--expr", "p**3", "--continuous", "--samples", "1"]) == 2
+    assert "not a polynomial" in capsys.readouterr().err
