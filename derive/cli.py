@@ -100,6 +100,21 @@ def _cmd_generate(args: argparse.Namespace) -> int:
     return 0
 
 
+def _report_nvrtc(source: str) -> bool:
+    """Compile ``source`` with NVRTC for every architecture CI checks and print one line; False on failure."""
+    from .codegen.compilers import ARCHES, nvrtc_available, nvrtc_compile
+
+    if not nvrtc_available():
+        print("nvrtc        not installed (pip install cuda-bindings nvidia-cuda-nvrtc): CUDA compile not checked")
+        return True
+    results = [nvrtc_compile(source, arch) for arch in ARCHES]
+    print("nvrtc        " + ", ".join(f"{r.arch} {'ok' if r.ok else 'FAILED'} ({r.ptx_size // 1024} kB PTX)" for r in results))
+    for r in results:
+        if not r.ok:
+            print(r.log)
+    return all(r.ok for r in results)
+
+
 def _verify_continuous(args: argparse.Namespace) -> int:
     """``regattn verify --continuous``: derive the continuous map, check it by quadrature, generate and check its code."""
     import tempfile
@@ -108,7 +123,7 @@ def _verify_continuous(args: argparse.Namespace) -> int:
 
     from .codegen import verify_continuous as VC
     from .codegen.builtins import load_module, write_atomic
-    from .codegen.compilers import ARCHES, host_library, nvrtc_available, nvrtc_compile
+    from .codegen.compilers import host_library
     from .codegen.continuous import generate_continuous_module
     from .continuous import check_density, derive_continuous
 
@@ -152,16 +167,8 @@ def _verify_continuous(args: argparse.Namespace) -> int:
         for rep in reports:
             ok &= rep.ok
             print(f"{rep.where:<12} {rep.ctype:<6} {rep.points} points per function: max error / running bound = "
-                  f"{rep.max_ratio:.2g} ({'ok' if rep.ok else 'FAILED'}, bound 1; {VC.UNIT[rep.ctype]:g} per operation)")
-        if nvrtc_available():
-            results = [nvrtc_compile(module.CUDA_SOURCE, arch) for arch in ARCHES]
-            ok &= all(r.ok for r in results)
-            print("nvrtc        " + ", ".join(f"{r.arch} {'ok' if r.ok else 'FAILED'} ({r.ptx_size // 1024} kB PTX)" for r in results))
-            for r in results:
-                if not r.ok:
-                    print(r.log)
-        else:
-            print("nvrtc        not installed (pip install cuda-bindings nvidia-cuda-nvrtc): CUDA compile not checked")
+                  f"{rep.max_error:.2g} ({'ok' if rep.ok else 'FAILED'}, bound 1; {VC.UNIT[rep.ctype]:g} per operation)")
+        ok &= _report_nvrtc(module.CUDA_SOURCE)
     print("verdict      " + ("all checks passed" if ok else "SOME CHECKS FAILED"))
     return 0 if ok else 1
 
@@ -176,7 +183,7 @@ def _cmd_verify(args: argparse.Namespace) -> int:
     from .codegen import generate_module
     from .codegen import verify as V
     from .codegen.builtins import load_module, write_atomic
-    from .codegen.compilers import ARCHES, host_library, nvrtc_available, nvrtc_compile
+    from .codegen.compilers import host_library
 
     reg = regularizer_from_args(args)
     start = time.perf_counter()
@@ -238,15 +245,7 @@ def _cmd_verify(args: argparse.Namespace) -> int:
         ok &= good
         print(f"numeric map  p*(s) by numeric.get_map on {args.samples} random score vectors: max |p - p_ref| = "
               f"{worst_p:.2g} ({'ok' if good else 'FAILED'}, bound 1e-12)")
-        if nvrtc_available():
-            results = [nvrtc_compile(module.CUDA_SOURCE, arch) for arch in ARCHES]
-            ok &= all(r.ok for r in results)
-            print("nvrtc        " + ", ".join(f"{r.arch} {'ok' if r.ok else 'FAILED'} ({r.ptx_size // 1024} kB PTX)" for r in results))
-            for r in results:
-                if not r.ok:
-                    print(r.log)
-        else:
-            print("nvrtc        not installed (pip install cuda-bindings nvidia-cuda-nvrtc): CUDA compile not checked")
+        ok &= _report_nvrtc(module.CUDA_SOURCE)
     probs = dv.evaluate([-2, 0, sp.Rational(1, 2)], digits=30, **params)
     print("example      p*([-2, 0, 0.5]) = [" + ", ".join(mpmath.nstr(v, 6) for v in probs) + "]")
     print("verdict      " + ("all checks passed" if ok else "SOME CHECKS FAILED"))

@@ -22,6 +22,7 @@ import sympy as sp
 
 from ..continuous import ContinuousMap, c, mu, s2, sigma2, t, theta1, theta2
 from .continuous import continuous_functions
+from .verify import Report
 
 __all__ = ["UNIT", "SYMBOLS", "running_error", "functions", "sample", "judge", "check", "ContinuousReport"]
 
@@ -109,21 +110,12 @@ def judge(expr: sp.Expr, symbols: list[sp.Symbol], args, got: float, ctype: str)
 
 
 @dataclass(frozen=True)
-class ContinuousReport:
+class ContinuousReport(Report):
     """Largest ``|error| / bound`` of each function over the points checked (at most 1 passes)."""
-
-    where: str
-    ctype: str
-    points: int
-    worst: dict[str, float]
 
     @property
     def ok(self) -> bool:
         return all(v <= 1 for v in self.worst.values())
-
-    @property
-    def max_ratio(self) -> float:
-        return max(self.worst.values(), default=0.0)
 
 
 def check(cm: ContinuousMap, call: Callable[[str, tuple], float], ctype: str, where: str, points: int = 40,
