@@ -100,6 +100,14 @@ def _cmd_generate(args: argparse.Namespace) -> int:
     return 0
 
 
+def _report_checks(reports, measure: str, bound) -> bool:
+    """One line per report of generated functions against SymPy; False if any failed."""
+    for rep in reports:
+        print(f"{rep.where:<12} {rep.ctype:<6} {rep.points} points per function: {measure} = "
+              f"{rep.max_error:.2g} ({'ok' if rep.ok else 'FAILED'}, bound {bound(rep.ctype)})")
+    return all(rep.ok for rep in reports)
+
+
 def _report_nvrtc(source: str) -> bool:
     """Compile ``source`` with NVRTC for every architecture CI checks and print one line; False on failure."""
     from .codegen.compilers import ARCHES, nvrtc_available, nvrtc_compile
@@ -164,10 +172,7 @@ def _verify_continuous(args: argparse.Namespace) -> int:
         except RuntimeError as exc:
             print(f"device       host build failed: {exc}")
             ok = False
-        for rep in reports:
-            ok &= rep.ok
-            print(f"{rep.where:<12} {rep.ctype:<6} {rep.points} points per function: max error / running bound = "
-                  f"{rep.max_error:.2g} ({'ok' if rep.ok else 'FAILED'}, bound 1; {VC.UNIT[rep.ctype]:g} per operation)")
+        ok &= _report_checks(reports, "max error / running bound", lambda c: f"1; {VC.UNIT[c]:g} per operation")
         ok &= _report_nvrtc(module.CUDA_SOURCE)
     print("verdict      " + ("all checks passed" if ok else "SOME CHECKS FAILED"))
     return 0 if ok else 1
@@ -228,10 +233,7 @@ def _cmd_verify(args: argparse.Namespace) -> int:
         except RuntimeError as exc:
             print(f"device       host build failed: {exc}")
             ok = False
-        for rep in reports:
-            ok &= rep.ok
-            print(f"{rep.where:<12} {rep.ctype:<6} {rep.points} points per function: max error / (1 + kappa) = "
-                  f"{rep.max_error:.2g} ({'ok' if rep.ok else 'FAILED'}, bound {V.TOLERANCE[rep.ctype]:g})")
+        ok &= _report_checks(reports, "max error / (1 + kappa)", lambda c: f"{V.TOLERANCE[c]:g}")
         from numeric import get_map
 
         mapping = get_map(module, **{k: float(v) for k, v in params.items()})
