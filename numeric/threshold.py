@@ -425,20 +425,21 @@ def _generic_sums(mod, params):
     return sums
 
 
-def _tsallis_sums(alpha, dtype, size: int, n: int):
+def _tsallis_sums(alpha, dtype, size: int, n: int, work: np.ndarray | None = None):
     """``(b, t) -> (F, F', F'')`` for alpha-entmax, on ``b = (alpha - 1) s + 1/alpha`` (see _tsallis_alpha).
 
     ``base = max(b - (alpha - 1) t, 0)``, ``p = base**k``, ``w = p / base``,
     ``g'' = (2 - alpha) w / base``: one log, one exp and two divisions per score (``base``
     is nudged by the smallest normal number in the divisions, where ``p = 0``
-    makes ``0 / tiny = 0``).  Two scratch buffers of ``size`` scores serve every call.
+    makes ``0 / tiny = 0``).  Two scratch buffers of ``size`` scores (from ``work`` if
+    given) serve every call.
     """
     a1 = dtype.type(alpha - 1)
     k = dtype.type(1 / (alpha - 1))
     c2 = dtype.type(2 - alpha)
     tiny = dtype.type(np.finfo(dtype).tiny)
-    buf = np.empty(size, dtype=dtype)
-    buf2 = np.empty(size, dtype=dtype)
+    work = np.empty(2 * size, dtype=dtype) if work is None else work
+    buf, buf2 = work[:size], work[size: 2 * size]
 
     # for k >= 3 (alpha <= 4/3), clipping base at the smallest normal instead of 0 leaves
     # p = tiny**k, w = tiny**(k - 1) and g'' ~ tiny**(k - 2), all <= tiny, off the support (n tiny
@@ -464,7 +465,7 @@ def _tsallis_sums(alpha, dtype, size: int, n: int):
     return sums
 
 
-def _halley(mod, x, tau, lo, hi, params, maxiter, tol, sums=None):
+def _halley(mod, x, tau, lo, hi, params, maxiter, tol, sums=None, spare=None):
     """Safeguarded Halley on h(tau) = omega'(F(tau)) - omega'(1) for every row; returns (tau, iterations).
 
     A Halley (else Newton) step is taken only if it lands strictly inside the
@@ -472,7 +473,8 @@ def _halley(mod, x, tau, lo, hi, params, maxiter, tol, sums=None):
     the bracket is bisected.  This rules out cycles across the kinks where a
     score enters or leaves the support.  ``sums(x_rows, t)`` gives ``(F, F', F'')``
     (default: from the generated link and weights); rows that converge are
-    dropped from ``x`` (copied together) before the next step.
+    dropped from ``x`` (copied together, into the two flat buffers ``spare`` of
+    ``x.size`` scores if given) before the next step.
     """
     dtype = x.dtype
     sums = sums or _generic_sums(mod, params)
@@ -485,6 +487,7 @@ def _halley(mod, x, tau, lo, hi, params, maxiter, tol, sums=None):
     xa, t, lo, hi = x, tau.copy(), lo.copy(), hi.copy()
     step = hi - lo  # last step taken
     step_old = step.copy()  # the one before
+    moving = np.ones(rows.size, dtype=bool)
     for it in range(1, maxiter + 1):
         if rows.size == 0:
             break
@@ -510,13 +513,28 @@ def _halley(mod, x, tau, lo, hi, params, maxiter, tol, sums=None):
         new = np.where(fast & np.isfinite(new), new, 0.5 * (lo + hi))
         step_old = step
         step = new - t
-        t = np.where(exact, t, new)
-        iterations[rows] = it
-        if done.any():
-            out[rows[done]] = t[done]
-            keep = np.flatnonzero(~done)  # np.take along axis 0: 3x faster than a boolean index
-            rows, xa, t, lo, hi, step, step_old = (np.take(a, keep, axis=0) for a in (rows, xa, t, lo, hi, step, step_old))
-    out[rows] = t  # rows that ran out of iterations
+        t = np.where(exact | ~moving, t, new)
+        iterations[rows[moving]] = it
+        finished = done & moving
+        if finished.any():
+            out[rows[finished]] = t[finished]
+            moving &= ~done
+            count = int(moving.sum())
+            # converged rows are carried along (not updated) until a third of the rows
+            # held have converged: copying the rest costs less than iterating on them
+            if 3 * count <= 2 * rows.size:
+                keep = np.flatnonzero(moving)  # np.take along axis 0: 3x faster than a boolean index
+                rows, t, lo, hi, step, step_old = (np.take(a, keep, axis=0) for a in (rows, t, lo, hi, step, step_old))
+                # the scores go to one of two buffers allocated once: fresh arrays of a few MB cost
+                # page faults (~3 us per 4 KiB page on this VM) on every call
+                if spare is None:
+                    spare = [np.empty(x.size, dtype=dtype), np.empty(x.size, dtype=dtype)]
+                target = spare[1] if np.may_share_memory(xa, spare[0]) else spare[0]
+                xa = np.take(xa, keep, axis=0, out=target[: count * x.shape[1]].reshape(count, x.shape[1]))
+                moving = np.ones(count, dtype=bool)
+            if count == 0:
+                break
+    out[rows[moving]] = t[moving]  # rows that ran out of iterations
     return out, iterations
 
 
@@ -533,27 +551,41 @@ def root_threshold(mod: ModuleType, x: np.ndarray, params: tuple, *, maxiter: in
     m = np.zeros(x.shape[0], dtype=dtype) if shifted else x.max(axis=-1)
     if not shifted:
         x = x - m[:, None]  # work relative to the row maximum, so tau needs no digits for m
-    count = row_sum(np.isfinite(x).astype(dtype))
+    # scores are shifted (no NaN, no +inf): count the finite ones only where some are masked
+    count = row_sum(np.isfinite(x).astype(dtype)) if x.size and np.isneginf(x.min()) else np.full(x.shape[0], n, dtype)
     one = mod.omega_prime(np.ones((), dtype), *params)
     lo = np.full(x.shape[0], -one, dtype=dtype)
     hi = (-mod.omega_prime(1 / count, *params)).astype(dtype)
     alpha = _tsallis_alpha(mod, params)
     if alpha is None:
-        scores, sums = (lambda a: a), None
+        scores, sums, spare = (lambda a: a), None, None
     else:  # iterate on b = (alpha - 1) s + 1/alpha (see _tsallis_sums)
         a1, inv = dtype.type(alpha - 1), dtype.type(1 / alpha)
 
+        # one allocation for b, the two buffers of the sums and the two of the compaction: fresh
+        # arrays of a few MB fault in 4 KiB pages (~3 us each on this VM, 2000+ a call); one
+        # large one is mostly huge pages (NumPy advises them from 4 MiB)
+        size = x.size
+        work = np.empty(5 * size, dtype=dtype)
+
         def scores(a):
-            b = a * a1
+            b = np.multiply(a, a1, out=work[: a.size].reshape(a.shape)) if a.size == size else a * a1
             b += inv
             return b
 
-        sums = _tsallis_sums(alpha, np.dtype(dtype), x.size, n)
+        sums = _tsallis_sums(alpha, np.dtype(dtype), size, n, work[size: 3 * size])
+        spare = [work[3 * size: 4 * size], work[4 * size:]]
     # alpha-entmax with alpha <= 3/2 on rows of at most 128: supports are wide, so the 32 largest
     # scores give a loose bound, and h is smooth (linear at alpha -> 1): starting cold takes at
     # most 5 steps (measured) and saves the selection and the warm start's own 3 to 5 steps.
     # Nearer alpha = 2, F is piecewise linear with narrow supports: the warm start is near exact.
     cold = alpha is not None and alpha <= 1.5 and n <= COLD_UPTO
+    if alpha is not None and alpha <= 2:
+        # g_+ is convex for alpha <= 2, so F(tau) >= n g(mean(s) - tau) (Jensen): tau >= mean(s) -
+        # omega'(1/n), a lower bound close to tau on rows of near-equal scores (-inf where masked)
+        with np.errstate(invalid="ignore", over="ignore"):
+            jensen = row_sum(x) / dtype.type(n) - mod.omega_prime(1 / np.asarray(n, dtype), *params)
+        lo = np.fmax(lo, np.fmin(jensen, hi)).astype(dtype, copy=False)
     if n > WARM_START and not cold:
         top = -np.partition(-x, WARM_START - 1, axis=-1)[:, :WARM_START]
         top_count = row_sum(np.isfinite(top).astype(dtype))
@@ -568,6 +600,6 @@ def root_threshold(mod: ModuleType, x: np.ndarray, params: tuple, *, maxiter: in
             if 4 * size < n:
                 size = max(size, WARM_START)
                 x = -np.partition(-x, size - 1, axis=-1)[:, :size]
-    tau, iterations = _halley(mod, scores(x), lo, lo, hi, params, maxiter, tol, sums)
+    tau, iterations = _halley(mod, scores(x), lo, lo, hi, params, maxiter, tol, sums, spare)
     tau = m + tau
     return (tau, iterations) if return_iterations else tau
