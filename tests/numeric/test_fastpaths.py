@@ -351,9 +351,9 @@ def test_tsallis_link_matches_the_generated_link(alpha, dtype):
 
 
 @pytest.mark.parametrize("alpha", [1.1, 1.25, 1.3, 1.5])
-@pytest.mark.parametrize("n", [33, 64, 128])
+@pytest.mark.parametrize("n", [33, 64, 128, 256])
 def test_cold_start_on_short_rows(alpha, n):
-    """alpha <= 3/2 on rows of <= 128 starts without the warm start: same threshold, few steps
+    """alpha <= 3/2 on rows of <= 256 starts without the warm start: same threshold, few steps
     (at most 6 in [1.25, 2] as test_halley_iterations_float32 asks; 7 measured at alpha = 1.1)."""
     mod = importlib.import_module("numeric._generated.entmax")
     rng = np.random.default_rng(n)
@@ -367,3 +367,27 @@ def test_cold_start_on_short_rows(alpha, n):
     p64 = th.clipped_link(mod, x.astype(np.float64) - tau64[:, None], (alpha,))
     np.testing.assert_allclose(p.astype(np.float64).sum(-1), 1, atol=1e-5)
     np.testing.assert_allclose(p, p64, atol=2e-6)
+
+
+@pytest.mark.parametrize("name", ["entmax15", "entmax"])
+@pytest.mark.parametrize("n", [257, 1000, 4096])
+def test_root_solver_on_the_selected_quarter(name, n):
+    """Long rows: the warm start's 32 come from the largest quarter, which the solver keeps when every
+    row's candidates fit in it; rows of near-equal scores (a support of the whole row) do not."""
+    mod = importlib.import_module(f"numeric._generated.{name}")
+    params = (1.5,) if name == "entmax" else ()
+    rng = np.random.default_rng(n)
+    x = rng.standard_normal((40, n)) * rng.uniform(0.05, 10, (40, 1))
+    x[::9, ::3] = -np.inf
+    y = _shifted(x)
+    exact = th.sort_threshold(importlib.import_module("numeric._generated.entmax15"), y, (), method="full", shifted=True)
+    got = th.root_threshold(mod, y, params, shifted=True)
+    p = th.clipped_link(mod, y - got[:, None], params)
+    want = th.clipped_link(mod, y - exact[:, None], params)
+    np.testing.assert_allclose(p, want, rtol=0, atol=1e-12)
+    flat = y.copy()
+    flat[:20] = rng.uniform(-1e-3, 0, (20, n))  # every score in the support: the quarter does not hold them
+    got = th.root_threshold(mod, flat, params, shifted=True)
+    exact = th.sort_threshold(importlib.import_module("numeric._generated.entmax15"), flat, (), method="full", shifted=True)
+    np.testing.assert_allclose(th.clipped_link(mod, flat - got[:, None], params),
+                               th.clipped_link(mod, flat - exact[:, None], params), rtol=0, atol=1e-12)
