@@ -194,7 +194,7 @@ def row_sum(a: np.ndarray) -> np.ndarray:
 #: Rows of at most this many scores take their maximum through a transposed block (see row_max).
 TRANSPOSED_MAX_UPTO = 64
 #: Rows of fewer scores than this use the fixed-point threshold for links of degree 1 (see sort_threshold).
-FIXED_POINT_BELOW = 256
+FIXED_POINT_BELOW = 2048
 
 
 def row_max(a: np.ndarray) -> np.ndarray:
