@@ -104,7 +104,7 @@ def test_fixed_point_needs_degree_one():
 
 
 @pytest.mark.parametrize("scale", [0.01, 0.1, 1.0, 10.0])
-@pytest.mark.parametrize("n", [1, 2, 64, 255])
+@pytest.mark.parametrize("n", [1, 2, 64, 255, 1024])
 def test_fixed_point_iterations_on_random_rows(scale, n):
     """Few steps on random rows (a regression guard for speed; the bound proved is n + 1)."""
     mod = importlib.import_module("numeric._generated.sparsemax")
