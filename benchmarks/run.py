@@ -5,7 +5,10 @@ Run (after `pip install -e '.[bench]'` and `pip install torch==2.13.0 entmax`):
     python benchmarks/run.py [--quick] [--out benchmarks/results]
 
 Every figure is a ratio of medians measured in this run, float32, with torch
-limited to the same 2 threads.  A missing peer is reported, not fatal.
+limited to the same 2 threads (regattn's maps split inputs of 2**17 scores and
+more into two halves of rows on two threads).  A missing peer is reported, not
+fatal.  The load average before and after the run is recorded: another process
+on a 2-core machine slows every multi-threaded figure (torch's and ours).
 Targets (issue "Benchmarks against the peers") are checked and reported met or
 missed; nothing here is a test.
 """
@@ -163,10 +166,10 @@ def targets(rows, times, gen):
     return checked
 
 
-def write(out_dir: Path, rows, checked, missing):
+def write(out_dir: Path, rows, checked, missing, load=None):
     out_dir.mkdir(parents=True, exist_ok=True)
     meta = dict(machine=f"{platform.machine()}, {os.cpu_count()} cores", python=platform.python_version(),
-                numpy=np.__version__, threads=THREADS, missing_peers=missing)
+                numpy=np.__version__, threads=THREADS, missing_peers=missing, load_average=load)
     (out_dir / "results.json").write_text(json.dumps(dict(meta=meta, rows=rows, targets=checked), indent=2) + "\n")
     lines = ["| what | n | peer | regattn ms | peer ms | speed-up |", "|---|---:|---|---:|---:|---:|"]
     for r in rows:
@@ -178,6 +181,8 @@ def write(out_dir: Path, rows, checked, missing):
         lines.append(f"| {c['target']} | {value} | {'-' if c['met'] is None else ('yes' if c['met'] else 'NO')} |")
     if missing:
         lines += ["", "Missing peers: " + ", ".join(missing)]
+    if load:
+        lines += ["", f"1-minute load average before / after the run: {load[0]:.2f} / {load[1]:.2f}"]
     (out_dir / "results.md").write_text("\n".join(lines) + "\n")
     try:
         import matplotlib
@@ -205,6 +210,7 @@ def main() -> int:
     parser.add_argument("--out", type=Path, default=Path(__file__).resolve().parent / "results")
     args = parser.parse_args()
     repeat = 3 if args.quick else 7
+    load_before = os.getloadavg()[0] if hasattr(os, "getloadavg") else None
     found, missing = peers()
     for m in missing:
         print(f"peer missing: {m}")
@@ -215,7 +221,8 @@ def main() -> int:
     rows += [row for row in small if row["peer"] == "torch SDPA"]
     rows += layer_rows(found, repeat)
     checked = targets(rows, times, generate_seconds())
-    print(write(args.out, rows, checked, missing))
+    load = None if load_before is None else (load_before, os.getloadavg()[0])
+    print(write(args.out, rows, checked, missing, load))
     return 0
 
 
