@@ -274,12 +274,41 @@ def test_two_threads_give_the_rows_of_one(name, monkeypatch):
     monkeypatch.setattr(maps, "THREADS_FROM", 1 << 62)
     one, tau_one = m.forward(x)
     monkeypatch.setattr(maps, "THREADS_FROM", 1)
+    monkeypatch.setattr(maps, "_cores_free", lambda: True)  # as on an idle machine
     two, tau_two = m.forward(x)
     three = m.forward(x.copy(), overwrite=True)[0]
     np.testing.assert_allclose(two, one, rtol=0, atol=1e-7)  # root solvers: rounding of batch-wide sizes
     np.testing.assert_allclose(tau_two, tau_one, rtol=0, atol=1e-6)
     np.testing.assert_array_equal(three, two)
     assert np.isnan(two[5]).all() and (two[6] == 0).all()
+    monkeypatch.setattr(maps, "CHUNKS", 7)  # uneven chunks, taken by whichever thread is free
+    seven, tau_seven = m.forward(x)
+    np.testing.assert_allclose(seven, one, rtol=0, atol=1e-7)
+    np.testing.assert_allclose(tau_seven, tau_one, rtol=0, atol=1e-6)
+
+
+def test_cores_free_reads_the_runnable_count(monkeypatch, tmp_path):
+    from numeric import maps
+
+    assert isinstance(maps._cores_free(), bool)
+    real_open = open
+
+    def fake(text):
+        def opener(path, *args, **kwargs):
+            if path == "/proc/loadavg":
+                fake_file = tmp_path / "loadavg"
+                fake_file.write_text(text)
+                return real_open(fake_file, *args, **kwargs)
+            return real_open(path, *args, **kwargs)
+
+        return opener
+
+    monkeypatch.setattr("builtins.open", fake("0.50 0.40 0.30 1/80 1234\n"))
+    assert maps._cores_free()
+    monkeypatch.setattr("builtins.open", fake("1.50 0.40 0.30 2/80 1234\n"))
+    assert not maps._cores_free()
+    monkeypatch.setattr("builtins.open", fake("garbage\n"))
+    assert maps._cores_free()
 
 
 def test_maps_from_a_worker_thread_and_under_raise():
