@@ -6,10 +6,13 @@ least one finite score and no NaN (masked scores are ``-inf``), and the
 module's parameter values.  The solver is chosen by ``mod.THRESHOLD``:
 
 * ``"closed"``: ``g(s - tau) = A(tau) B(s)``, so ``p_i = B(s_i - m) / sum_j B(s_j - m)``
-  with ``m = max(s)`` (no overflow) and ``tau = m + tau_from_sum(S)``;
+  with ``m = max(s)`` (no overflow) and ``tau = m + tau_from_sum(S)``; rows whose
+  unshifted sum is finite and at least 1 skip the shift (:func:`closed_unshifted`);
 * ``"sort"``: scores sorted in decreasing order, ``tau_k`` from the cumulative
   sums of the shifted scores and their squares, the largest ``k`` with
-  ``s_(k) - tau_k > omega'(0+)`` (vectorised over rows);
+  ``s_(k) - tau_k > omega'(0+)`` (vectorised over rows); for links of degree 1
+  (sparsemax) on rows shorter than 2048, the sort-free fixed point
+  ``tau <- tau_k(support at tau)`` instead (:func:`fixed_point_threshold`);
 * ``"root"``: Halley's method on ``h(tau) = omega'(F(tau)) - omega'(1)`` with
   ``F(tau) = sum_i g_+(s_i - tau)``.  ``h`` is exactly linear while one score
   is in the support and nearly linear otherwise (for Shannon it is linear
@@ -21,6 +24,12 @@ module's parameter values.  The solver is chosen by ``mod.THRESHOLD``:
   stops at a tolerance: ``|F - 1|`` or the step below a few ulps.  For a
   sparse map only scores above that lower bound plus ``omega'(0+)`` can be
   in the support; when they are few, the iteration runs on them alone.
+  alpha-entmax (Tsallis) evaluates ``F, F', F''`` from one log, one exp and two
+  divisions per score (:func:`_tsallis_sums`) and, for alpha <= 2, also starts
+  from the Jensen bound ``mean(s) - omega'(1/n)``.
+
+Row sums go through :func:`row_sum` (einsum, in the calling thread) and row
+maxima of short rows through :func:`row_max` (transposed blocks).
 
 Links with no printable closed form (``mod.link is None``) are inverted by
 :func:`newton_link`: Newton on ``u = log p`` with a bisection safeguard, then
@@ -35,8 +44,7 @@ import numpy as np
 
 __all__ = [
     "clipped_link", "newton_link", "row_sum", "row_max", "closed_threshold", "closed_unshifted", "sort_threshold",
-    "fixed_point_threshold",
-    "root_threshold", "WARM_START",
+    "fixed_point_threshold", "root_threshold", "WARM_START",
 ]
 
 #: Number of largest scores used for the warm start of the root solver.
@@ -125,8 +133,11 @@ def _power(base: np.ndarray, k, out: np.ndarray | None = None) -> np.ndarray:
     """``base**k`` into ``out`` (default: in place) for ``base >= 0``, ``k > 0``, as ``exp(k log(base))``.
 
     NumPy's power takes ~11 ns per zero base here (a slow path of libm's pow), 4x its
-    average; log and exp are vectorised and map 0 to -inf to 0.  The absolute error
-    is at most ``|p log p| eps <= eps / e`` beyond the two functions' own ulps.
+    average, and ~20 ns on bases whose power underflows; log and exp are vectorised
+    and map 0 to -inf to 0.  The rounding of ``k log(base)`` adds a relative error of
+    about ``|log p| eps`` to ``p``: for ``p <= 1`` (all the solvers meet: the base is
+    at most 1 once ``tau >= max(s) - omega'(1)``) an absolute error of at most
+    ``eps / e``, beyond the two functions' own ulps.
     """
     out = base if out is None else out
     with np.errstate(divide="ignore", under="ignore"):
