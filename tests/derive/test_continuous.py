@@ -82,9 +82,15 @@ def test_rbf_expectation_matches_quadrature(name, values):
     ss = mpmath.mpf(sp.Rational(values[s2]).p) / sp.Rational(values[s2]).q
     with mpmath.workdps(30):
         psi = lambda x: mpmath.exp(-((x - cc) ** 2) / (2 * ss)) / mpmath.sqrt(2 * mpmath.pi * ss)  # noqa: E731
-        points = sorted({lo, center, hi, cc} - {-mpmath.inf, mpmath.inf}) if mpmath.isfinite(hi) else [-mpmath.inf, center, cc, mpmath.inf]
+        # break the integral where p psi is largest: for the Gaussian the product peaks at the
+        # precision-weighted mean with width sqrt(sigma2 s2 / (sigma2 + s2))
+        var = mpmath.mpf(sp.Rational(values[sigma2]).p) / sp.Rational(values[sigma2]).q
+        peak, width = (center * ss + cc * var) / (var + ss), mpmath.sqrt(var * ss / (var + ss))
+        inner = {center, cc, peak} | {peak + k * width for k in (-8, -3, 3, 8)}
         if mpmath.isfinite(hi):
-            points = [x for x in points if lo <= x <= hi]
+            points = sorted(x for x in inner | {lo, hi} if lo <= x <= hi)
+        else:
+            points = [-mpmath.inf] + sorted(inner) + [mpmath.inf]
         numeric = mpmath.quad(lambda x: p_of(x) * psi(x), points if len(points) > 1 else [lo, hi])
         assert abs(numeric - mpmath.mpf(str(closed))) < mpmath.mpf(10) ** -25 * max(1, abs(numeric))
 
