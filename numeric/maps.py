@@ -386,10 +386,15 @@ def _on_two_threads(solve, rows: int, size: int, chunks: int | None = None) -> N
             _POOL = ThreadPoolExecutor(max_workers=1, thread_name_prefix="regattn-maps")
     chunks = min(rows, chunks or CHUNKS)
     bounds = [rows * i // chunks for i in range(chunks + 1)]
-    order = itertools.count()  # next() on a count is atomic under the GIL
+    order = itertools.count()
+    lock = threading.Lock()  # (next() on a count is atomic under the GIL; not on free-threaded builds)
 
     def work():
-        while (i := next(order)) < chunks:
+        while True:
+            with lock:
+                i = next(order)
+            if i >= chunks:
+                return
             solve(bounds[i], bounds[i + 1])
 
     future = _POOL.submit(contextvars.copy_context().run, work)
