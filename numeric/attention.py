@@ -83,10 +83,12 @@ def _scores(xp, q, k, mask, causal, rows: slice, keys):
             a = xp.where(part, a, -xp.inf)
         else:
             a = a + part.astype(a.dtype, copy=False)
-    if causal:
-        i = xp.arange(rows.start, rows.stop)[:, None]
-        j = xp.arange(cols.start, cols.stop)[None, :]
-        a = xp.where(j <= i, a, -xp.inf)
+    if causal:  # only keys after the block's first query can be in the future: mask that corner in place
+        first = max(cols.start, rows.start + 1)
+        if first < cols.stop:
+            i = xp.arange(rows.start, rows.stop)[:, None]
+            j = xp.arange(first, cols.stop)[None, :]
+            xp.copyto(a[..., first - cols.start:], -xp.inf, where=j > i)
     return a
 
 
