@@ -63,9 +63,8 @@ class ContinuousMap:
         ``lambda(sigma2)``: on the support ``f(t) - tau = lambda - (t - mu)^2 / (2 sigma2)``,
         so ``lambda = omega'(p(mu))``, the height of the scores above the threshold at the peak.
     mean, variance:
-        ``mu`` and ``sigma2`` in terms of ``theta_1``, ``theta_2``.
-    threshold:
-        ``tau`` in terms of ``theta_1``, ``theta_2``.
+        ``mu`` and ``sigma2`` in terms of ``theta_1``, ``theta_2``; the property
+        :attr:`threshold` gives ``tau`` in the same terms.
     """
 
     regularizer: Regularizer
