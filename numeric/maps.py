@@ -22,7 +22,6 @@ generated CUDA kernels on the device.
 from __future__ import annotations
 
 import contextvars
-import importlib
 import itertools
 import math
 import os
@@ -32,6 +31,7 @@ from types import ModuleType
 
 import numpy as np
 
+from . import _trust
 from . import threshold as th
 from .backend import CUDA_THREADS, array_module, is_cupy, kernels, to_compute_dtype
 
@@ -419,13 +419,20 @@ def _cores_free() -> bool:
 
 
 def _load(name: str) -> ModuleType:
+    """The generated module for a built-in or a top-level module name, its header checked before it runs."""
     from ._generated import BUILTINS
 
-    if name in BUILTINS:
-        return importlib.import_module(f"numeric._generated.{name}")
+    full = f"numeric._generated.{name}" if name in BUILTINS else name
+    if full is name and not name.isidentifier():
+        raise ValueError(
+            f"no map named {name!r}: a generated module is found by a plain top-level name "
+            "(pass a module inside a package as the module object)"
+        )
     try:
-        return importlib.import_module(name)
-    except ImportError:
+        return _trust.import_generated(full)
+    except ModuleNotFoundError as exc:
+        if exc.name != full:
+            raise
         raise ValueError(
             f"no map named {name!r}: built-ins are {', '.join(BUILTINS)}; a generated module "
             "must be importable by that name (or pass the module itself)"
@@ -435,14 +442,24 @@ def _load(name: str) -> ModuleType:
 def get_map(name, *, threshold: str = "auto", **params) -> Map:
     """The :class:`Map` for a built-in name, an importable generated module's name, or the module itself.
 
+    A module found by name is checked before it runs: its header must be
+    ``regattn generate``'s and its content hash must match its body, else
+    :class:`ValueError` (nothing of it is executed).  A module object passed in
+    has already run; its source file (``__file__``) is checked the same way.  The
+    error for a module that is not a generated map is both a :class:`ValueError`
+    and a :class:`TypeError`.
+
     >>> import numpy as np, numeric as nm
     >>> nm.get_map("sparsemax")(np.array([-2.0, 0.0, 0.5]))
     array([0.  , 0.25, 0.75])
     """
     if isinstance(name, Map):
         return name if not params and threshold == "auto" else Map(name.module, threshold, **{**name.params, **params})
-    module = name if isinstance(name, ModuleType) else _load(name) if isinstance(name, str) else None
-    if module is None:
+    if isinstance(name, ModuleType):
+        module = _trust.check_module(name)
+    elif isinstance(name, str):
+        module = _load(name)
+    else:
         raise TypeError(f"get_map expects a name, a generated module or a Map, got {type(name).__name__}")
     return Map(module, threshold, **params)
 

@@ -12,12 +12,14 @@
 
 from __future__ import annotations
 
+import atexit
 import ctypes
 import hashlib
 import os
 import shutil
 import subprocess
 import tempfile
+import threading
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -122,8 +124,9 @@ def host_library(
     functions:
         Function name (without prefix) -> number of arguments (parameters included).
     cache_dir:
-        Where to keep the shared library (keyed by a hash of the source);
-        a temporary directory by default.
+        Where to keep the shared library (keyed by a hash of the source); by
+        default one temporary directory per process, removed when the process
+        exits.
 
     Returns
     -------
@@ -153,16 +156,32 @@ def host_library(
     return out
 
 
+_DEFAULT_CACHE: list[Path] = []
+_DEFAULT_CACHE_LOCK = threading.Lock()
+
+
+def _default_cache() -> Path:
+    """This process's build folder: created on first use, removed (with its libraries) at exit."""
+    with _DEFAULT_CACHE_LOCK:
+        if not _DEFAULT_CACHE:
+            folder = Path(tempfile.mkdtemp(prefix="regattn-host-"))
+            atexit.register(shutil.rmtree, folder, ignore_errors=True)
+            _DEFAULT_CACHE.append(folder)
+        return _DEFAULT_CACHE[0]
+
+
 def _build(text: str, prefix: str, cache_dir) -> Path:
     """g++ ``text`` into a shared library named by its hash (reused when present)."""
     if shutil.which("g++") is None:
         raise RuntimeError("g++ is not on PATH; the host build of generated CUDA needs it")
     digest = hashlib.sha256(text.encode()).hexdigest()[:16]
-    folder = Path(cache_dir) if cache_dir is not None else Path(tempfile.mkdtemp(prefix="regattn-host-"))
+    folder = Path(cache_dir) if cache_dir is not None else _default_cache()
     folder.mkdir(parents=True, exist_ok=True)
     lib_path = folder / f"{prefix}-{digest}.so"
     if not lib_path.exists():
-        src = folder / f"{prefix}-{digest}.cpp"
+        # per-process names for the source and the library being built: processes sharing a folder never
+        # read each other's half-written files
+        src = folder / f"{prefix}-{digest}.{os.getpid()}.cpp"
         src.write_text(text)
         tmp = folder / f"{prefix}-{digest}.{os.getpid()}.so"
         proc = subprocess.run(
@@ -171,8 +190,10 @@ def _build(text: str, prefix: str, cache_dir) -> Path:
             capture_output=True,
             text=True,
         )
-        if proc.returncode != 0:
+        if proc.returncode != 0:  # the source stays for the error's line numbers
+            tmp.unlink(missing_ok=True)
             raise RuntimeError(f"g++ failed on the generated CUDA of {prefix}:\n{proc.stderr}")
+        src.unlink(missing_ok=True)
         os.replace(tmp, lib_path)
     return lib_path
 
