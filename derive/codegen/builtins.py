@@ -170,7 +170,15 @@ def write_atomic(path: Path, text: str) -> None:
     except OSError as exc:
         raise DerivationError(f"cannot write to {folder}: {exc.strerror}") from None
     try:
-        with os.fdopen(fd, "w", encoding="utf-8", newline="\n") as fh:
+        try:
+            fh = os.fdopen(fd, "w", encoding="utf-8", newline="\n")
+        except BaseException:
+            try:
+                os.close(fd)
+            except OSError:  # fdopen closed it already
+                pass
+            raise
+        with fh:
             fh.write(text)
         os.chmod(tmp, 0o644)
         os.replace(tmp, path)

@@ -48,15 +48,34 @@ def derivation_for(name: str):
     return derive_map(Regularizer.from_string(USER_MAPS[name], name=name))
 
 
+_FOLDERS: dict[str, Path] = {}
+
+
+@pytest.fixture(scope="session", autouse=True)
+def _user_map_folder(tmp_path_factory):
+    """pytest's session folder for the generated user maps."""
+    _FOLDERS.setdefault("usermaps", tmp_path_factory.mktemp("usermaps"))
+
+
+def _user_folder() -> Path:
+    """The session folder; one removed at exit when another module's tests come first."""
+    if "usermaps" not in _FOLDERS:
+        import atexit
+        import shutil
+        import tempfile
+
+        _FOLDERS["usermaps"] = Path(tempfile.mkdtemp(prefix="usermaps-"))
+        atexit.register(shutil.rmtree, _FOLDERS["usermaps"], ignore_errors=True)
+    return _FOLDERS["usermaps"]
+
+
 @lru_cache(maxsize=None)
 def module_for(name: str):
     """The committed module for a built-in, a freshly generated one for a user map."""
     if name in BUILTIN_MAPS:
         path = GENERATED / f"{name}.py"
     else:
-        folder = Path(os.environ.get("PYTEST_TMP", "/tmp")) / f"regattn-gen-{os.getpid()}"
-        folder.mkdir(exist_ok=True)
-        path = folder / f"{name}.py"
+        path = _user_folder() / f"{name}.py"
         path.write_text(generate_module(derivation_for(name), name))
     return load_module(path, prefix="_regattn_test_")
 
@@ -116,7 +135,8 @@ def host_functions(name: str):
     fns["link"] = 1 + npar  # the Newton link has no SymPy twin but must exist
     fns["link_plus"] = 1 + npar
     fns["clip"] = npar
-    return host_library(mod.CUDA_DEVICE_SOURCE, name, fns, cache_dir=Path("/tmp") / f"regattn-host-{os.getuid()}")
+    # host_library's default folder: one per process, removed at exit
+    return host_library(mod.CUDA_DEVICE_SOURCE, name, fns)
 
 
 @pytest.mark.parametrize("name, fname", CASES)

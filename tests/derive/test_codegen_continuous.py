@@ -22,7 +22,8 @@ from derive.continuous import derive_continuous
 
 ROOT = Path(__file__).resolve().parents[2]
 GENERATED = ROOT / "numeric" / "_generated"
-CACHE = Path("/tmp") / f"regattn-host-{os.getuid()}"
+# host builds: host_library's per-process folder (removed at exit), or a folder kept between runs if set
+CACHE = Path(os.environ["REGATTN_HOST_CACHE"]) if os.environ.get("REGATTN_HOST_CACHE") else None
 NAMES = list(CONTINUOUS_MAPS)
 
 
