@@ -440,6 +440,10 @@ def main(argv: Sequence[str] | None = None) -> int:
         return args.func(args)
     try:
         return args.func(args)
+    except BrokenPipeError:  # the reader went away (regattn ... | head): stop quietly
+        devnull = os.open(os.devnull, os.O_WRONLY)
+        os.dup2(devnull, sys.stdout.fileno())
+        return 1
     except (DerivationError, ValueError, OSError) as exc:
         print(f"regattn: error: {_one_line(exc)}", file=sys.stderr)
         return 2

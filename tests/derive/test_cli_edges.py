@@ -270,3 +270,20 @@ def test_tests_keep_their_files_in_pytest_folders():
         text = path.read_text()
         for pattern in ('"/tmp"', "gettempdir()", "regattn-gen-", "regattn-host-"):
             assert pattern not in text or path.name == "test_cli_edges.py", f"{path.name} uses {pattern}"
+
+
+def test_a_closed_pipe_is_not_an_error():
+    proc = subprocess.run(f"'{sys.executable}' -m derive.cli derive gini | head -c 10", shell=True,
+                          capture_output=True, text=True, timeout=120)
+    assert proc.stdout == "Derivation" and proc.stderr == ""
+
+
+# ---------------------------------------------------------------- packaging
+def test_cuda_extra_uses_the_nvrtc_major_that_ci_compiles_with():
+    tomllib = pytest.importorskip("tomllib")
+    extras = tomllib.loads((ROOT / "pyproject.toml").read_text())["project"]["optional-dependencies"]
+    cupy = [re.match(r"cupy-cuda(\d+)x", req) for req in extras["cuda"]]
+    nvrtc = [re.match(r"nvidia-cuda-nvrtc\s*>=\s*(\d+)", req) for req in extras["test"]]
+    cupy_major = {m.group(1) for m in cupy if m}
+    nvrtc_major = {m.group(1) for m in nvrtc if m}
+    assert len(cupy_major) == 1 and cupy_major == nvrtc_major, (extras["cuda"], extras["test"])
