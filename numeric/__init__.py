@@ -16,6 +16,7 @@ from .attention import attention, attention_backward
 from .continuous import ContinuousAttention, GaussianBasis, continuous_attention, continuous_attention_backward, get_continuous_map
 from .layers import MultiHeadAttention, SelfAttention, sinusoidal_encoding
 from .maps import Map, entmax, entmax15, get_map, softmax, sparsemax
+from .parallel import get_num_threads, set_num_threads
 
 __all__ = [
     "Map",
@@ -34,5 +35,7 @@ __all__ = [
     "continuous_attention",
     "continuous_attention_backward",
     "ContinuousAttention",
+    "set_num_threads",
+    "get_num_threads",
 ]
 __version__ = "0.1.0"

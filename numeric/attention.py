@@ -6,7 +6,13 @@ where a query may attend (as in ``torch.nn.functional.scaled_dot_product_attenti
 and ``jax.nn``); a float mask is added to the scores; either broadcasts to
 ``(..., L, S)``.  ``causal=True`` allows key ``j`` for query ``i`` when ``j <= i``
 (the upper-left lower triangle).  A query with nothing to attend to gets
-weights 0 and output 0.
+weights 0 and output 0 (so do all queries when there are no keys, ``S = 0``).
+
+A key that a query may not attend to (masked, in the future under ``causal``,
+or with a score of ``-inf``) is absent for that query: a NaN or infinity in its
+row of ``k`` or ``v`` changes neither that query's output nor the gradients.
+A NaN score among the keys a query does attend to makes that query's output
+NaN, on every path (dense, query blocks, key blocks).
 
 Backward, with ``P = map(A)``, ``A = scale q k^T``:
 ``dv = P^T dout``, ``dP = dout v^T``, ``dA = J_map^T dP`` (the map's VJP,
@@ -19,17 +25,22 @@ blocks above the diagonal are skipped.  For maps with a closed-form threshold
 (softmax) the keys can be blocked too, with an online rescaled accumulation.
 The backward pass recomputes each query block's weights instead of storing
 ``L x S`` of them.
+
+Large batches run as tasks of whole batch elements on the threads of
+:mod:`numeric.parallel`, with BLAS on one thread per task; the tasks depend only
+on the shapes, so the numbers are the same for every thread count.
 """
 
 from __future__ import annotations
 
 import math
-import os
+import numbers
 
 import numpy as np
 
 from .backend import array_module
 from .maps import Map, get_map
+from .parallel import run_tasks
 
 __all__ = ["attention", "attention_backward", "DENSE_LIMIT"]
 
@@ -37,6 +48,12 @@ __all__ = ["attention", "attention_backward", "DENSE_LIMIT"]
 DENSE_LIMIT = 1 << 22
 #: Smallest query block of a causal call (smaller blocks cost more in overhead than they skip).
 CAUSAL_MIN_BLOCK = 128
+
+
+def _check_block(value, name: str):
+    if value is not None and (isinstance(value, bool) or not isinstance(value, numbers.Integral) or value < 1):
+        raise ValueError(f"{name} must be a positive integer or None, got {value!r}")
+    return value
 
 
 def _prepare(q, k, v, mapping, mask, causal, scale):
@@ -47,10 +64,12 @@ def _prepare(q, k, v, mapping, mask, causal, scale):
             raise ValueError(f"{name} must have shape (..., length, features), got {a.shape}")
     if q.shape[-1] != k.shape[-1]:
         raise ValueError(f"q and k must share their feature size: q {q.shape}, k {k.shape}")
+    if q.shape[-1] == 0:
+        raise ValueError(f"q and k have no features (q {q.shape}, k {k.shape}): the scores q k^T would be empty sums")
     if k.shape[-2] != v.shape[-2]:
         raise ValueError(f"k and v must have the same length: k {k.shape}, v {v.shape}")
     try:
-        np.broadcast_shapes(q.shape[:-2], k.shape[:-2], v.shape[:-2])
+        batch = np.broadcast_shapes(q.shape[:-2], k.shape[:-2], v.shape[:-2])
     except ValueError:
         raise ValueError(f"batch shapes do not broadcast: q {q.shape}, k {k.shape}, v {v.shape}") from None
     dtype = np.result_type(q.dtype, k.dtype, v.dtype, np.float32)
@@ -64,16 +83,75 @@ def _prepare(q, k, v, mapping, mask, causal, scale):
         mask = xp.asarray(mask)
         if mask.dtype != np.bool_ and mask.dtype.kind != "f":
             raise TypeError(f"mask must be boolean (True = may attend) or float (added to the scores), got dtype {mask.dtype}")
-        batch = np.broadcast_shapes(q.shape[:-2], k.shape[:-2])
+        scores = batch + (L, S)
+        if mask.ndim == 0:
+            raise ValueError(f"mask must have at least one dimension (the keys), got a 0-d mask; the scores' shape is {scores}")
         try:
-            np.broadcast_shapes(mask.shape, batch + (L, S))
+            shape = np.broadcast_shapes(mask.shape, scores)
         except ValueError:
-            raise ValueError(f"mask of shape {mask.shape} does not broadcast to the scores' shape {batch + (L, S)}") from None
+            raise ValueError(f"mask of shape {mask.shape} does not broadcast to the scores' shape {scores}") from None
+        if shape != scores:
+            raise ValueError(f"mask of shape {mask.shape} has batch dimensions that q {q.shape}, k {k.shape} and "
+                             f"v {v.shape} lack: it must broadcast to the scores' shape {scores}")
+        if mask.ndim == 1:  # (S,): the same keys for every query
+            mask = mask[None, :]
     return xp, q, k, v, m, scale, mask
 
 
-def _scores(xp, q, k, mask, causal, rows: slice, keys):
-    """Masked scores ``q k^T`` for queries ``rows`` against keys ``keys`` (a slice, or a count from 0)."""
+def _nonfinite_keys(xp, k, v):
+    """Indices (NumPy) of the keys whose row of ``k`` or ``v`` holds a NaN or an infinity in some batch element, or None."""
+    with np.errstate(over="ignore", invalid="ignore"):  # a sum that overflows only sends us to the exact check
+        if bool(xp.isfinite(k.sum())) and bool(xp.isfinite(v.sum())):
+            return None
+    rows = ~xp.isfinite(k).all(axis=-1) | ~xp.isfinite(v).all(axis=-1)
+    rows = rows.reshape(-1, rows.shape[-1]).any(axis=0)
+    index = np.flatnonzero(rows.get() if hasattr(rows, "get") else rows)
+    return index if index.size else None
+
+
+def _finite(xp, a):
+    """``a`` with its NaNs and infinities replaced by 0 (the rows of keys that are absent for some query)."""
+    return xp.where(xp.isfinite(a), a, xp.zeros((), dtype=a.dtype))
+
+
+def _local(xp, bad, cols: slice):
+    """The entries of ``bad`` (key indices) inside ``cols``, relative to ``cols.start``, as an index array; or None."""
+    if bad is None:
+        return None
+    inside = bad[(bad >= cols.start) & (bad < cols.stop)] - cols.start
+    return xp.asarray(inside) if inside.size else None
+
+
+def _present_matmul(xp, w, x0, xj, keep, cols):
+    """``w @ x`` where the rows ``cols`` of ``x`` (non-finite somewhere) count only for the queries they are present to.
+
+    ``x0`` is ``x`` with its non-finite entries set to 0 and ``xj = x[..., cols, :]``;
+    ``keep`` (``w[..., cols]``'s shape) is True where the key is present.  The
+    non-finite entries are added as IEEE arithmetic would (``w * inf`` is
+    ``+-inf`` or NaN for ``w = 0``, a NaN stays NaN, ``inf - inf`` is NaN), but
+    only where ``keep`` holds, so an absent key's NaN is not ``0 * NaN``.
+    """
+    out = xp.matmul(w, x0)
+    wj = w[..., cols]
+    f = w.dtype
+
+    def hits(sel, cond):  # any j with sel[i, j] and cond[j, e]: a product of 0/1 matrices
+        return xp.matmul(sel.astype(f), cond.astype(f)) > 0
+
+    nan = hits(keep, xp.isnan(xj)) | hits(keep & (wj == 0), xp.isinf(xj))
+    up = hits(keep & (wj > 0), xj == xp.inf) | hits(keep & (wj < 0), xj == -xp.inf)
+    down = hits(keep & (wj > 0), xj == -xp.inf) | hits(keep & (wj < 0), xj == xp.inf)
+    zero = xp.zeros((), dtype=f)
+    with np.errstate(invalid="ignore"):  # inf - inf: NaN, as in the plain product
+        out = out + xp.where(up, xp.asarray(xp.inf, dtype=f), zero) + xp.where(down, xp.asarray(-xp.inf, dtype=f), zero)
+    return xp.where(nan, xp.asarray(xp.nan, dtype=f), out)
+
+
+def _scores(xp, q, k, mask, causal, rows: slice, keys, bad=None):
+    """Masked scores ``q k^T`` for queries ``rows`` against keys ``keys`` (a slice, or a count from 0).
+
+    ``bad``: indices (relative to the keys taken) of keys with non-finite rows, or None.
+    """
     cols = keys if isinstance(keys, slice) else slice(0, keys)
     # q is scaled once by the caller (L x E work, not L x S)
     a = xp.matmul(q[..., rows, :], xp.swapaxes(k[..., cols, :], -1, -2))
@@ -82,7 +160,13 @@ def _scores(xp, q, k, mask, causal, rows: slice, keys):
         if mask.dtype == np.bool_:
             a = xp.where(part, a, -xp.inf)
         else:
-            a = a + part.astype(a.dtype, copy=False)
+            part = part.astype(a.dtype, copy=False)
+            if bad is None:
+                a = a + part
+            else:  # masked by -inf stays -inf, also where k's row gives a NaN or inf score
+                with np.errstate(invalid="ignore"):
+                    a = a + part
+                a[..., bad] = xp.where(part[..., bad] == -xp.inf, -xp.inf, a[..., bad])
     if causal:  # only keys after the block's first query can be in the future: mask that corner in place
         first = max(cols.start, rows.start + 1)
         if first < cols.stop:
@@ -92,13 +176,15 @@ def _scores(xp, q, k, mask, causal, rows: slice, keys):
     return a
 
 
-def _online_closed(xp, m, q, k, v, mask, causal, rows, keys, key_block):
+def _online_closed(xp, m, q, k, v, v0, mask, causal, rows, keys, key_block, bad):
     """One query block by an online, rescaled accumulation over key blocks (closed-threshold maps).
 
     For a closed threshold ``p_j = B(s_j - c) / sum_i B(s_i - c)`` for any shift
     ``c``, and ``B(s + d) = B(s) B(d) / B(0)`` (``g(s - tau) = A(tau) B(s)`` forces
     ``B`` to be exponential), so partial sums taken under a running maximum can
-    be rescaled when the maximum grows: memory ``block x key_block``.
+    be rescaled when the maximum grows: memory ``block x key_block``.  The
+    running maximum turns NaN (or ``+inf``) with the first such score and stays
+    so, and those rows come out NaN, as from the dense map.
     """
     mod = m.module
     params = m._cast(q.dtype)
@@ -109,24 +195,32 @@ def _online_closed(xp, m, q, k, v, mask, causal, rows, keys, key_block):
     acc = xp.zeros(shape + (v.shape[-1],), dtype=q.dtype)
     for start in range(0, keys, key_block):
         cols = slice(start, min(keys, start + key_block))
-        a = _scores(xp, q, k, mask, causal, rows, cols)
-        new_top = xp.maximum(top, a.max(axis=-1))
+        here = _local(xp, bad, cols)
+        a = _scores(xp, q, k, mask, causal, rows, cols, here)
+        keep = None if here is None else a[..., here] != -xp.inf
+        new_top = xp.maximum(top, a.max(axis=-1))  # NaN and +inf propagate
         live = xp.isfinite(new_top)
         safe_top = xp.where(live, new_top, 0)
-        rescale = xp.where(xp.isfinite(top), mod.term(xp.where(xp.isfinite(top), top, 0) - safe_top, *params) / b0, 0)
-        finite = xp.isfinite(a)
-        b = xp.where(finite, mod.term(xp.where(finite, a - safe_top[..., None], 0), *params), 0)
+        grows = live & xp.isfinite(top)
+        rescale = xp.where(grows, mod.term(xp.where(grows, top - safe_top, 0), *params) / b0, 0)
+        use = xp.isfinite(a) & live[..., None]
+        b = xp.where(use, mod.term(xp.where(use, a - safe_top[..., None], 0), *params), 0)
         total = total * rescale + b.sum(axis=-1)
-        acc = acc * rescale[..., None] + xp.matmul(b, v[..., cols, :])
+        if keep is None:
+            acc = acc * rescale[..., None] + xp.matmul(b, v[..., cols, :])
+        else:
+            acc = acc * rescale[..., None] + _present_matmul(xp, b, v0[..., cols, :], v[..., cols, :][..., here, :], keep, here)
         top = new_top
-    return xp.where(total[..., None] > 0, acc / xp.where(total > 0, total, 1)[..., None], 0)
+    out = xp.where(total[..., None] > 0, acc / xp.where(total > 0, total, 1)[..., None], 0)
+    broken = xp.isnan(top) | (top == xp.inf)
+    return xp.where(broken[..., None], xp.asarray(xp.nan, dtype=out.dtype), out)
 
 
 def _blocks(L: int, S: int, block: int | None, causal: bool):
     if block is None:
         if L * S <= DENSE_LIMIT:
             # causal: a few blocks skip most of the upper triangle (8 blocks skip 7/16 of it)
-            block = max(CAUSAL_MIN_BLOCK, -(-L // 8)) if causal else L
+            block = max(CAUSAL_MIN_BLOCK, -(-L // 8)) if causal else max(L, 1)
         else:
             block = max(1, min(L, DENSE_LIMIT // (4 * max(S, 1))))
     for start in range(0, L, block):
@@ -142,12 +236,15 @@ def attention(q, k, v, *, mapping="softmax", mask=None, causal=False, scale=None
     Parameters
     ----------
     q, k, v:
-        ``(..., L, E)``, ``(..., S, E)``, ``(..., S, Ev)``, NumPy or CuPy.
+        ``(..., L, E)``, ``(..., S, E)``, ``(..., S, Ev)``, NumPy or CuPy; ``E > 0``,
+        ``L`` and ``S`` may be 0 (no keys: every output is 0).
     mapping:
         A map name (``"softmax"``, ``"sparsemax"``, ``"entmax15"``, a generated
         module's name), a module, or a :class:`~numeric.maps.Map`.
     mask:
-        Boolean (True = may attend) or float (added), broadcastable to ``(..., L, S)``.
+        Boolean (True = may attend) or float (added), broadcastable to ``(..., L, S)``
+        where ``...`` is the batch shape of ``q``, ``k`` and ``v`` (a mask adds no
+        batch dimensions).
     causal:
         Query ``i`` sees keys ``j <= i``.
     scale:
@@ -155,38 +252,51 @@ def attention(q, k, v, *, mapping="softmax", mask=None, causal=False, scale=None
     return_weights:
         Also return the weights ``(..., L, S)`` (forces the dense path's memory).
     block:
-        Query block size; ``None`` chooses dense up to :data:`DENSE_LIMIT` score
-        entries and blocks of about ``DENSE_LIMIT / 4`` entries beyond.
+        Query block size (a positive integer); ``None`` chooses dense up to
+        :data:`DENSE_LIMIT` score entries and blocks of about ``DENSE_LIMIT / 4``
+        entries beyond.
     key_block:
-        Key block size for maps with a closed-form threshold (softmax): keys are
-        then taken ``key_block`` at a time with an online, rescaled accumulation,
-        so no block of scores is wider than ``key_block``.  ``None`` does this
-        only when a query block would see more than :data:`DENSE_LIMIT` / 4 keys.
+        Key block size (a positive integer) for maps with a closed-form threshold
+        (softmax): keys are then taken ``key_block`` at a time with an online,
+        rescaled accumulation, so no block of scores is wider than ``key_block``.
+        ``None`` does this only when a query block would see more than
+        :data:`DENSE_LIMIT` / 4 keys.
 
     Returns
     -------
     ``out`` of shape ``(..., L, Ev)``, and the weights if asked.
     """
+    block, key_block = _check_block(block, "block"), _check_block(key_block, "key_block")
     xp, q, k, v, m, scale, mask = _prepare(q, k, v, mapping, mask, causal, scale)
     L, S = q.shape[-2], k.shape[-2]
     batch = np.broadcast_shapes(q.shape[:-2], k.shape[:-2], v.shape[:-2])
     out = xp.zeros(batch + (L, v.shape[-1]), dtype=q.dtype)
     weights = xp.zeros(batch + (L, S), dtype=q.dtype) if return_weights else None
+    if L == 0 or S == 0:
+        return (out, weights) if return_weights else out
     online = m.threshold == "closed" and not return_weights and (key_block is not None or S > DENSE_LIMIT // 4)
     key_block = key_block or DENSE_LIMIT // 4
     q = q * q.dtype.type(scale)
+    bad = _nonfinite_keys(xp, k, v)
+    v0 = None if bad is None else _finite(xp, v)
 
-    def core(q, k, v, mask, out, weights):
+    def core(q, k, v, v0, mask, out, weights):
         for rows, keys in _blocks(L, S, block, causal):
             if online:
-                out[..., rows, :] = _online_closed(xp, m, q, k, v, mask, causal, rows, keys, key_block)
+                out[..., rows, :] = _online_closed(xp, m, q, k, v, v0, mask, causal, rows, keys, key_block, bad)
                 continue
-            p = m.forward(_scores(xp, q, k, mask, causal, rows, keys), axis=-1, overwrite=True)[0]
-            out[..., rows, :] = xp.matmul(p, v[..., :keys, :])
+            here = _local(xp, bad, slice(0, keys))
+            a = _scores(xp, q, k, mask, causal, rows, keys, here)
+            keep = None if here is None else a[..., here] != -xp.inf
+            p = m.forward(a, axis=-1, overwrite=True)[0]
+            if keep is None:
+                out[..., rows, :] = xp.matmul(p, v[..., :keys, :])
+            else:
+                out[..., rows, :] = _present_matmul(xp, p, v0[..., :keys, :], v[..., here, :], keep, here)
             if weights is not None:
                 weights[..., rows, :keys] = p
 
-    _run(xp, core, batch, (q, k, v, mask), (out, weights), L * S)
+    _run(xp, core, batch, (q, k, v, v0, mask), (out, weights), L * S)
     return (out, weights) if return_weights else out
 
 
@@ -195,8 +305,10 @@ def attention_backward(q, k, v, dout, *, mapping="softmax", mask=None, causal=Fa
 
     Same keywords as :func:`attention`; the weights are recomputed block by
     block.  Gradients are reduced over broadcast batch dimensions so that each
-    has its input's shape.
+    has its input's shape.  A key absent for a query adds nothing to that
+    query's gradients, even where its row of ``k`` or ``v`` is not finite.
     """
+    block = _check_block(block, "block")
     xp, q, k, v, m, scale, mask = _prepare(q, k, v, mapping, mask, causal, scale)
     L, S = q.shape[-2], k.shape[-2]
     batch = np.broadcast_shapes(q.shape[:-2], k.shape[:-2], v.shape[:-2])
@@ -206,57 +318,80 @@ def attention_backward(q, k, v, dout, *, mapping="softmax", mask=None, causal=Fa
     dq = xp.zeros(batch + q.shape[-2:], dtype=q.dtype)
     dk = xp.zeros(batch + k.shape[-2:], dtype=q.dtype)
     dv = xp.zeros(batch + v.shape[-2:], dtype=q.dtype)
-    qs = q * q.dtype.type(scale)
+    if L and S:
+        qs = q * q.dtype.type(scale)
+        bad = _nonfinite_keys(xp, k, v)
+        k0 = None if bad is None else _finite(xp, k)
 
-    def core(q, qs, k, v, dout, mask, dq, dk, dv):
-        for rows, keys in _blocks(L, S, block, causal):
-            p = m.forward(_scores(xp, qs, k, mask, causal, rows, keys), axis=-1, overwrite=True)[0]
-            g = dout[..., rows, :]
-            dv[..., :keys, :] += xp.matmul(xp.swapaxes(p, -1, -2), g)
-            dp = xp.matmul(g, xp.swapaxes(v[..., :keys, :], -1, -2))
-            da = m.vjp(p, dp, axis=-1)
-            da *= da.dtype.type(scale)
-            dq[..., rows, :] = xp.matmul(da, k[..., :keys, :])
-            dk[..., :keys, :] += xp.matmul(xp.swapaxes(da, -1, -2), q[..., rows, :])
+        def core(q, qs, k, k0, v, dout, mask, dq, dk, dv):
+            for rows, keys in _blocks(L, S, block, causal):
+                here = _local(xp, bad, slice(0, keys))
+                a = _scores(xp, qs, k, mask, causal, rows, keys, here)
+                keep = None if here is None else a[..., here] != -xp.inf
+                p = m.forward(a, axis=-1, overwrite=True)[0]
+                g = dout[..., rows, :]
+                dv[..., :keys, :] += xp.matmul(xp.swapaxes(p, -1, -2), g)
+                dp = xp.matmul(g, xp.swapaxes(v[..., :keys, :], -1, -2))
+                if keep is not None:  # column j of dp is dout . v_j: absent keys' columns are 0
+                    dp[..., here] = xp.where(keep, dp[..., here], 0)
+                da = m.vjp(p, dp, axis=-1)
+                da *= da.dtype.type(scale)
+                if keep is None:
+                    dq[..., rows, :] = xp.matmul(da, k[..., :keys, :])
+                else:
+                    dq[..., rows, :] = _present_matmul(xp, da, k0[..., :keys, :], k[..., here, :], keep, here)
+                dk[..., :keys, :] += xp.matmul(xp.swapaxes(da, -1, -2), q[..., rows, :])
 
-    _run(xp, core, batch, (q, qs, k, v, dout, mask), (dq, dk, dv), L * S)
+        _run(xp, core, batch, (q, qs, k, k0, v, dout, mask), (dq, dk, dv), L * S)
     return _unbroadcast(dq, q.shape, xp), _unbroadcast(dk, k.shape, xp), _unbroadcast(dv, v.shape, xp)
 
 
-#: Work (batch elements x L x S) from which batch elements are spread over the cores.
+#: Work (batch elements x L x S) from which the batch is cut into tasks for several threads.
 PARALLEL_FROM = 1 << 22
-_POOL = None
+#: Scores per task: batch elements are grouped into tasks of about this many (or one element each, when larger).
+TASK_WORK = 1 << 20
+
+
+def _tasks(batch: tuple, per_item: int) -> list:
+    """Indices into the batch, each one task: trailing dimensions whole, one dimension in slices, the rest single.
+
+    Slices and integers keep every task a view.  Depends only on the shapes.
+    """
+    per = max(1, TASK_WORK // max(per_item, 1))
+    d, inner = len(batch), 1
+    while d > 0 and inner * batch[d - 1] <= per:
+        d -= 1
+        inner *= batch[d]
+    if d == 0:
+        return [()]
+    step, n = max(1, per // inner), batch[d - 1]
+    return [index + (slice(start, min(n, start + step)),) for index in np.ndindex(*batch[:d - 1])
+            for start in range(0, n, step)]
 
 
 def _run(xp, core, batch, inputs, outputs, per_item):
-    """``core(*inputs, *outputs)`` over the whole batch, or one batch element per task on all cores.
+    """``core(*inputs, *outputs)`` over the whole batch, or over tasks of batch elements (:func:`_tasks`).
 
-    NumPy only, and only when there are several batch elements and enough work:
-    each task runs with BLAS limited to one thread (threadpoolctl), so the cores
-    work on different heads instead of contending inside one matrix product.
-    Arrays are broadcast to the batch shape as views (nothing is copied).
+    NumPy only, and only when there are several batch elements and at least
+    :data:`PARALLEL_FROM` scores in all: the tasks then run on the threads of
+    :func:`numeric.parallel.run_tasks` with BLAS on one thread, so the cores work
+    on different heads instead of contending inside one matrix product.  Whether
+    the batch is cut, and how, depends only on the shapes, and BLAS runs on one
+    thread also when one thread takes every task, so the numbers do not depend
+    on the thread count.  Arrays are broadcast to the batch shape as views
+    (nothing is copied); each task writes its own part of the outputs.
     """
-    global _POOL
     count = int(np.prod(batch, dtype=np.int64))
-    workers = min(os.cpu_count() or 1, 8)
-    if xp is not np or count < 2 or workers < 2 or count * per_item < PARALLEL_FROM:
+    if xp is not np or count < 2 or count * per_item < PARALLEL_FROM:
         return core(*inputs, *outputs)
-    try:
-        from threadpoolctl import threadpool_limits
-    except ImportError:  # optional: without it, one BLAS call at a time on all cores
-        return core(*inputs, *outputs)
-    if _POOL is None:
-        from concurrent.futures import ThreadPoolExecutor
-
-        _POOL = ThreadPoolExecutor(max_workers=workers, thread_name_prefix="regattn-attention")
     views = [None if a is None else np.broadcast_to(a, batch + a.shape[-2:]) for a in inputs]
+    tasks = _tasks(batch, per_item)
 
-    def task(index):
+    def task(i):
+        index = tasks[i]
         core(*[None if a is None else a[index] for a in views], *[None if o is None else o[index] for o in outputs])
 
-    with threadpool_limits(1, user_api="blas"):
-        for future in [_POOL.submit(task, index) for index in np.ndindex(*batch)]:
-            future.result()
+    run_tasks(task, len(tasks), blas_single=True)
 
 
 def _unbroadcast(g, shape, xp):

@@ -1,7 +1,10 @@
 """Layers: the single-head self-attention of the seed notes and multi-head attention.
 
 Both keep what the backward pass needs from their last forward call and fill
-``grads`` (same keys as ``params``) on :meth:`backward`.
+``grads`` (same keys as ``params``) on :meth:`backward`.  Both keep the
+attention weights of the last forward call only when asked
+(``forward(..., need_weights=True)``): they are ``L x S`` per head.  Both take
+their parameters' dtype from one policy (:func:`_float_dtype`).
 """
 
 from __future__ import annotations
@@ -26,6 +29,22 @@ def _move(params: dict, where: str) -> dict:
 
         return {k: cupy.asarray(v) for k, v in params.items()}
     raise ValueError(f"where must be 'numpy', 'cpu', 'cupy' or 'gpu', got {where!r}")
+
+
+def _float_dtype(dtype) -> np.dtype:
+    """``dtype`` as a NumPy floating dtype; anything else is refused (the layers' parameters are real numbers)."""
+    try:
+        dt = np.dtype(dtype)
+    except TypeError:
+        raise TypeError(f"dtype must be a floating type (float16, float32 or float64), got {dtype!r}") from None
+    if dt.kind != "f":
+        raise TypeError(f"dtype must be a floating type (float16, float32 or float64), got {dt}")
+    return dt
+
+
+def _check_dy(dy, shape):
+    if tuple(dy.shape) != tuple(shape):
+        raise ValueError(f"dy must have the shape of the last forward's output {tuple(shape)}, got {tuple(dy.shape)}")
 
 
 def sinusoidal_encoding(length: int, dim: int, dtype=np.float64) -> np.ndarray:
@@ -55,37 +74,47 @@ class SelfAttention(_Movable):
     """``Y = W (X V)`` with ``W = map((X Q)(X K)^T / sqrt(d))`` for ``X`` of shape ``(..., l, d)``.
 
     The parameters ``Q``, ``K``, ``V`` are ``d x d`` matrices multiplied on the
-    right, as in the seed notes; ``params`` holds them as ``"Q"``, ``"K"``, ``"V"``.
+    right, as in the seed notes; ``params`` holds them as ``"Q"``, ``"K"``, ``"V"``
+    (of a floating ``dtype``).  :attr:`attention_weights` holds ``W`` of the last
+    forward call made with ``need_weights=True`` (else ``None``).
     """
 
     def __init__(self, dim: int, *, mapping="softmax", causal: bool = False, dtype="float64", seed=None):
         if dim <= 0:
             raise ValueError(f"dim must be positive, got {dim}")
+        self.dtype = _float_dtype(dtype)
         rng = np.random.default_rng(seed)
         bound = 1 / math.sqrt(dim)
         self.dim, self.causal, self.mapping = dim, causal, get_map(mapping)
-        self.params = {name: rng.uniform(-bound, bound, (dim, dim)).astype(dtype) for name in ("Q", "K", "V")}
+        self.params = {name: rng.uniform(-bound, bound, (dim, dim)).astype(self.dtype) for name in ("Q", "K", "V")}
         self.grads: dict = {}
         self._cache = None
         self.attention_weights = None
 
-    def forward(self, x, *, mask=None):
+    def forward(self, x, *, mask=None, need_weights: bool = False):
+        """``Y`` for ``x`` of shape ``(..., l, d)``; ``need_weights=True`` keeps ``W`` in :attr:`attention_weights`."""
         xp = array_module(x)
         x = xp.asarray(x)
-        if x.shape[-1] != self.dim:
-            raise ValueError(f"input feature size {x.shape[-1]} does not match dim {self.dim} (shape {x.shape})")
+        if x.ndim < 2 or x.shape[-1] != self.dim:
+            raise ValueError(f"x must have shape (..., length, {self.dim}), got {x.shape}")
         P = {k: xp.asarray(v) for k, v in self.params.items()}
         q, k, v = x @ P["Q"], x @ P["K"], x @ P["V"]
-        y, w = attention(q, k, v, mapping=self.mapping, mask=mask, causal=self.causal, return_weights=True)
-        self._cache = (x, q, k, v, mask)
+        if need_weights:
+            y, w = attention(q, k, v, mapping=self.mapping, mask=mask, causal=self.causal, return_weights=True)
+        else:
+            y, w = attention(q, k, v, mapping=self.mapping, mask=mask, causal=self.causal), None
+        self._cache = (x, q, k, v, mask, y.shape)
         self.attention_weights = w
         return y
 
     def backward(self, dy):
+        """``dx`` of ``sum(dy * y)`` for the last forward call; fills :attr:`grads`."""
         if self._cache is None:
             raise RuntimeError("backward() needs a forward() first")
-        x, q, k, v, mask = self._cache
+        x, q, k, v, mask, shape = self._cache
         xp = array_module(x)
+        dy = xp.asarray(dy)
+        _check_dy(dy, shape)
         dq, dk, dv = attention_backward(q, k, v, dy, mapping=self.mapping, mask=mask, causal=self.causal)
         P = {kk: xp.asarray(vv) for kk, vv in self.params.items()}
         flat = x.reshape(-1, self.dim)
@@ -115,7 +144,7 @@ class MultiHeadAttention(_Movable):
     bias:
         Whether the four projections have biases.
     dtype:
-        Parameter dtype.
+        Parameter dtype, a floating type.
     seed:
         Seed of the uniform(-1/sqrt(E), 1/sqrt(E)) initialisation.
     positional:
@@ -131,7 +160,8 @@ class MultiHeadAttention(_Movable):
         (with ``bias``) ``q_bias``, ``k_bias``, ``v_bias``, ``out_bias`` ``(E,)``
         (and ``positional`` when learned).
     attention_weights:
-        ``(N, H, L, S)`` weights of the last forward call, per head.
+        ``(N, H, L, S)`` weights of the last forward call, per head, if it was
+        made with ``need_weights=True``; else ``None``.
     """
 
     def __init__(self, embed_dim: int, num_heads: int, *, mapping="softmax", causal: bool = False, bias: bool = True,
@@ -142,12 +172,12 @@ class MultiHeadAttention(_Movable):
             raise ValueError(f"num_heads = {num_heads} does not divide embed_dim = {embed_dim}")
         if positional not in (None, "sinusoidal", "learned"):
             raise ValueError(f"positional must be None, 'sinusoidal' or 'learned', got {positional!r}")
+        self.dtype = _float_dtype(dtype)
         rng = np.random.default_rng(seed)
         bound = 1 / math.sqrt(embed_dim)
         self.embed_dim, self.num_heads, self.head_dim = embed_dim, num_heads, embed_dim // num_heads
         self.causal, self.bias, self.positional = causal, bias, positional
         self.mapping = get_map(mapping)
-        self.dtype = np.dtype(dtype)
         self.params = {}
         for name in ("q", "k", "v", "out"):
             self.params[f"{name}_weight"] = rng.uniform(-bound, bound, (embed_dim, embed_dim)).astype(self.dtype)
@@ -190,14 +220,14 @@ class MultiHeadAttention(_Movable):
         return x + table[:length]
 
     # ----------------------------------------------------------------- forward
-    def forward(self, query, key=None, value=None, *, mask=None, need_weights: bool = True):
+    def forward(self, query, key=None, value=None, *, mask=None, need_weights: bool = False):
         """``(N, L, E)`` output for ``query (N, L, E)``, ``key (N, S, E)``, ``value (N, S, E)``.
 
         ``key`` defaults to ``query`` and ``value`` to ``key``.  ``mask``
         broadcasts to ``(N, H, L, S)`` (e.g. ``(L, S)`` or ``(N, 1, L, S)``).
-        ``need_weights=False`` skips keeping :attr:`attention_weights` (set to
-        ``None``), which saves ``N H L S`` of memory and lets long sequences go
-        through the blocked paths.
+        ``need_weights=True`` keeps the weights in :attr:`attention_weights`
+        (``N H L S`` of memory, and the dense path); by default they are not
+        kept (``None``) and long sequences go through the blocked paths.
         """
         self_attn = key is None and value is None
         key = query if key is None else key
@@ -220,7 +250,7 @@ class MultiHeadAttention(_Movable):
         merged = self._merge(heads)
         y = self._project(merged, "out", xp)
         self._cache = dict(xq=xq, xk=xk, xv=xv, q=q, k=k, v=v, merged=merged, mask=mask, self_attn=self_attn,
-                           same_kv=value is key)
+                           same_kv=value is key, shape=y.shape)
         self.attention_weights = weights
         return y
 
@@ -235,6 +265,7 @@ class MultiHeadAttention(_Movable):
         c = self._cache
         xp = array_module(dy)
         dy = xp.asarray(dy)
+        _check_dy(dy, c["shape"])
         E = self.embed_dim
         grads = {}
         grads["out_weight"] = dy.reshape(-1, E).T @ c["merged"].reshape(-1, E)

@@ -21,18 +21,14 @@ generated CUDA kernels on the device.
 
 from __future__ import annotations
 
-import contextvars
-import itertools
 import math
-import os
-import threading
-from concurrent.futures import ThreadPoolExecutor
 from types import ModuleType
 
 import numpy as np
 
 from . import _trust
 from . import threshold as th
+from .parallel import run_tasks
 from .backend import CUDA_THREADS, array_module, is_cupy, kernels, to_compute_dtype
 
 __all__ = ["Map", "get_map", "softmax", "sparsemax", "entmax15", "entmax", "REQUIRED"]
@@ -355,67 +351,29 @@ class Map:
         return value.astype(out_dtype), grad.astype(out_dtype)
 
 
-#: NumPy inputs of at least this many scores are solved in chunks of rows on two threads.
+#: NumPy inputs of at least this many scores are solved in chunks of rows, on several threads where allowed.
 THREADS_FROM = 1 << 17
-#: Number of chunks of rows the two threads share.
+#: Number of chunks of rows (so at most this many threads work on one input).
 CHUNKS = 2
-_POOL = None
-_POOL_LOCK = threading.Lock()
 
 
 def _on_two_threads(solve, rows: int, size: int, chunks: int | None = None) -> None:
-    """``solve(lo, hi)`` over the rows ``[0, rows)``: in chunks taken by two threads where it pays.
+    """``solve(lo, hi)`` over the rows ``[0, rows)``: in ``CHUNKS`` chunks from :data:`THREADS_FROM` scores.
 
-    NumPy's ufuncs and einsum release the GIL, so chunks run side by side; the
-    second thread is one persistent worker (no thread-pool set-up per call).
-    Both threads take the next chunk until none is left, so a worker that wakes
-    late takes fewer chunks instead of holding up the call.  Only from the main
-    thread (attention's workers keep the cores busy already), and only while no
-    other task is runnable on the machine (:func:`_cores_free`): on 2 cores shared
-    with another process, a second thread measured 5% to 30% slower than one,
-    where on an idle machine it is 1.1x to 1.6x faster.  The caller's NumPy error
-    state travels with the chunks on the worker.
+    NumPy's ufuncs and einsum release the GIL, so chunks run side by side on the
+    threads of :func:`numeric.parallel.run_tasks`: the caller's and pool threads,
+    at most one per chunk and :func:`numeric.get_num_threads` in all, and only the
+    caller's inside a task that already runs on the pool (attention's heads).
+    The chunks depend only on the sizes, not on the thread count, so the rows
+    come out the same however many threads take them.  The caller's NumPy error
+    state travels with the chunks.
     """
-    global _POOL
-    if (size < THREADS_FROM or rows < 2 or (os.cpu_count() or 1) < 2
-            or threading.current_thread() is not threading.main_thread() or not _cores_free()):
+    if size < THREADS_FROM or rows < 2:
         solve(0, rows)
         return
-    with _POOL_LOCK:
-        if _POOL is None:
-            _POOL = ThreadPoolExecutor(max_workers=1, thread_name_prefix="regattn-maps")
     chunks = min(rows, chunks or CHUNKS)
     bounds = [rows * i // chunks for i in range(chunks + 1)]
-    order = itertools.count()
-    lock = threading.Lock()  # (next() on a count is atomic under the GIL; not on free-threaded builds)
-
-    def work():
-        while True:
-            with lock:
-                i = next(order)
-            if i >= chunks:
-                return
-            solve(bounds[i], bounds[i + 1])
-
-    future = _POOL.submit(contextvars.copy_context().run, work)
-    try:
-        work()
-    finally:
-        future.result()
-
-
-def _cores_free() -> bool:
-    """Whether no task but this one is runnable now (Linux: ``/proc/loadavg``; elsewhere assumed).
-
-    The fourth field of ``/proc/loadavg`` counts the tasks runnable at this
-    instant, the caller included; reading it takes about 15 us.
-    """
-    try:
-        with open("/proc/loadavg") as f:
-            running = int(f.read().split()[3].split("/")[0])
-    except (OSError, ValueError, IndexError):
-        return True
-    return running <= 1
+    run_tasks(lambda i: solve(bounds[i], bounds[i + 1]), chunks)
 
 
 def _load(name: str) -> ModuleType:

@@ -125,7 +125,7 @@ def test_multihead_is_concatenated_single_heads(mapping):
                      x @ P["v_weight"][h * D:(h + 1) * D].T, mapping=mapping)
         for h in range(H)
     ]
-    np.testing.assert_allclose(layer.forward(x), np.concatenate(heads, -1) @ P["out_weight"].T, atol=1e-13)
+    np.testing.assert_allclose(layer.forward(x, need_weights=True), np.concatenate(heads, -1) @ P["out_weight"].T, atol=1e-13)
     assert layer.attention_weights.shape == (2, H, 4, 4)
 
 
@@ -140,7 +140,7 @@ def test_layer_gradients(mapping, positional):
             layer.params[name] = 0.1 * rng.standard_normal(4)
         x = rng.standard_normal((2, 3, 4))
         dy = rng.standard_normal((2, 3, 4))
-        layer.forward(x)
+        layer.forward(x, need_weights=True)
         if np.all((layer.attention_weights == 0) | (layer.attention_weights > 1e-3)):
             break
     dx = layer.backward(dy)
@@ -270,7 +270,8 @@ def test_layer_without_weights_gives_the_same_output():
     rng = np.random.default_rng(2)
     layer = nm.MultiHeadAttention(8, 2, mapping="entmax15", causal=True, dtype="float64", seed=3)
     x = rng.standard_normal((2, 5, 8))
-    with_weights = layer.forward(x)
+    with_weights = layer.forward(x, need_weights=True)
+    assert layer.attention_weights.shape == (2, 2, 5, 5)
     dx = layer.backward(np.ones_like(with_weights))
     without = layer.forward(x, need_weights=False)
     assert layer.attention_weights is None

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import importlib
 import math
+import os
 
 import numpy as np
 import pytest
@@ -274,8 +275,11 @@ def test_two_threads_give_the_rows_of_one(name, monkeypatch):
     monkeypatch.setattr(maps, "THREADS_FROM", 1 << 62)
     one, tau_one = m.forward(x)
     monkeypatch.setattr(maps, "THREADS_FROM", 1)
-    monkeypatch.setattr(maps, "_cores_free", lambda: True)  # as on an idle machine
-    two, tau_two = m.forward(x)
+    nm.set_num_threads(2)  # whatever the machine has
+    try:
+        two, tau_two = m.forward(x)
+    finally:
+        nm.set_num_threads(None)
     three = m.forward(x.copy(), overwrite=True)[0]
     np.testing.assert_allclose(two, one, rtol=0, atol=1e-7)  # root solvers: rounding of batch-wide sizes
     np.testing.assert_allclose(tau_two, tau_one, rtol=0, atol=1e-6)
@@ -287,32 +291,32 @@ def test_two_threads_give_the_rows_of_one(name, monkeypatch):
     np.testing.assert_allclose(tau_seven, tau_one, rtol=0, atol=1e-6)
 
 
-def test_cores_free_reads_the_runnable_count(monkeypatch, tmp_path):
+def test_threads_do_not_read_the_machine_load(monkeypatch):
+    """Whether rows go to a second thread depends on the sizes and the thread count only, never on /proc/loadavg."""
     from numeric import maps
 
-    assert isinstance(maps._cores_free(), bool)
     real_open = open
+    read = []
 
-    def fake(text):
-        def opener(path, *args, **kwargs):
-            if path == "/proc/loadavg":
-                fake_file = tmp_path / "loadavg"
-                fake_file.write_text(text)
-                return real_open(fake_file, *args, **kwargs)
-            return real_open(path, *args, **kwargs)
+    def spying_open(path, *args, **kwargs):
+        if "loadavg" in str(path):
+            read.append(path)
+        return real_open(path, *args, **kwargs)
 
-        return opener
-
-    monkeypatch.setattr("builtins.open", fake("0.50 0.40 0.30 1/80 1234\n"))
-    assert maps._cores_free()
-    monkeypatch.setattr("builtins.open", fake("1.50 0.40 0.30 2/80 1234\n"))
-    assert not maps._cores_free()
-    monkeypatch.setattr("builtins.open", fake("garbage\n"))
-    assert maps._cores_free()
+    monkeypatch.setattr("builtins.open", spying_open)
+    monkeypatch.setattr(os, "getloadavg", lambda: read.append("getloadavg") or (0.0, 0.0, 0.0), raising=False)
+    monkeypatch.setattr(maps, "THREADS_FROM", 1)
+    x = np.random.default_rng(5).standard_normal((64, 32))
+    nm.entmax15(x)
+    rng = np.random.default_rng(6)
+    q = rng.standard_normal((2, 2, 16, 4))
+    monkeypatch.setattr(importlib.import_module("numeric.attention"), "PARALLEL_FROM", 1)
+    nm.attention(q, q, q, mapping="sparsemax")
+    assert read == []
 
 
 def test_maps_from_a_worker_thread_and_under_raise():
-    """Off the main thread the rows stay on that thread; the caller's error state reaches the worker half."""
+    """From a thread of the caller's own the rows come out the same; the caller's error state reaches the pool's thread."""
     from concurrent.futures import ThreadPoolExecutor
 
     x = np.random.default_rng(4).standard_normal((4096, 64)).astype(np.float32)
