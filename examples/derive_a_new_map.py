@@ -46,7 +46,7 @@ def main():
         weights = {}
         for name, m in (("softmax", "softmax"), ("shannon_gini", mapping)):
             layer = nm.MultiHeadAttention(16, 2, mapping=m, causal=True, dtype="float64", seed=1)
-            y = layer.forward(x)
+            y = layer.forward(x, need_weights=True)
             dx = layer.backward(np.ones_like(y))
             weights[name] = layer.attention_weights[0, 0]
             print(f"{name:>13s}: output norm {np.linalg.norm(y):.4f}, input-gradient norm {np.linalg.norm(dx):.4f}, "

@@ -43,9 +43,9 @@ class Model:
     def params(self):
         return {"emb": self.emb, "flag": self.flag, "out": self.out, **{f"attn.{k}": v for k, v in self.attn.params.items()}}
 
-    def step(self, tokens, flagged, labels):
+    def step(self, tokens, flagged, labels, need_weights=False):
         x = self.emb[tokens] + (np.arange(LENGTH)[None, :] == flagged[:, None])[..., None] * self.flag
-        y = self.attn.forward(x)
+        y = self.attn.forward(x, need_weights=need_weights)
         last = y[:, -1]
         logits = last @ self.out.T
         loss, dlogits = self.loss_map.loss_and_grad(logits, labels, reduction="mean")
@@ -88,7 +88,7 @@ def main():
             opt.update(params, grads)
             losses.append(loss)
             progress(name, i, args.steps, loss, acc)
-        loss, acc, _ = model.step(*probe)
+        loss, acc, _ = model.step(*probe, need_weights=True)
         curves[name] = losses
         final[name] = (loss, acc, time.perf_counter() - start)
         weights[name] = model.attn.attention_weights[:4, 0, -1]  # last query, 4 probe sequences
