@@ -58,6 +58,10 @@ __device__ __forceinline__ float rg_acos(float x) { return acosf(x); }
 __device__ __forceinline__ double rg_acos(double x) { return acos(x); }
 __device__ __forceinline__ float rg_atan(float x) { return atanf(x); }
 __device__ __forceinline__ double rg_atan(double x) { return atan(x); }
+__device__ __forceinline__ float rg_log1p(float x) { return log1pf(x); }
+__device__ __forceinline__ double rg_log1p(double x) { return log1p(x); }
+__device__ __forceinline__ float rg_expm1(float x) { return expm1f(x); }
+__device__ __forceinline__ double rg_expm1(double x) { return expm1(x); }
 __device__ __forceinline__ float rg_erf(float x) { return erff(x); }
 __device__ __forceinline__ double rg_erf(double x) { return erf(x); }
 __device__ __forceinline__ float rg_fabs(float x) { return fabsf(x); }

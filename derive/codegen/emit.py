@@ -36,7 +36,7 @@ from ..argmax import S, S1, S2, Derivation, k, score
 from ..errors import DerivationError
 from ..regularizers import p, z
 from . import cuda
-from .printers import CudaPrinter, PyPrinter, print_block
+from .printers import CudaPrinter, PyPrinter, print_block, stable_form
 
 __all__ = ["generate_module", "assemble", "check_name", "HEADER_MARK", "content_hash"]
 
@@ -60,10 +60,16 @@ def content_hash(body: str) -> str:
 
 
 class _Piece:
-    """One generated function: its name, arguments, expressions and docstring."""
+    """One generated function: its name, arguments, expression and docstring.
 
-    def __init__(self, name: str, args: list[str], expr: sp.Expr, doc: str):
+    ``expr`` is the function's value (its docstring shows it); the code computes
+    ``body`` after the assignments ``given`` (default: ``expr`` itself).
+    """
+
+    def __init__(self, name: str, args: list[str], expr: sp.Expr, doc: str, body: sp.Expr | None = None, given=()):
         self.name, self.args, self.expr, self.doc = name, args, expr, doc
+        self.body = expr if body is None else body
+        self.given = tuple(given)
 
 
 def _pieces(dv: Derivation) -> list[_Piece]:
@@ -86,10 +92,18 @@ def _pieces(dv: Derivation) -> list[_Piece]:
                    f"d omega'(p) / d {q.symbol.name}: dp*/d{q.symbol.name} = -J c with c_i = this at p_i.")
         )
     if dv.inversion.method == "closed":
+        # Where SymPy's link cancels in floating point (stable_form rewrites it), its
+        # derivatives in z inherit the cancellation: they are computed in p = g(z)
+        # instead, as -w(p) and w'(p) w(p), whose condition numbers multiply to theirs.
+        in_p = stable_form(dv.link) != dv.link
+        given = [(p, dv.link)] if in_p else []
         pieces += [
             _Piece("link", ["z"], dv.link, "g(z) = (omega')^{-1}(z), the unclipped link."),
-            _Piece("link_dtau", ["z"], -th.dlink_z, "d/dtau g(s - tau) = -g'(z)."),
-            _Piece("link_dtau2", ["z"], th.d2link_z, "d^2/dtau^2 g(s - tau) = g''(z)."),
+            _Piece("link_dtau", ["z"], -th.dlink_z, "d/dtau g(s - tau) = -g'(z)" + (" = -w(p), p = g(z)." if in_p else "."),
+                   body=-w if in_p else None, given=given),
+            _Piece("link_dtau2", ["z"], th.d2link_z,
+                   "d^2/dtau^2 g(s - tau) = g''(z)" + (" = w'(p) w(p), p = g(z)." if in_p else "."),
+                   body=th.d2link if in_p else None, given=given),
         ]
     if th.kind == "closed":
         pieces += [
@@ -120,12 +134,12 @@ def _symbols_for(args: list[str]) -> dict[str, sp.Symbol]:
 
 def _python_function(piece: _Piece, params: list[str], printer: PyPrinter) -> str:
     args = piece.args + params
-    assigns, (result,) = print_block(printer, [piece.expr], f"{piece.name}(...) = {piece.expr}")
+    assigns, (result,) = print_block(printer, [piece.body], f"{piece.name}(...) = {piece.expr}", given=piece.given)
     lines = [f"def {piece.name}({', '.join(args)}):", f'    """{piece.doc}', "", f"    {piece.name} = {sp.sstr(piece.expr)}", '    """']
     lines += [f"    {lhs} = {rhs}" for lhs, rhs in assigns]
     expr = piece.expr
     if expr.is_number:
-        result = printer._print(sp.Float(expr, 17)) if expr.is_finite else result
+        result = printer._print(sp.Float(expr.evalf(30), 30)) if expr.is_finite else result
     if piece.args and not expr.has(_symbols_for(piece.args)[piece.args[0]]):
         # keep the shape and dtype of the argument (CuPy arrays dispatch zeros_like too)
         result = f"numpy.zeros_like({piece.args[0]}) + {result}" if not expr.is_number else f"numpy.full_like({piece.args[0]}, {result})"
@@ -135,7 +149,7 @@ def _python_function(piece: _Piece, params: list[str], printer: PyPrinter) -> st
 
 def _cuda_function(piece: _Piece, params: list[str], printer: CudaPrinter, name: str) -> str:
     args = [f"T {a}" for a in piece.args + params]
-    assigns, (result,) = print_block(printer, [piece.expr], f"{piece.name}(...) = {piece.expr}")
+    assigns, (result,) = print_block(printer, [piece.body], f"{piece.name}(...) = {piece.expr}", given=piece.given)
     body = [f"    const T {lhs} = {rhs};" for lhs, rhs in assigns]
     body.append(f"    return {result};")
     head = f"template <typename T> __device__ __forceinline__ T {name}_{piece.name}({', '.join(args)}) {{"

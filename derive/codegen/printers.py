@@ -14,6 +14,16 @@ of its own, so that a power prints as a product of a name with itself
   typed as ``T(...)``, math through the ``rg_*`` overloads of the prelude (so
   float code calls ``expf``, double code ``exp``).
 
+Before printing, :func:`stable_form` rewrites differences that cancel in
+floating point into equivalent forms that do not (see its docstring):
+``log(A + sqrt(A**2 + c))`` becomes ``asinh``, ``A + sqrt(B)`` whose square
+terms cancel becomes a sign select between ``|A| + sqrt(B)`` and its
+conjugate ``(B - A**2)/(|A| + sqrt(B))``, ``log(1 + x)`` becomes ``log1p`` and
+``exp(x) - 1`` becomes ``expm1``.  Numeric subexpressions (``exp(3)``,
+``log(10)``) print as their value, and integers and rationals too large for
+an exact literal print as floating literals; a constant outside the float64
+range raises :class:`DerivationError` naming it.
+
 Neither prints ``Heaviside``, ``DiracDelta`` or ``Piecewise``: the support is
 applied by the templates, and the derivation is differentiated on its smooth
 branch.  A function with no counterpart raises :class:`DerivationError`
@@ -22,16 +32,24 @@ naming it.
 
 from __future__ import annotations
 
+import sys
+from functools import lru_cache
+
 import sympy as sp
+from sympy.codegen.cfunctions import expm1, log1p
 from sympy.printing.c import C99CodePrinter
 from sympy.printing.numpy import NumPyPrinter
 
 from ..errors import DerivationError
 
-__all__ = ["PyPrinter", "CudaPrinter", "blocks", "MAX_PRODUCT"]
+__all__ = ["PyPrinter", "CudaPrinter", "blocks", "stable_form", "Select", "MAX_PRODUCT"]
 
 #: Largest integer power printed as a product.
 MAX_PRODUCT = 8
+#: Largest integer magnitude printed as an integer literal: NumPy (exact in
+#: float64) and C (an ``int``); larger integers print as floating literals.
+PY_INT_MAX = 2**53
+C_INT_MAX = 2**31 - 1
 
 _FORBIDDEN = (sp.Heaviside, sp.DiracDelta, sp.Piecewise, sp.LambertW, sp.Abs, sp.sign)
 
@@ -53,6 +71,8 @@ _C_FUNCTIONS = {
     "acos": "rg_acos",
     "atan": "rg_atan",
     "erf": "rg_erf",
+    "log1p": "rg_log1p",
+    "expm1": "rg_expm1",
 }
 
 
@@ -65,6 +85,182 @@ def _check_printable(expr: sp.Expr, where: str) -> None:
             )
     if expr.has(sp.I, sp.zoo, sp.nan):
         raise DerivationError(f"{where} is not real-valued code: {expr}")
+    _check_constants(expr, where)
+
+
+def _check_constants(expr: sp.Expr, where: str) -> None:
+    """Every constant printed from ``expr`` must be 0 or a normal float64: no literal may round to 0 or inf.
+
+    The constants are its numbers and the functions and powers of numbers,
+    which print as their values.
+    """
+    numbers = expr.atoms(sp.Number)
+    numbers |= {f for f in expr.atoms(sp.Function, sp.Pow) if f.is_number}
+    for node in sorted(numbers, key=sp.default_sort_key):
+        if node.is_Integer and abs(node.p) <= sys.float_info.max:
+            continue
+        value = sp.Abs(node).evalf(30)
+        if not value.is_Number or value == 0 or not value.is_finite:  # infinities print as such
+            continue
+        if not sys.float_info.min <= value <= sys.float_info.max:
+            raise DerivationError(
+                f"{where} holds the constant {node} = {sp.sstr(value.evalf(6))}, outside the float64 range "
+                f"[{sys.float_info.min:.3g}, {sys.float_info.max:.3g}]: generated code cannot represent it"
+            )
+
+
+class Select(sp.Function):
+    """``Select(x, a, b)``: ``a`` where ``x >= 0``, else ``b`` (NumPy evaluates both, C one)."""
+
+    nargs = 3
+
+    def _eval_is_real(self):
+        return self.args[1].is_real and self.args[2].is_real
+
+
+@lru_cache(maxsize=1 << 16)
+def _has_root(expr: sp.Expr) -> bool:
+    """Whether ``expr`` holds a square root of an expression in symbols."""
+    if isinstance(expr, sp.Pow) and expr.exp == sp.S.Half and expr.base.free_symbols:
+        return True
+    return any(_has_root(a) for a in expr.args)
+
+
+def _sqrt_split(expr: sp.Add):
+    """``expr = A + T`` with ``T`` the one term holding a square root of an expression in symbols, or ``None``."""
+    rooted = [t for t in expr.args if _has_root(t)]
+    if len(rooted) != 1:
+        return None
+    (term,) = rooted
+    rest = expr - term
+    square = sp.expand(term**2)
+    if rest == 0 or not rest.free_symbols or _has_root(rest) or _has_root(square):
+        return None
+    coeff, factors = term.as_coeff_Mul()
+    others = [f for f in sp.Mul.make_args(factors) if not (isinstance(f, sp.Pow) and f.exp == sp.S.Half)]
+    if not sp.Mul(*others).is_positive:  # the sign of T must be that of its numeric coefficient
+        return None
+    return rest, term, (1 if coeff > 0 else -1), square
+
+
+def _total_degree(expr: sp.Expr, symbols) -> int | None:
+    try:
+        return sp.Poly(expr, *symbols).total_degree()
+    except sp.PolynomialError:
+        return None
+
+
+def _conjugate(expr: sp.Add) -> tuple[sp.Expr, sp.Expr, int, sp.Expr] | None:
+    """``(A, T, sign, c)`` for ``expr = A + T``, ``T = sign sqrt(...)``, where ``c = T**2 - A**2`` cancels symbolically.
+
+    Cancelling means ``c`` is free of the symbols of ``A`` or, in them, of lower
+    total degree than ``A**2`` and ``T**2``: then ``c`` is computed without the
+    cancellation that ``A + T`` suffers when ``A`` and ``T`` have opposite signs.
+    """
+    split = _sqrt_split(expr)
+    if split is None:
+        return None
+    rest, term, sign, square = split
+    rest2 = sp.expand(rest**2)
+    c = sp.cancel(sp.expand(square - rest2))
+    if c.free_symbols & rest.free_symbols:
+        symbols = sorted(rest.free_symbols, key=sp.default_sort_key)
+        degrees = [_total_degree(e, symbols) for e in (c, rest2, square)]
+        if None in degrees or degrees[0] >= max(degrees[1:]):
+            return None
+    return rest, term, sign, c
+
+
+def _stable_log(arg: sp.Expr) -> sp.Expr | None:
+    """``log(arg)`` without cancellation: ``asinh`` for ``A + sqrt(A**2 + c)``, ``log1p`` for ``1 + x``."""
+    if not arg.is_Add:
+        return None
+    conj = _conjugate(arg)
+    if conj is not None:
+        rest, _, sign, c = conj
+        if sign > 0 and c.is_positive:
+            # A + sqrt(A^2 + c) = sqrt(c) (u + sqrt(u^2 + 1)) with u = A/sqrt(c)
+            return sp.log(c) / 2 + sp.asinh(rest / sp.sqrt(c))
+    if sp.S.One in arg.args:
+        return log1p(arg - 1)
+    return None
+
+
+def _stable_add(expr: sp.Add) -> sp.Expr:
+    """``expm1`` for ``a exp(x) - a``; the sign select of the conjugate for ``A + sqrt(B)``."""
+    const = expr.as_coeff_Add()[0]
+    if const != 0:
+        for term in expr.args:
+            coeff, rest = term.as_coeff_Mul()
+            if isinstance(rest, sp.exp) and coeff == -const:
+                return _stable_add_or_same(expr - term - const + coeff * expm1(rest.args[0]))
+    conj = _conjugate(expr)
+    if conj is None:
+        return expr
+    rest, term, sign, c = conj
+    # A + T = sign (a + |T|) with a = sign A: |a| + |T| where a >= 0, else (T^2 - A^2)/(|a| + |T|)
+    total = sp.Abs(rest) + sign * term
+    cond = sign * rest
+    factor, unscaled = cond.as_coeff_Mul()
+    if factor > 0:
+        cond = unscaled  # only the sign of a matters
+    return sign * Select(cond, total, c / total)
+
+
+def _stable_add_or_same(expr: sp.Expr) -> sp.Expr:
+    return _stable_add(expr) if expr.is_Add else expr
+
+
+def stable_form(expr: sp.Expr) -> sp.Expr:
+    """``expr`` rewritten so that no subtraction of nearly equal values is left in it.
+
+    SymPy's closed forms often hold differences that cancel in floating point
+    where the exact value is small: the root ``z/2 + sqrt(z**2 + c)/2`` of a
+    quadratic for ``z`` very negative, ``log(z + sqrt(z**2 + 1))`` near 0 and
+    for ``z`` very negative, ``exp(z) - 1`` and ``log(1 + z)`` near ``z = 0``.
+    The rewrites, each an identity on the reals:
+
+    * ``log(A + sqrt(A**2 + c))`` (``c > 0`` free of ``A``'s symbols) ->
+      ``log(c)/2 + asinh(A/sqrt(c))``; ``log(1 + x)`` -> ``log1p(x)``;
+    * ``a exp(x) - a`` -> ``a expm1(x)``;
+    * ``A + sqrt(B)`` where ``c = B - A**2`` cancels symbolically (it is free
+      of ``A``'s symbols or of lower degree) -> ``Select(A, t, c/t)`` with
+      ``t = |A| + sqrt(B)``: no cancellation for either sign of ``A``
+      (``A - sqrt(B)`` likewise, with the signs flipped).
+
+    Other expressions come back unchanged, so an already stable form prints
+    as before.
+    """
+    return _stable(expr)
+
+
+@lru_cache(maxsize=1 << 16)
+def _stable(expr: sp.Expr) -> sp.Expr:
+    if expr.is_Atom:
+        return expr
+    if isinstance(expr, sp.log):
+        better = _stable_log(expr.args[0])
+        if better is not None:
+            return _stable(better)
+    args = tuple(_stable(a) for a in expr.args)
+    new = expr.func(*args) if args != expr.args else expr
+    if new.is_Add and (_has_root(new) or new.has(sp.exp)):
+        new = _stable_add(new)
+    return new
+
+
+def _fold_constants(expr: sp.Expr) -> sp.Expr:
+    """Functions of numbers (``exp(3)``, ``log(10)``) as their values, 30-digit Floats.
+
+    C cannot call the ``rg_*`` overloads on an integer (the call is ambiguous),
+    and the value is a constant anyway.
+    """
+    if expr.is_Atom:
+        return expr
+    if isinstance(expr, sp.Function) and expr.is_number and expr.is_extended_real:
+        return sp.Float(expr.evalf(30), 30)
+    args = tuple(_fold_constants(a) for a in expr.args)
+    return expr.func(*args) if args != expr.args else expr
 
 
 def _liftable(expr: sp.Expr) -> bool:
@@ -74,12 +270,14 @@ def _liftable(expr: sp.Expr) -> bool:
     return (e.is_Integer and 1 < abs(e) <= MAX_PRODUCT) or (e.is_Rational and e.q == 2 and abs(e.p) <= 2 * MAX_PRODUCT + 1)
 
 
-def blocks(exprs: list[sp.Expr], prefix: str = "t") -> tuple[list[tuple[sp.Symbol, sp.Expr]], list[sp.Expr]]:
+def blocks(exprs: list[sp.Expr], prefix: str = "t", counter=None) -> tuple[list[tuple[sp.Symbol, sp.Expr]], list[sp.Expr]]:
     """CSE ``exprs`` and lift bases of small powers into temporaries.
 
     Returns ``(assignments, results)``: ``assignments`` in evaluation order.
+    ``counter`` (an iterator of symbols) continues the numbering of an earlier block.
     """
-    counter = sp.numbered_symbols(prefix, real=True)
+    if counter is None:
+        counter = sp.numbered_symbols(prefix, real=True)
     repl, reduced = sp.cse(list(exprs), symbols=counter, order="canonical")
     lifted: dict[sp.Expr, sp.Symbol] = {}
     out: list[tuple[sp.Symbol, sp.Expr]] = []
@@ -155,11 +353,23 @@ class PyPrinter(_PowerMixin, NumPyPrinter):
         e = self._print(expr.exp)
         return f"numpy.power({b}, {e})"
 
+    def _print_Integer(self, expr):
+        return str(expr.p) if abs(expr.p) <= PY_INT_MAX else repr(float(expr))
+
     def _print_Rational(self, expr):
+        if max(abs(expr.p), expr.q) > PY_INT_MAX:
+            return repr(float(expr))
         return f"{expr.p}/{expr.q}"
 
     def _print_Float(self, expr):
         return repr(float(expr))
+
+    def _print_Abs(self, expr):
+        return f"numpy.abs({self._print(expr.args[0])})"
+
+    def _print_Select(self, expr):
+        x, a, b = (self._print(e) for e in expr.args)
+        return f"numpy.where({x} >= 0, {a}, {b})"
 
     def _print_erf(self, expr):
         # numeric.special.erf: NumPy has no erf ufunc (modules using it import it)
@@ -198,10 +408,19 @@ class CudaPrinter(_PowerMixin, C99CodePrinter):
         return text if not expr.is_Integer else f"T({text})"
 
     def _print_Integer(self, expr):
-        return str(expr.p)
+        return str(expr.p) if abs(expr.p) <= C_INT_MAX else f"T({float(expr)!r})"
 
     def _print_Rational(self, expr):
+        if max(abs(expr.p), expr.q) > PY_INT_MAX:
+            return f"T({float(expr)!r})"
         return f"T({expr.p}.0/{expr.q}.0)"
+
+    def _print_Abs(self, expr):
+        return f"rg_fabs({self._print(expr.args[0])})"
+
+    def _print_Select(self, expr):
+        x, a, b = (self._print(e) for e in expr.args)
+        return f"({x} >= T(0) ? {a} : {b})"
 
     def _print_Float(self, expr):
         return f"T({repr(float(expr))})"
@@ -219,9 +438,26 @@ class CudaPrinter(_PowerMixin, C99CodePrinter):
         return "T(3.141592653589793)"
 
 
-def print_block(printer, exprs: list[sp.Expr], where: str, prefix: str = "t"):
-    """Assignments and results of ``exprs`` as strings, checked for printability."""
+def print_block(printer, exprs: list[sp.Expr], where: str, prefix: str = "t", given=()):
+    """Assignments and results of ``exprs`` as strings, checked for printability.
+
+    ``given``: ``(symbol, expr)`` pairs assigned first, in order, each as a
+    block of its own; ``exprs`` may use the symbols.  Every expression goes
+    through :func:`stable_form` and numeric subexpressions print as values.
+    """
+    counter = sp.numbered_symbols(prefix, real=True)
+    out: list[tuple[str, str]] = []
+    for sym, value in given:
+        (text,) = _print_block_part(printer, [value], where, counter, out)
+        out.append((printer._print(sym), text))
+    results = _print_block_part(printer, exprs, where, counter, out)
+    return out, results
+
+
+def _print_block_part(printer, exprs, where, counter, out):
     for e in exprs:
         _check_printable(e, where)
-    assignments, results = blocks(exprs, prefix)
-    return [(printer._print(s), printer._print(v)) for s, v in assignments], [printer._print(r) for r in results]
+    exprs = [_fold_constants(stable_form(e)) for e in exprs]
+    assignments, results = blocks(exprs, counter=counter)
+    out += [(printer._print(s), printer._print(v)) for s, v in assignments]
+    return [printer._print(r) for r in results]
