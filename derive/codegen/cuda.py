@@ -3,7 +3,7 @@
 The source has two parts.
 
 ``device_source``: a prelude (``rg_*`` math overloads for float and double,
-``rg_inf``) and one ``template <typename T> __device__`` function per piece of
+``rg_inf``, and those of :data:`PRELUDE_EXTRAS` the functions call) and one ``template <typename T> __device__`` function per piece of
 the derivation.  It includes no header and uses no CUDA intrinsic, so the same
 text compiles with NVRTC and, behind a three-line header that empties
 ``__device__``, with g++ on the host, where the tests call it through ctypes.
@@ -58,10 +58,6 @@ __device__ __forceinline__ float rg_acos(float x) { return acosf(x); }
 __device__ __forceinline__ double rg_acos(double x) { return acos(x); }
 __device__ __forceinline__ float rg_atan(float x) { return atanf(x); }
 __device__ __forceinline__ double rg_atan(double x) { return atan(x); }
-__device__ __forceinline__ float rg_log1p(float x) { return log1pf(x); }
-__device__ __forceinline__ double rg_log1p(double x) { return log1p(x); }
-__device__ __forceinline__ float rg_expm1(float x) { return expm1f(x); }
-__device__ __forceinline__ double rg_expm1(double x) { return expm1(x); }
 __device__ __forceinline__ float rg_erf(float x) { return erff(x); }
 __device__ __forceinline__ double rg_erf(double x) { return erf(x); }
 __device__ __forceinline__ float rg_fabs(float x) { return fabsf(x); }
@@ -75,6 +71,29 @@ template <> __device__ __forceinline__ float rg_log_tiny<float>() { return -87.3
 template <> __device__ __forceinline__ double rg_log_tiny<double>() { return -708.3; }
 #endif
 """
+
+# Overloads that a module's prelude holds only where its functions call them
+# (printers.stable_form brings them in), each under an include guard of its own.
+PRELUDE_EXTRAS = {
+    "rg_log1p": r"""#ifndef REGATTN_LOG1P
+#define REGATTN_LOG1P
+__device__ __forceinline__ float rg_log1p(float x) { return log1pf(x); }
+__device__ __forceinline__ double rg_log1p(double x) { return log1p(x); }
+#endif
+""",
+    "rg_expm1": r"""#ifndef REGATTN_EXPM1
+#define REGATTN_EXPM1
+__device__ __forceinline__ float rg_expm1(float x) { return expm1f(x); }
+__device__ __forceinline__ double rg_expm1(double x) { return expm1(x); }
+#endif
+""",
+}
+
+
+def prelude_for(code: str) -> str:
+    """:data:`PRELUDE` and the :data:`PRELUDE_EXTRAS` that ``code`` calls."""
+    return PRELUDE + "".join(text for fname, text in PRELUDE_EXTRAS.items() if f"{fname}(" in code)
+
 
 # Newton on u = log p for omega'(e^u) = z, bracketed in [log tiny, hi]; used when
 # the link has no printable closed form.  Mirrors derive.reference's inversion.

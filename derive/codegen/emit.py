@@ -212,6 +212,7 @@ def generate_module(dv: Derivation, name: str) -> str:
     if dv.inversion.method != "closed":
         device.append(cuda.NEWTON_LINK.format(**fmt).strip("\n"))
     device.append(cuda.LINK_PLUS.format(**fmt).strip("\n"))
+    device[0] = cuda.prelude_for("\n".join(device[1:]))
     device_source = "\n".join(device) + "\n"
     kernel_source = cuda.kernel_source(name, dv.threshold.kind, params)
     kernels = cuda.kernel_names(name)

@@ -157,6 +157,12 @@ def test_cancelling_link_maps_compile_with_nvrtc(name):
     assert result.ok, result.log
 
 
+def test_prelude_carries_log1p_and_expm1_only_where_called():
+    assert "rg_log1p(z)" in module("explin").CUDA_SOURCE and "#define REGATTN_LOG1P" in module("explin").CUDA_SOURCE
+    assert "rg_expm1(z)" in module("xlogx1").CUDA_SOURCE and "#define REGATTN_EXPM1" in module("xlogx1").CUDA_SOURCE
+    assert "rg_log1p" not in module("cosh").CUDA_SOURCE and "rg_expm1" not in module("cosh").CUDA_SOURCE
+
+
 def test_stable_generation_is_deterministic_across_hash_seeds():
     code = (
         "import sys; from derive import Regularizer, derive_map; from derive.codegen import generate_module; "
