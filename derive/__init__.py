@@ -11,9 +11,11 @@
 This package uses SymPy and mpmath and never imports CuPy.
 """
 
+from ._parse import FUNCTIONS
+from ._timelimit import DEFAULT_TIMEOUT, TIMEOUT_ENV, TimeLimit
 from .argmax import Derivation, Inversion, Threshold, derive_map
 from .codegen import generate_module
-from .errors import DerivationError
+from .errors import DerivationError, DerivationTimeout
 from .regularizers import Parameter, Regularizer, alpha, gini, p, shannon, tsallis, z
 
 __all__ = [
@@ -30,6 +32,11 @@ __all__ = [
     "Inversion",
     "Threshold",
     "DerivationError",
+    "DerivationTimeout",
+    "FUNCTIONS",
+    "TimeLimit",
+    "DEFAULT_TIMEOUT",
+    "TIMEOUT_ENV",
     "generate_module",
 ]
 

@@ -28,17 +28,15 @@ and returns a :class:`Derivation`.
 
 from __future__ import annotations
 
-import signal
-import threading
-from contextlib import contextmanager
 from dataclasses import dataclass, field
 from typing import Any
 
 import mpmath
 import sympy as sp
 
-from .errors import DerivationError
-from .regularizers import Regularizer, p, to_mpf, z
+from ._timelimit import TimeLimit
+from .errors import DerivationError, DerivationTimeout
+from .regularizers import Regularizer, _describe, _one_line, p, to_mpf, z
 
 __all__ = [
     "Derivation",
@@ -78,6 +76,8 @@ S2 = sp.Symbol("S_2", real=True)
 s_k = sp.Symbol("s_(k)", real=True)
 
 _ELEMENTARY = (sp.exp, sp.log)
+# seconds one SymPy solve or limit may take before the derivation falls back or gives up;
+# the whole derivation is bounded separately (the timeout of derive_map)
 _SOLVE_SECONDS = 20.0
 
 
@@ -259,25 +259,6 @@ class Derivation:
 
 
 # ------------------------------------------------------------- utilities
-@contextmanager
-def _time_limit(seconds: float):
-    """Raise TimeoutError after ``seconds`` (main thread only; elsewhere no limit)."""
-    if threading.current_thread() is not threading.main_thread() or not hasattr(signal, "setitimer"):
-        yield
-        return
-
-    def _raise(signum, frame):  # pragma: no cover - timing dependent
-        raise TimeoutError
-
-    previous = signal.signal(signal.SIGALRM, _raise)
-    signal.setitimer(signal.ITIMER_REAL, seconds)
-    try:
-        yield
-    finally:
-        signal.setitimer(signal.ITIMER_REAL, 0)
-        signal.signal(signal.SIGALRM, previous)
-
-
 def _mp_function(expr: sp.Expr, args: list[sp.Symbol]):
     return sp.lambdify(args, expr, modules="mpmath")
 
@@ -310,12 +291,15 @@ def _param_args(reg: Regularizer, values: dict) -> list:
 def _limit_at_zero(reg: Regularizer, expr: sp.Expr, what: str) -> sp.Expr:
     assumed, back = reg.assumed(expr)
     try:
-        with _time_limit(_SOLVE_SECONDS):
-            value = sp.limit(assumed, p, 0, "+")
-    except (TimeoutError, NotImplementedError, ValueError) as exc:
-        raise DerivationError(f"cannot find {what} = lim_(p->0+) of {expr}: {type(exc).__name__}") from None
+        value = TimeLimit(_SOLVE_SECONDS, f"finding {what}").run(sp.limit, assumed, p, 0, "+")
+    except DerivationTimeout:
+        raise DerivationError(
+            f"cannot find {what} = lim_(p->0+) of {_describe(expr)}: SymPy's limit took longer than {_SOLVE_SECONDS:g} s"
+        ) from None
+    except (NotImplementedError, ValueError, TypeError) as exc:
+        raise DerivationError(f"cannot find {what} = lim_(p->0+) of {_describe(expr)}: {type(exc).__name__}") from None
     if value.has(sp.Limit, sp.sign, sp.AccumBounds):
-        raise DerivationError(f"cannot decide {what} = lim_(p->0+) of {expr}: SymPy returned {value}")
+        raise DerivationError(f"cannot decide {what} = lim_(p->0+) of {_describe(expr)}: SymPy returned {_describe(value)}")
     return sp.simplify(value.subs(back))
 
 
@@ -326,9 +310,8 @@ def _invert(reg: Regularizer, d1: sp.Expr, d2: sp.Expr) -> Inversion:
     candidates: list[sp.Expr] = []
     failure = ""
     try:
-        with _time_limit(_SOLVE_SECONDS):
-            candidates = list(sp.solve(sp.Eq(d1, z), p))
-    except TimeoutError:
+        candidates = list(TimeLimit(_SOLVE_SECONDS, "inverting omega'").run(sp.solve, sp.Eq(d1, z), p))
+    except DerivationTimeout:
         failure = f"SymPy's solve took longer than {_SOLVE_SECONDS:.0f} s"
     except (NotImplementedError, ValueError, TypeError) as exc:
         failure = f"SymPy's solve cannot invert omega'(p) = z ({type(exc).__name__})"
@@ -435,9 +418,8 @@ def _closed_threshold(reg: Regularizer, link: sp.Expr):
     if factor.has(score):
         return None
     try:
-        with _time_limit(_SOLVE_SECONDS):
-            roots = sp.solve(sp.Eq(factor * S, 1), tau)
-    except (TimeoutError, NotImplementedError, ValueError):
+        roots = TimeLimit(_SOLVE_SECONDS, "solving for the threshold").run(sp.solve, sp.Eq(factor * S, 1), tau)
+    except (DerivationTimeout, NotImplementedError, ValueError, TypeError):
         return None
     # keep the real root that satisfies A(tau) S = 1 at sample values of S
     for root in roots:
@@ -523,7 +505,7 @@ def _conjugates(reg: Regularizer, inversion: Inversion, threshold: Threshold, cl
     return scalar, conjugate, loss
 
 
-def derive_map(reg: Regularizer) -> Derivation:
+def derive_map(reg: Regularizer, *, timeout: float | None = None) -> Derivation:
     """Derive the regularized-argmax map of ``reg`` from the KKT conditions.
 
     Parameters
@@ -531,6 +513,12 @@ def derive_map(reg: Regularizer) -> Derivation:
     reg:
         A :class:`~derive.regularizers.Regularizer` (its constructor has
         already checked strict convexity and the symbols it uses).
+    timeout:
+        Seconds allowed for the whole derivation: ``None`` (the default) reads
+        the environment variable ``REGATTN_TIMEOUT``, else 60 s
+        (:data:`derive.DEFAULT_TIMEOUT`); ``math.inf`` means no limit.  Single
+        SymPy ``solve`` calls get at most 20 s of it, after which the link or
+        the threshold falls back to a numeric method.
 
     Returns
     -------
@@ -543,7 +531,11 @@ def derive_map(reg: Regularizer) -> Derivation:
     ------
     DerivationError
         If ``omega'(0+)`` or ``omega'(1)`` cannot be decided or is not usable
-        (``omega'(1)`` must be finite for the threshold bracket).
+        (``omega'(1)`` must be finite for the threshold bracket), or SymPy
+        fails on the expression; the message is one line.
+    DerivationTimeout
+        (a :class:`DerivationError`) if the derivation takes longer than
+        ``timeout``.
 
     Examples
     --------
@@ -554,6 +546,24 @@ def derive_map(reg: Regularizer) -> Derivation:
     """
     if not isinstance(reg, Regularizer):
         raise DerivationError(f"derive_map expects a Regularizer, got {type(reg).__name__}")
+    limit = TimeLimit(timeout, f"deriving the map of omega(p) = {_describe(reg.omega)}")
+    return limit.run(_derive, reg)
+
+
+def _derive(reg: Regularizer) -> Derivation:
+    try:
+        return _derive_steps(reg)
+    except DerivationError:
+        raise
+    except Exception as exc:
+        # SymPy raises TypeError, ValueError, RecursionError, ... on expressions it cannot handle
+        raise DerivationError(
+            f"cannot derive the map of omega(p) = {_describe(reg.omega)}: SymPy failed with "
+            f"{type(exc).__name__}: {_one_line(exc)}"
+        ) from exc
+
+
+def _derive_steps(reg: Regularizer) -> Derivation:
     d1, d2 = reg.first_derivative, reg.second_derivative
     clip, sparse = _clip_and_sparsity(reg, d1)
     omega0 = _limit_at_zero(reg, reg.omega, "omega(0+)")

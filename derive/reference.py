@@ -14,6 +14,11 @@ the KKT conditions the derivation recorded:
 
 Scores equal to ``-inf`` are masked: they get probability exactly 0 and the
 rest is solved as if they were absent; an all ``-inf`` vector gives zeros.
+The threshold is solved for the scores shifted by their maximum (``p*`` does
+not change, ``tau`` moves by the shift), so scores as large as ``1e300`` keep
+the bracket at the scale of ``omega'``.  Where the arithmetic still fails
+(a division by zero or an overflow at the working precision) the functions
+raise :class:`~derive.errors.DerivationError` with a one-line message.
 """
 
 from __future__ import annotations
@@ -257,17 +262,35 @@ def _solve(dv: Derivation, scores: Any, digits: int, params: dict):
     finite = [v for v in values if v != -mpmath.inf]
     if not finite:
         return comp, values, None, [mpmath.mpf(0)] * len(values)
+    try:
+        return _solve_shifted(comp, values, finite, digits)
+    except (ZeroDivisionError, OverflowError, ValueError, TypeError) as exc:
+        if isinstance(exc, DerivationError):
+            raise
+        raise DerivationError(
+            f"the reference evaluation of {dv.name} at {len(values)} scores in "
+            f"[{mpmath.nstr(min(finite), 6)}, {mpmath.nstr(max(finite), 6)}] failed at {digits} digits: "
+            f"{type(exc).__name__} {str(exc).splitlines()[0] if str(exc) else ''}".rstrip()
+        ) from exc
+
+
+def _solve_shifted(comp: _Compiled, values, finite, digits: int):
+    # p*(s + c) = p*(s) and tau(s + c) = tau(s) + c: solving for s - max(s) keeps the bracket
+    # [-omega'(1), -omega'(1/d)] at the scale of omega' however large the scores are (with
+    # max(s) = 1e300 the unshifted bracket ends round to the same number)
+    top = max(finite)
+    shifted = [v - top for v in finite]
     # A score right at the support boundary of a map whose link has an infinite slope
     # there (omega = p**3: g(z) = sqrt(z/3)) makes sum_i p_i - 1 ~ sqrt(error of tau): the
     # working precision is raised until the simplex holds to the digits asked for.
     target = mpmath.mpf(10) ** -(digits + 5)
     for extra in (0, 40, 120, 360):
         with mpmath.workdps(mpmath.mp.dps + extra):
-            t = comp.tau(finite)
-            probs = [comp.g(v - t) for v in values]
+            t = comp.tau(shifted)
+            probs = [comp.g((v - top) - t) for v in values]
             if abs(mpmath.fsum(probs) - 1) <= target:
                 break
-    return comp, values, t, probs
+    return comp, values, t + top, probs
 
 
 def evaluate(dv: Derivation, scores: Any, digits: int = 50, **params: Any) -> list[mpmath.mpf]:

@@ -8,24 +8,40 @@ the condition that failed:
 
 * the only free symbols are ``p`` and the declared parameters;
 * only differentiable functions from a whitelist occur (no ``Abs``, ``sign``,
-  ``Max``, ``Piecewise``, ...);
-* ``omega`` is real and finite on ``(0, 1]``;
+  ``Max``, ``Piecewise``, ...): :data:`FUNCTIONS` in text, those and
+  ``LambertW``, ``asin``, ``acos``, ``acosh``, ``atanh`` in SymPy expressions;
+* the expression is small enough for SymPy to handle in reasonable time
+  (structural limits, checked first: at most :data:`MAX_NODES` nodes, functions
+  nested at most :data:`MAX_FUNCTION_DEPTH` deep, exponents of at most
+  :data:`MAX_EXPONENT` on ``p`` and :data:`MAX_POWER_OF_SUM` on a sum);
+* ``omega`` is real (no ``sqrt(-1)``; every constant real, nonzero constants
+  within ``[1e-100, 1e100]`` in magnitude) and finite on ``(0, 1]``;
 * ``omega''(p) > 0`` on ``(0, 1]`` (strict convexity with a finite Jacobian
   weight ``w = 1/omega''``): proved exactly for rational ``omega''``, proved by
   SymPy's assumptions where it can, otherwise checked at a dense set of points
   (and :attr:`Regularizer.convexity` says which).
+
+The checks after the structural ones run under a time limit
+(:data:`~derive._timelimit.DEFAULT_TIMEOUT` seconds, or ``$REGATTN_TIMEOUT``;
+``timeout=`` of :meth:`Regularizer.from_string`); past it construction raises
+:class:`~derive.errors.DerivationTimeout`.
 """
 
 from __future__ import annotations
 
 import itertools
-from dataclasses import dataclass, field
+import keyword
+import re
+import unicodedata
+from collections.abc import Mapping
+from dataclasses import InitVar, dataclass, field
 from functools import cached_property
 
 import mpmath
 import sympy as sp
 
 from ._parse import FUNCTIONS, parse_expression
+from ._timelimit import TimeLimit
 from .errors import DerivationError
 
 __all__ = [
@@ -37,6 +53,11 @@ __all__ = [
     "shannon",
     "gini",
     "tsallis",
+    "FUNCTIONS",
+    "MAX_NODES",
+    "MAX_FUNCTION_DEPTH",
+    "MAX_EXPONENT",
+    "MAX_POWER_OF_SUM",
 ]
 
 #: The probability symbol: every regularizer is an expression in ``p``.
@@ -70,6 +91,23 @@ _NON_DIFFERENTIABLE = (
     sp.arg,
     sp.conjugate,
 )
+#: Structural limits on ``omega``, checked before any SymPy work: nodes in the expression tree,
+MAX_NODES = 400
+#: depth of nested function calls (``exp(exp(p))`` is 2),
+MAX_FUNCTION_DEPTH = 5
+#: magnitude of a numeric exponent of ``p`` (or of any power),
+MAX_EXPONENT = 1000
+#: and of a numeric exponent of a sum or other compound base such as ``(p + 1)**n``.
+MAX_POWER_OF_SUM = 32
+# nonzero constants must lie in [10**-_MAX_DECADE, 10**_MAX_DECADE] in magnitude
+_MAX_DECADE = 100
+# names a parameter may not take: the symbols of the derivation, constants and functions
+_RESERVED = frozenset({"p", "z", "s", "y", "tau", "i", "d", "k", "S", "S_1", "S_2", "s_max", "pi", "E", "I", "oo"}) | set(
+    FUNCTIONS
+)
+_BOUNDS = {"oo": sp.oo, "+oo": sp.oo, "inf": sp.oo, "+inf": sp.oo, "-oo": -sp.oo, "-inf": -sp.oo}
+_SPEC = re.compile(r"\s*([A-Za-z_][A-Za-z0-9_]*)\s*(?:in\s*\(\s*([^,()]+?)\s*,\s*([^,()]+?)\s*\))?\s*")
+
 # sample points in (0, 1] used where convexity cannot be proved symbolically
 _CONVEXITY_POINTS = tuple(
     sorted(
@@ -85,7 +123,7 @@ class Parameter:
 
     The derivation keeps it symbolic; checks that need numbers (convexity,
     sparsity, branch selection) use :meth:`samples`, a few points inside the
-    interval.
+    interval.  :meth:`from_spec` builds one from a name, a tuple or text.
     """
 
     symbol: sp.Symbol
@@ -104,6 +142,57 @@ class Parameter:
         object.__setattr__(self, "lower", lower)
         object.__setattr__(self, "upper", upper)
         object.__setattr__(self, "_shift", sp.Dummy(f"{self.symbol.name}_shift", positive=True))
+
+    @classmethod
+    def from_spec(cls, spec: object, symbols: Mapping[str, sp.Symbol] | None = None) -> "Parameter":
+        """A parameter from any of the forms :class:`Regularizer` accepts.
+
+        ``spec`` is one of
+
+        * a :class:`Parameter` (returned as is);
+        * a SymPy ``Symbol``: the whole real line;
+        * a name ``"c"``: ``Symbol("c", real=True)`` on the whole real line;
+        * text ``"c in (0, 1)"``: the open interval, ends as in a tuple;
+        * a tuple ``(name_or_symbol, lower, upper)``: ends are numbers, SymPy
+          numbers or text such as ``"1/2"``, ``"pi"``, ``"oo"``, ``"-inf"``
+          (floats are read as the decimal they print as).
+
+        ``symbols`` maps names to symbols to reuse (those of an expression),
+        so that a name matches the symbol the expression already holds.
+
+        >>> Parameter.from_spec("c in (0, 1)")
+        Parameter(symbol=c, lower=0, upper=1)
+        >>> Parameter.from_spec(("beta", "1/2", "oo")).lower
+        1/2
+        """
+        if isinstance(spec, Parameter):
+            return spec
+        if isinstance(spec, sp.Symbol):
+            return cls(spec)
+        if isinstance(spec, str):
+            if not spec.isascii():
+                ch = next(c for c in spec if not c.isascii())
+                raise DerivationError(
+                    f"parameter {spec!r} holds {ch!r} (U+{ord(ch):04X} {unicodedata.name(ch, 'unnamed')}): "
+                    "names are plain ASCII identifiers such as 'c' or 'beta'"
+                )
+            match = _SPEC.fullmatch(spec)
+            if match is None:
+                raise DerivationError(f"cannot read the parameter {spec!r}: write a name such as 'c' or 'c in (0, 1)'")
+            name, lower, upper = match.groups()
+            lower, upper = ("-oo", "oo") if lower is None else (lower, upper)
+            return cls.from_spec((name, lower, upper), symbols)
+        if isinstance(spec, tuple) and len(spec) == 3:
+            name, lower, upper = spec
+            if isinstance(name, str):
+                name = _parameter_symbol(name, symbols)
+            elif not isinstance(name, sp.Symbol):
+                raise DerivationError(f"a parameter's name must be a str or a SymPy Symbol, got {name!r}")
+            return cls(name, _bound(lower, name), _bound(upper, name))
+        raise DerivationError(
+            f"cannot read the parameter {spec!r}: give a name ('c'), text ('c in (0, 1)'), "
+            "a tuple (name, lower, upper), a SymPy Symbol or a Parameter"
+        )
 
     def samples(self) -> tuple[sp.Rational, ...]:
         """Points inside ``(lower, upper)`` used for numeric checks."""
@@ -129,6 +218,147 @@ class Parameter:
         if self.upper.is_finite:
             return self.upper - self._shift, self._shift
         return self.symbol, None
+
+
+def _parameter_symbol(name: str, symbols: Mapping[str, sp.Symbol] | None) -> sp.Symbol:
+    if not name.isascii() or not name.isidentifier() or keyword.iskeyword(name):
+        raise DerivationError(f"parameter name {name!r} is not a plain ASCII identifier such as 'c' or 'beta'")
+    if name in _RESERVED:
+        raise DerivationError(
+            f"parameter name {name!r} is reserved (taken by p, the derivation's symbols, a constant or a function)"
+        )
+    if symbols and name in symbols:
+        return symbols[name]
+    return sp.Symbol(name, real=True)
+
+
+def _bound(value: object, symbol: sp.Symbol) -> sp.Expr:
+    """One end of a parameter's interval: a number, a SymPy number or text such as ``"1/2"`` or ``"-oo"``."""
+    if isinstance(value, str):
+        key = value.strip().lower().replace(" ", "")
+        if key in _BOUNDS:
+            return _BOUNDS[key]
+        try:
+            bound = parse_expression(value, {})
+        except DerivationError as exc:
+            raise DerivationError(f"cannot read the bound {value!r} of parameter {symbol}: {exc}") from None
+    elif isinstance(value, bool):
+        bound = None
+    elif isinstance(value, float):
+        bound = sp.Rational(repr(value)) if value == value and abs(value) != float("inf") else sp.sympify(value)
+        bound = {float("inf"): sp.oo, float("-inf"): -sp.oo}.get(value, bound)
+    else:
+        try:
+            bound = sp.sympify(value, strict=True)
+        except (sp.SympifyError, TypeError, ValueError):
+            bound = None
+    if bound is None or not isinstance(bound, sp.Expr) or not bound.is_number or bound.is_extended_real is not True:
+        raise DerivationError(f"the bounds of parameter {symbol} must be real numbers or +-oo, got {value!r}")
+    return bound
+
+
+def _coerce_parameters(parameters: object, omega: sp.Expr | None = None) -> tuple[Parameter, ...]:
+    """``parameters`` as :class:`Parameter` objects: a sequence of specs or a mapping name -> (lower, upper)."""
+    if parameters is None:
+        return ()
+    if isinstance(parameters, (str, Parameter, sp.Symbol)) or (
+        isinstance(parameters, tuple) and len(parameters) == 3 and not isinstance(parameters[1], (str, Parameter, sp.Symbol, tuple))
+    ):
+        parameters = (parameters,)  # a single spec given bare
+    symbols = {s.name: s for s in omega.free_symbols} if omega is not None else None
+    if isinstance(parameters, Mapping):
+        specs = []
+        for name, domain in parameters.items():
+            if domain is None:
+                specs.append(name)
+            elif isinstance(domain, (tuple, list)) and len(domain) == 2:
+                specs.append((name, *domain))
+            else:
+                raise DerivationError(f"parameter {name}: give its domain as (lower, upper) or None, got {domain!r}")
+        parameters = specs
+    try:
+        items = list(parameters)
+    except TypeError:
+        raise DerivationError(f"parameters must be a sequence or a mapping, got {parameters!r}") from None
+    params = tuple(Parameter.from_spec(tuple(q) if isinstance(q, list) else q, symbols) for q in items)
+    names = [q.symbol.name for q in params]
+    repeated = sorted({n for n in names if names.count(n) > 1})
+    if repeated:
+        raise DerivationError(f"parameter(s) {', '.join(repeated)} declared more than once")
+    return params
+
+
+def _one_line(text: str, limit: int = 100) -> str:
+    """``text`` on one line, shortened to ``limit`` characters."""
+    text = " ".join(str(text).split())
+    return text if len(text) <= limit else text[: limit - 3] + "..."
+
+
+def _describe(expr: sp.Expr, limit: int = 80) -> str:
+    """``expr`` as one line of text, shortened to about ``limit`` characters."""
+    return _one_line(sp.sstr(expr), limit)
+
+
+def _check_structure(omega: sp.Expr) -> None:
+    """Cheap structural limits, so that no SymPy call gets an expression it takes minutes over."""
+    nodes = 0
+    stack = [(omega, 0)]
+    while stack:
+        node, depth = stack.pop()
+        nodes += 1
+        if nodes > MAX_NODES:
+            raise DerivationError(f"omega(p) = {_describe(omega)} has more than {MAX_NODES} nodes (limit {MAX_NODES})")
+        if isinstance(node, sp.Function):
+            depth += 1
+            if depth > MAX_FUNCTION_DEPTH:
+                raise DerivationError(
+                    f"omega(p) = {_describe(omega)} nests functions {depth} deep (limit {MAX_FUNCTION_DEPTH})"
+                )
+        if isinstance(node, sp.Pow) and node.exp.is_Number and node.base.has(p):
+            limit = MAX_EXPONENT if node.base.is_Symbol else MAX_POWER_OF_SUM
+            if abs(node.exp) > limit:
+                raise DerivationError(
+                    f"omega(p) = {_describe(omega)} raises {_describe(node.base, 40)} to the power {node.exp} "
+                    f"(limit {limit} for {'p' if node.base.is_Symbol else 'a compound base'})"
+                )
+        stack.extend((arg, depth) for arg in node.args)
+
+
+def _check_real(omega: sp.Expr) -> None:
+    """Refuse ``I`` and constants that are complex, infinite or outside ``[1e-100, 1e100]`` in magnitude."""
+    if omega.has(sp.I):
+        raise DerivationError(
+            f"omega(p) = {_describe(omega)} is complex (it holds I = sqrt(-1)); a regularizer is a real function of p"
+        )
+    for node in sp.preorder_traversal(omega):
+        if node.has(sp.zoo, sp.nan, sp.oo, -sp.oo):
+            raise DerivationError(f"omega(p) = {_describe(omega)} holds {_describe(node, 40)}, which is not finite")
+    stack = [omega]
+    while stack:
+        node = stack.pop()
+        if not isinstance(node, sp.Expr):
+            continue
+        if node.free_symbols:
+            stack.extend(node.args)
+            continue
+        if node.is_Rational or node in (sp.pi, sp.E):
+            value = node
+        else:
+            value = node.evalf(30)
+            real, imag = value.as_real_imag()
+            if imag != 0 and abs(imag) > abs(real) * sp.Float(10) ** -25:
+                raise DerivationError(
+                    f"omega(p) = {_describe(omega)} is complex: its constant {_describe(node, 40)} = "
+                    f"{sp.sstr(value.evalf(6))} is not real; a regularizer is a real function of p"
+                )
+            value = real
+        if not value.is_finite:
+            raise DerivationError(f"omega(p) = {_describe(omega)} holds {_describe(node, 40)}, which is not finite")
+        if value != 0 and not sp.Float(10) ** -_MAX_DECADE <= abs(value) <= sp.Float(10) ** _MAX_DECADE:
+            raise DerivationError(
+                f"omega(p) = {_describe(omega)} holds the constant {_describe(node, 40)} ~ {sp.sstr(value.evalf(4))}, "
+                f"outside [1e-{_MAX_DECADE}, 1e{_MAX_DECADE}] in magnitude: regattn's numeric side cannot represent it"
+            )
 
 
 def _check_functions(expr: sp.Expr, what: str) -> None:
@@ -176,15 +406,24 @@ class Regularizer:
     name:
         A label used in printed derivations.
     parameters:
-        Real parameters that stay symbolic, as :class:`Parameter` objects or
-        bare symbols (then ranging over the whole real line).
+        Real parameters that stay symbolic, in any form
+        :meth:`Parameter.from_spec` reads (a :class:`Parameter`, a SymPy
+        symbol or a name, each then on the whole real line; ``"c in (0, 1)"``;
+        ``("c", 0, 1)``), or a mapping from name to ``(lower, upper)``.  A name
+        refers to the symbol of that name in ``omega``.
+    timeout:
+        Keyword only: seconds allowed for the checks (default
+        ``$REGATTN_TIMEOUT`` or 60).
 
     Raises
     ------
     DerivationError
         If ``omega`` has a free symbol other than ``p`` and the parameters, a
-        function that is not differentiable or not supported, is not real and
-        finite on ``(0, 1]``, or has ``omega''(p) <= 0`` somewhere on ``(0, 1]``.
+        function that is not differentiable or not supported, exceeds a
+        structural limit, is complex or not finite on ``(0, 1]``, or has
+        ``omega''(p) <= 0`` somewhere on ``(0, 1]``.  The message is one line.
+    DerivationTimeout
+        If the checks take longer than the time limit.
 
     Examples
     --------
@@ -199,24 +438,25 @@ class Regularizer:
     name: str = "custom"
     parameters: tuple[Parameter, ...] = ()
     convexity: str = field(default="", init=False, compare=False)
+    timeout: InitVar[float | None] = field(default=None, kw_only=True)
 
-    def __post_init__(self) -> None:
+    def __post_init__(self, timeout: float | None) -> None:
         if isinstance(self.omega, str):
             raise DerivationError(
                 "Regularizer() takes a SymPy expression; use Regularizer.from_string() for text"
             )
-        params = tuple(
-            q if isinstance(q, Parameter) else Parameter(q) for q in (self.parameters or ())
-        )
-        object.__setattr__(self, "parameters", params)
         try:
             omega = sp.sympify(self.omega, strict=True)
-        except (sp.SympifyError, TypeError) as exc:
+        except (sp.SympifyError, TypeError, ValueError) as exc:
             raise DerivationError(f"omega must be a SymPy expression, got {self.omega!r}") from exc
+        if not isinstance(omega, sp.Expr):
+            raise DerivationError(f"omega must be a SymPy expression, got {type(omega).__name__} {_describe(omega)}")
         plain = sp.Symbol("p")
         if plain in omega.free_symbols:
             omega = omega.subs(plain, p)
         object.__setattr__(self, "omega", omega)
+        params = _coerce_parameters(self.parameters, omega)
+        object.__setattr__(self, "parameters", params)
         if not isinstance(self.name, str) or not self.name:
             raise DerivationError(f"name must be a non-empty str, got {self.name!r}")
 
@@ -225,31 +465,68 @@ class Regularizer:
         if extra:
             names = ", ".join(sorted(str(s) for s in extra))
             raise DerivationError(
-                f"omega(p) = {omega} has free symbol(s) {names} other than p"
+                f"omega(p) = {_describe(omega)} has free symbol(s) {names} other than p"
                 + (" and its parameters" if params else "")
                 + "; declare parameters with Regularizer(..., parameters=[...])"
             )
         if p not in omega.free_symbols:
-            raise DerivationError(f"omega = {omega} does not depend on p")
-        _check_functions(omega, f"omega(p) = {omega}")
-        _check_functions(self.second_derivative, f"omega''(p) = {self.second_derivative}")
-        object.__setattr__(self, "convexity", self._check_convexity())
+            raise DerivationError(f"omega = {_describe(omega)} does not depend on p")
+        _check_structure(omega)
+        TimeLimit(timeout, f"checking the regularizer omega(p) = {_describe(omega)}").run(self._check)
+
+    def _check(self) -> None:
+        """The checks that need SymPy's algebra (run under the time limit)."""
+        omega = self.omega
+        try:
+            _check_functions(omega, f"omega(p) = {_describe(omega)}")
+            _check_real(omega)
+            _check_functions(self.second_derivative, f"omega''(p) = {_describe(self.second_derivative)}")
+            object.__setattr__(self, "convexity", self._check_convexity())
+        except DerivationError:
+            raise
+        except Exception as exc:
+            # SymPy and mpmath raise TypeError, ValueError, RecursionError, ... on expressions they cannot handle
+            raise DerivationError(
+                f"cannot check omega(p) = {_describe(omega)}: SymPy failed with {type(exc).__name__}: "
+                f"{_one_line(exc)}"
+            ) from exc
 
     # ------------------------------------------------------------------ text
     @classmethod
     def from_string(
-        cls, text: str, name: str = "custom", parameters: tuple = ()
+        cls, text: str, name: str = "custom", parameters: object = (), *, timeout: float | None = None
     ) -> "Regularizer":
         """Build a regularizer from text such as ``"p*log(p) + p**2/2"``.
 
         The text is parsed into a syntax tree and converted node by node
         (see :mod:`derive._parse`); it is never evaluated as Python.  Accepted:
-        numbers, ``p``, parameter names, ``pi``, ``E``, ``+ - * / ** ^`` and
-        the functions in :data:`derive._parse.FUNCTIONS`.
+        numbers (read exactly: ``0.1`` is ``1/10``), ``p``, parameter names,
+        ``pi``, ``E``, ``+ - * / ** ^`` and the functions in
+        :data:`derive.FUNCTIONS`.  The text must be plain ASCII.
+
+        Parameters
+        ----------
+        text:
+            ``omega(p)``.
+        name:
+            A label used in printed derivations and generated modules.
+        parameters:
+            Real parameters the text may use, in any form
+            :meth:`Parameter.from_spec` reads: names (``("c",)``, each on the
+            whole real line), text (``("c in (0, 1)",)``), tuples
+            (``(("c", 0, 1),)``), :class:`Parameter` objects or SymPy symbols;
+            or a mapping from name to ``(lower, upper)`` or ``None``
+            (``{"c": (0, 1)}``).
+        timeout:
+            Seconds allowed for the checks (default ``$REGATTN_TIMEOUT`` or
+            60); past it :class:`~derive.errors.DerivationTimeout` is raised.
+
+        >>> Regularizer.from_string("c*p**2 + p*log(p)", parameters={"c": (0, 1)}).parameters
+        (Parameter(symbol=c, lower=0, upper=1),)
         """
-        params = tuple(q if isinstance(q, Parameter) else Parameter(q) for q in parameters)
+        params = _coerce_parameters(parameters)
         symbols = {"p": p} | {q.symbol.name: q.symbol for q in params}
-        return cls(parse_expression(text, symbols), name=name, parameters=params)
+        return cls(parse_expression(text, symbols), name=name, parameters=params, timeout=timeout)
 
     @property
     def text(self) -> str:
@@ -302,16 +579,16 @@ class Regularizer:
                         v0, v2 = fn0(x, *args), fn2(x, *args)
                     except (ZeroDivisionError, ValueError, OverflowError) as exc:
                         raise DerivationError(
-                            f"omega(p) = {self.omega} cannot be evaluated at p = {mpmath.nstr(x, 6)}{where}: {exc}"
+                            f"omega(p) = {_describe(self.omega)} cannot be evaluated at p = {mpmath.nstr(x, 6)}{where}: {exc}"
                         ) from None
                     if not _real_finite(v0):
                         raise DerivationError(
-                            f"omega(p) = {self.omega} is not real and finite at p = {mpmath.nstr(x, 6)}{where} "
+                            f"omega(p) = {_describe(self.omega)} is not real and finite at p = {mpmath.nstr(x, 6)}{where} "
                             f"(value {mpmath.nstr(v0, 6)}); it must be on (0, 1]"
                         )
                     if not _real_finite(v2) or mpmath.re(v2) <= 0:
                         raise DerivationError(
-                            f"omega is not strictly convex on (0, 1]: omega''(p) = {d2} = "
+                            f"omega is not strictly convex on (0, 1]: omega''(p) = {_describe(d2)} = "
                             f"{mpmath.nstr(v2, 6)} at p = {mpmath.nstr(x, 6)}{where}"
                         )
         n = len(_CONVEXITY_POINTS) * len(self.parameter_samples())
@@ -333,15 +610,15 @@ class Regularizer:
             for r in cuts[1:]:
                 if num.subs(p, r) == 0 or den.subs(p, r) == 0:
                     raise DerivationError(
-                        f"omega is not strictly convex on (0, 1]: omega''(p) = {d2} vanishes or is "
+                        f"omega is not strictly convex on (0, 1]: omega''(p) = {_describe(d2)} vanishes or is "
                         f"undefined at p = {r}"
                     )
             for a, b in zip(cuts, cuts[1:]):
                 mid = (a + b) / 2
                 if not d2.subs(p, mid) > 0:
                     raise DerivationError(
-                        f"omega is not strictly convex on (0, 1]: omega''(p) = {d2} = "
-                        f"{d2.subs(p, mid)} at p = {mid}"
+                        f"omega is not strictly convex on (0, 1]: omega''(p) = {_describe(d2)} = "
+                        f"{_describe(d2.subs(p, mid))} at p = {mid}"
                     )
             return "omega''(p) > 0 on (0, 1], proved from the real roots of the rational omega''"
         return ""

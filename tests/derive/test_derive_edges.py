@@ -1,0 +1,528 @@
+"""Edges of the symbolic layer: time limits, complex and hostile input, parameters, LaTeX, public names."""
+
+from __future__ import annotations
+
+import re
+import threading
+import time
+import unicodedata
+from fractions import Fraction
+from pathlib import Path
+
+import mpmath
+import pytest
+import sympy as sp
+from hypothesis import given
+from hypothesis import strategies as st
+
+import derive
+from derive import DerivationError, Parameter, Regularizer, derive_map, gini, p, shannon, tsallis
+
+from ._maps import ALL, derivation
+
+# ----------------------------------------------------------------- time limit
+
+# constructs in well under a second, but SymPy's solve and simplify on exp(100 p) take > 20 s
+SLOW_TO_DERIVE = "exp(p)**100"
+# construction alone (simplifying omega'') takes minutes
+SLOW_TO_BUILD = "sinh(sinh(sinh(sinh(sinh(p)))))"
+
+
+def _gives_up(call, limit: float):
+    """Run ``call``; it must raise DerivationTimeout (one line) within ``limit`` plus slack."""
+    start = time.monotonic()
+    with pytest.raises(DerivationError) as info:
+        call()
+    elapsed = time.monotonic() - start
+    assert isinstance(info.value, derive.DerivationTimeout), info.value
+    assert "\n" not in str(info.value) and "gave up" in str(info.value)
+    assert elapsed < limit + 3, elapsed
+    return info.value
+
+
+def test_derivation_gives_up_at_its_timeout():
+    reg = Regularizer.from_string(SLOW_TO_DERIVE)
+    err = _gives_up(lambda: derive_map(reg, timeout=1.0), 1.0)
+    assert err.seconds == 1.0 and "exp(100*p)" in str(err)
+
+
+def test_construction_gives_up_at_its_timeout():
+    _gives_up(lambda: Regularizer.from_string(SLOW_TO_BUILD, timeout=1.0), 1.0)
+
+
+def test_time_limit_holds_off_the_main_thread():
+    reg = Regularizer.from_string(SLOW_TO_DERIVE)
+    outcome = {}
+
+    def work():
+        try:
+            outcome["value"] = _gives_up(lambda: derive_map(reg, timeout=1.0), 1.0)
+        except BaseException as exc:  # reported to the main thread
+            outcome["error"] = exc
+
+    worker = threading.Thread(target=work)
+    worker.start()
+    worker.join(30)
+    assert not worker.is_alive()
+    assert "error" not in outcome, outcome.get("error")
+    assert isinstance(outcome["value"], derive.DerivationTimeout)
+
+
+def test_environment_variable_sets_the_default(monkeypatch):
+    monkeypatch.setenv("REGATTN_TIMEOUT", "1")
+    _gives_up(lambda: Regularizer.from_string(SLOW_TO_BUILD), 1.0)
+    reg = gini()
+    monkeypatch.setenv("REGATTN_TIMEOUT", "soon")
+    with pytest.raises(DerivationError, match="REGATTN_TIMEOUT"):
+        derive_map(reg)
+    monkeypatch.delenv("REGATTN_TIMEOUT")
+    with pytest.raises(DerivationError, match="timeout"):
+        derive_map(reg, timeout=-1)
+
+
+def test_default_limit_is_documented():
+    assert derive.DEFAULT_TIMEOUT == 60.0 and derive.TIMEOUT_ENV == "REGATTN_TIMEOUT"
+    assert "REGATTN_TIMEOUT" in derive.derive_map.__doc__
+
+
+def test_after_a_timeout_the_next_derivation_is_unchanged():
+    before = derive_map(gini(), timeout=30)
+    precision = mpmath.mp.prec
+    with pytest.raises(DerivationError):
+        derive_map(Regularizer.from_string(SLOW_TO_DERIVE), timeout=0.5)
+    assert mpmath.mp.prec == precision
+    after = derive_map(gini())
+    assert (after.link, after.weight, after.threshold.candidate) == (before.link, before.weight, before.threshold.candidate)
+    time.sleep(0.1)
+    assert not [t for t in threading.enumerate() if t.name == "regattn-time-limit"]
+
+
+def test_nested_limits_convert_only_their_own_deadline():
+    def busy(seconds):
+        end = time.monotonic() + seconds
+        while time.monotonic() < end:
+            pass
+        return "done"
+
+    def inner_times_out():
+        with pytest.raises(derive.DerivationTimeout):
+            derive.TimeLimit(0.2, "inner").run(busy, 10)
+        return busy(0.1)
+
+    assert derive.TimeLimit(5, "outer").run(inner_times_out) == "done"
+
+    def outer_wins():
+        derive.TimeLimit(10, "inner").run(busy, 10)
+
+    with pytest.raises(derive.DerivationTimeout) as info:
+        derive.TimeLimit(0.3, "outer").run(outer_wins)
+    assert info.value.what == "outer"
+
+
+def test_limit_racing_the_end_of_the_work_never_leaks():
+    """Deadlines right at the end of the work: a timeout or a result, never a stray exception later."""
+    for n in range(200):
+        try:
+            derive.TimeLimit(0.001 + (n % 7) * 0.0005).run(time.sleep, 0.002)
+        except derive.DerivationTimeout:
+            pass
+        x = 0
+        for j in range(20000):  # bytecode where a stray exception would be delivered
+            x += j
+    time.sleep(1.2)  # longer than the watcher's repeat interval
+    assert sum(range(10)) == 45
+
+
+@pytest.mark.parametrize(
+    "text, message",
+    [
+        ("(p+1)**1000", "power 1000"),
+        ("(p**2+1)**300", "power 300"),
+        ("exp(exp(exp(exp(exp(exp(p))))))", "nests functions 6 deep"),
+        ("cos(" * 10 + "p" + ")" * 10, "nests functions"),
+        ("log(" * 40 + "p" + ")" * 40, "nests functions"),
+        ("-" * 70 + "p**2", "nests deeper"),
+    ],
+)
+def test_structural_limits_refuse_at_once(text, message):
+    start = time.monotonic()
+    with pytest.raises(DerivationError, match=message) as info:
+        Regularizer.from_string(text)
+    assert time.monotonic() - start < 2
+    assert "\n" not in str(info.value)
+
+
+def test_structural_limits_apply_to_sympy_expressions():
+    with pytest.raises(DerivationError, match="power 40"):
+        Regularizer((p + 1) ** 40)
+    with pytest.raises(DerivationError, match="more than 400 nodes"):
+        Regularizer(sum(p**k / k for k in range(2, 120)))
+    with pytest.raises(DerivationError, match="nests functions 6 deep"):
+        Regularizer(sp.exp(sp.exp(sp.exp(sp.exp(sp.exp(sp.exp(p)))))))
+    assert Regularizer((p + 1) ** 3).omega == (p + 1) ** 3
+
+
+def test_builtin_derivations_stay_fast():
+    start = time.process_time()
+    for factory in (shannon, gini, lambda: tsallis(sp.Rational(3, 2))):
+        derive_map(factory())
+    assert time.process_time() - start < 10
+
+
+# ---------------------------------------------------------- complex input
+
+
+@pytest.mark.parametrize(
+    "text",
+    ["sqrt(-1)*p**2", "log(-1)*p**2", "p**2 + sqrt(-1)*p", "(-1)**(1/3)*p**2", "p**2 + (-8)**(1/3)*p"],
+)
+def test_complex_regularizers_are_refused(text):
+    with pytest.raises(DerivationError, match="complex") as info:
+        Regularizer.from_string(text)
+    assert "\n" not in str(info.value)
+
+
+@pytest.mark.parametrize("omega", [sp.I * p**2, p**2 + sp.I * p, sp.asin(2) * p**2 + p**2])
+def test_complex_sympy_regularizers_are_refused(omega):
+    with pytest.raises(DerivationError, match="complex"):
+        Regularizer(omega)
+
+
+@pytest.mark.parametrize("text", ["exp(1000)*p**2", "exp(-1000)*p**2 + p**2", "p**2/exp(300)"])
+def test_constants_beyond_float_range_are_refused(text):
+    with pytest.raises(DerivationError, match=r"outside \[1e-100, 1e100\]"):
+        Regularizer.from_string(text)
+
+
+def test_large_but_representable_constants_are_kept():
+    assert Regularizer.from_string("exp(50)*p**2").omega == sp.exp(50) * p**2
+
+
+def test_reference_of_a_high_power():
+    """omega = p**100: p_i = ((s_i - tau)/100)**(1/99) on the support; tau by bisection at 300 digits."""
+    dv = derive_map(Regularizer.from_string("p**100"))
+    scores = [0.3, -0.2, 0.25, -5.0]
+    got = dv.evaluate(scores, digits=40)
+    # p_3 = 0.07 sits at z = 100 * 0.07**99 ~ 1e-112: the bisection needs 300 digits to resolve it
+    with mpmath.workdps(300):
+        s_mp = [mpmath.mpf(v) for v in scores]
+
+        def mass(t):
+            return mpmath.fsum(((v - t) / 100) ** (mpmath.mpf(1) / 99) for v in s_mp if v > t) - 1
+
+        lo, hi = max(s_mp) - 100, max(s_mp)  # mass(lo) >= 0 > mass(hi)
+        for _ in range(1100):
+            mid = (lo + hi) / 2
+            lo, hi = (mid, hi) if mass(mid) > 0 else (lo, mid)
+        want = [((v - lo) / 100) ** (mpmath.mpf(1) / 99) if v > lo else mpmath.mpf(0) for v in s_mp]
+    assert max(abs(a - b) for a, b in zip(got, want)) < mpmath.mpf(10) ** -35
+
+
+def test_reference_of_huge_scores():
+    """omega = -log(p), scores (1e300, -1e300): 1/a + 1/(a + D) = 1 for a = tau - s_1, D = 2e300."""
+    dv = derive_map(Regularizer.from_string("-log(p)"))
+    got = dv.evaluate([1e300, -1e300], digits=30)
+    with mpmath.workdps(700):
+        gap = 2 * mpmath.mpf(1e300)  # the scores are binary doubles
+        a = ((2 - gap) + mpmath.sqrt(gap**2 + 4)) / 2
+        want = [1 / a, 1 / (a + gap)]
+    assert abs(got[0] - want[0]) < mpmath.mpf(10) ** -28
+    assert abs(got[1] - want[1]) <= mpmath.mpf(10) ** -28 * want[1]
+    tau = derive.reference.threshold(dv, [1e300, -1e300], digits=30)
+    assert abs(tau - (mpmath.mpf(1e300) + a)) < mpmath.mpf(10) ** 272  # 30 digits of 1e300
+
+
+def test_sympy_failures_become_derivation_errors(monkeypatch):
+    def broken(*args, **kwargs):
+        raise TypeError("cannot determine truth value of Relational")
+
+    monkeypatch.setattr(derive.argmax, "_invert", broken)
+    with pytest.raises(DerivationError, match="SymPy failed with TypeError") as info:
+        derive_map(gini())
+    assert "\n" not in str(info.value)
+
+
+# ------------------------------------------------------------- parameters
+
+
+def _mixed(c):
+    return c * p + p**2 + p * sp.log(p)  # convex for every real c
+
+
+@pytest.mark.parametrize(
+    "spec, lower, upper",
+    [
+        (("c",), -sp.oo, sp.oo),
+        (["c in (0, 1)"], 0, 1),
+        ([("c", 0, 1)], 0, 1),
+        ([("c", "1/2", "oo")], sp.Rational(1, 2), sp.oo),
+        ({"c": (0, 1)}, 0, 1),
+        ({"c": None}, -sp.oo, sp.oo),
+        (("c", 0, 1), 0, 1),
+        ([("c", 0.25, float("inf"))], sp.Rational(1, 4), sp.oo),
+    ],
+)
+def test_parameters_in_simple_forms(spec, lower, upper):
+    reg = Regularizer.from_string("c*p + p**2 + p*log(p)", parameters=spec)
+    (param,) = reg.parameters
+    assert param.symbol.name == "c" and param.lower == lower and param.upper == upper
+    assert reg.omega == _mixed(param.symbol)
+
+
+def test_named_parameter_matches_the_expression_symbol():
+    c = sp.Symbol("c", positive=True)
+    reg = Regularizer(_mixed(c), parameters=[("c", 0, 1)])
+    assert reg.parameters[0].symbol is c
+
+
+def test_parameter_values_give_the_map_of_the_fixed_regularizer():
+    dv = derive_map(Regularizer.from_string("c*p**2 + p*log(p)", parameters=["c in (0, 1)"]))
+    fixed = derive_map(Regularizer.from_string("p**2/4 + p*log(p)"))
+    scores = [0.5, -1.0, 2.0]
+    got, want = dv.evaluate(scores, digits=30, c=sp.Rational(1, 4)), fixed.evaluate(scores, digits=30)
+    assert max(abs(a - b) for a, b in zip(got, want)) < mpmath.mpf(10) ** -28
+
+
+@pytest.mark.parametrize(
+    "spec, message",
+    [
+        (["p"], "reserved"),
+        (["exp"], "reserved"),
+        (["1c"], "cannot read"),
+        (["c in (1, 0)"], "empty domain"),
+        ([("c", "x", 1)], "bound 'x'"),
+        ([("c", sp.I, 1)], "bounds"),
+        (["c", "c"], "more than once"),
+        ([3], "cannot read"),
+        ({"c": 5}, "domain"),
+        (["с"], "ASCII"),  # Cyrillic es
+    ],
+)
+def test_bad_parameters(spec, message):
+    with pytest.raises(DerivationError, match=message):
+        Regularizer.from_string("c*p**2 + p*log(p)", parameters=spec)
+
+
+def test_parameter_from_spec_is_public():
+    assert Parameter.from_spec("beta in (0, oo)") == Parameter(sp.Symbol("beta", real=True), 0, sp.oo)
+
+
+# ------------------------------------------------------- hostile text
+
+
+@pytest.mark.parametrize(
+    "text, char",
+    [("\uff50**2", "\uff50"), ("\u0440**2", "\u0440"), ("p**2 + \u03bf", "\u03bf"), ("p\u00b2", "\u00b2"), ("p**2\u2212p", "\u2212")],
+)
+def test_look_alike_characters_are_named_and_refused(text, char):
+    with pytest.raises(DerivationError) as info:
+        Regularizer.from_string(text)
+    message = str(info.value)
+    assert unicodedata.name(char) in message and f"U+{ord(char):04X}" in message
+
+
+def test_fullwidth_p_gets_a_hint():
+    with pytest.raises(DerivationError, match="did you mean 'p'"):
+        Regularizer.from_string("\uff50**2")
+
+
+@pytest.mark.parametrize("text", ["1e-400*p**2", "p**2 + 1e-101*p", "1e101*p**2", "1e999999999*p**2"])
+def test_literals_out_of_range_are_refused_not_rounded(text):
+    with pytest.raises(DerivationError, match=r"outside \[1e-100, 1e100\]"):
+        Regularizer.from_string(text)
+
+
+@given(
+    st.integers(min_value=1, max_value=10**30),
+    st.integers(min_value=-99, max_value=60),
+)
+def test_decimal_literals_are_exact(mantissa, exponent):
+    literal = f"{mantissa}e{exponent}"
+    value = Fraction(mantissa) * Fraction(10) ** exponent
+    if not Fraction(1, 10**100) <= value < Fraction(10**100):
+        return
+    reg = Regularizer.from_string(f"{literal}*p**2 + p**2")
+    assert reg.omega == (1 + sp.Rational(value.numerator, value.denominator)) * p**2
+
+
+def test_long_decimal_literals_keep_every_digit():
+    reg = Regularizer.from_string("0.1000000000000000000001*p**2 + 1.5e-30*p**2")
+    assert reg.omega == (sp.Rational(10**21 + 1, 10**22) + sp.Rational(15, 10**31)) * p**2
+
+
+@pytest.mark.parametrize(
+    "text, words",
+    [
+        ("__import__('os').system('true')", "attribute access `__import__('os').system`"),
+        ("p.real", "attribute access `p.real`"),
+        ("foo(p)", "unknown function 'foo'"),
+        ("p[0]", "indexing `p[0]`"),
+        ("p < 1", "comparison `p < 1`"),
+        ("p % 2", "operator %"),
+        ("[p, 1]", "a list"),
+    ],
+)
+def test_parse_errors_are_worded_for_a_person(text, words):
+    with pytest.raises(DerivationError) as info:
+        Regularizer.from_string(text)
+    message = str(info.value)
+    assert words in message
+    assert "ctx=" not in message and "Load()" not in message and "(value=" not in message
+    assert "\n" not in message
+
+
+def test_unknown_function_lists_the_allowed_ones():
+    with pytest.raises(DerivationError) as info:
+        Regularizer.from_string("foo(p)")
+    assert "allowed: " + ", ".join(sorted(derive.FUNCTIONS)) in str(info.value)
+
+
+# ------------------------------------------------------------ functions
+
+
+def test_functions_are_public_and_read_only():
+    assert {"log", "exp", "sqrt", "erf"} <= set(derive.FUNCTIONS)
+    with pytest.raises(TypeError):
+        derive.FUNCTIONS["eval"] = eval
+
+
+@pytest.mark.parametrize("name", sorted(derive.FUNCTIONS))
+def test_every_listed_function_is_accepted(name):
+    try:
+        Regularizer.from_string(f"p**2 + {name}(p)/1000")
+    except DerivationError as exc:  # only convexity may fail, never the name
+        assert "unknown function" not in str(exc) and "not supported" not in str(exc)
+
+
+def test_docs_list_the_functions():
+    api = (Path(__file__).parents[2] / "docs" / "api.md").read_text(encoding="utf-8")
+    for name in derive.FUNCTIONS:
+        assert f"`{name}`" in api, name
+
+
+# ----------------------------------------------------------------- LaTeX
+
+_RELATIONS = ("=", "<", ">", r"\in", r"\leq", r"\geq", r"\le", r"\ge", r"\Leftrightarrow")
+
+
+def _scan(tex: str):
+    """Walk LaTeX: yields (position, token, brace depth, environment depth, left depth)."""
+    depth = env = left = 0
+    pos = 0
+    while pos < len(tex):
+        ch = tex[pos]
+        if ch == "\\":
+            match = re.match(r"\\([A-Za-z]+|.)", tex[pos:])
+            token = match.group(0)
+            if token == r"\left":
+                left += 1
+            elif token == r"\right":
+                left -= 1
+            elif token == r"\begin":
+                env += 1
+            elif token == r"\end":
+                env -= 1
+            yield pos, token, depth, env, left
+            pos += len(token)
+            continue
+        if ch == "{":
+            depth += 1
+        elif ch == "}":
+            depth -= 1
+        yield pos, ch, depth, env, left
+        pos += 1
+
+
+def _balanced(tex: str) -> bool:
+    final = (0, 0, 0)
+    for _, _, depth, env, left in _scan(tex):
+        if depth < 0 or env < 0 or left < 0:
+            return False
+        final = (depth, env, left)
+    return final == (0, 0, 0)
+
+
+def _for_mathtext(tex: str) -> str:
+    """Rewrite what matplotlib's mathtext lacks (the cases environment) into what it parses."""
+
+    def cases(match):
+        body = match.group(1).replace("&", r"\quad ").replace(r"\\", "; ")
+        return r"\left\{ " + body + r" \right."
+
+    return re.sub(r"\\begin\{cases\}(.*?)\\end\{cases\}", cases, tex)
+
+
+def _parse_math(tex: str) -> None:
+    from matplotlib.mathtext import MathTextParser
+
+    MathTextParser("path").parse("$" + _for_mathtext(tex) + "$")
+
+
+def _check_latex(tex: str) -> None:
+    lines = tex.rstrip("\n").split("\n")
+    assert lines[0].startswith("% regattn derivation")
+    in_align = False
+    for line in lines[1:]:
+        if line == r"\begin{align*}":
+            assert not in_align
+            in_align = True
+            continue
+        if line == r"\end{align*}":
+            assert in_align
+            in_align = False
+            continue
+        assert _balanced(line), line
+        if in_align:
+            row = line.strip()
+            row = row[:-2].rstrip() if row.endswith(r"\\") else row
+            assert "$" not in row, line
+            amps = [pos for pos, token, depth, env, left in _scan(row) if token == "&" and depth == 0 and env == 0]
+            assert len(amps) == 1, line
+            lhs, rhs = row[: amps[0]].rstrip(), row[amps[0] + 1 :]
+            assert lhs and not lhs.endswith(_RELATIONS), line  # the relation follows the &
+            assert rhs.lstrip().startswith(_RELATIONS), line
+            _parse_math(lhs + " " + rhs)
+            continue
+        assert line.startswith(r"\paragraph{"), line
+        pieces = re.split(r"(?<!\\)\$", line)
+        assert len(pieces) % 2 == 1, line  # $ in pairs
+        for n, piece in enumerate(pieces):
+            if n % 2:
+                assert piece.strip() and not piece.strip() in _RELATIONS, line  # maths, not a lone sign
+                _parse_math(piece)
+            else:
+                # prose: special characters escaped, and the maths typeset rather than spelled out
+                assert not re.search(r"(?<!\\)[_^&%#]", piece), piece
+                assert not re.search(r"\bomega|\btau\b|\bOmega", piece), piece
+    assert not in_align
+
+
+@pytest.mark.parametrize("name", ALL)
+def test_every_latex_line_is_well_formed(name):
+    _check_latex(derivation(name).latex())
+
+
+@pytest.mark.parametrize(
+    "text, params",
+    [
+        ("c*p**2 + p*log(p)", ["c in (0, 1)"]),
+        ("exp(p)", ()),
+        ("p**2/2 + erf(p)/10", ()),
+        ("-log(p)", ()),
+    ],
+)
+def test_latex_of_user_maps_is_well_formed(text, params):
+    _check_latex(derive_map(Regularizer.from_string(text, parameters=params)).latex())
+
+
+def test_latex_typesets_the_convexity_note_and_the_bracket():
+    tex = derive_map(gini()).latex()
+    assert r"$\omega''(p) > 0$ on $(0, 1]$" in tex
+    assert r"\tau &\in \left[" in tex
+
+
+def test_checker_catches_the_old_faults():
+    with pytest.raises(AssertionError):
+        _check_latex("% regattn derivation\n\\begin{align*}\n  \\tau \\in &= \\left( a, b\\right)\n\\end{align*}")
+    with pytest.raises(AssertionError):
+        _check_latex("% regattn derivation\n\\paragraph{Derivatives.} Strict convexity: omega''(p) $>$ 0.")
