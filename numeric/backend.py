@@ -48,15 +48,19 @@ def to_compute_dtype(x, xp):
     """``(x as a float array in its compute dtype, the dtype to return)``.
 
     float64 and float32 compute as themselves; float16 (and bfloat16-like
-    small floats) compute in float32 and return their own dtype; integers and
-    booleans compute and return in float64.
+    small floats) compute in float32 and return their own dtype; wider floats
+    (``longdouble``, float96/float128 where it is wider than float64) compute in
+    float64, the widest dtype the solvers and the generated kernels support, and
+    return their own dtype (so they carry float64's precision, not their own);
+    integers and booleans compute and return in float64.
     """
     x = xp.asarray(x)
     dtype = x.dtype
     if dtype == np.float64 or dtype == np.float32:
         return x, dtype
     if dtype.kind == "f":
-        return x.astype(np.float32), dtype
+        # by size: longdouble is float64 itself on some platforms (MSVC), wider on others
+        return x.astype(np.float64 if dtype.itemsize > 4 else np.float32), dtype
     if dtype.kind in "iub":
         return x.astype(np.float64), np.dtype(np.float64)
     raise TypeError(f"scores must be real numbers, got dtype {dtype}")

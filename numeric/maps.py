@@ -210,15 +210,12 @@ class Map:
         if self.threshold == "closed":
             _, t = th.closed_threshold(self.module, y, params, shifted=True, out=out)
             return m + t
-        if self.threshold == "sort":
-            t = th.sort_threshold(self.module, y, params, shifted=True)
-        else:
-            t = th.root_threshold(self.module, y, params, shifted=True)
+        if self.threshold == "root":  # p with sum 1 (also where F jumps across 1 at a kink)
+            return m + th.root_probabilities(self.module, y, params, out)
+        t = th.sort_threshold(self.module, y, params, shifted=True)
         y -= t[:, None]
         p = th.clipped_link(self.module, y, params, overwrite=True)
-        if self.threshold == "root":  # tau is exact to the tolerance; make the sum exact too
-            np.divide(p, th.row_sum(p)[:, None], out=out)
-        elif p is not out:
+        if p is not out:
             np.copyto(out, p)
         return m + t
 
@@ -301,9 +298,22 @@ class Map:
                 raise ValueError(f"labels must lie in [0, {n}) for axis {axis} of length {n}")
             onehot = xp.moveaxis(xp.arange(n) == xp.expand_dims(target, -1), -1, axis)
             return onehot.astype(x.dtype)
+        if target.dtype.kind not in "fb":
+            raise TypeError(f"target must be integer labels or real distributions, got dtype {target.dtype}")
         target = target.astype(x.dtype, copy=False)
         if target.shape != x.shape:
             raise ValueError(f"target of shape {target.shape} does not match scores of shape {x.shape}")
+        # a distribution along axis: non-negative, summing to 1 up to sqrt(eps) (room for the
+        # rounding of a computed distribution; a target off the simplex has no loss)
+        if target.size:
+            total = target.sum(axis=axis)
+            slack = math.sqrt(float(np.finfo(x.dtype).eps))
+            negative = float(xp.min(target)) < 0
+            worst = float(xp.max(xp.abs(total - 1)))
+            if negative or not worst <= slack:  # (NaN fails too)
+                what = "a negative entry" if negative else f"a sum of {float(total.ravel()[int(xp.argmax(xp.abs(total - 1)))])!r}"
+                raise ValueError(f"target must be a distribution along axis {axis} (non-negative, summing to 1 "
+                                 f"within {slack:.1e}); it has {what}")
         return target
 
     def loss(self, x, target, axis: int = -1, reduction: str = "mean"):
@@ -319,6 +329,15 @@ class Map:
         score has infinite loss.  The gradient is ``p*(s) - y`` (divided by the
         number of rows for ``reduction="mean"``).  ``reduction`` is ``"none"``
         (one value per row, batch shape), ``"sum"`` or ``"mean"``.
+
+        The loss is summed score by score, ``omega(y_i) - omega(p_i) - (y_i - p_i) s_i``,
+        each term 0 where ``y_i = p_i``: a regularizer infinite at 0 (``-log(p)``,
+        ``1/p``) gives 0 at ``y = p*(s)`` and ``+inf`` only for a target outside its
+        domain (a zero where ``p_i > 0``).  A score whose distance to the row maximum
+        overflows (``s - max(s) = -inf``) has ``p_i = 0`` and no term, unless the
+        target puts mass there (``+inf``).  A target that is not a distribution
+        (negative entries, or sums off 1 by more than ``sqrt(eps)``) raises
+        :class:`ValueError`.
         """
         if reduction not in ("none", "sum", "mean"):
             raise ValueError(f"reduction must be 'none', 'sum' or 'mean', got {reduction!r}")
@@ -330,17 +349,29 @@ class Map:
         params = self._cast(x.dtype)
         finite = xp.isfinite(x)
         m = xp.max(xp.where(finite, x, -xp.inf), axis=axis, keepdims=True)
-        s = xp.where(finite, x - xp.where(xp.isfinite(m), m, 0), 0)
-        omega_zero = self.module.omega_zero(*params)
+        with np.errstate(over="ignore"):  # a spread beyond the dtype's range is -inf, as in the map
+            s = xp.where(finite, x - xp.where(xp.isfinite(m), m, 0), 0)
+        omega_zero = float(self.module.omega_zero(*params))
 
-        def big_omega(q):
-            val = self._on_support(self.module.omega, q, xp, off=float(omega_zero))
-            return xp.where(finite, val, 0).sum(axis=axis)
+        def omega_of(q):
+            """omega(q) on q > 0, omega(0+) (maybe +inf) at 0; q * s there, 0 at q = 0."""
+            pos = q > 0
+            with np.errstate(over="ignore", invalid="ignore", divide="ignore", under="ignore"):
+                val = xp.asarray(self.module.omega(xp.where(pos, q, 1), *params))
+                return xp.where(pos, val, omega_zero), xp.where(pos, q * s, 0)
 
-        conj = (p * s).sum(axis=axis) - big_omega(p)
-        value = conj + big_omega(y) - (y * s).sum(axis=axis)
+        with np.errstate(over="ignore", invalid="ignore"):
+            om_p, ps = omega_of(p)
+            om_y, ys = omega_of(y)
+            term = (om_y - om_p) - (ys - ps)
+            if math.isinf(omega_zero):
+                # p_i = 0 on a finite score of a dense map (an underflow far below the maximum):
+                # omega*(s_i - tau) falls slower than linearly, so -y_i s_i wins: +inf
+                term = xp.where((p == 0) & (y > 0), xp.inf, term)
+            value = xp.where(finite & (y != p), term, 0).sum(axis=axis)
         masked_mass = (xp.where(finite, 0, y) > 0).any(axis=axis)
         value = xp.where(masked_mass, xp.inf, value)
+        value = xp.where(xp.isnan(x).any(axis=axis), xp.nan, value)  # a NaN score makes its row NaN
         grad = p - y
         rows = max(1, value.size)
         if reduction == "sum":

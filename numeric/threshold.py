@@ -26,7 +26,12 @@ module's parameter values.  The solver is chosen by ``mod.THRESHOLD``:
   in the support; when they are few, the iteration runs on them alone.
   alpha-entmax (Tsallis) evaluates ``F, F', F''`` from one log, one exp and two
   divisions per score (:func:`_tsallis_sums`) and, for alpha <= 2, also starts
-  from the Jensen bound ``mean(s) - omega'(1/n)``.
+  from the Jensen bound ``mean(s) - omega'(1/n)``.  The maps take ``p`` from
+  :func:`root_probabilities`, which for alpha-entmax iterates on
+  ``c = p_max**(alpha - 1)`` (no cancellation on wide supports), gives rows whose
+  ``F`` jumps across 1 at a kink ``sum(p) = 1`` from the two ends of the final
+  bracket, and solves rows where ``c`` may underflow in float64
+  (:func:`_tsallis_log_rows`).
 
 Row sums go through :func:`row_sum` (einsum, in the calling thread) and row
 maxima of short rows through :func:`row_max` (transposed blocks).
@@ -38,13 +43,14 @@ a polishing step in ``p``.
 
 from __future__ import annotations
 
+import math
 from types import ModuleType
 
 import numpy as np
 
 __all__ = [
     "clipped_link", "newton_link", "row_sum", "row_max", "closed_threshold", "closed_unshifted", "sort_threshold",
-    "fixed_point_threshold", "root_threshold", "WARM_START",
+    "fixed_point_threshold", "root_threshold", "root_probabilities", "WARM_START",
 ]
 
 #: Number of largest scores used for the warm start of the root solver.
@@ -476,7 +482,7 @@ def _tsallis_sums(alpha, dtype, size: int, n: int, work: np.ndarray | None = Non
     return sums
 
 
-def _halley(mod, x, tau, lo, hi, params, maxiter, tol, sums=None, spare=None):
+def _halley(mod, x, tau, lo, hi, params, maxiter, tol, sums=None, spare=None, *, scale=1, bracket=False):
     """Safeguarded Halley on h(tau) = omega'(F(tau)) - omega'(1) for every row; returns (tau, iterations).
 
     A Halley (else Newton) step is taken only if it lands strictly inside the
@@ -486,12 +492,23 @@ def _halley(mod, x, tau, lo, hi, params, maxiter, tol, sums=None, spare=None):
     (default: from the generated link and weights); rows that converge are
     dropped from ``x`` (copied together, into the two flat buffers ``spare`` of
     ``x.size`` scores if given) before the next step.
+
+    A row also stops when its bracket ``[lo, hi]`` is a few ulps of ``scale + |t|``
+    wide (``scale=0``: relative to ``t`` alone, for a variable whose size carries
+    no offset).  Where ``F`` has an infinite slope at a kink (a link with
+    ``g'(omega'(0+)) = inf``, e.g. alpha-entmax for alpha > 2), ``F`` may jump
+    across 1 between two neighbouring floats: such a row stops on its bracket
+    with ``F`` far from 1.  ``bracket=True`` also returns, per row, the final
+    bracket ``lo``, ``hi`` (``F(lo) >= 1 >= F(hi)``) and whether the row
+    stopped without ``F`` settling at 1 (on its bracket or at ``maxiter``).
     """
     dtype = x.dtype
     sums = sums or _generic_sums(mod, params)
     one = _scalar(mod.omega_prime(np.ones((), dtype), *params), dtype)
     small = 4 * np.finfo(dtype).eps
     out = tau.copy()
+    out_lo, out_hi = lo.copy(), hi.copy()
+    unsettled = np.zeros(x.shape[0], dtype=bool)
     iterations = np.zeros(x.shape[0], dtype=np.int64)
     # state of the rows still iterating, compacted together with their scores xa
     rows = np.arange(x.shape[0])
@@ -503,23 +520,30 @@ def _halley(mod, x, tau, lo, hi, params, maxiter, tol, sums=None, spare=None):
         if rows.size == 0:
             break
         total, d1, d2 = sums(xa, t)
-        o2 = mod.omega_second(total, *params)
-        o3 = mod.omega_third(total, *params)
-        h = mod.omega_prime(total, *params) - one
-        h1 = o2 * d1
-        h2 = o3 * d1 * d1 + o2 * d2
         lo = np.where(total > 1, t, lo)
         hi = np.where(total < 1, t, hi)
-        denom = 2 * h1 * h1 - h * h2
-        with np.errstate(divide="ignore", invalid="ignore", over="ignore"):
+        # omega'' and omega''' at F grow like F**(alpha - 2) for alpha-entmax: at large alpha and F far
+        # from 1 the products below overflow; a step that is not finite is replaced by bisection
+        with np.errstate(divide="ignore", invalid="ignore", over="ignore", under="ignore"):
+            o2 = mod.omega_second(total, *params)
+            o3 = mod.omega_third(total, *params)
+            h = mod.omega_prime(total, *params) - one
+            h1 = o2 * d1
+            h2 = o3 * d1 * d1 + o2 * d2
+            denom = 2 * h1 * h1 - h * h2
             halley = t - 2 * h * h1 / denom
             newton = t - h / h1
         inside = lambda v: (v > lo) & (v < hi) & np.isfinite(v)  # noqa: E731
         new = np.where((denom > 0) & inside(halley), halley, newton)
         # converged: F within tol of 1, or the step would change F by less than tol (possibly
-        # below the resolution of t), or no room is left in the bracket
+        # below the resolution of t), or no room is left in the bracket.  The row has settled
+        # at F = 1 where F is within tol or Newton's step (not Halley's, which is tiny near a
+        # kink where F' is unbounded and h'' huge) is representable and changes F by <= tol;
+        # a step below the resolution of t leaves F - 1 = F' (new - t), which may exceed tol
         exact = np.abs(total - 1) <= tol
-        done = exact | (np.abs((new - t) * d1) <= tol) | (hi - lo <= small * (1 + np.abs(t)))
+        with np.errstate(invalid="ignore", over="ignore"):
+            settled = exact | ((newton != t) & (np.abs((newton - t) * d1) <= tol))
+        done = exact | (np.abs((new - t) * d1) <= tol) | (hi - lo <= small * (scale + np.abs(t)))
         fast = done | (inside(new) & (np.abs(new - t) <= 0.5 * np.abs(step_old)))
         new = np.where(fast & np.isfinite(new), new, 0.5 * (lo + hi))
         step_old = step
@@ -529,6 +553,9 @@ def _halley(mod, x, tau, lo, hi, params, maxiter, tol, sums=None, spare=None):
         finished = done & moving
         if finished.any():
             out[rows[finished]] = t[finished]
+            out_lo[rows[finished]] = lo[finished]
+            out_hi[rows[finished]] = hi[finished]
+            unsettled[rows[finished]] = ~settled[finished]
             moving &= ~done
             count = int(moving.sum())
             # converged rows are carried along (not updated) until a third of the rows
@@ -545,16 +572,27 @@ def _halley(mod, x, tau, lo, hi, params, maxiter, tol, sums=None, spare=None):
                 moving = np.ones(count, dtype=bool)
             if count == 0:
                 break
-    out[rows[moving]] = t[moving]  # rows that ran out of iterations
+    left = rows[moving]  # rows that ran out of iterations
+    out[left], out_lo[left], out_hi[left], unsettled[left] = t[moving], lo[moving], hi[moving], True
+    if bracket:
+        return out, iterations, out_lo, out_hi, unsettled
     return out, iterations
 
 
-def root_threshold(mod: ModuleType, x: np.ndarray, params: tuple, *, maxiter: int = 100, return_iterations: bool = False,
-                   shifted: bool = False):
-    """``tau`` by safeguarded Halley on ``omega'(F(tau)) = omega'(1)`` (see the module docstring).
+def _root_solve(mod: ModuleType, x: np.ndarray, params: tuple, maxiter: int, shifted: bool, base_variable: bool = True):
+    """The root solve behind :func:`root_threshold` and :func:`root_probabilities`.
 
-    With ``return_iterations=True`` also returns the number of full-row
-    iterations each row took (the warm start on 32 scores is not counted).
+    Returns ``(t, iterations, lo, hi, unsettled, m, offset)``.  ``t`` is the solver's
+    variable, ``tau - m + offset``: ``offset = 0`` in general; with ``base_variable``,
+    ``offset = omega'(0+)`` for alpha-entmax, whose link in that variable is
+    ``g_+ = max((alpha - 1)(y - t), 0)**(1/(alpha - 1))`` with ``y = s - m``: the
+    largest score's base ``c = p_max**(alpha - 1) = -(alpha - 1) t`` is the variable
+    itself, with no ``1/alpha`` beside it to cancel against when ``c`` is small (wide
+    supports, where ``tau - m`` is within ``c`` of ``-omega'(0+)``).  That variable
+    resolves ``c`` to ``eps c``; ``tau - m`` itself resolves ``c`` to ``eps (alpha - 1)|tau - m|``,
+    finer where ``c`` is near 1 and alpha near 1 (``root_threshold``, which returns
+    ``tau``, iterates on ``tau - m``).  ``lo``, ``hi``, ``unsettled``: see
+    :func:`_halley` (``bracket=True``).
     """
     dtype = x.dtype
     n = x.shape[-1]
@@ -564,14 +602,27 @@ def root_threshold(mod: ModuleType, x: np.ndarray, params: tuple, *, maxiter: in
         x = x - m[:, None]  # work relative to the row maximum, so tau needs no digits for m
     # scores are shifted (no NaN, no +inf): count the finite ones only where some are masked
     count = row_sum(np.isfinite(x).astype(dtype)) if x.size and np.isneginf(x.min()) else np.full(x.shape[0], n, dtype)
-    one = mod.omega_prime(np.ones((), dtype), *params)
-    lo = np.full(x.shape[0], -one, dtype=dtype)
-    hi = (-mod.omega_prime(1 / count, *params)).astype(dtype)
     alpha = _tsallis_alpha(mod, params)
+    clip = mod.clip(*params)
     if alpha is None:
-        scores, sums, spare = (lambda a: a), None, None
-    else:  # iterate on b = (alpha - 1) s + 1/alpha (see _tsallis_sums)
-        a1, inv = dtype.type(alpha - 1), dtype.type(1 / alpha)
+        scores, sums, spare, scale, offset = (lambda a: a), None, None, 1, dtype.type(0)
+
+        def reach(q):  # omega'(q) - offset: -reach(1) and -reach(1/count) bracket t
+            return mod.omega_prime(q, *params)
+
+        edge_of = lambda t: t + clip  # noqa: E731  (scores with y > edge_of(t) are in the support at t)
+    else:  # iterate on b = (alpha - 1) y (+ 1/alpha in the variable tau - m; see _tsallis_sums)
+        a1 = dtype.type(alpha - 1)
+        inv = dtype.type(0 if base_variable else 1 / alpha)
+        offset = dtype.type(clip if base_variable else 0)
+        scale = 0 if base_variable else 1  # t = -c / (alpha - 1) has no offset: resolve it relative to t
+
+        def reach(q):  # omega'(q) - offset; omega'(q) - omega'(0+) = q**(alpha - 1) / (alpha - 1), no cancellation
+            if not base_variable:
+                return mod.omega_prime(q, *params)
+            return np.asarray(np.asarray(q, dtype=dtype) ** a1 / a1, dtype=dtype)
+
+        edge_of = (lambda t: t) if base_variable else (lambda t: t + clip)  # noqa: E731
 
         # one allocation for b, the two buffers of the sums and the two of the compaction: fresh
         # arrays of a few MB fault in 4 KiB pages (~3 us each on this VM, 2000+ a call); one
@@ -581,11 +632,14 @@ def root_threshold(mod: ModuleType, x: np.ndarray, params: tuple, *, maxiter: in
 
         def scores(a):
             b = np.multiply(a, a1, out=work[: a.size].reshape(a.shape)) if a.size == size else a * a1
-            b += inv
+            if inv:
+                b += inv
             return b
 
         sums = _tsallis_sums(alpha, np.dtype(dtype), size, n, work[size: 3 * size])
         spare = [work[3 * size: 4 * size], work[4 * size:]]
+    lo = np.full(x.shape[0], -reach(np.ones((), dtype)), dtype=dtype)
+    hi = (-reach(1 / count)).astype(dtype)
     # alpha-entmax with alpha <= 3/2 on rows of at most 256: supports are wide, so the 32 largest
     # scores give a loose bound, and h is smooth (linear at alpha -> 1): starting cold takes at
     # most 5 steps (measured) and saves the selection and the warm start's own 3 to 5 steps.
@@ -595,29 +649,218 @@ def root_threshold(mod: ModuleType, x: np.ndarray, params: tuple, *, maxiter: in
         # g_+ is convex for alpha <= 2, so F(tau) >= n g(mean(s) - tau) (Jensen): tau >= mean(s) -
         # omega'(1/n), a lower bound close to tau on rows of near-equal scores (-inf where masked)
         with np.errstate(invalid="ignore", over="ignore"):
-            jensen = row_sum(x) / dtype.type(n) - mod.omega_prime(1 / np.asarray(n, dtype), *params)
+            jensen = row_sum(x) / dtype.type(n) - reach(1 / np.asarray(n, dtype))
         lo = np.fmax(lo, np.fmin(jensen, hi)).astype(dtype, copy=False)
     if n > WARM_START and not cold:
-        clip = mod.clip(*params)
         # for a sparse map on long rows, select the quarter of largest scores once and take the
         # 32 for the warm start from them (one selection over whole rows instead of two)
         quarter = n // 4 if np.isfinite(clip) and n >= 8 * WARM_START else 0
         pool = -np.partition(-x, quarter - 1, axis=-1)[:, :quarter] if quarter else x
         top = -np.partition(-pool, WARM_START - 1, axis=-1)[:, :WARM_START]
         top_count = row_sum(np.isfinite(top).astype(dtype))
-        top_hi = (-mod.omega_prime(1 / top_count, *params)).astype(dtype)
-        start, _ = _halley(mod, scores(top), lo, lo, top_hi, params, maxiter, tol, sums)
+        top_hi = (-reach(1 / top_count)).astype(dtype)
+        start, _ = _halley(mod, scores(top), lo, lo, top_hi, params, maxiter, tol, sums, scale=scale)
         lo = np.maximum(lo, np.minimum(start, hi))  # F(start) >= F_top(start) = 1: a lower bound
         # tau >= lo, so only scores with s - lo > omega'(0+) can enter the support; they are
         # the largest ones of their row: iterate on the K largest of every row
         if np.isfinite(clip):
-            edge = lo + clip
+            edge = edge_of(lo)
             if quarter and (pool[:, quarter - 1] <= edge).all():  # (the quarter-th largest of each row)
                 x, n = pool, quarter  # every candidate is among the quarter selected
             size = int(row_sum((x > edge[:, None]).astype(dtype)).max())
             if 4 * size < n:
                 size = max(size, WARM_START)
                 x = -np.partition(-x, size - 1, axis=-1)[:, :size]
-    tau, iterations = _halley(mod, scores(x), lo, lo, hi, params, maxiter, tol, sums, spare)
-    tau = m + tau
+    t, iterations, lo, hi, unsettled = _halley(mod, scores(x), lo, lo, hi, params, maxiter, tol, sums, spare,
+                                               scale=scale, bracket=True)
+    return t, iterations, lo, hi, unsettled, m, offset
+
+
+def root_threshold(mod: ModuleType, x: np.ndarray, params: tuple, *, maxiter: int = 100, return_iterations: bool = False,
+                   shifted: bool = False):
+    """``tau`` by safeguarded Halley on ``omega'(F(tau)) = omega'(1)`` (see the module docstring).
+
+    With ``return_iterations=True`` also returns the number of full-row
+    iterations each row took (the warm start on 32 scores is not counted).
+    For the probabilities use :func:`root_probabilities`: ``tau`` alone does not
+    carry the digits a wide alpha-entmax support needs (``g(s - tau)`` cancels in
+    its base), nor the bracket of a row whose ``F`` jumps across 1.
+    """
+    t, iterations, _, _, _, m, _ = _root_solve(mod, x, params, maxiter, shifted, base_variable=False)
+    tau = m + t
     return (tau, iterations) if return_iterations else tau
+
+
+def _root_link(mod, y, t, params, alpha, out):
+    """``g_+(y - t)`` into ``out`` (which may be ``y``) in the variable of :func:`_root_solve`."""
+    if alpha is None:
+        z = np.subtract(y, t[:, None], out=out)
+        p = clipped_link(mod, z, params, overwrite=True)
+        if p is not out:
+            np.copyto(out, p)
+        return out
+    dtype = y.dtype
+    a1 = dtype.type(alpha - 1)
+    base = np.multiply(y, a1, out=out)  # the same rounding as the solver's b - (alpha - 1) t
+    base -= (a1 * t)[:, None]
+    np.fmax(base, np.zeros(base.shape[-1:], dtype=dtype), out=base)
+    return _power(base, dtype.type(1 / (alpha - 1)))
+
+
+def root_probabilities(mod: ModuleType, y: np.ndarray, params: tuple, out: np.ndarray, *, maxiter: int = 100) -> np.ndarray:
+    """``p = g_+(y - t)`` into ``out`` (which may be ``y``) for rows ``y = s - max(s)``; returns ``tau - max(s)``.
+
+    ``t`` comes from the root solver; ``p`` is then divided by its row sum,
+    which is 1 to the solver's tolerance.  A row whose ``F`` jumps across 1
+    between neighbouring floats of ``t`` (a score entering the support where
+    the link has an infinite slope, ``g = base**(1/(alpha - 1))`` for alpha > 2:
+    the jump is up to ``ulp**(1/(alpha - 1))``, 0.02 at alpha = 10 in float64)
+    cannot meet ``sum(p) = 1`` at any ``t``.  There ``p`` is the combination of
+    ``p(lo)`` and ``p(hi)`` at the two ends of the final bracket with sum 1,
+    ``p = p(lo) + lambda (p(hi) - p(lo))``, ``lambda = (F(lo) - 1) / (F(lo) - F(hi))``:
+    every score away from the kink moves by a few ulps between ``lo`` and ``hi``,
+    so the scores at the kink receive the mass the others leave, as the exact
+    solution gives them.
+
+    For alpha-entmax, the probabilities are computed from ``c = p_max**(alpha - 1)``
+    (see :func:`_root_solve`).  Rows where ``c`` may leave the dtype's normal range
+    (a lower bound ``(1/n)**(alpha - 1)`` below ``tiny / eps``: large alpha on long
+    rows, e.g. constant rows) are solved in float64 if they are float32, and by
+    :func:`_tsallis_log_rows` if they are float64.
+    """
+    dtype = y.dtype
+    alpha = _tsallis_alpha(mod, params)
+    if alpha is not None and y.size:
+        count = row_sum(np.isfinite(y).astype(np.float64)) if np.isneginf(y.min()) else np.full(y.shape[0], y.shape[1], np.float64)
+        with np.errstate(under="ignore"):
+            floor = np.exp((float(alpha) - 1) * -np.log(count))  # (1/n)**(alpha - 1), in float64
+        info = np.finfo(dtype)
+        far = floor < info.tiny / info.eps
+        if far.any():
+            rows = np.flatnonzero(far)
+            near = np.flatnonzero(~far)
+            t = np.empty(y.shape[0], dtype=dtype)
+            if near.size:
+                sub = y[near]
+                t[near] = root_probabilities(mod, sub, params, sub, maxiter=maxiter)
+            far_y = y[rows].astype(np.float64)
+            if dtype == np.float64:
+                far_t = _tsallis_log_rows(far_y, float(alpha), far_y)
+            else:
+                far_t = root_probabilities(mod, far_y, tuple(np.float64(v) for v in params), far_y, maxiter=maxiter)
+            if near.size:
+                out[near] = sub
+            out[rows] = far_y
+            t[rows] = far_t
+            return t
+    t, _, lo, hi, unsettled, _, offset = _root_solve(mod, y, params, maxiter, True)
+    rows = np.flatnonzero(unsettled)
+    kept = y[rows]  # copied before out (maybe y) is written
+    p = _root_link(mod, y, t, params, alpha, out)
+    total = row_sum(p)
+    np.divide(p, total[:, None], out=out)
+    if rows.size:
+        f_t = total[rows]
+        # beyond the solver's tolerance, the division would spread the missing mass over every
+        # score in proportion, where it belongs to the scores whose p moves fastest with t
+        off = np.abs(f_t - 1) > 4 * np.finfo(dtype).eps
+        rows, kept, f_t = rows[off], kept[off], f_t[off]
+    if rows.size:
+        _combine_ends(mod, kept, t[rows], f_t, lo[rows], hi[rows], params, alpha)
+        out[rows] = kept
+    return t - offset
+
+
+def _combine_ends(mod, y, t, f_t, lo, hi, params, alpha):
+    """``p`` with sum 1 into ``y`` for rows where ``F(t) = f_t`` is not 1 (see :func:`root_probabilities`).
+
+    The bracket is ``t`` and its neighbouring float towards the root where ``F``
+    crosses 1 between them, else the solver's ``[lo, hi]``.
+    """
+    # F decreases in t: below 1 the root lies at smaller t
+    nxt = np.nextafter(t, np.where(f_t < 1, -np.inf, np.inf).astype(t.dtype))
+    clip = 0 if alpha is not None else mod.clip(*params)  # p > 0 where y - t > clip (alpha-entmax: y > t)
+    n = y.shape[1]
+    if np.isfinite(clip) and n > WARM_START:
+        # every end lies above lo: only scores above lo + clip can be positive; when they are few,
+        # work on them alone (the rows here are many on some inputs, 13% of float32 rows at alpha = 4)
+        edge = np.minimum(lo, nxt) + clip
+        size = int(row_sum((y > edge[:, None]).astype(y.dtype)).max())
+        if 4 * size < n:
+            idx = np.argpartition(-y, size - 1, axis=-1)[:, :size]
+            sub = np.take_along_axis(y, idx, axis=-1)
+            _combine_ends(mod, sub, t, f_t, lo, hi, params, alpha)
+            y[...] = 0
+            np.put_along_axis(y, idx, sub, axis=-1)
+            return
+    f_nxt = row_sum(_root_link(mod, y, nxt, params, alpha, np.empty_like(y)))
+    cross = (f_t - 1) * (f_nxt - 1) <= 0
+    a = np.where(cross, np.minimum(t, nxt), lo)
+    b = np.where(cross, np.maximum(t, nxt), hi)
+    p_a = _root_link(mod, y, a, params, alpha, np.empty_like(y))
+    p_b = _root_link(mod, y, b, params, alpha, y)
+    f_a, f_b = row_sum(p_a), row_sum(p_b)
+    ok = (f_a >= 1) & (f_b <= 1) & (f_a > f_b)
+    lam = np.where(ok, (f_a - 1) / np.where(ok, f_a - f_b, 1), 0)
+    # p_a + lam (p_b - p_a): between the two ends score by score, with sum f_a - lam (f_a - f_b) = 1
+    p_b -= p_a
+    p_b *= lam[:, None]
+    p_b += p_a
+    # rows without a valid bracket (not met in practice): the row divided by its sum
+    p_b[~ok] = p_a[~ok] / f_a[~ok, None]
+
+
+def _tsallis_log_rows(y: np.ndarray, alpha: float, out: np.ndarray, maxiter: int = 200) -> np.ndarray:
+    """alpha-entmax of float64 rows ``y = s - max(s)`` whose ``c = p_max**(alpha - 1)`` may underflow.
+
+    ``p`` goes into ``out`` (which may be ``y``); returns ``tau - max(s)``.  With
+    ``r = (alpha - 1) / c`` the ratios ``q_i = p_i / p_max = max(1 + r y_i, 0)**k``,
+    ``k = 1/(alpha - 1)``, lie in ``[0, 1]`` and ``p_max = c**k = 1 / Q``, ``Q = sum_i q_i``,
+    so ``rho = log r`` solves ``phi(rho) = rho - log(alpha - 1) - (alpha - 1) log Q(rho) = 0``
+    (``phi`` increases; ``Q`` runs from ``count`` down to 1 over ``[log(alpha - 1),
+    log(alpha - 1) + (alpha - 1) log(count)]``).  ``r y_i = -exp(rho + log(-y_i))`` never
+    forms ``r``, which overflows where ``c`` underflows.  Bisection on ``rho``; where
+    ``F = sum_i p_i = exp(-phi / (alpha - 1))`` jumps across 1 the two ends are combined as
+    in :func:`root_probabilities`.
+    """
+    a1 = alpha - 1
+    k = 1 / a1
+    rows = y.shape[0]
+    with np.errstate(divide="ignore"):
+        logy = np.log(-y)  # -inf at the maximum, +inf where masked
+    count = row_sum(np.isfinite(y).astype(np.float64))
+    log_a1 = math.log(a1)
+    lo = np.full(rows, log_a1)
+    hi = log_a1 + a1 * np.log(count)
+
+    def unnormalised(rho, into):
+        # p_i = p_max q_i = exp(k (log(alpha - 1) - rho)) q_i, with no underflow of c on the way
+        u = np.add(logy, rho[:, None], out=into)
+        with np.errstate(over="ignore", under="ignore"):
+            np.exp(u, out=u)
+            np.subtract(1, u, out=u)
+        np.fmax(u, 0, out=u)
+        _power(u, k)
+        u *= np.exp(k * (log_a1 - rho))[:, None]
+        return u
+
+    buf = np.empty_like(y)
+    eps = np.finfo(np.float64).eps
+    for _ in range(maxiter):
+        mid = 0.5 * (lo + hi)
+        f = row_sum(unnormalised(mid, buf))
+        lo = np.where(f >= 1, mid, lo)  # F >= 1 where phi <= 0
+        hi = np.where(f >= 1, hi, mid)
+        if (hi - lo <= 4 * eps * np.abs(hi)).all():
+            break
+    p_lo = unnormalised(lo, buf)
+    p_hi = unnormalised(hi, out)
+    f_lo, f_hi = row_sum(p_lo), row_sum(p_hi)
+    ok = f_lo > f_hi
+    lam = np.where(ok, (f_lo - 1) / np.where(ok, f_lo - f_hi, 1), 0)
+    p_hi -= p_lo
+    p_hi *= lam[:, None]
+    p_hi += p_lo
+    np.divide(p_hi, row_sum(p_hi)[:, None], out=out)
+    # t = -c / (alpha - 1) = -exp(-rho) in the variable of _root_solve, and tau - m = t - omega'(0+)
+    return -np.exp(-lo) + 1 / (alpha * a1)
