@@ -1,4 +1,4 @@
-"""Continuous attention: the regularized argmax over densities on the real line (issue 8, first part).
+"""Continuous attention: the regularized argmax over densities on the real line.
 
 For scores ``f(t) = theta_1 t + theta_2 t^2`` with ``theta_2 < 0`` and a
 separable regularizer ``Omega(p) = int omega(p(t)) dt``, the stationarity
@@ -16,11 +16,22 @@ continuous attention mechanisms", NeurIPS 2020).  Writing ``f`` around its peak,
   monomial equation in ``a``: sparsemax gives the truncated parabola with
   ``a = (3 sigma^2 / 2)^(1/3)``, Tsallis 3/2 the biweight with ``a = (15 sigma^4)^(1/5)``.
 
+The family is read off the derived density, not assumed from the regularizer:
+
+* ``"gaussian"``: full support and ``log p`` a quadratic in ``u`` (its variance
+  is read from the ``u^2`` coefficient, so ``2 p log p`` gives ``N(mu, 2 sigma^2)``);
+* ``"compact"``: a sparse map, support ``|u| < a``; a *truncated polynomial*
+  when ``p`` is a polynomial in ``u`` (an integer power of the clipped quadratic);
+* ``"general"``: full support but not Gaussian (``-log p`` gives a Cauchy density).
+
 The context needs ``E_p[psi(t)]`` for Gaussian basis functions
 ``psi(t) = N(t; c, s^2)``; :meth:`ContinuousMap.rbf_expectation` derives it in
 closed form (``erf`` and ``exp`` terms) from the antiderivatives of
 ``v^k exp(-v^2)``, built by their recurrence rather than by ``sympy.integrate``
-(which takes minutes on these symbolic integrals).
+(which takes minutes on these symbolic integrals).  Only the Gaussian and the
+truncated polynomials have one (:attr:`ContinuousMap.closed_context`); for the
+others it raises :class:`~derive.errors.DerivationError` in one line, while the
+density itself is still derived and shown.
 """
 
 from __future__ import annotations
@@ -45,6 +56,7 @@ theta2 = sp.Symbol("theta_2", negative=True)
 _v = sp.Symbol("v", real=True)
 _d = sp.Symbol("d", real=True)
 _lo, _hi = sp.Symbol("x_-", real=True), sp.Symbol("x_+", real=True)
+_x = sp.Symbol("x", real=True)
 
 
 @dataclass(frozen=True)
@@ -54,11 +66,13 @@ class ContinuousMap:
     Attributes
     ----------
     family:
-        ``"gaussian"`` (dense) or ``"compact"`` (a sparse map: support ``|t - mu| < a``).
+        ``"gaussian"`` (full support, ``log p`` quadratic in ``u``), ``"compact"``
+        (a sparse map: support ``|t - mu| < a``) or ``"general"`` (full support,
+        not Gaussian), classified from :attr:`density`.
     density:
         ``p`` as a function of ``u = t - mu`` (and ``sigma2``; ``a`` for compact support).
     support_radius:
-        ``a`` in terms of ``sigma2`` (``oo`` for the Gaussian).
+        ``a`` in terms of ``sigma2`` (``oo`` for full support).
     level:
         ``lambda(sigma2)``: on the support ``f(t) - tau = lambda - (t - mu)^2 / (2 sigma2)``,
         so ``lambda = omega'(p(mu))``, the height of the scores above the threshold at the peak.
@@ -87,6 +101,46 @@ class ContinuousMap:
         peak = -(theta1**2) / (4 * theta2)
         return sp.simplify(peak - self.level.subs(sigma2, self.variance))
 
+    @property
+    def gaussian_variance(self) -> sp.Expr:
+        """The variance of a Gaussian density, in ``sigma2``: ``-1 / (2 k)`` for ``k`` the ``u^2`` coefficient of ``log p``."""
+        if self.family != "gaussian":
+            raise DerivationError(f"the {self.regularizer.name} density is {self.family}, not Gaussian")
+        return _gaussian_variance(self.density)
+
+    @property
+    def closed_context(self) -> bool:
+        """Whether ``E_p[N(t; c, s2)]`` has a closed form: a Gaussian, or a polynomial density on a compact support."""
+        return self.family == "gaussian" or (self.family == "compact" and self.density.is_polynomial(u))
+
+    def no_closed_context(self) -> str:
+        """One line saying why ``E_p[psi]`` has no closed form (empty when it has one)."""
+        if self.closed_context:
+            return ""
+        kind = "not a polynomial on its support" if self.family == "compact" else "full-support but not Gaussian"
+        return (f"E_p[psi] has no closed form here: the {self.regularizer.name} density "
+                f"p(u) = {sp.sstr(self.density)} is {kind}; its context would need quadrature")
+
+    @property
+    def degree(self) -> int:
+        """The degree in ``u`` of a truncated-polynomial density."""
+        if not (self.family == "compact" and self.closed_context):
+            raise DerivationError(self.no_closed_context() or "a Gaussian density has no polynomial degree")
+        return sp.Poly(self.density, u).degree()
+
+    def shape(self) -> sp.Expr | None:
+        """``P(x) = a p(a x)`` on ``|x| < 1`` when it does not depend on ``sigma2`` (else ``None``).
+
+        Then ``p(u) = P(u / a) / a`` with ``int_{-1}^{1} P = 1``: the density is a
+        fixed shape stretched over its support, as for every power link.
+        """
+        if self.family != "compact":
+            return None
+        x = sp.Symbol("x", real=True)
+        a = self.support_radius
+        scaled = sp.expand(sp.simplify(a * self.density.subs(u, a * x).subs(radius, a)))
+        return None if scaled.has(sigma2) else scaled.subs(x, _x)
+
     def density_at(self) -> sp.Expr:
         """``p(t)`` with the radius substituted, in ``t``, ``mu``, ``sigma2`` (inside the support)."""
         return self.density.subs(radius, self.support_radius).subs(u, t - mu)
@@ -94,7 +148,7 @@ class ContinuousMap:
     def rbf_expectation(self) -> sp.Expr:
         """``E_p[N(t; c, s2)]`` in closed form, in ``mu``, ``sigma2``, ``c``, ``s2``."""
         if self.family == "gaussian":
-            total = sigma2 + s2
+            total = self.gaussian_variance + s2
             return sp.exp(-((c - mu) ** 2) / (2 * total)) / sp.sqrt(2 * sp.pi * total)
         expr, at = self._compact_expectation()
         return expr.subs(at, simultaneous=True).subs(radius, self.support_radius)
@@ -106,10 +160,8 @@ class ContinuousMap:
         support ``|u| < a`` is ``x_- < v < x_+``, ``x_+- = (+-a - d) / sqrt(2 s2)``.
         Returns the expression and the substitution back to ``mu``, ``c``, ``s2``.
         """
-        if not self.density.is_polynomial(u):
-            raise DerivationError(
-                f"E_p[psi] has no closed form here: the {self.regularizer.name} density {self.density} is not a polynomial in u"
-            )
+        if not self.closed_context:
+            raise DerivationError(self.no_closed_context())
         scale = sp.sqrt(2 * s2)
         poly = sp.Poly(sp.expand(self.density.subs(u, _d + scale * _v)), _v)
         total = sp.Integer(0)
@@ -153,6 +205,8 @@ class ContinuousMap:
         ]
         if self.family == "gaussian":
             steps.append(("density (Gaussian, full support)", sp.Eq(sp.Function("p")(t), self.density_at())))
+        elif self.family == "general":
+            steps.append(("density (full support, not Gaussian)", sp.Eq(sp.Function("p")(t), self.density_at())))
         else:
             steps += [
                 ("support", sp.Eq(sp.Abs(t - mu), radius, evaluate=False)),
@@ -162,8 +216,9 @@ class ContinuousMap:
         psi = sp.Symbol(r"E_p[\mathcal{N}(t; c, s^2)]")
         if self.family == "gaussian":
             steps.append(("context of a Gaussian basis function", sp.Eq(psi, self.rbf_expectation())))
-        elif not self.density.is_polynomial(u):
-            steps.append(("context of a Gaussian basis function", sp.Symbol(r"\text{no closed form (the density is not a polynomial)}")))
+        elif not self.closed_context:
+            kind = "not a polynomial" if self.family == "compact" else "neither Gaussian nor compactly supported"
+            steps.append(("context of a Gaussian basis function", sp.Symbol(rf"\text{{no closed form (the density is {kind})}}")))
         else:
             expr, at = self._compact_expectation()
             steps += [
@@ -232,6 +287,24 @@ def _antiderivative(k: int, x: sp.Expr) -> sp.Expr:
     return -(x ** (k - 1)) * sp.exp(-(x**2)) / 2 + sp.Rational(k - 1, 2) * _antiderivative(k - 2, x)
 
 
+def _gaussian_variance(density: sp.Expr) -> sp.Expr | None:
+    """``v`` if ``density`` is ``exp`` of a quadratic ``k_0 - u^2 / (2 v)`` in ``u`` (``v > 0``), else ``None``."""
+    log_p = sp.expand(sp.expand_log(sp.log(density), force=True))
+    if not log_p.is_polynomial(u):
+        return None
+    poly = sp.Poly(log_p, u)
+    if poly.degree() != 2 or sp.simplify(poly.coeff_monomial(u)) != 0:
+        return None
+    variance = sp.simplify(-1 / (2 * poly.coeff_monomial(u**2)))
+    return variance if variance.subs(sigma2, 1).is_positive else None
+
+
+def _positive_at_peak(density: sp.Expr) -> bool:
+    """Whether ``density`` is finite and positive at ``u = 0`` for ``sigma2 = 1`` (a root of the normalisation that is a density)."""
+    value = sp.N(density.subs({u: 0, sigma2: 1}))
+    return bool(value.is_real and value.is_finite and value > 0)
+
+
 def derive_continuous(reg: Regularizer) -> ContinuousMap:
     """Derive the continuous map of ``reg`` for quadratic scores (see the module docstring).
 
@@ -247,15 +320,19 @@ def derive_continuous(reg: Regularizer) -> ContinuousMap:
     if dv.link is None or dv.inversion.method != "closed":
         raise DerivationError(f"the link of {reg.name} has no printable closed form; continuous maps need one")
     if not dv.sparse:
-        # p(u) = g(lambda - u^2/(2 sigma^2)); exponential links make it Gaussian after normalising
+        # p(u) = g(lambda - u^2/(2 sigma^2)) on the whole line, lambda from int p = 1;
+        # sympy's integral may carry polar numbers (exp_polar, polar_lift): unpolarify them
         lam = sp.Symbol("lambda", real=True)
         shape = dv.link.subs(z, lam - u**2 / (2 * sigma2))
-        norm = sp.integrate(shape, (u, -sp.oo, sp.oo), conds="none")
-        roots = sp.solve(sp.Eq(norm, 1), lam)
-        if not roots:
+        norm = sp.unpolarify(sp.integrate(shape, (u, -sp.oo, sp.oo), conds="none"))
+        roots = [sp.simplify(sp.unpolarify(r)) for r in sp.solve(sp.Eq(norm, 1), lam)]
+        densities = [(r, sp.simplify(sp.unpolarify(shape.subs(lam, r)))) for r in roots]
+        densities = [(r, q) for r, q in densities if _positive_at_peak(q)]
+        if not densities:
             raise DerivationError(f"cannot normalise the dense continuous map of {reg.name}")
-        density = sp.simplify(shape.subs(lam, roots[0]))
-        return ContinuousMap(reg, "gaussian", density, sp.oo, sp.simplify(roots[0]))
+        level, density = densities[0]
+        family = "gaussian" if _gaussian_variance(density) is not None else "general"
+        return ContinuousMap(reg, family, density, sp.oo, level)
     zz = dv.clip + (radius**2 - u**2) / (2 * sigma2)
     density = sp.expand(dv.link.subs(z, zz))
     total = sp.integrate(density, (u, -radius, radius))

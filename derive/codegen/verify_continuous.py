@@ -91,7 +91,7 @@ def running_error(expr: sp.Expr, env: dict, u) -> tuple:
 
 def sample(fname: str, uniform: Callable[[float, float], float]) -> tuple[float, ...]:
     """A point inside the domain the layer uses (``uniform(lo, hi)`` supplies the randomness)."""
-    if fname == "support_radius":
+    if fname in ("support_radius", "support_radius_dsigma2"):
         return (uniform(1e-3, 10),)
     if fname == "density_inside":
         return (uniform(-3, 3), uniform(-2, 2), uniform(1e-3, 4))
