@@ -145,7 +145,7 @@ class _Converter:
 
     def _allowed(self) -> str:
         return (
-            f"a regularizer uses numbers, {', '.join(sorted(self.symbols))}, pi, E, + - * / ** ^ "
+            f"a regularizer uses numbers, {', '.join(sorted(self.symbols) + ['pi', 'E'])}, + - * / ** ^ "
             f"and the functions {', '.join(sorted(FUNCTIONS))}"
         )
 
@@ -157,7 +157,11 @@ class _Converter:
         if method is None:
             words = _SYNTAX_WORDS.get(kind, "this syntax")
             raise DerivationError(f"{kind} is not allowed: {words} `{self._segment(node)}`; {self._allowed()}")
-        return method(node, depth + 1)
+        result = method(node, depth + 1)
+        if result.has(sp.nan, sp.zoo, sp.oo, -sp.oo):
+            value = "undefined (nan)" if result.has(sp.nan) else "infinite"
+            raise DerivationError(f"`{self._segment(node)}` is {value}: a regularizer must be finite")
+        return result
 
     def _Expression(self, node: ast.Expression, depth: int) -> sp.Expr:
         return self.convert(node.body, depth)
@@ -174,7 +178,7 @@ class _Converter:
             raise DerivationError(f"function {node.id!r} must be called, as in {node.id}(p)")
         raise DerivationError(
             f"unknown name {node.id!r}: a regularizer may use only "
-            f"{', '.join(sorted(self.symbols))}, pi and E"
+            f"{', '.join(sorted(self.symbols) + ['pi', 'E'])} and numbers"
         )
 
     def _UnaryOp(self, node: ast.UnaryOp, depth: int) -> sp.Expr:

@@ -134,7 +134,7 @@ class Parameter:
     def __post_init__(self) -> None:
         if not isinstance(self.symbol, sp.Symbol):
             raise DerivationError(f"a parameter must be a SymPy Symbol, got {self.symbol!r}")
-        lower, upper = sp.sympify(self.lower), sp.sympify(self.upper)
+        lower, upper = _bound(self.lower, self.symbol), _bound(self.upper, self.symbol)
         if not (lower < upper):
             raise DerivationError(
                 f"parameter {self.symbol} has an empty domain ({lower}, {upper})"
@@ -449,7 +449,7 @@ class Regularizer:
             omega = sp.sympify(self.omega, strict=True)
         except (sp.SympifyError, TypeError, ValueError) as exc:
             raise DerivationError(f"omega must be a SymPy expression, got {self.omega!r}") from exc
-        if not isinstance(omega, sp.Expr):
+        if not isinstance(omega, sp.Expr) or isinstance(omega, (sp.MatrixBase, sp.MatrixExpr)):
             raise DerivationError(f"omega must be a SymPy expression, got {type(omega).__name__} {_describe(omega)}")
         plain = sp.Symbol("p")
         if plain in omega.free_symbols:
@@ -659,6 +659,8 @@ def tsallis(alpha_value: object = None, *, lower: object = 1, upper: object = sp
     if isinstance(alpha_value, bool):
         raise DerivationError(f"tsallis: alpha must be a number, got {alpha_value!r}")
     if isinstance(alpha_value, float):
+        if alpha_value != alpha_value or abs(alpha_value) == float("inf"):
+            raise DerivationError(f"tsallis: alpha must be a finite number, got {alpha_value!r}")
         a_value = sp.Rational(repr(alpha_value))
     else:
         try:

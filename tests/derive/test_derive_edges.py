@@ -194,6 +194,29 @@ def test_constants_beyond_float_range_are_refused(text):
         Regularizer.from_string(text)
 
 
+@pytest.mark.parametrize(
+    "text", ["1e-50**log(0)**0**-1", "atan(1/p)+(-1)**(1/3)-0**-1**0**-1", "exp(p)**0.0**(-1)**(1/3)+tan(p)", "p**2 + 0**-1"]
+)
+def test_undefined_and_infinite_constants_are_refused(text):
+    with pytest.raises(DerivationError, match="must be finite"):
+        Regularizer.from_string(text)
+
+
+_HOSTILE = ["p", "2", "1/3", "log(p)", "sqrt(-2)", "log(0)", "(-1)**(1/3)", "1e-50", "0**-1", "tan(p)", "cbrt(p-1)", "0.0", "p**p"]
+
+
+@given(
+    st.lists(st.sampled_from(_HOSTILE), min_size=2, max_size=4),
+    st.lists(st.sampled_from(["+", "*", "-", "/", "**"]), min_size=3, max_size=3),
+)
+def test_hostile_compositions_raise_only_derivation_errors(atoms, ops):
+    text = atoms[0] + "".join(op + atom for op, atom in zip(ops, atoms[1:]))
+    try:
+        Regularizer.from_string(text, timeout=5)
+    except DerivationError as exc:
+        assert "\n" not in str(exc)
+
+
 def test_large_but_representable_constants_are_kept():
     assert Regularizer.from_string("exp(50)*p**2").omega == sp.exp(50) * p**2
 
@@ -239,6 +262,24 @@ def test_sympy_failures_become_derivation_errors(monkeypatch):
     monkeypatch.setattr(derive.argmax, "_invert", broken)
     with pytest.raises(DerivationError, match="SymPy failed with TypeError") as info:
         derive_map(gini())
+    assert "\n" not in str(info.value)
+
+
+@pytest.mark.parametrize(
+    "build",
+    [
+        lambda: tsallis(float("nan")),
+        lambda: tsallis(float("inf")),
+        lambda: tsallis(lower="a"),
+        lambda: Parameter(sp.Symbol("c"), sp.I, 1),
+        lambda: Parameter(sp.Symbol("c"), "a", 1),
+        lambda: Regularizer(sp.Matrix([p**2])),
+        lambda: Regularizer(p**2, parameters=5),
+    ],
+)
+def test_bad_arguments_raise_derivation_errors(build):
+    with pytest.raises(DerivationError) as info:
+        build()
     assert "\n" not in str(info.value)
 
 
