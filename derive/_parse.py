@@ -96,13 +96,30 @@ _OPERATOR_WORDS = {
 }
 
 
+# letters that NFKC leaves alone but that look like the Latin ones a regularizer uses
+_LOOK_ALIKES = {
+    "\u0440": "p",  # CYRILLIC SMALL LETTER ER
+    "\u03c1": "p",  # GREEK SMALL LETTER RHO
+    "\u0435": "e",  # CYRILLIC SMALL LETTER IE
+    "\u043e": "o",  # CYRILLIC SMALL LETTER O
+    "\u03bf": "o",  # GREEK SMALL LETTER OMICRON
+    "\u0441": "c",  # CYRILLIC SMALL LETTER ES
+    "\u0430": "a",  # CYRILLIC SMALL LETTER A
+    "\u0445": "x",  # CYRILLIC SMALL LETTER HA
+    "\u0456": "i",  # CYRILLIC SMALL LETTER BYELORUSSIAN-UKRAINIAN I
+    "\u2212": "-",  # MINUS SIGN
+    "\u00d7": "*",  # MULTIPLICATION SIGN
+    "\u00b7": "*",  # MIDDLE DOT
+}
+
+
 def _check_characters(text: str) -> None:
     """Refuse anything but printable ASCII, naming the character and where it is."""
     for pos, ch in enumerate(text, start=1):
         if " " <= ch <= "~" or ch in "\t\n":
             continue
         name = unicodedata.name(ch, "a control character" if unicodedata.category(ch).startswith("C") else "unnamed")
-        folded = unicodedata.normalize("NFKC", ch)
+        folded = _LOOK_ALIKES.get(ch) or unicodedata.normalize("NFKC", ch)
         hint = f" (did you mean {folded!r}?)" if folded.isascii() and folded.isprintable() and folded.strip() else ""
         raise DerivationError(
             f"character {ch!r} (U+{ord(ch):04X} {name}) at position {pos} is not allowed: "

@@ -362,9 +362,17 @@ def test_look_alike_characters_are_named_and_refused(text, char):
     assert unicodedata.name(char) in message and f"U+{ord(char):04X}" in message
 
 
-def test_fullwidth_p_gets_a_hint():
+@pytest.mark.parametrize("text", ["\uff50**2", "\u0440**2", "\u03c1**2"])
+def test_look_alike_p_gets_a_hint(text):
     with pytest.raises(DerivationError, match="did you mean 'p'"):
-        Regularizer.from_string("\uff50**2")
+        Regularizer.from_string(text)
+
+
+def test_timeout_error_pickles():
+    import pickle
+
+    err = pickle.loads(pickle.dumps(derive.DerivationTimeout(2.5, "deriving x")))
+    assert (err.seconds, err.what) == (2.5, "deriving x") and "gave up deriving x after 2.5 s" in str(err)
 
 
 @pytest.mark.parametrize("text", ["1e-400*p**2", "p**2 + 1e-101*p", "1e101*p**2", "1e999999999*p**2"])
