@@ -2,21 +2,31 @@
 
 Every numeric result in regattn is compared with these functions.  They work
 with mpmath at ``digits`` significant digits (plus guard digits) directly from
-the KKT conditions the derivation recorded:
+the KKT conditions the derivation recorded, ``p_i = g_+(s_i - tau)`` with
+``sum_i p_i = 1``:
 
-* the threshold ``tau`` by the derivation's rule: the closed form
-  (``tau = solution(sum_i term(s_i))``), the sort-based support rule (largest
-  ``k`` with ``s_(k) - tau_k > omega'(0+)``), or a Newton iteration with a
-  bisection safeguard on the bracket ``[max(s) - omega'(1), max(s) - omega'(1/d)]``
-  using the exact derivative ``d/dtau sum_i g(s_i - tau) = -sum_i w(p_i)``;
+* the derivation's threshold rule (closed form or sort-based support) gives a
+  first ``tau``; the root solve of :func:`_relative_solve` (the whole solve for
+  a ``"root"`` threshold) then finds ``p*`` in one unknown tied to one entry
+  ``k``: ``p_k`` itself, or ``s_k - tau - omega'(0+)`` when ``k`` is off the
+  support, with every other entry at the exact score difference ``s_i - s_k``
+  from it.  ``omega'`` and the link are measured from the clip ``omega'(0+)``
+  with the cancellation done symbolically, so a probability whose
+  ``z - omega'(0+)`` is far below ``10**-digits`` (alpha-entmax at large alpha:
+  ``p = ((alpha - 1) y)**(1/(alpha - 1))``) keeps its digits;
+* the result is accepted on an a-posteriori bound on ``max_i |p_i - p*_i|``
+  (``|sum p - 1|`` plus each ``p_i``'s rounding), not on ``tau``: above
+  ``10**-(digits + 5)`` the solve is referred to the entry nearest the clip,
+  then the working precision is raised, and where that does not help either
+  the functions raise :class:`~derive.errors.DerivationError`;
 * the link by its closed form, or where the derivation says ``"newton"`` by a
   safeguarded Newton solve of ``omega'(p) = z`` in ``log p``.
 
 Scores equal to ``-inf`` are masked: they get probability exactly 0 and the
 rest is solved as if they were absent; an all ``-inf`` vector gives zeros.
-The threshold is solved for the scores shifted by their maximum (``p*`` does
-not change, ``tau`` moves by the shift), so scores as large as ``1e300`` keep
-the bracket at the scale of ``omega'``.  Where the arithmetic still fails
+The threshold is solved for the scores shifted by their maximum (exactly;
+``p*`` does not change, ``tau`` moves by the shift), so scores as large as
+``1e300`` keep the bracket at the scale of ``omega'``.  Where the arithmetic still fails
 (a division by zero or an overflow at the working precision) the functions
 raise :class:`~derive.errors.DerivationError` with a one-line message.
 """
@@ -24,6 +34,7 @@ raise :class:`~derive.errors.DerivationError` with a one-line message.
 from __future__ import annotations
 
 from collections.abc import Sequence
+from dataclasses import dataclass
 from typing import Any
 
 import mpmath
@@ -49,7 +60,8 @@ _GUARD = 20
 def to_mp_vector(scores: Any) -> list[mpmath.mpf]:
     """Scores (a sequence or 1-D array of numbers, strings or SymPy numbers) as mpmath numbers.
 
-    Floats convert exactly.  ``-inf`` is kept (masked); ``nan`` and ``+inf``
+    Floats and mpmath numbers are taken exactly (whatever the working precision);
+    other numbers are rounded to it.  ``-inf`` is kept (masked); ``nan`` and ``+inf``
     raise :class:`ValueError`.
     """
     if hasattr(scores, "tolist"):
@@ -62,6 +74,8 @@ def to_mp_vector(scores: Any) -> list[mpmath.mpf]:
             raise ValueError(f"scores must be 1-D, entry {idx} is {value!r}")
         if isinstance(value, sp.Basic):
             v = to_mpf(value)
+        elif isinstance(value, mpmath.mpf):
+            v = value
         else:
             v = mpmath.mpf(value)
         if mpmath.isnan(v) or v == mpmath.inf:
@@ -114,6 +128,13 @@ class _Compiled:
         self.link = fn(inv.closed_form, z) if inv.closed_form is not None and inv.method == "closed" else None
         if inv.method != "closed" and inv.special == ("LambertW",):
             self.link = fn(inv.closed_form, z)  # mpmath's lambertw is accurate
+        # The link and omega' measured from the clip, y = z - omega'(0+), with the
+        # cancellation of omega'(0+) done symbolically: alpha-entmax's link
+        # ((alpha - 1) z + 1/alpha)**(1/(alpha - 1)) becomes ((alpha - 1) y)**(1/(alpha - 1)),
+        # exact for y far below 10**-dps, where the clipped form has lost every digit.
+        relative = _relative_forms(dv)
+        self.h = fn(relative["h"], p)
+        self.link_y = fn(relative["link_y"], _Y) if relative["link_y"] is not None else None
         th = dv.threshold
         if th.kind == "closed":
             self.term = fn(th.term, score)
@@ -134,21 +155,35 @@ class _Compiled:
             return value
         return self._newton_link(zz)
 
-    def _newton_link(self, zz: mpmath.mpf) -> mpmath.mpf:
-        # omega'(e^u) = z, increasing in u; bracket u in [lo, hi]
+    def link_from_clip(self, yy: mpmath.mpf) -> mpmath.mpf:
+        """``g_+`` as a function of ``y = z - omega'(0+)`` (of ``y = z`` for a dense map)."""
+        if not self.sparse:
+            return self.g(yy)
+        if yy <= 0:
+            return mpmath.mpf(0)
+        if self.link_y is not None:
+            value = self.link_y(yy)
+            if isinstance(value, mpmath.mpc):
+                value = value.real
+            return value
+        return self._newton_link(yy, self.h)
+
+    def _newton_link(self, zz: mpmath.mpf, d1=None) -> mpmath.mpf:
+        # d1(e^u) = z with d1 = omega' (or omega' - omega'(0+)), increasing in u; bracket u in [lo, hi]
+        d1 = self.d1 if d1 is None else d1
         hi = mpmath.mpf(0)
-        while self.d1(mpmath.exp(hi)) < zz:
+        while d1(mpmath.exp(hi)) < zz:
             hi += 1
             if hi > 60:
                 raise DerivationError(f"omega'(p) = z = {zz} has no root for p <= e^60")
         lo = hi - 1
-        while self.d1(mpmath.exp(lo)) > zz:
+        while d1(mpmath.exp(lo)) > zz:
             lo = 2 * lo - 1
             if lo < -(10**7):
                 raise DerivationError(f"omega'(p) = z = {zz} has no root for p >= e^{lo}")
         q = mpmath.exp(
             _safeguarded_newton(
-                lambda u: self.d1(mpmath.exp(u)) - zz,
+                lambda u: d1(mpmath.exp(u)) - zz,
                 lambda u: self.d2(mpmath.exp(u)) * mpmath.exp(u),
                 lo,
                 hi,
@@ -156,7 +191,7 @@ class _Compiled:
             )
         )
         # u = log p carries an absolute error of eps |u|; one Newton step in p makes p relatively exact
-        nxt = q - (self.d1(q) - zz) / self.d2(q)
+        nxt = q - (d1(q) - zz) / self.d2(q)
         return nxt if nxt > 0 else q
 
     # ------------------------------------------------------- the threshold
@@ -188,18 +223,11 @@ class _Compiled:
         return best
 
     def _root_tau(self, finite: list[mpmath.mpf]) -> mpmath.mpf:
-        n = len(finite)
+        """``tau`` by the root solve of :func:`_relative_solve` (referred to ``max(s)``)."""
         top = max(finite)
-        lo = top - self.d1(mpmath.mpf(1))
-        hi = top - self.d1(mpmath.mpf(1) / n)
-
-        def f(t):
-            return mpmath.fsum(self.g(v - t) for v in finite) - 1
-
-        def fprime(t):
-            return -mpmath.fsum(self.weight(q) for q in (self.g(v - t) for v in finite) if q > 0)
-
-        return _safeguarded_newton(f, fprime, lo, hi, increasing=False)
+        floor = mpmath.mpf(2) ** (-mpmath.mp.prec + 8) * len(finite)  # |sum p - 1| at rounding level
+        sol = _relative_solve(self, [mpmath.fsub(v, top, exact=True) for v in finite], floor)
+        return sol.t + top
 
 
 def _safeguarded_newton(f, fprime, lo, hi, *, increasing: bool) -> mpmath.mpf:
@@ -208,8 +236,8 @@ def _safeguarded_newton(f, fprime, lo, hi, *, increasing: bool) -> mpmath.mpf:
     A Newton step is taken only when it stays strictly inside the bracket and
     at least halves the step before last (as in Numerical Recipes' rtsafe);
     otherwise the bracket is bisected.  So the iteration converges
-    quadratically on smooth pieces and at least linearly across kinks and
-    infinite slopes (``g'(0+) = oo`` for ``omega = p**3``).  It stops when the
+    quadratically on smooth pieces and at least linearly where it is not
+    smooth.  It stops when the
     bracket or a Newton step with a residual at rounding level is below the
     working precision.
     """
@@ -274,23 +302,211 @@ def _solve(dv: Derivation, scores: Any, digits: int, params: dict):
         ) from exc
 
 
-def _solve_shifted(comp: _Compiled, values, finite, digits: int):
-    # p*(s + c) = p*(s) and tau(s + c) = tau(s) + c: solving for s - max(s) keeps the bracket
-    # [-omega'(1), -omega'(1/d)] at the scale of omega' however large the scores are (with
-    # max(s) = 1e300 the unshifted bracket ends round to the same number)
-    top = max(finite)
-    shifted = [v - top for v in finite]
-    # A score right at the support boundary of a map whose link has an infinite slope
-    # there (omega = p**3: g(z) = sqrt(z/3)) makes sum_i p_i - 1 ~ sqrt(error of tau): the
-    # working precision is raised until the simplex holds to the digits asked for.
-    target = mpmath.mpf(10) ** -(digits + 5)
-    for extra in (0, 40, 120, 360):
-        with mpmath.workdps(mpmath.mp.dps + extra):
-            t = comp.tau(shifted)
-            probs = [comp.g((v - top) - t) for v in values]
-            if abs(mpmath.fsum(probs) - 1) <= target:
+_Y = sp.Symbol("y", positive=True)
+_FIRST_BUDGET = 40
+
+
+def _cancel_sums(expr: sp.Expr) -> sp.Expr:
+    """``expr`` with every sum put over a common denominator and cancelled, innermost first."""
+    return sp.bottom_up(expr, lambda e: sp.factor_terms(sp.cancel(e)) if e.is_Add else e)
+
+
+def _relative_forms(dv: Derivation) -> dict:
+    """``h(p) = omega'(p) - omega'(0+)`` and the link in ``y = z - omega'(0+)``, cancelled symbolically.
+
+    A dense map (``omega'(0+) = -oo``) keeps ``h = omega'`` and its link in ``z``.
+    """
+    cache = dv._cache
+    if "reference_relative" not in cache:
+        inv = dv.inversion
+        usable = inv.closed_form is not None and (inv.method == "closed" or inv.special == ("LambertW",))
+        if dv.sparse:
+            h = _cancel_sums(dv.omega_prime - dv.clip)
+            link_y = _cancel_sums(inv.closed_form.subs(z, _Y + dv.clip)) if usable else None
+        else:
+            h, link_y = dv.omega_prime, None
+        cache["reference_relative"] = {"h": h, "link_y": link_y}
+    return cache["reference_relative"]
+
+
+@dataclass(frozen=True)
+class _Solution:
+    """A solve of ``sum_i g_+(s_i - tau) = 1`` referred to entry ``k`` (see :func:`_relative_solve`).
+
+    ``v`` the unknown, ``t = tau - max(s)``, ``probs`` and ``ys`` (``y_i`` or ``z_i``)
+    per entry, ``residual = |sum p - 1|``, ``errors`` the rounding bound per entry.
+    """
+
+    k: int
+    v: mpmath.mpf
+    t: mpmath.mpf
+    probs: list
+    ys: list
+    residual: mpmath.mpf
+    errors: list
+
+    @property
+    def error(self) -> mpmath.mpf:
+        """Bound on ``max_i |p_i - p*_i|``: ``|sum p - 1|`` plus the rounding of each ``p_i``."""
+        return self.residual + max(self.errors)
+
+
+def _split(lo: mpmath.mpf, hi: mpmath.mpf) -> mpmath.mpf:
+    """A point inside ``(lo, hi)``: 0 if the bracket holds it, the geometric mean across decades."""
+    if lo < 0 < hi:
+        return mpmath.mpf(0)
+    if lo > 0 and hi > 4 * lo:
+        return mpmath.sqrt(lo * hi)
+    if hi < 0 and lo < 4 * hi:
+        return -mpmath.sqrt(lo * hi)
+    return (lo + hi) / 2
+
+
+def _relative_solve(
+    comp: _Compiled, d: list, tol: mpmath.mpf, k: int | None = None, start=None, budget: int | None = None
+) -> _Solution:
+    """``p*`` for the scores ``d`` (``max(d) = 0``, exact), solved in one variable ``v`` tied to entry ``k``.
+
+    With ``y_i = s_i - tau - omega'(0+)`` (``z_i = s_i - tau`` for a dense map), the
+    unknown is ``v = p_k`` while entry ``k`` is in the support (``y_k = h(v)``,
+    ``h = omega' - omega'(0+)``) and ``v = y_k <= 0`` outside it; every other entry is
+    ``p_i = g_+(a_i + y_k)`` with ``a_i = s_i - s_k`` exact.  ``F(v) = sum_i p_i - 1`` is
+    increasing, with slope ``1 + sum_{i != k} w_i / w(v)`` (``sum_{i != k} w_i`` for
+    ``v <= 0``), and is solved by Newton's method in a shrinking bracket until
+    ``|F(v)| <= tol / 2``.  As every ``p_i`` increases with ``v``, ``|p_i - p*_i| <= |F(v)|``
+    for exactly evaluated ``p_i``; the rounding of ``a_i + y_k`` (about ``eps |y_k|``,
+    large in ``p_i`` where ``g`` is steep, i.e. ``y_i`` near 0 for alpha > 2) is bounded
+    per entry by ``g_+(y_i + delta) - g_+(y_i - delta)``.  Referring to the entry
+    nearest the clip keeps ``|y_k| <= |y_i|``, so that bound is about ``eps p_i``.
+    ``k`` defaults to an entry with ``d_k = 0``, ``start`` is a first guess for ``v``,
+    ``budget`` caps the number of iterations (default: enough to bisect to the working precision).
+    """
+    n = len(d)
+    one = mpmath.mpf(1)
+    if k is None:
+        k = d.index(max(d))
+    a = [mpmath.fsub(x, d[k], exact=True) for x in d]
+    sparse = comp.sparse
+    clip = comp.clip() if sparse else mpmath.mpf(0)
+
+    def at(v):
+        yk = comp.h(v) if v > 0 else v
+        ys = [x + yk for x in a]
+        ys[k] = yk
+        probs = [comp.link_from_clip(yy) for yy in ys]
+        probs[k] = v if v > 0 else mpmath.mpf(0)
+        return v, ys, probs, mpmath.fsum(probs) - 1
+
+    def slope(v, probs):
+        others = mpmath.fsum(comp.weight(q) for i, q in enumerate(probs) if i != k and q > 0)
+        return 1 + others / comp.weight(v) if v > 0 else others
+
+    # p_max lies in [1/n, 1], so y_k lies in [d_k + h(1/n), d_k + h(1)] and v in [V(.), 1]
+    hi = one
+    if d[k] == 0:
+        lo = one / n
+    else:
+        h_min = comp.h(one / n)
+        y_lo = d[k] + h_min - mpmath.mpf(2) ** (-mpmath.mp.prec + 4) * (abs(d[k]) + abs(h_min))
+        lo = comp.link_from_clip(y_lo) if y_lo > 0 else y_lo
+    cur = at(lo)
+    if cur[3] > 0 and d[k] != 0:
+        lo = d[k] - 1  # every y_i < 0: F = -1
+        cur = at(lo)
+    best = cur
+    if cur[3] < 0:
+        cur = at(hi)
+        best = min(best, cur, key=lambda e: abs(e[3]))
+        t = start if start is not None and lo < start < hi else _split(lo, hi)
+        step_old = hi - lo
+        for _ in range(budget or 8 * mpmath.mp.prec + 64):
+            if abs(best[3]) <= tol / 2 or not lo < t < hi:
                 break
-    return comp, values, t + top, probs
+            cur = at(t)
+            if abs(cur[3]) < abs(best[3]):
+                best = cur
+            if cur[3] < 0:
+                lo = t
+            elif cur[3] > 0:
+                hi = t
+            else:
+                break
+            deriv = slope(t, cur[2])
+            newton = t - cur[3] / deriv if deriv > 0 else None
+            if newton is not None and lo < newton < hi and abs(newton - t) < abs(step_old) / 2:
+                step_old, t = newton - t, newton
+            else:
+                step_old, t = hi - lo, _split(lo, hi)
+    v, ys, probs, residual = best
+    eps = mpmath.mpf(2) ** (-mpmath.mp.prec + 4)
+    errors = []
+    for i, (x, yy, q) in enumerate(zip(a, ys, probs)):
+        if i == k:
+            errors.append(eps * q)
+            continue
+        delta = eps * (abs(x) + abs(ys[k]))
+        errors.append(comp.link_from_clip(yy + delta) - comp.link_from_clip(yy - delta) + eps * q)
+    t = d[k] - clip - ys[k]
+    return _Solution(k, v, t, probs, ys, abs(residual), errors)
+
+
+def _reference_solve(comp: _Compiled, d: list, tol: mpmath.mpf) -> _Solution:
+    """:func:`_relative_solve`, started from the derivation's threshold rule where it has one.
+
+    While the error bound exceeds ``tol`` the solve is referred to another entry:
+    the one nearest the clip (smallest ``|y_i|``: its rounding and the resolution of
+    ``v`` are then at the scale of every ``y_i``), else the one with the largest
+    rounding bound.
+    """
+    start = None
+    if comp.dv.threshold.kind != "root":
+        t = comp.tau(d)
+        yk = -t - (comp.clip() if comp.sparse else 0)
+        start = comp.link_from_clip(yk) if (yk > 0 or not comp.sparse) else yk
+    # Newton converges in a few steps where the reference is well chosen; a first solve
+    # that stalls (an entry past a kink of infinite slope) hands over to a better reference.
+    sol = _relative_solve(comp, d, tol, start=start, budget=_FIRST_BUDGET)
+    tried = {sol.k}
+    for _ in range(16):
+        if sol.error <= tol:
+            break
+        fresh = []
+        if comp.sparse:
+            nearest = min(range(len(d)), key=lambda i: abs(sol.ys[i]))
+            roughest = max(range(len(d)), key=lambda i: sol.errors[i])
+            fresh = [i for i in (nearest, roughest) if i not in tried]
+        if not fresh:
+            if sol.k == next(iter(tried)) and len(tried) == 1:
+                sol = _relative_solve(comp, d, tol, k=sol.k, start=sol.v)  # the first solve, unlimited
+            break
+        k = fresh[0]
+        tried.add(k)
+        yk = sol.ys[k]
+        sol = _relative_solve(comp, d, tol, k=k, start=comp.link_from_clip(yk) if yk > 0 else yk)
+    return sol
+
+
+def _solve_shifted(comp: _Compiled, values, finite, digits: int):
+    # p*(s + c) = p*(s) and tau(s + c) = tau(s) + c: solving for s - max(s) (exact) keeps the
+    # bracket at the scale of omega' however large the scores are.  The working precision
+    # is raised until the a-posteriori bound on max_i |p_i - p*_i| (see _relative_solve)
+    # is below 10**-(digits + 5).
+    top = max(finite)
+    shifted = [mpmath.fsub(v, top, exact=True) for v in finite]
+    target = mpmath.mpf(10) ** -(digits + 5)
+    for extra in (0, 40, 120, 360, 1080):
+        with mpmath.workdps(mpmath.mp.dps + extra):
+            sol = _reference_solve(comp, shifted, target)
+            if sol.error <= target:
+                break
+    else:
+        raise DerivationError(
+            f"the reference evaluation of {comp.dv.name} could not resolve p to {digits} digits "
+            f"(error bound {mpmath.nstr(sol.error, 3)} at {mpmath.mp.dps + extra} digits)"
+        )
+    probs = iter(sol.probs)
+    out = [mpmath.mpf(0) if v == -mpmath.inf else +next(probs) for v in values]
+    return comp, values, sol.t + top, out
 
 
 def evaluate(dv: Derivation, scores: Any, digits: int = 50, **params: Any) -> list[mpmath.mpf]:
