@@ -37,6 +37,7 @@ from __future__ import annotations
 import ctypes
 import math
 import os
+import sys
 import threading
 
 import mpmath
@@ -51,6 +52,8 @@ DEFAULT_TIMEOUT = 60.0
 TIMEOUT_ENV = "REGATTN_TIMEOUT"
 #: Seconds between repeats of an exception that the block did not act on.
 _REFIRE = 1.0
+#: Seconds before an exception swallowed by a finaliser or a garbage-collector callback is raised again.
+_AFTER_FINALISER = 0.01
 
 _set_async_exc = getattr(getattr(ctypes, "pythonapi", None), "PyThreadState_SetAsyncExc", None)
 
@@ -113,7 +116,35 @@ class TimeLimit:
         """
         if math.isinf(self.seconds) or _set_async_exc is None:
             return fn(*args, **kwargs)
+        _drop_expired_unraisables()
         return _Watch(self.seconds).call(fn, args, kwargs, self)
+
+
+def _drop_expired_unraisables() -> None:
+    """Wrap :data:`sys.unraisablehook` (once per hook) so that it ignores a delivered :class:`_Expired`.
+
+    The interpreter may deliver the exception inside a finaliser or a garbage
+    collector callback that happens to run in the limited thread; there it
+    cannot propagate and goes to ``sys.unraisablehook``.  The hook wakes the
+    call's watcher, which raises it again :data:`_AFTER_FINALISER` seconds
+    later (once the finaliser has returned), and reports nothing (a report
+    would be noise, an error under ``-W error``).  Every other
+    unraisable exception goes to the hook that was installed.
+    """
+    hook = sys.unraisablehook
+    if getattr(hook, "_regattn_drops_expired", False):
+        return
+
+    def unraisable(args, _inner=hook):
+        if isinstance(args.exc_value, _Expired):
+            watch = getattr(type(args.exc_value), "watch", None)
+            if watch is not None:
+                watch._wake.set()
+        else:
+            _inner(args)
+
+    unraisable._regattn_drops_expired = True
+    sys.unraisablehook = unraisable
 
 
 class _Watch:
@@ -131,7 +162,7 @@ class _Watch:
     def __init__(self, seconds: float):
         self.seconds = seconds
         # each limited call raises its own class, so nested limits tell their deadlines apart
-        self.error = type("_Expired", (_Expired,), {})
+        self.error = type("_Expired", (_Expired,), {"watch": self})
         self._exc = ctypes.py_object(self.error)
         self._cid = ctypes.c_ulong(threading.get_ident())
         self._done = False
@@ -140,7 +171,14 @@ class _Watch:
 
     def _watch(self) -> None:
         wait = self.seconds
-        while not self._wake.wait(wait):
+        while True:
+            if self._wake.wait(wait):  # woken by the end of the call, or by the unraisable hook
+                self._wake.clear()
+                # the hook runs inside the finaliser that swallowed the exception: fire again once the
+                # calling thread has had time to leave it
+                if not self._done:
+                    self._wake.wait(_AFTER_FINALISER)
+                    self._wake.clear()
             if self._done:
                 return
             self._fired = True

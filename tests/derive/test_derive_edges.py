@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import re
+import sys
 import threading
 import time
 import unicodedata
@@ -575,3 +576,36 @@ def test_checker_catches_the_old_faults():
         _check_latex("% regattn derivation\n\\begin{align*}\n  \\tau \\in &= \\left( a, b\\right)\n\\end{align*}")
     with pytest.raises(AssertionError):
         _check_latex("% regattn derivation\n\\paragraph{Derivatives.} Strict convexity: omega''(p) $>$ 0.")
+
+
+def test_a_limit_expiring_inside_a_gc_callback_is_not_reported_as_unraisable():
+    """The exception may land in a garbage-collector callback (where it cannot propagate): it is raised again."""
+    import gc
+
+    from derive._timelimit import TimeLimit
+
+    seen = []
+    previous = sys.unraisablehook
+
+    def slow_callback(phase, info):
+        total = 0
+        for i in range(20000):  # Python bytecode where the exception can be delivered
+            total += i
+
+    def churn():  # about as much time in the collector (and the callback) as outside it
+        while True:
+            start = time.perf_counter()
+            gc.collect()
+            spent = time.perf_counter() - start
+            while time.perf_counter() - start < 2 * spent:
+                pass
+
+    sys.unraisablehook = lambda args: seen.append(args.exc_value)
+    gc.callbacks.append(slow_callback)
+    try:
+        with pytest.raises(derive.DerivationTimeout):
+            TimeLimit(0.3, "collecting garbage").run(churn)
+    finally:
+        gc.callbacks.remove(slow_callback)
+        sys.unraisablehook = previous
+    assert seen == []
