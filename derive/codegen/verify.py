@@ -108,7 +108,10 @@ def exact_value(dv: Derivation, fname: str, args: list[float], params: list[floa
     allsyms = syms + [q.symbol for q in dv.parameters]
     values = [mpmath.mpf(v) for v in list(args) + list(params)]
     with mpmath.workdps(50):
-        f = sp.lambdify(allsyms, expr, "mpmath")(*values)
+        try:
+            f = sp.lambdify(allsyms, expr, "mpmath")(*values)
+        except (ZeroDivisionError, OverflowError, ValueError):
+            return None, None  # a pole or a point outside the domain (float32 rounding can land there)
         if isinstance(f, mpmath.mpc):
             if abs(f.imag) > mpmath.mpf(10) ** -40 * max(1, abs(f.real)):
                 return None, None
@@ -119,7 +122,10 @@ def exact_value(dv: Derivation, fname: str, args: list[float], params: list[floa
             return None, None
         kappa = mpmath.mpf(0)
         for sym, val in zip(allsyms, values):
-            d = sp.lambdify(allsyms, sp.diff(expr, sym), "mpmath")(*values)
+            try:
+                d = sp.lambdify(allsyms, sp.diff(expr, sym), "mpmath")(*values)
+            except (ZeroDivisionError, OverflowError, ValueError):
+                return None, None  # infinitely ill-conditioned here: not judged
             kappa += abs(mpmath.re(d) * val)
         return mpmath.mpf(f), kappa / abs(f)
 
