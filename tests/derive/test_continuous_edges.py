@@ -6,7 +6,6 @@ all against mpmath quadrature at 30 digits."""
 from __future__ import annotations
 
 import ctypes
-import os
 from functools import lru_cache
 from pathlib import Path
 
@@ -23,11 +22,11 @@ from derive.codegen.builtins import load_module
 from derive.codegen.compilers import host_kernels
 from derive.codegen.continuous import generate_continuous_module, legendre_rule, quadrature_constants
 from derive.continuous import c, check_density, derive_continuous, mu, s2, sigma2, t, u
+from tests.derive.test_codegen_continuous import CACHE
 from tests.numeric.test_continuous_edges import truth
 
 ROOT = Path(__file__).resolve().parents[2]
 GENERATED = ROOT / "numeric" / "_generated"
-CACHE = Path("/tmp") / f"regattn-host-{os.getuid()}"
 
 
 @lru_cache(maxsize=None)
