@@ -51,7 +51,7 @@ from . import cuda
 from .emit import _cuda_function, _Piece, _python_function, assemble, check_name
 from .printers import CudaPrinter, PyPrinter, print_block
 
-__all__ = ["generate_continuous_module", "continuous_functions", "CONTEXT_KERNEL", "QUADRATURE_KERNEL",
+__all__ = ["generate_continuous_module", "continuous_functions", "CONTEXT_KERNEL", "QUADRATURE_BRANCH", "QUADRATURE_KERNEL",
            "QUADRATURE_NODES", "legendre_rule", "quadrature_gamma", "quadrature_threshold", "quadrature_constants"]
 
 #: Node counts of the Gauss-Legendre rules a generated module carries (even: the nodes pair up as +-x).
@@ -70,7 +70,7 @@ extern "C" __global__ void {name}_rbf_context_{suffix}(const {T}* mu, const {T}*
     long long n = rows * nbasis;
     for (long long i = blockIdx.x * (long long)blockDim.x + threadIdx.x; i < n; i += (long long)gridDim.x * blockDim.x) {{
         long long r = i / nbasis, j = i % nbasis;
-        e[i] = {name}_rbf_expectation<{T}>(mu[r], sigma2[r], c[j], s2[j]);
+{quadrature}        e[i] = {name}_rbf_expectation<{T}>(mu[r], sigma2[r], c[j], s2[j]);
         if (dmu) dmu[i] = {name}_rbf_expectation_dmu<{T}>(mu[r], sigma2[r], c[j], s2[j]);
         if (dsigma2) dsigma2[i] = {name}_rbf_expectation_dsigma2<{T}>(mu[r], sigma2[r], c[j], s2[j]);
     }}
@@ -228,25 +228,14 @@ template <typename T> __device__ bool {name}_rbf_quadrature(T mu, T sigma2, T c,
 }}
 """
 
-QUADRATURE_CONTEXT_KERNEL = r"""
-extern "C" __global__ void {name}_rbf_context_{suffix}(const {T}* mu, const {T}* sigma2, const {T}* c,
-        const {T}* s2, long long rows, long long nbasis, {T}* e, {T}* dmu, {T}* dsigma2) {{
-    // e[r, j] = E_p[N(t; c_j, s2_j)] for p of (mu_r, sigma2_r); dmu, dsigma2 may be null
-    long long n = rows * nbasis;
-    for (long long i = blockIdx.x * (long long)blockDim.x + threadIdx.x; i < n; i += (long long)gridDim.x * blockDim.x) {{
-        long long r = i / nbasis, j = i % nbasis;
-        {T} qe, qmu, qvar;
+#: The quadrature branch of the context kernel, for maps that carry Gauss-Legendre rules.
+QUADRATURE_BRANCH = r"""        {T} qe, qmu, qvar;
         if ({name}_rbf_quadrature<{T}>(mu[r], sigma2[r], c[j], s2[j], &qe, &qmu, &qvar)) {{
             e[i] = qe;
             if (dmu) dmu[i] = qmu;
             if (dsigma2) dsigma2[i] = qvar;
             continue;
         }}
-        e[i] = {name}_rbf_expectation<{T}>(mu[r], sigma2[r], c[j], s2[j]);
-        if (dmu) dmu[i] = {name}_rbf_expectation_dmu<{T}>(mu[r], sigma2[r], c[j], s2[j]);
-        if (dsigma2) dsigma2[i] = {name}_rbf_expectation_dsigma2<{T}>(mu[r], sigma2[r], c[j], s2[j]);
-    }}
-}}
 """
 
 
@@ -347,9 +336,10 @@ def generate_continuous_module(cm: ContinuousMap, name: str) -> str:
         device_parts.append(_quadrature_source(name, quad))
     device_source = "\n".join(device_parts) + "\n"
     kernels = [f"{name}_rbf_context_{suffix}" for suffix in ("f32", "f64")]
-    template = CONTEXT_KERNEL if quad is None else QUADRATURE_CONTEXT_KERNEL
     kernel_source = cuda.REDUCTIONS + "".join(
-        template.format(name=name, T=T, suffix=suffix) for T, suffix in (("float", "f32"), ("double", "f64"))
+        CONTEXT_KERNEL.format(name=name, T=T, suffix=suffix,
+                              quadrature="" if quad is None else QUADRATURE_BRANCH.format(name=name, T=T))
+        for T, suffix in (("float", "f32"), ("double", "f64"))
     )
     reg_text = sp.sstr(cm.regularizer.omega)
     e, e_mu, e_var = cm.rbf_expectation_grad()
