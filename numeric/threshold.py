@@ -546,6 +546,9 @@ def _halley(mod, x, tau, lo, hi, params, maxiter, tol, sums=None, spare=None, *,
         done = exact | (np.abs((new - t) * d1) <= tol) | (hi - lo <= small * (scale + np.abs(t)))
         fast = done | (inside(new) & (np.abs(new - t) <= 0.5 * np.abs(step_old)))
         new = np.where(fast & np.isfinite(new), new, 0.5 * (lo + hi))
+        # a row that stops on the width of its bracket keeps a point of it (Newton's step from a
+        # kink may land far outside)
+        new = np.where(done & ~exact, np.clip(new, lo, hi), new)
         step_old = step
         step = new - t
         t = np.where(exact | ~moving, t, new)
@@ -659,8 +662,12 @@ def _root_solve(mod: ModuleType, x: np.ndarray, params: tuple, maxiter: int, shi
         top = -np.partition(-pool, WARM_START - 1, axis=-1)[:, :WARM_START]
         top_count = row_sum(np.isfinite(top).astype(dtype))
         top_hi = (-reach(1 / top_count)).astype(dtype)
-        start, _ = _halley(mod, scores(top), lo, lo, top_hi, params, maxiter, tol, sums, scale=scale)
-        lo = np.maximum(lo, np.minimum(start, hi))  # F(start) >= F_top(start) = 1: a lower bound
+        # F(start) >= F_top(start) = 1 where the warm start settled: a lower bound of tau.  A row of
+        # the top scores whose F jumps across 1 at a kink stops with F_top(t) possibly below 1:
+        # there the lower end of its final bracket (F_top >= 1) is the bound
+        start, _, start_lo, _, jumped = _halley(mod, scores(top), lo, lo, top_hi, params, maxiter, tol, sums,
+                                                scale=scale, bracket=True)
+        lo = np.maximum(lo, np.minimum(np.where(jumped, start_lo, start), hi))
         # tau >= lo, so only scores with s - lo > omega'(0+) can enter the support; they are
         # the largest ones of their row: iterate on the K largest of every row
         if np.isfinite(clip):

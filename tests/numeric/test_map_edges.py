@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import importlib
 import math
+import random
 
 import numpy as np
 import pytest
@@ -109,6 +110,87 @@ def test_generic_root_map_at_kinks(tmp_path):
         atol = 1e-12 * max(1.0, float(support[:-1].sum()))
         np.testing.assert_allclose(got[r], want, rtol=0, atol=atol)
 
+
+
+@pytest.fixture(scope="module")
+def steep_powers(tmp_path_factory):
+    """Generated modules of omega = p**k for k = 30, 100: links (z/k)**(1/(k - 1)), steep at every kink."""
+    folder = tmp_path_factory.mktemp("steep")
+    out = {}
+    for k in (30, 100):
+        d = derive_map(Regularizer.from_string(f"p**{k}", name=f"power{k}"))
+        path = folder / f"power{k}.py"
+        path.write_text(generate_module(d, f"power{k}"))
+        out[k] = d, load_module(path)
+    return out
+
+
+def power_truth(d, k, y):
+    """The 200-digit ``p*`` and ``tau`` of the shifted row ``y`` and an error bound for a float64 solver.
+
+    The solver works on ``y`` and resolves ``tau`` to a few ulps: each ``p_i = g_+(y_i - tau)``
+    is then known only within ``dp_i = g_+(z_i + delta) - g_+(z_i - delta)``, ``z_i = y_i - tau``,
+    ``delta = 8 ulp(1 + |y_i|)``, ``g_+(z) = max(z/k, 0)**(1/(k - 1))``.  This is first order
+    (``w_i delta``) away from the kink and up to ``g(delta)`` at it.  The score with the largest
+    ``dp`` is fixed by the sum constraint, so the bound is the sum of the others' ``dp``.
+    """
+    import mpmath
+
+    with mpmath.workdps(200):
+        want = d.evaluate(y.tolist(), digits=200)
+        tau = R.threshold(d, y.tolist(), digits=200)
+        link = lambda z: (max(z, 0) / k) ** (mpmath.mpf(1) / (k - 1))  # noqa: E731
+        spread = []
+        for v in y:
+            delta = 8 * np.spacing(1 + abs(float(v)))
+            z = mpmath.mpf(float(v)) - tau
+            spread.append(float(link(z + delta) - link(z - delta)))
+    spread = np.sort(spread)
+    return np.array([float(v) for v in want]), float(tau), 1e-14 + float(spread[:-1].sum())
+
+
+def test_steep_power_row_at_a_kink(steep_powers):
+    """omega = p**100 on a row whose threshold lies 1e-131 below its second score: F jumps from 0.955 to
+    1.65 across one ulp of tau, and the top-32 warm start stops with F_top < 1 on the wrong side of tau."""
+    d, module = steep_powers[100]
+    draw = random.Random(0)
+    for _ in range(5):
+        draw.gauss(0, 2)
+    for _ in range(5):
+        row = np.array([draw.gauss(0, 3) for _ in range(draw.randint(1, 40))])
+    y = row - row.max()
+    want, tau, bound = power_truth(d, 100, y)
+    assert row.size == 35 and 0.04 < np.sort(want)[-2] < 0.05
+    np.testing.assert_allclose(nm.get_map(module)(row), want, rtol=0, atol=bound)
+    assert bound < 1e-12
+    # tau comes from the solver's bracket of a few ulps (the Newton step from the kink lands far outside)
+    got = th.root_threshold(module, row[None, :], ())[0] - row.max()
+    assert got == pytest.approx(tau, rel=0, abs=1e-15 * (1 + abs(tau)))
+
+
+@given(
+    rows=st.lists(st.lists(st.floats(-9, 9), min_size=1, max_size=40), min_size=1, max_size=6),
+    k=st.sampled_from([30, 100]),
+    top=st.integers(0, 3),
+)
+def test_steep_powers_match_reference(steep_powers, rows, k, top):
+    """Batches of rows of up to 40 scores (over the warm start's 32), some with the top scores tied."""
+    d, module = steep_powers[k]
+    n = max(len(r) for r in rows)
+    x = np.full((len(rows), n), -np.inf)
+    for i, r in enumerate(rows):
+        x[i, : len(r)] = r
+        x[i, : min(top, len(r))] = max(r)
+    got = nm.get_map(module)(x)
+    taus = th.root_threshold(module, x, ()) - x.max(-1)
+    for i, r in enumerate(rows):
+        # the truth of the shifted row: subtracting the maximum rounds (a backward error of half an
+        # ulp of each y_i); scores 1e-71 apart become equal and tie exactly at a kink
+        y = x[i, : len(r)] - x[i].max()
+        want, tau, bound = power_truth(d, k, y)
+        np.testing.assert_allclose(got[i, : len(r)], want, rtol=0, atol=bound)
+        assert (got[i, len(r):] == 0).all()
+        assert taus[i] == pytest.approx(tau, rel=0, abs=1e-15 * (1 + abs(tau)))
 
 # --------------------------------------------------------- constant rows
 @given(
