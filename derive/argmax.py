@@ -28,12 +28,13 @@ and returns a :class:`Derivation`.
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Any
 
 import mpmath
 import sympy as sp
 
+from ._linkform import GENERAL, LinkForm, classify_link
 from ._timelimit import TimeLimit
 from .errors import DerivationError, DerivationTimeout
 from .regularizers import Regularizer, _describe, _one_line, p, to_mpf, z
@@ -105,6 +106,11 @@ class Inversion:
         threshold bracket: ``(0, 1)``.
     reason:
         One sentence on why this method was chosen.
+    form:
+        The link's shape (:class:`~derive._linkform.LinkForm`): ``"exp"``
+        (``C exp(a z)``), ``"power"`` (``(a (z - omega'(0+)))**k``) or
+        ``"general"``, read off :attr:`closed_form`; the numeric backends
+        dispatch on it.
     """
 
     method: str
@@ -113,6 +119,7 @@ class Inversion:
     newton_step: sp.Expr
     bracket: tuple[sp.Expr, sp.Expr]
     reason: str
+    form: LinkForm = GENERAL
 
 
 @dataclass(frozen=True)
@@ -569,6 +576,8 @@ def _derive_steps(reg: Regularizer) -> Derivation:
     omega0 = _limit_at_zero(reg, reg.omega, "omega(0+)")
     weight = sp.powsimp(sp.simplify(1 / d2), force=True)
     inversion = _invert(reg, d1, d2)
+    if inversion.method == "closed":
+        inversion = replace(inversion, form=classify_link(reg, inversion.closed_form, clip, sparse))
     threshold = _threshold(reg, d1, inversion, clip, sparse, weight)
     scalar, conjugate, loss = _conjugates(reg, inversion, threshold, clip, sparse, omega0)
     return Derivation(

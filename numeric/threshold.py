@@ -20,18 +20,20 @@ module's parameter values.  The solver is chosen by ``mod.THRESHOLD``:
   the bracket ``[m - omega'(1), m - omega'(1/n)]`` (else Newton, else
   bisection), the iteration starts from the same solve on the 32 largest
   scores (a lower bound of ``tau``, found by partial selection in O(n); not for
-  alpha-entmax with alpha <= 3/2 on rows of at most 256 scores), and
+  power links with ``k >= 2``, alpha-entmax with alpha <= 3/2, on rows of at most
+  256 scores), and
   stops at a tolerance: ``|F - 1|`` or the step below a few ulps.  For a
   sparse map only scores above that lower bound plus ``omega'(0+)`` can be
   in the support; when they are few, the iteration runs on them alone.
-  alpha-entmax (Tsallis) evaluates ``F, F', F''`` from one log, one exp and two
-  divisions per score (:func:`_tsallis_sums`) and, for alpha <= 2, also starts
-  from the Jensen bound ``mean(s) - omega'(1/n)``.  The maps take ``p`` from
-  :func:`root_probabilities`, which for alpha-entmax iterates on
-  ``c = p_max**(alpha - 1)`` (no cancellation on wide supports), gives rows whose
+  Links derived to be of the power form ``(a (z - omega'(0+)))**k`` (alpha-entmax,
+  ``omega = p**n``; :func:`power_link`) evaluate ``F, F', F''`` from one log, one
+  exp and two divisions per score (:func:`_power_sums`) and, for ``k >= 1``, also
+  start from the Jensen bound ``mean(s) - omega'(1/n)``.  The maps take ``p`` from
+  :func:`root_probabilities`, which for the power form iterates on
+  ``c = p_max**(1/k)`` (no cancellation on wide supports), gives rows whose
   ``F`` jumps across 1 at a kink ``sum(p) = 1`` from the two ends of the final
   bracket, and solves rows where ``c`` may underflow in float64
-  (:func:`_tsallis_log_rows`).
+  (:func:`_power_log_rows`).
 
 Row sums go through :func:`row_sum` (einsum, in the calling thread) and row
 maxima of short rows through :func:`row_max` (transposed blocks).
@@ -45,17 +47,18 @@ from __future__ import annotations
 
 import math
 from types import ModuleType
+from typing import NamedTuple
 
 import numpy as np
 
 __all__ = [
     "clipped_link", "newton_link", "row_sum", "row_max", "closed_threshold", "closed_unshifted", "sort_threshold",
-    "fixed_point_threshold", "root_threshold", "root_probabilities", "WARM_START",
+    "fixed_point_threshold", "root_threshold", "root_probabilities", "power_link", "Power", "WARM_START",
 ]
 
 #: Number of largest scores used for the warm start of the root solver.
 WARM_START = 32
-#: alpha-entmax with alpha <= 3/2 skips the warm start on rows of at most this many scores.
+#: Power links with k >= 2 (alpha-entmax, alpha <= 3/2) skip the warm start on rows of at most this many scores.
 COLD_UPTO = 256
 #: First number of largest scores the partial-sort threshold tries.
 PARTIAL_K = 64
@@ -109,30 +112,35 @@ def newton_link(mod: ModuleType, z: np.ndarray, params: tuple) -> np.ndarray:
     return np.where(underflow, 0, q).astype(dtype, copy=False)
 
 
-#: The Tsallis regularizer as the generator writes it (alpha-entmax); see _tsallis_alpha.
-TSALLIS = "(-p + p**alpha)/(alpha*(alpha - 1))"
+class Power(NamedTuple):
+    """The link ``g(z) = (a (z - clip))**k`` of a module with ``LINK_FORM == "power"`` at given parameters."""
+
+    a: float  # scale
+    k: float  # exponent
 
 
-def _tsallis_alpha(mod: ModuleType, params: tuple):
-    """``alpha`` if ``mod`` is Tsallis alpha-entmax, else ``None``.
+def power_link(mod: ModuleType, params: tuple) -> Power | None:
+    """``(a, k)`` where ``mod``'s link is derived to be ``(a (z - omega'(0+)))**k``, else ``None``.
 
-    Its link is a power of an affine function, ``g(z) = base**k`` with
-    ``base = (alpha - 1) z + 1/alpha`` and ``k = 1/(alpha - 1)``, so the Jacobian
-    weight ``w = p**(2 - alpha) = p / base`` and ``g'' = (2 - alpha) w / base``
-    cost a division each instead of a power each (:func:`_tsallis_sums`).
+    alpha-entmax (``a = alpha - 1``, ``k = 1/(alpha - 1)``), sparsemax, entmax15 and
+    maps such as ``omega = p**n`` have this form (:mod:`derive._linkform`).  The
+    root solver then works on the link's base: the Jacobian weight
+    ``w = a k p / base`` and ``g'' = a**2 k (k - 1) p / base**2`` cost a division
+    each instead of a power each (:func:`_power_sums`), and nothing cancels where
+    the base is small (:func:`_root_solve`).
     """
-    if getattr(mod, "REGULARIZER", None) == TSALLIS and tuple(getattr(mod, "PARAMETERS", ())) == ("alpha",):
-        return params[0]
-    return None
+    if getattr(mod, "LINK_FORM", "general") != "power":
+        return None
+    return Power(float(mod.link_scale(*params)), float(mod.link_exponent(*params)))
 
 
-def _tsallis_link(z: np.ndarray, alpha, overwrite: bool) -> np.ndarray:
-    """``max((alpha - 1) z + 1/alpha, 0)**(1/(alpha - 1))``: the clipped Tsallis link in four passes."""
+def _power_form_link(z: np.ndarray, pw: Power, clip, overwrite: bool) -> np.ndarray:
+    """``max(a (z - clip), 0)**k``: the clipped link of the power form in four passes."""
     dtype = z.dtype
-    base = np.multiply(z, dtype.type(alpha - 1), out=z if overwrite else None)
-    base += dtype.type(1 / alpha)
+    base = np.multiply(z, dtype.type(pw.a), out=z if overwrite else None)
+    base -= dtype.type(pw.a * clip)
     np.fmax(base, np.zeros(base.shape[-1:], dtype=dtype), out=base)  # 0 where z <= omega'(0+), -inf too
-    return _power(base, dtype.type(1 / (alpha - 1)))
+    return base if pw.k == 1 else _power(base, dtype.type(pw.k))
 
 
 def _power(base: np.ndarray, k, out: np.ndarray | None = None) -> np.ndarray:
@@ -155,13 +163,13 @@ def _power(base: np.ndarray, k, out: np.ndarray | None = None) -> np.ndarray:
 def clipped_link(mod: ModuleType, z: np.ndarray, params: tuple, *, overwrite: bool = False) -> np.ndarray:
     """``g_+(z)``: the link where ``z > omega'(0+)``, exactly 0 elsewhere (``-inf`` included).
 
-    ``overwrite=True`` lets a link of degree 1 or the Tsallis link write into ``z``.
+    ``overwrite=True`` lets a link of degree 1 or of the power form write into ``z``.
     """
     dtype = z.dtype
-    alpha = _tsallis_alpha(mod, params)
-    if alpha is not None:
-        return _tsallis_link(z, alpha, overwrite)
     clip = mod.clip(*params)
+    pw = power_link(mod, params)
+    if pw is not None and mod.THRESHOLD == "root":  # (sort maps keep their printed links, degree 1 or 2)
+        return _power_form_link(z, pw, clip, overwrite)
     if (getattr(mod, "THRESHOLD_DEGREE", None) == 1 and mod.link is not None and np.isfinite(clip)
             and mod.link(np.asarray(clip, dtype=dtype), *params) == 0):
         # an increasing affine link that rounds to 0 at omega'(0+) (sparsemax: g(z) = z) is
@@ -442,40 +450,45 @@ def _generic_sums(mod, params):
     return sums
 
 
-def _tsallis_sums(alpha, dtype, size: int, n: int, work: np.ndarray | None = None):
-    """``(b, t) -> (F, F', F'')`` for alpha-entmax, on ``b = (alpha - 1) s + 1/alpha`` (see _tsallis_alpha).
+def _power_sums(pw: Power, dtype, size: int, n: int, work: np.ndarray | None = None):
+    """``(b, t) -> (F, F', F'')`` for a link of the power form, on ``b = a y`` (see :func:`power_link`).
 
-    ``base = max(b - (alpha - 1) t, 0)``, ``p = base**k``, ``w = p / base``,
-    ``g'' = (2 - alpha) w / base``: one log, one exp and two divisions per score (``base``
-    is nudged by the smallest normal number in the divisions, where ``p = 0``
-    makes ``0 / tiny = 0``).  Two scratch buffers of ``size`` scores (from ``work`` if
-    given) serve every call.
+    ``base = max(b - a t, 0)``, ``p = base**k``, ``F' = -a k sum(p / base)``,
+    ``F'' = a**2 k (k - 1) sum(p / base**2)``: one log, one exp and two divisions per
+    score (``base`` is nudged by the smallest normal number in the divisions, where
+    ``p = 0`` makes ``0 / tiny = 0``).  Two scratch buffers of ``size`` scores (from
+    ``work`` if given) serve every call.
     """
-    a1 = dtype.type(alpha - 1)
-    k = dtype.type(1 / (alpha - 1))
-    c2 = dtype.type(2 - alpha)
+    a = dtype.type(pw.a)
+    k = dtype.type(pw.k)
+    c1 = dtype.type(pw.a * pw.k)
+    c2 = dtype.type(pw.a * pw.a * pw.k * (pw.k - 1))
     tiny = dtype.type(np.finfo(dtype).tiny)
     work = np.empty(2 * size, dtype=dtype) if work is None else work
     buf, buf2 = work[:size], work[size: 2 * size]
 
-    # for k >= 3 (alpha <= 4/3), clipping base at the smallest normal instead of 0 leaves
-    # p = tiny**k, w = tiny**(k - 1) and g'' ~ tiny**(k - 2), all <= tiny, off the support (n tiny
-    # is far below any tolerance) and spares a pass before the divisions
+    # for k >= 3, clipping base at the smallest normal instead of 0 leaves p = tiny**k, w ~
+    # tiny**(k - 1) and g'' ~ tiny**(k - 2), all <= tiny, off the support (n tiny is far below
+    # any tolerance) and spares a pass before the divisions
     nudge = k < 3
     floor = np.full(n, 0 if nudge else tiny, dtype=dtype)
 
     def sums(b, t):
         r, m = b.shape
-        base = np.subtract(b, (a1 * t)[:, None], out=buf[: r * m].reshape(r, m))
+        base = np.subtract(b, (a * t)[:, None], out=buf[: r * m].reshape(r, m))
         np.maximum(base, floor[:m], out=base)
         with np.errstate(under="ignore", over="ignore", divide="ignore", invalid="ignore"):
-            p = _power(base, k, out=buf2[: r * m].reshape(r, m))
+            p = buf2[: r * m].reshape(r, m)
+            if k == 1:
+                np.copyto(p, base)
+            else:
+                _power(base, k, out=p)
             total = row_sum(p)
             if nudge:
                 base += tiny
-            p /= base  # w = g'(z)
-            d1 = -row_sum(p)
-            p /= base  # g''(z) / (2 - alpha)
+            p /= base  # w / (a k)
+            d1 = -c1 * row_sum(p)
+            p /= base
             d2 = c2 * row_sum(p)
         return total, d1, d2
 
@@ -587,14 +600,14 @@ def _root_solve(mod: ModuleType, x: np.ndarray, params: tuple, maxiter: int, shi
 
     Returns ``(t, iterations, lo, hi, unsettled, m, offset)``.  ``t`` is the solver's
     variable, ``tau - m + offset``: ``offset = 0`` in general; with ``base_variable``,
-    ``offset = omega'(0+)`` for alpha-entmax, whose link in that variable is
-    ``g_+ = max((alpha - 1)(y - t), 0)**(1/(alpha - 1))`` with ``y = s - m``: the
-    largest score's base ``c = p_max**(alpha - 1) = -(alpha - 1) t`` is the variable
-    itself, with no ``1/alpha`` beside it to cancel against when ``c`` is small (wide
-    supports, where ``tau - m`` is within ``c`` of ``-omega'(0+)``).  That variable
-    resolves ``c`` to ``eps c``; ``tau - m`` itself resolves ``c`` to ``eps (alpha - 1)|tau - m|``,
-    finer where ``c`` is near 1 and alpha near 1 (``root_threshold``, which returns
-    ``tau``, iterates on ``tau - m``).  ``lo``, ``hi``, ``unsettled``: see
+    ``offset = omega'(0+)`` for a link of the power form (:func:`power_link`),
+    whose link in that variable is ``g_+ = max(a (y - t), 0)**k`` with ``y = s - m``:
+    the largest score's base ``c = p_max**(1/k) = -a t`` is the variable itself,
+    with no ``-a omega'(0+)`` (``1/alpha`` for alpha-entmax) beside it to cancel
+    against when ``c`` is small (wide supports, steep links, where ``tau - m`` is
+    within ``c/a`` of ``-omega'(0+)``).  That variable resolves ``c`` to ``eps c``;
+    ``tau - m`` itself resolves ``c`` to ``eps a |tau - m|``, finer where ``c`` is near 1
+    (``root_threshold``, which returns ``tau``, iterates on ``tau - m``).  ``lo``, ``hi``, ``unsettled``: see
     :func:`_halley` (``bracket=True``).
     """
     dtype = x.dtype
@@ -605,25 +618,26 @@ def _root_solve(mod: ModuleType, x: np.ndarray, params: tuple, maxiter: int, shi
         x = x - m[:, None]  # work relative to the row maximum, so tau needs no digits for m
     # scores are shifted (no NaN, no +inf): count the finite ones only where some are masked
     count = row_sum(np.isfinite(x).astype(dtype)) if x.size and np.isneginf(x.min()) else np.full(x.shape[0], n, dtype)
-    alpha = _tsallis_alpha(mod, params)
+    pw = power_link(mod, params)
     clip = mod.clip(*params)
-    if alpha is None:
+    if pw is None:
         scores, sums, spare, scale, offset = (lambda a: a), None, None, 1, dtype.type(0)
 
         def reach(q):  # omega'(q) - offset: -reach(1) and -reach(1/count) bracket t
             return mod.omega_prime(q, *params)
 
         edge_of = lambda t: t + clip  # noqa: E731  (scores with y > edge_of(t) are in the support at t)
-    else:  # iterate on b = (alpha - 1) y (+ 1/alpha in the variable tau - m; see _tsallis_sums)
-        a1 = dtype.type(alpha - 1)
-        inv = dtype.type(0 if base_variable else 1 / alpha)
+    else:  # iterate on b = a y (- a omega'(0+) in the variable tau - m; see _power_sums)
+        a = dtype.type(pw.a)
+        inv_k = dtype.type(1 / pw.k)
+        inv = dtype.type(0 if base_variable else -pw.a * clip)
         offset = dtype.type(clip if base_variable else 0)
-        scale = 0 if base_variable else 1  # t = -c / (alpha - 1) has no offset: resolve it relative to t
+        scale = 0 if base_variable else 1  # t = -c / a has no offset: resolve it relative to t
 
-        def reach(q):  # omega'(q) - offset; omega'(q) - omega'(0+) = q**(alpha - 1) / (alpha - 1), no cancellation
+        def reach(q):  # omega'(q) - offset; omega'(q) - omega'(0+) = q**(1/k) / a, no cancellation
             if not base_variable:
                 return mod.omega_prime(q, *params)
-            return np.asarray(np.asarray(q, dtype=dtype) ** a1 / a1, dtype=dtype)
+            return np.asarray(np.asarray(q, dtype=dtype) ** inv_k / a, dtype=dtype)
 
         edge_of = (lambda t: t) if base_variable else (lambda t: t + clip)  # noqa: E731
 
@@ -633,23 +647,24 @@ def _root_solve(mod: ModuleType, x: np.ndarray, params: tuple, maxiter: int, shi
         size = x.size
         work = np.empty(5 * size, dtype=dtype)
 
-        def scores(a):
-            b = np.multiply(a, a1, out=work[: a.size].reshape(a.shape)) if a.size == size else a * a1
+        def scores(y):
+            b = np.multiply(y, a, out=work[: y.size].reshape(y.shape)) if y.size == size else y * a
             if inv:
                 b += inv
             return b
 
-        sums = _tsallis_sums(alpha, np.dtype(dtype), size, n, work[size: 3 * size])
+        sums = _power_sums(pw, np.dtype(dtype), size, n, work[size: 3 * size])
         spare = [work[3 * size: 4 * size], work[4 * size:]]
     lo = np.full(x.shape[0], -reach(np.ones((), dtype)), dtype=dtype)
     hi = (-reach(1 / count)).astype(dtype)
-    # alpha-entmax with alpha <= 3/2 on rows of at most 256: supports are wide, so the 32 largest
-    # scores give a loose bound, and h is smooth (linear at alpha -> 1): starting cold takes at
-    # most 5 steps (measured) and saves the selection and the warm start's own 3 to 5 steps.
-    # Nearer alpha = 2, F is piecewise linear with narrow supports: the warm start is near exact.
-    cold = alpha is not None and alpha <= 1.5 and n <= COLD_UPTO
-    if alpha is not None and alpha <= 2:
-        # g_+ is convex for alpha <= 2, so F(tau) >= n g(mean(s) - tau) (Jensen): tau >= mean(s) -
+    # power links with k >= 2 (alpha-entmax with alpha <= 3/2) on rows of at most 256: supports
+    # are wide, so the 32 largest scores give a loose bound, and h is smooth (linear at alpha -> 1):
+    # starting cold takes at most 5 steps (measured) and saves the selection and the warm start's
+    # own 3 to 5 steps.  Nearer k = 1, F is piecewise linear with narrow supports: the warm start
+    # is near exact.
+    cold = pw is not None and pw.k >= 2 and n <= COLD_UPTO
+    if pw is not None and pw.k >= 1:
+        # g_+ is convex for k >= 1 (alpha <= 2), so F(tau) >= n g(mean(s) - tau) (Jensen): tau >= mean(s) -
         # omega'(1/n), a lower bound close to tau on rows of near-equal scores (-inf where masked)
         with np.errstate(invalid="ignore", over="ignore"):
             jensen = row_sum(x) / dtype.type(n) - reach(1 / np.asarray(n, dtype))
@@ -698,20 +713,20 @@ def root_threshold(mod: ModuleType, x: np.ndarray, params: tuple, *, maxiter: in
     return (tau, iterations) if return_iterations else tau
 
 
-def _root_link(mod, y, t, params, alpha, out):
+def _root_link(mod, y, t, params, pw, out):
     """``g_+(y - t)`` into ``out`` (which may be ``y``) in the variable of :func:`_root_solve`."""
-    if alpha is None:
+    if pw is None:
         z = np.subtract(y, t[:, None], out=out)
         p = clipped_link(mod, z, params, overwrite=True)
         if p is not out:
             np.copyto(out, p)
         return out
     dtype = y.dtype
-    a1 = dtype.type(alpha - 1)
-    base = np.multiply(y, a1, out=out)  # the same rounding as the solver's b - (alpha - 1) t
-    base -= (a1 * t)[:, None]
+    a = dtype.type(pw.a)
+    base = np.multiply(y, a, out=out)  # the same rounding as the solver's b - a t
+    base -= (a * t)[:, None]
     np.fmax(base, np.zeros(base.shape[-1:], dtype=dtype), out=base)
-    return _power(base, dtype.type(1 / (alpha - 1)))
+    return base if pw.k == 1 else _power(base, dtype.type(pw.k))
 
 
 def root_probabilities(mod: ModuleType, y: np.ndarray, params: tuple, out: np.ndarray, *, maxiter: int = 100) -> np.ndarray:
@@ -720,8 +735,8 @@ def root_probabilities(mod: ModuleType, y: np.ndarray, params: tuple, out: np.nd
     ``t`` comes from the root solver; ``p`` is then divided by its row sum,
     which is 1 to the solver's tolerance.  A row whose ``F`` jumps across 1
     between neighbouring floats of ``t`` (a score entering the support where
-    the link has an infinite slope, ``g = base**(1/(alpha - 1))`` for alpha > 2:
-    the jump is up to ``ulp**(1/(alpha - 1))``, 0.02 at alpha = 10 in float64)
+    the link has an infinite slope, ``g = base**k`` with ``k < 1``, alpha-entmax
+    for alpha > 2: the jump is up to ``ulp**k``, 0.02 at alpha = 10 in float64)
     cannot meet ``sum(p) = 1`` at any ``t``.  There ``p`` is the combination of
     ``p(lo)`` and ``p(hi)`` at the two ends of the final bracket with sum 1,
     ``p = p(lo) + lambda (p(hi) - p(lo))``, ``lambda = (F(lo) - 1) / (F(lo) - F(hi))``:
@@ -729,18 +744,18 @@ def root_probabilities(mod: ModuleType, y: np.ndarray, params: tuple, out: np.nd
     so the scores at the kink receive the mass the others leave, as the exact
     solution gives them.
 
-    For alpha-entmax, the probabilities are computed from ``c = p_max**(alpha - 1)``
-    (see :func:`_root_solve`).  Rows where ``c`` may leave the dtype's normal range
-    (a lower bound ``(1/n)**(alpha - 1)`` below ``tiny / eps``: large alpha on long
-    rows, e.g. constant rows) are solved in float64 if they are float32, and by
-    :func:`_tsallis_log_rows` if they are float64.
+    For a link of the power form (alpha-entmax, ``omega = p**n``), the probabilities
+    are computed from ``c = p_max**(1/k)`` (see :func:`_root_solve`).  Rows where
+    ``c`` may leave the dtype's normal range (a lower bound ``(1/n)**(1/k)`` below
+    ``tiny / eps``: large alpha on long rows, e.g. constant rows) are solved in
+    float64 if they are float32, and by :func:`_power_log_rows` if they are float64.
     """
     dtype = y.dtype
-    alpha = _tsallis_alpha(mod, params)
-    if alpha is not None and y.size:
+    pw = power_link(mod, params)
+    if pw is not None and y.size:
         count = row_sum(np.isfinite(y).astype(np.float64)) if np.isneginf(y.min()) else np.full(y.shape[0], y.shape[1], np.float64)
         with np.errstate(under="ignore"):
-            floor = np.exp((float(alpha) - 1) * -np.log(count))  # (1/n)**(alpha - 1), in float64
+            floor = np.exp(-np.log(count) / pw.k)  # (1/n)**(1/k), in float64
         info = np.finfo(dtype)
         far = floor < info.tiny / info.eps
         if far.any():
@@ -752,7 +767,7 @@ def root_probabilities(mod: ModuleType, y: np.ndarray, params: tuple, out: np.nd
                 t[near] = root_probabilities(mod, sub, params, sub, maxiter=maxiter)
             far_y = y[rows].astype(np.float64)
             if dtype == np.float64:
-                far_t = _tsallis_log_rows(far_y, float(alpha), far_y)
+                far_t = _power_log_rows(far_y, pw, float(mod.clip(*params)), far_y)
             else:
                 far_t = root_probabilities(mod, far_y, tuple(np.float64(v) for v in params), far_y, maxiter=maxiter)
             if near.size:
@@ -763,7 +778,7 @@ def root_probabilities(mod: ModuleType, y: np.ndarray, params: tuple, out: np.nd
     t, _, lo, hi, unsettled, _, offset = _root_solve(mod, y, params, maxiter, True)
     rows = np.flatnonzero(unsettled)
     kept = y[rows]  # copied before out (maybe y) is written
-    p = _root_link(mod, y, t, params, alpha, out)
+    p = _root_link(mod, y, t, params, pw, out)
     total = row_sum(p)
     np.divide(p, total[:, None], out=out)
     if rows.size:
@@ -773,30 +788,30 @@ def root_probabilities(mod: ModuleType, y: np.ndarray, params: tuple, out: np.nd
         off = np.abs(f_t - 1) > 4 * np.finfo(dtype).eps
         rows, kept, f_t = rows[off], kept[off], f_t[off]
     if rows.size:
-        _combine_ends(mod, kept, t[rows], f_t, lo[rows], hi[rows], params, alpha)
+        _combine_ends(mod, kept, t[rows], f_t, lo[rows], hi[rows], params, pw)
         out[rows] = kept
     return t - offset
 
 
-def _combine_ends(mod, y, t, f_t, lo, hi, params, alpha):
+def _combine_ends(mod, y, t, f_t, lo, hi, params, pw):
     """``p`` with sum 1 into ``y`` for rows where ``F(t) = f_t`` is not 1 (see :func:`root_probabilities`).
 
     The bracket is ``t`` and its neighbouring float towards the root where ``F``
     crosses 1 between them, else the solver's ``[lo, hi]``.  Only the scores that
     can be positive somewhere in the bracket (above ``lo + omega'(0+)``) are
     evaluated, as a flat list: on some inputs these rows are many (13% of float32
-    rows at alpha = 4) while their supports are small.
+    rows of alpha-entmax at alpha = 4) while their supports are small.
     """
     rows = y.shape[0]
     # F decreases in t: below 1 the root lies at smaller t
     nxt = np.nextafter(t, np.where(f_t < 1, -np.inf, np.inf).astype(t.dtype))
-    clip = 0 if alpha is not None else mod.clip(*params)  # p > 0 where y - t > clip (alpha-entmax: y > t)
+    clip = 0 if pw is not None else mod.clip(*params)  # p > 0 where y - t > clip (power form: y > t)
     r_idx, c_idx = np.nonzero(y > (np.minimum(lo, nxt) + clip)[:, None])
     flat = y[r_idx, c_idx][:, None]
 
     def at(ends):
         """p at t = ends (per row) on the flat scores, and F per row."""
-        p = _root_link(mod, flat, ends[r_idx], params, alpha, np.empty_like(flat))[:, 0]
+        p = _root_link(mod, flat, ends[r_idx], params, pw, np.empty_like(flat))[:, 0]
         return p, np.bincount(r_idx, weights=p, minlength=rows)
 
     _, f_nxt = at(nxt)
@@ -812,38 +827,38 @@ def _combine_ends(mod, y, t, f_t, lo, hi, params, alpha):
     y[r_idx, c_idx] = p
 
 
-def _tsallis_log_rows(y: np.ndarray, alpha: float, out: np.ndarray, maxiter: int = 200) -> np.ndarray:
-    """alpha-entmax of float64 rows ``y = s - max(s)`` whose ``c = p_max**(alpha - 1)`` may underflow.
+def _power_log_rows(y: np.ndarray, pw: Power, clip: float, out: np.ndarray, maxiter: int = 200) -> np.ndarray:
+    """A power-form map on float64 rows ``y = s - max(s)`` whose ``c = p_max**(1/k)`` may underflow.
 
-    ``p`` goes into ``out`` (which may be ``y``); returns ``tau - max(s)``.  With
-    ``r = (alpha - 1) / c`` the ratios ``q_i = p_i / p_max = max(1 + r y_i, 0)**k``,
-    ``k = 1/(alpha - 1)``, lie in ``[0, 1]`` and ``p_max = c**k = 1 / Q``, ``Q = sum_i q_i``,
-    so ``rho = log r`` solves ``phi(rho) = rho - log(alpha - 1) - (alpha - 1) log Q(rho) = 0``
-    (``phi`` increases; ``Q`` runs from ``count`` down to 1 over ``[log(alpha - 1),
-    log(alpha - 1) + (alpha - 1) log(count)]``).  ``r y_i = -exp(rho + log(-y_i))`` never
-    forms ``r``, which overflows where ``c`` underflows.  Bisection on ``rho``; where
-    ``F = sum_i p_i = exp(-phi / (alpha - 1))`` jumps across 1 the two ends are combined as
-    in :func:`root_probabilities`.
+    ``p`` goes into ``out`` (which may be ``y``); returns ``tau - max(s)``.  The link
+    is ``g_+ = max(a (y - t), 0)**k`` (:func:`power_link`; alpha-entmax: ``a = alpha - 1``,
+    ``k = 1/(alpha - 1)``).  With ``r = a / c`` the ratios ``q_i = p_i / p_max =
+    max(1 + r y_i, 0)**k`` lie in ``[0, 1]`` and ``p_max = c**k = 1 / Q``, ``Q = sum_i q_i``,
+    so ``rho = log r`` solves ``phi(rho) = rho - log(a) - log(Q(rho)) / k = 0`` (``phi``
+    increases; ``Q`` runs from ``count`` down to 1 over ``[log(a), log(a) + log(count) / k]``).
+    ``r y_i = -exp(rho + log(-y_i))`` never forms ``r``, which overflows where ``c``
+    underflows.  Bisection on ``rho``; where ``F = sum_i p_i = exp(-k phi)`` jumps across 1
+    the two ends are combined as in :func:`root_probabilities`.
     """
-    a1 = alpha - 1
-    k = 1 / a1
+    k = pw.k
     rows = y.shape[0]
     with np.errstate(divide="ignore"):
         logy = np.log(-y)  # -inf at the maximum, +inf where masked
     count = row_sum(np.isfinite(y).astype(np.float64))
-    log_a1 = math.log(a1)
-    lo = np.full(rows, log_a1)
-    hi = log_a1 + a1 * np.log(count)
+    log_a = math.log(pw.a)
+    lo = np.full(rows, log_a)
+    hi = log_a + np.log(count) / k
 
     def unnormalised(rho, into):
-        # p_i = p_max q_i = exp(k (log(alpha - 1) - rho)) q_i, with no underflow of c on the way
+        # p_i = p_max q_i = exp(k (log(a) - rho)) q_i, with no underflow of c on the way
         u = np.add(logy, rho[:, None], out=into)
         with np.errstate(over="ignore", under="ignore"):
             np.exp(u, out=u)
             np.subtract(1, u, out=u)
         np.fmax(u, 0, out=u)
-        _power(u, k)
-        u *= np.exp(k * (log_a1 - rho))[:, None]
+        if k != 1:
+            _power(u, k)
+        u *= np.exp(k * (log_a - rho))[:, None]
         return u
 
     buf = np.empty_like(y)
@@ -864,5 +879,5 @@ def _tsallis_log_rows(y: np.ndarray, alpha: float, out: np.ndarray, maxiter: int
     p_hi *= lam[:, None]
     p_hi += p_lo
     np.divide(p_hi, row_sum(p_hi)[:, None], out=out)
-    # t = -c / (alpha - 1) = -exp(-rho) in the variable of _root_solve, and tau - m = t - omega'(0+)
-    return -np.exp(-lo) + 1 / (alpha * a1)
+    # t = -c / a = -exp(-rho) in the variable of _root_solve, and tau - m = t - omega'(0+)
+    return -np.exp(-lo) - clip

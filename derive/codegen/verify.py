@@ -51,6 +51,9 @@ def functions(dv: Derivation) -> dict[str, tuple[sp.Expr, list[sp.Symbol]]]:
         out["link"] = (dv.link, [z])
         out["link_dtau"] = (-th.dlink_z, [z])
         out["link_dtau2"] = (th.d2link_z, [z])
+    if dv.inversion.form.form == "power":
+        out["link_scale"] = (dv.inversion.form.scale, [])
+        out["link_exponent"] = (dv.inversion.form.exponent, [])
     if th.kind == "closed":
         out["term"] = (th.term, [score])
         out["tau_from_sum"] = (th.solution, [S])
@@ -84,6 +87,8 @@ def sample_point(
     params = [uniform(lo_alpha, hi_alpha) for _ in dv.parameters]
     subs = {q.symbol: sp.Float(v, 30) for q, v in zip(dv.parameters, params)}
     _, args = functions(dv)[fname]
+    if not args:
+        return [], params
     if args == [p]:
         return [uniform(1e-6, 1.0)], params
     if args == [z]:

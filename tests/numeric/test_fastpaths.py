@@ -340,14 +340,16 @@ def test_tsallis_sums_match_the_generated_weights(alpha, dtype):
     """F, F' and F'' from one power and two divisions equal those from the generated link and weights."""
     mod = importlib.import_module("numeric._generated.entmax")
     params = (dtype(alpha),)
-    assert th._tsallis_alpha(mod, params) == params[0]
-    assert th._tsallis_alpha(importlib.import_module("numeric._generated.entmax15"), ()) is None
+    pw = th.power_link(mod, params)
+    assert pw.a == pytest.approx(alpha - 1, rel=1e-6) and pw.k == pytest.approx(1 / (alpha - 1), rel=1e-6)
+    assert th.power_link(importlib.import_module("numeric._generated.entmax15"), ()) == (0.5, 2.0)
+    assert th.power_link(importlib.import_module("numeric._generated.softmax"), ()) is None
     rng = np.random.default_rng(int(alpha * 100))
     y = _shifted(rng.standard_normal((300, 50)) * 2).astype(dtype)
     y[::5, 10:] = -np.inf
     t = (rng.uniform(-1 / alpha, -0.05, 300)).astype(dtype)
     b = (y * dtype(alpha - 1) + dtype(1 / alpha)).astype(dtype)
-    fast = th._tsallis_sums(alpha, np.dtype(dtype), b.size, b.shape[-1])(b, t)
+    fast = th._power_sums(pw, np.dtype(dtype), b.size, b.shape[-1])(b, t)
     with np.errstate(over="ignore", under="ignore"):
         slow = th._generic_sums(mod, params)(y, t)
     # both round base = (alpha - 1)(y - t) + 1/alpha differently: relative to the batch's largest

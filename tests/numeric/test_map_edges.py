@@ -94,13 +94,17 @@ def test_large_alpha_reference_on_random_rows(alpha):
         np.testing.assert_allclose(got[r], want, rtol=0, atol=kink_tolerance(want, alpha))
 
 
-def test_generic_root_map_at_kinks(tmp_path):
-    """omega = p**12 has g(z) = (z/12)**(1/11), an infinite slope at the clip: the generic path, same remedy."""
+@pytest.mark.parametrize("form", ["power", "general"])
+def test_generic_root_map_at_kinks(tmp_path, form):
+    """omega = p**12 has g(z) = (z/12)**(1/11), an infinite slope at the clip.  It is derived to be of
+    the power form; with LINK_FORM set to "general" the generic root path runs: same remedy."""
     d = derive_map(Regularizer.from_string("p**12", name="power12"))
+    assert d.inversion.form.form == "power"
     path = tmp_path / "power12.py"
     path.write_text(generate_module(d, "power12"))
     module = load_module(path)
-    assert module.THRESHOLD == "root" and th._tsallis_alpha(module, ()) is None
+    module.LINK_FORM = form
+    assert module.THRESHOLD == "root" and (th.power_link(module, ()) is None) == (form == "general")
     x = np.random.default_rng(3).standard_normal((60, 6)) * 0.1
     got = nm.get_map(module)(x)
     np.testing.assert_allclose(got.sum(-1), 1, rtol=0, atol=1e-14)
@@ -119,9 +123,14 @@ def steep_powers(tmp_path_factory):
     out = {}
     for k in (30, 100):
         d = derive_map(Regularizer.from_string(f"p**{k}", name=f"power{k}"))
-        path = folder / f"power{k}.py"
-        path.write_text(generate_module(d, f"power{k}"))
-        out[k] = d, load_module(path)
+        assert d.inversion.form.form == "power"
+        for form in ("power", "general"):  # the derived form, and the generic root path forced
+            name = f"power{k}_{form}"
+            path = folder / f"{name}.py"
+            path.write_text(generate_module(d, name))
+            module = load_module(path)
+            module.LINK_FORM = form
+            out[k, form] = d, module
     return out
 
 
@@ -149,10 +158,11 @@ def power_truth(d, k, y):
     return np.array([float(v) for v in want]), float(tau), 1e-14 + float(spread[:-1].sum())
 
 
-def test_steep_power_row_at_a_kink(steep_powers):
+@pytest.mark.parametrize("form", ["power", "general"])
+def test_steep_power_row_at_a_kink(steep_powers, form):
     """omega = p**100 on a row whose threshold lies 1e-131 below its second score: F jumps from 0.955 to
     1.65 across one ulp of tau, and the top-32 warm start stops with F_top < 1 on the wrong side of tau."""
-    d, module = steep_powers[100]
+    d, module = steep_powers[100, form]
     draw = random.Random(0)
     for _ in range(5):
         draw.gauss(0, 2)
@@ -172,10 +182,11 @@ def test_steep_power_row_at_a_kink(steep_powers):
     rows=st.lists(st.lists(st.floats(-9, 9), min_size=1, max_size=40), min_size=1, max_size=6),
     k=st.sampled_from([30, 100]),
     top=st.integers(0, 3),
+    form=st.sampled_from(["power", "general"]),
 )
-def test_steep_powers_match_reference(steep_powers, rows, k, top):
+def test_steep_powers_match_reference(steep_powers, rows, k, top, form):
     """Batches of rows of up to 40 scores (over the warm start's 32), some with the top scores tied."""
-    d, module = steep_powers[k]
+    d, module = steep_powers[k, form]
     n = max(len(r) for r in rows)
     x = np.full((len(rows), n), -np.inf)
     for i, r in enumerate(rows):
