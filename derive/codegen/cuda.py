@@ -230,7 +230,7 @@ extern "C" __global__ void {name}_forward_rows_{suffix}(const {T}* s, {T}* p, {T
         m = rg_block_max(m, shared);
         finite = rg_block_sum(finite, shared);
         nan = rg_block_sum(nan, shared);
-        {T} tau;
+        {T} tau, lo = 0, hi = 0, rho = 0, phi = 0, k = 1, r = 0;  // (the root solvers' final state)
         if (nan > {T}(0)) {{
             tau = {T}(0) / {T}(0);
         }} else if (finite == {T}(0)) {{
@@ -252,8 +252,8 @@ FORWARD_ROWS_CLOSED = r"""
 FORWARD_ROWS_ROOT = r"""
             // Newton on f(tau) = sum_j g_+(s_j - tau) - 1 (decreasing), f' = -sum_j w(p_j),
             // safeguarded by bisection on [m - omega'(1), m - omega'(1/n)]
-            {T} lo = m - {name}_omega_prime<{T}>({T}(1){params_call});
-            {T} hi = m - {name}_omega_prime<{T}>({T}(1) / finite{params_call});
+            lo = m - {name}_omega_prime<{T}>({T}(1){params_call});
+            hi = m - {name}_omega_prime<{T}>({T}(1) / finite{params_call});
             tau = lo;
             {T} step_old = hi - lo, step = step_old;
             for (int it = 0; it < 200; ++it) {{
@@ -275,6 +275,164 @@ FORWARD_ROWS_ROOT = r"""
                 }}
                 if (rg_fabs(step) <= {T}(2) * rg_eps<{T}>() * ({T}(1) + rg_fabs(tau))) break;
             }}
+"""
+
+FORWARD_ROWS_ROOT_TAIL = r"""
+        }}
+        // p = g_+(s - tau), divided by its sum (1 to the iteration's tolerance).  Where F jumps
+        // across 1 between neighbouring floats of tau (a score entering the support where the
+        // link's slope is infinite), no tau gives sum 1: p is the sum-1 combination of p at the
+        // two ends of the final bracket [lo, hi], and the entering score takes the mass.
+        {T} f_tau = 0, f_lo = 0, f_hi = 0;
+        if (nan == {T}(0) && finite > {T}(0)) {{
+            for (long long j = threadIdx.x; j < cols; j += blockDim.x) {{
+                f_tau += {name}_link_plus<{T}>(sr[j] - tau{params_call});
+                f_lo += {name}_link_plus<{T}>(sr[j] - lo{params_call});
+                f_hi += {name}_link_plus<{T}>(sr[j] - hi{params_call});
+            }}
+            f_tau = rg_block_sum(f_tau, shared);
+            f_lo = rg_block_sum(f_lo, shared);
+            f_hi = rg_block_sum(f_hi, shared);
+        }}
+        bool ends = rg_fabs(f_tau - {T}(1)) > {T}(4) * rg_eps<{T}>() && f_lo >= {T}(1) && f_hi <= {T}(1) && f_lo > f_hi;
+        {T} lam = ends ? (f_lo - {T}(1)) / (f_lo - f_hi) : {T}(0);
+        if (threadIdx.x == 0) tau_out[row] = tau;
+        for (long long j = threadIdx.x; j < cols; j += blockDim.x) {{
+            {T} q;
+            if (nan > {T}(0)) q = tau;
+            else if (finite == {T}(0)) q = {T}(0);
+            else if (ends) {{
+                {T} a = {name}_link_plus<{T}>(sr[j] - lo{params_call}), b = {name}_link_plus<{T}>(sr[j] - hi{params_call});
+                q = a + lam * (b - a);
+            }} else q = {name}_link_plus<{T}>(sr[j] - tau{params_call}) / f_tau;
+            pr[j] = q;
+        }}
+        __syncthreads();
+    }}
+}}
+"""
+
+FORWARD_ROWS_POWER = r"""
+            // link of the power form g(z) = (a (z - z0))**k, z0 = omega'(0+).  With y = s - m,
+            // c = p_max**(1/k) and r = a / c the ratios q_j = p_j / p_max = max(1 + r y_j, 0)**k
+            // lie in [0, 1] and p_max = 1 / Q, Q = sum_j q_j; rho = log r solves
+            // phi(rho) = rho - log(a) - log(Q) / k = 0, phi increasing with phi' >= 1, on
+            // [log(a), log(a) + log(n) / k].  Nothing underflows (c may, at large alpha on long
+            // rows) and nothing cancels where c is small (wide supports).  Newton with a bisection
+            // safeguard; F = sum_j p_j = exp(-k phi).
+            k = {name}_link_exponent<{T}>({params_only});
+            {T} log_a = rg_log({name}_link_scale<{T}>({params_only}));
+            lo = log_a; hi = log_a + rg_log(finite) / k;
+            rho = lo;
+            {T} step_old = hi - lo, step = step_old;
+            for (int it = 0; it < 200; ++it) {{
+                {T} q_sum = 0, slope = 0, er = rg_exp(rho);
+                for (long long j = threadIdx.x; j < cols; j += blockDim.x) {{
+                    {T} u = {name}_power_base<{T}>(rho, er, m - sr[j]);
+                    if (u > {T}(0)) {{
+                        {T} q = (k == {T}(1)) ? u : rg_exp(k * rg_log(u));
+                        q_sum += q;
+                        slope += q / u - q;
+                    }}
+                }}
+                q_sum = rg_block_sum(q_sum, shared);
+                slope = rg_block_sum(slope, shared);
+                phi = rho - log_a - rg_log(q_sum) / k;
+                if (phi == {T}(0)) {{ lo = hi = rho; break; }}
+                if (phi < {T}(0)) lo = rho; else hi = rho;  // F >= 1 where phi <= 0
+                if (k * rg_fabs(phi) <= {T}(2) * rg_eps<{T}>()) break;
+                {T} next = rho - phi / ({T}(1) + slope / q_sum);
+                if (next > lo && next < hi && rg_fabs(next - rho) < {T}(0.5) * rg_fabs(step_old)) {{
+                    step_old = step; step = next - rho; rho = next;
+                }} else {{
+                    step_old = step; step = (hi - lo) / {T}(2); rho = lo + step;
+                }}
+                if (hi - lo <= {T}(4) * rg_eps<{T}>() * rg_fabs(rho)) break;
+            }}
+            // rho is resolved to about |rho| ulps, r = exp(rho) likewise: where r is finite and the
+            // row settled, Newton on F(r) = (a / r)**k Q(r) (one rounding in c = a / r, one in the
+            // power) polishes r to a few ulps, which the wide supports' p = q / Q need
+            r = rg_exp(rho);
+            if (r < rg_inf<{T}>() && k * rg_fabs(phi) <= {T}(4) * rg_eps<{T}>()) {{
+                // (within the initial bracket: the final one, exp(lo) to exp(hi), is a few ulps of rho
+                // wide and rounds in exp, so it need not hold the root in r)
+                {T} a = {name}_link_scale<{T}>({params_only}), r_lo = a, r_hi = a * rg_exp(rg_log(finite) / k);
+                for (int it = 0; it < 2; ++it) {{
+                    {T} q_sum = 0, carry = 0, slope = 0;
+                    for (long long j = threadIdx.x; j < cols; j += blockDim.x) {{
+                        {T} u = {T}(1) - r * (m - sr[j]);
+                        if (u > {T}(0)) {{
+                            {T} q = (k == {T}(1)) ? u : rg_exp(k * rg_log(u));
+                            {name}_add_compensated<{T}>(q_sum, carry, q);
+                            slope += q / u - q;
+                        }}
+                    }}
+                    q_sum -= carry;
+                    q_sum = rg_block_sum(q_sum, shared);
+                    slope = rg_block_sum(slope, shared);
+                    {T} f = rg_pow(a / r, k) * q_sum;  // F decreases in r; dF/dr = -k F (1 + slope / Q) / r
+                    {T} next = r + (f - {T}(1)) * r / (k * f * ({T}(1) + slope / q_sum));
+                    if (!(next > r_lo && next < r_hi)) break;
+                    r = next;
+                }}
+            }}
+            // tau - m = -c / a - z0 = -1/r - z0
+            tau = m - (r < rg_inf<{T}>() ? {T}(1) / r : rg_exp(-rho)) - {name}_clip<{T}>({params_only});
+        }}
+        // p_j = F(rho) q_j(rho) / Q(rho).  Settled (k |phi| at most a few ulps): q_j / Q at r.  Where F
+        // jumps across 1 at a kink, the sum-1 combination of p at the ends lo, hi of the bracket.
+        {T} q_mid = 0, carry = 0, q_lo = 0, q_hi = 0;
+        if (nan == {T}(0) && finite > {T}(0)) {{
+            for (long long j = threadIdx.x; j < cols; j += blockDim.x) {{
+                {T} y = m - sr[j];
+                {name}_add_compensated<{T}>(q_mid, carry, {name}_power_ratio<{T}>(rho, r, y, k));
+                q_lo += {name}_power_ratio<{T}>(lo, rg_exp(lo), y, k);
+                q_hi += {name}_power_ratio<{T}>(hi, rg_exp(hi), y, k);
+            }}
+            q_mid = rg_block_sum(q_mid - carry, shared);
+            q_lo = rg_block_sum(q_lo, shared);
+            q_hi = rg_block_sum(q_hi, shared);
+        }}
+        {T} log_a = rg_log({name}_link_scale<{T}>({params_only}));
+        {T} f_lo = rg_exp(-k * (lo - log_a)) * q_lo, f_hi = rg_exp(-k * (hi - log_a)) * q_hi;  // F = exp(-k phi)
+        bool ends = k * rg_fabs(phi) > {T}(4) * rg_eps<{T}>() && lo < hi && f_lo >= {T}(1) && f_hi <= {T}(1) && f_lo > f_hi;
+        {T} lam = ends ? (f_lo - {T}(1)) / (f_lo - f_hi) : {T}(0);
+        if (threadIdx.x == 0) tau_out[row] = tau;
+        for (long long j = threadIdx.x; j < cols; j += blockDim.x) {{
+            {T} q;
+            if (nan > {T}(0)) q = tau;
+            else if (finite == {T}(0)) q = {T}(0);
+            else if (ends) {{
+                {T} y = m - sr[j];
+                {T} pa = {name}_power_ratio<{T}>(lo, rg_exp(lo), y, k) * (f_lo / q_lo);
+                {T} pb = {name}_power_ratio<{T}>(hi, rg_exp(hi), y, k) * (f_hi / q_hi);
+                q = pa + lam * (pb - pa);
+            }} else q = {name}_power_ratio<{T}>(rho, r, m - sr[j], k) / q_mid;
+            pr[j] = q;
+        }}
+        __syncthreads();
+    }}
+}}
+"""
+
+POWER_RATIO = r"""
+template <typename T> __device__ __forceinline__ T {name}_power_base(T rho, T r, T minus_y) {{
+    // u = 1 + r y with r = exp(rho), y = s - max(s) <= 0: one rounding of r y where r is finite,
+    // else -exp(rho + log(-y)) (r overflows where c underflows)
+    return r < rg_inf<T>() ? T(1) - r * minus_y : T(1) - rg_exp(rho + rg_log(minus_y));
+}}
+template <typename T> __device__ __forceinline__ void {name}_add_compensated(T& sum, T& carry, T v) {{
+    // Kahan: sum + carry holds the running total to about one ulp however many terms a thread adds
+    T y = v - carry, t = sum + y;
+    carry = (t - sum) - y;
+    sum = t;
+}}
+template <typename T> __device__ __forceinline__ T {name}_power_ratio(T rho, T r, T minus_y, T k) {{
+    // q = max(1 + r y, 0)**k: p / p_max at y = s - max(s) for a link of the power form (r = exp(rho))
+    T u = {name}_power_base<T>(rho, r, minus_y);
+    if (!(u > T(0))) return T(0);
+    return k == T(1) ? u : rg_exp(k * rg_log(u));
+}}
 """
 
 FORWARD_ROWS_SORT = r"""
@@ -302,9 +460,16 @@ FORWARD_ROWS_TAIL = r"""
 """
 
 
-def kernel_source(name: str, kind: str, params: list[str]) -> str:
-    """The ``extern "C"`` kernels for one map, for float and double."""
+def kernel_source(name: str, kind: str, params: list[str], form: str = "general") -> str:
+    """The ``extern "C"`` kernels for one map, for float and double.
+
+    ``form`` is the link's derived shape (:mod:`derive._linkform`): a root
+    threshold with a link of the ``"power"`` form iterates on ``log(a / c)``
+    (:data:`FORWARD_ROWS_POWER`); other root thresholds on ``tau``.
+    """
     out = [REDUCTIONS]
+    if kind == "root" and form == "power":
+        out.append(POWER_RATIO.format(name=name))
     for T, suffix in (("float", "f32"), ("double", "f64")):
         fmt = dict(
             name=name,
@@ -317,12 +482,13 @@ def kernel_source(name: str, kind: str, params: list[str]) -> str:
         out.append(FORWARD_FROM_TAU.format(**fmt))
         body = FORWARD_ROWS_HEAD
         if kind == "closed":
-            body += FORWARD_ROWS_CLOSED
+            body += FORWARD_ROWS_CLOSED + FORWARD_ROWS_TAIL
+        elif kind == "sort":
+            body += FORWARD_ROWS_ROOT + FORWARD_ROWS_SORT + FORWARD_ROWS_TAIL
+        elif form == "power":
+            body += FORWARD_ROWS_POWER
         else:
-            body += FORWARD_ROWS_ROOT
-            if kind == "sort":
-                body += FORWARD_ROWS_SORT
-        body += FORWARD_ROWS_TAIL
+            body += FORWARD_ROWS_ROOT + FORWARD_ROWS_ROOT_TAIL
         out.append(body.format(**fmt))
         out.append(JVP.format(**fmt))
     return "".join(out)

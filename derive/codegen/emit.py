@@ -4,7 +4,8 @@
 
 * constants ``NAME``, ``REGULARIZER`` (``omega(p)`` as text), ``SPARSE``,
   ``THRESHOLD`` (``"closed"``, ``"sort"`` or ``"root"``), ``THRESHOLD_DEGREE``,
-  ``LINK_METHOD`` (``"closed"`` or ``"newton"``), ``PARAMETERS`` and
+  ``LINK_METHOD`` (``"closed"`` or ``"newton"``), ``LINK_FORM`` (``"exp"``,
+  ``"power"`` or ``"general"``, see :mod:`derive._linkform`), ``PARAMETERS`` and
   ``PARAMETER_DOMAINS``;
 * NumPy functions, each taking the parameters after its own arguments:
   ``omega``, ``omega_prime``, ``omega_second``, ``omega_third`` (in ``p``),
@@ -13,7 +14,9 @@
   ``g(s - tau)`` in ``tau`` are ``-w(p)`` and ``w'(p) w(p)``, what Halley needs),
   ``clip`` (``omega'(0+)``) and ``omega_zero``; ``link``, ``link_dtau`` and
   ``link_dtau2`` in ``z`` when the link is printed in closed form (else
-  ``link = None``: invert ``omega_prime`` numerically); ``term`` and
+  ``link = None``: invert ``omega_prime`` numerically); ``link_scale`` and
+  ``link_exponent`` (``a``, ``k`` of ``g = (a (z - clip))**k``) where
+  ``LINK_FORM == "power"``, else ``None``; ``term`` and
   ``tau_from_sum`` for a closed threshold; ``tau_candidate`` and
   ``discriminant`` for a sort threshold;
 * ``CUDA_SOURCE``: ``CUDA_DEVICE_SOURCE`` (the same functions as
@@ -104,6 +107,12 @@ def _pieces(dv: Derivation) -> list[_Piece]:
             _Piece("link_dtau2", ["z"], th.d2link_z,
                    "d^2/dtau^2 g(s - tau) = g''(z)" + (" = w'(p) w(p), p = g(z)." if in_p else "."),
                    body=th.d2link if in_p else None, given=given),
+        ]
+    form = dv.inversion.form
+    if form.form == "power":
+        pieces += [
+            _Piece("link_scale", [], form.scale, "a in the link's form g(z) = (a (z - clip))**k (LINK_FORM 'power')."),
+            _Piece("link_exponent", [], form.exponent, "k in the link's form g(z) = (a (z - clip))**k (LINK_FORM 'power')."),
         ]
     if th.kind == "closed":
         pieces += [
@@ -214,7 +223,7 @@ def generate_module(dv: Derivation, name: str) -> str:
     device.append(cuda.LINK_PLUS.format(**fmt).strip("\n"))
     device[0] = cuda.prelude_for("\n".join(device[1:]))
     device_source = "\n".join(device) + "\n"
-    kernel_source = cuda.kernel_source(name, dv.threshold.kind, params)
+    kernel_source = cuda.kernel_source(name, dv.threshold.kind, params, dv.inversion.form.form)
     kernels = cuda.kernel_names(name)
 
     th = dv.threshold
@@ -236,6 +245,7 @@ def generate_module(dv: Derivation, name: str) -> str:
         f"THRESHOLD = {th.kind!r}",
         f"THRESHOLD_DEGREE = {th.degree!r}",
         f"LINK_METHOD = {dv.inversion.method!r}",
+        f"LINK_FORM = {dv.inversion.form.form!r}",
         f"PARAMETERS = {tuple(params)!r}",
         "PARAMETER_DOMAINS = {" + ", ".join(
             f"{q.symbol.name!r}: ({_domain(q.lower)}, {_domain(q.upper)})" for q in dv.parameters
@@ -248,6 +258,8 @@ def generate_module(dv: Derivation, name: str) -> str:
         body += ["", _python_function(piece, params, py), ""]
     if dv.inversion.method != "closed":
         body += ["", "link = None  # no printable closed form: solve omega_prime(p) = z numerically", ""]
+    if dv.inversion.form.form != "power":
+        body += ["", "link_scale = link_exponent = None", ""]
     if th.kind != "closed":
         body += ["", "term = tau_from_sum = None", ""]
     if th.kind != "sort":

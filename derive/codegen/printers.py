@@ -207,6 +207,37 @@ def _stable_add(expr: sp.Add) -> sp.Expr:
     return sign * Select(cond, total, c / total)
 
 
+class _expm1_of_logs(expm1):
+    """``expm1`` that stays one: SymPy's own evaluates ``expm1(log(a) + x)`` to ``a exp(x) - 1``
+    (``exp`` pulls logarithms out of its argument), the cancellation it is there to avoid.
+    Printed as ``expm1`` (the printers look its name up along the class hierarchy)."""
+
+    @classmethod
+    def eval(cls, arg):
+        return None
+
+
+_expm1_of_logs.__name__ = "expm1"  # the printers' tables are keyed by the function's name
+
+
+def _power_difference(expr: sp.Add) -> sp.Expr | None:
+    """``-T2 expm1(log r)`` for ``T1 + T2`` with ``r = -T1/T2 > 0`` a product of powers with a symbolic exponent.
+
+    ``p**alpha - p = p expm1((alpha - 1) log p)`` and ``alpha p**alpha - p =
+    p expm1(log(alpha) + (alpha - 1) log p)``: near ``alpha = 1`` the two terms agree
+    to many digits, the logarithm of their ratio does not cancel.
+    """
+    if len(expr.args) != 2:
+        return None
+    # T2: a term without a power of symbolic exponent where there is one (r = alpha p**(alpha - 1))
+    t1, t2 = sorted(expr.args, key=lambda t: not any(isinstance(f, sp.Pow) and f.exp.free_symbols for f in sp.Mul.make_args(t)))
+    r = sp.powsimp(-t1 / t2, force=True)
+    symbolic = any(isinstance(f, sp.Pow) and f.exp.free_symbols for f in sp.Mul.make_args(r))
+    if not symbolic or r.is_positive is not True:
+        return None
+    return -t2 * _expm1_of_logs(sp.expand_log(sp.log(r), force=True))
+
+
 def _stable_add_or_same(expr: sp.Expr) -> sp.Expr:
     return _stable_add(expr) if expr.is_Add else expr
 
@@ -223,6 +254,8 @@ def stable_form(expr: sp.Expr) -> sp.Expr:
     * ``log(A + sqrt(A**2 + c))`` (``c > 0`` free of ``A``'s symbols) ->
       ``log(c)/2 + asinh(A/sqrt(c))``; ``log(1 + x)`` -> ``log1p(x)``;
     * ``a exp(x) - a`` -> ``a expm1(x)``;
+    * ``T1 + T2`` with ``r = -T1/T2 > 0`` a product of powers with a symbolic
+      exponent (``p**alpha - p``) -> ``-T2 expm1(log r)``, ``log r`` expanded;
     * ``A + sqrt(B)`` where ``c = B - A**2`` cancels symbolically (it is free
       of ``A``'s symbols or of lower degree) -> ``Select(A, t, c/t)`` with
       ``t = |A| + sqrt(B)``: no cancellation for either sign of ``A``
@@ -244,6 +277,10 @@ def _stable(expr: sp.Expr) -> sp.Expr:
             return _stable(better)
     args = tuple(_stable(a) for a in expr.args)
     new = expr.func(*args) if args != expr.args else expr
+    if new.is_Add:
+        better = _power_difference(new)
+        if better is not None:
+            return _stable(better)
     if new.is_Add and (_has_root(new) or new.has(sp.exp)):
         new = _stable_add(new)
     return new
