@@ -24,14 +24,30 @@ import sympy as sp
 from ..argmax import S, S1, S2, Derivation, k, score
 from ..regularizers import p, z
 
-__all__ = ["functions", "sample_point", "exact_value", "scaled_error", "TOLERANCE", "ALPHA_RANGE"]
+__all__ = ["functions", "sample_point", "sample_range", "exact_value", "scaled_error", "TOLERANCE"]
 
 #: Bound on :func:`scaled_error` for double and float code.
 TOLERANCE = {"double": 1e-13, "float": 1e-6}
-#: Range of parameter values (Tsallis' alpha) drawn for parametrized maps.
-ALPHA_RANGE = (1.05, 4.0)
-#: Smallest alpha at which float32 code for d omega'/d alpha is judged (see sample_point).
-FLOAT_PARAM_DERIVATIVE_ALPHA_MIN = 1.25
+#: Where a parameter is drawn relative to a finite end of its domain when the other end is
+#: infinite: ``(lower + 0.05, lower + 3)`` (Tsallis' alpha on (1, oo): (1.05, 4)), mirrored for an
+#: upper end; a finite domain is drawn on its middle 90%, the whole line on (-3, 3).
+HALF_LINE_RANGE = (0.05, 3.0)
+#: The same offsets for float32 code of d omega'/d parameter (see sample_point).
+FLOAT_PARAM_DERIVATIVE_RANGE = (0.25, 3.0)
+
+
+def sample_range(parameter, ctype: str = "double", derivative: bool = False) -> tuple[float, float]:
+    """The interval inside ``parameter``'s declared domain ``(lower, upper)`` where verify draws it."""
+    lo, hi = parameter.lower, parameter.upper
+    near, far = FLOAT_PARAM_DERIVATIVE_RANGE if (derivative and ctype == "float") else HALF_LINE_RANGE
+    if lo.is_finite and hi.is_finite:
+        width = float(hi - lo)
+        return float(lo) + 0.05 * width, float(hi) - 0.05 * width
+    if lo.is_finite:
+        return float(lo) + near, float(lo) + far
+    if hi.is_finite:
+        return float(hi) - far, float(hi) - near
+    return -far, far
 
 
 def functions(dv: Derivation) -> dict[str, tuple[sp.Expr, list[sp.Symbol]]]:
@@ -79,12 +95,10 @@ def sample_point(
     ``s - max(s)`` in ``[-700, 0]``; sums ``S`` in ``[1, 1e6]``; sort sums come
     from up to 31 scores in ``[-5/k, 0]`` including a 0, with a real ``tau_k``.
     """
-    lo_alpha, hi_alpha = ALPHA_RANGE
-    if fname.startswith("omega_prime_d_") and ctype == "float":
-        # d omega'/d alpha carries (alpha - 1)**2 in a denominator: its printed form cancels
-        # in float32 near alpha = 1 (the numeric side evaluates it in float64)
-        lo_alpha = FLOAT_PARAM_DERIVATIVE_ALPHA_MIN
-    params = [uniform(lo_alpha, hi_alpha) for _ in dv.parameters]
+    # d omega'/d alpha carries (alpha - 1)**2 in a denominator: its printed form cancels in
+    # float32 near the domain's end alpha = 1 (the numeric side evaluates it in float64)
+    derivative = fname.startswith("omega_prime_d_")
+    params = [uniform(*sample_range(q, ctype, derivative)) for q in dv.parameters]
     subs = {q.symbol: sp.Float(v, 30) for q, v in zip(dv.parameters, params)}
     _, args = functions(dv)[fname]
     if not args:

@@ -279,3 +279,24 @@ def test_unprintable_function_is_named():
     dv = derive_map(Regularizer(p * sp.LambertW(p) + p**2))
     with pytest.raises(DerivationError, match="LambertW"):
         generate_module(dv, "lw")
+
+
+@pytest.mark.parametrize(("spec", "inside"), [(("c", "1/10", "1/2"), (0.1, 0.5)), (("c", "-oo", "-2"), (-np.inf, -2.0)),
+                                              (("c", "1", "oo"), (1.0, np.inf))])
+def test_verify_samples_parameters_inside_their_domain(spec, inside):
+    """Every function's sample point has each parameter strictly inside its declared domain
+    (a parameter on (1/10, 1/2) was once drawn on (1.05, 4), at 3.54)."""
+    from derive.regularizers import Parameter
+
+    q = Parameter.from_spec(spec)
+    dv = derive_map(Regularizer((1 + q.symbol**2) * p**2 / 2 + p**3, parameters=(q,)))
+    rng = np.random.default_rng(0)
+    drawn = []
+    for ctype in ("double", "float"):
+        for fname in V.functions(dv):
+            for _ in range(4):
+                point = V.sample_point(dv, fname, lambda lo, hi: float(rng.uniform(lo, hi)),
+                                       lambda lo, hi: int(rng.integers(lo, hi + 1)), ctype)
+                if point is not None:
+                    drawn += point[1]
+    assert drawn and all(inside[0] < v < inside[1] for v in drawn), (min(drawn), max(drawn))
