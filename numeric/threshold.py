@@ -170,7 +170,7 @@ def clipped_link(mod: ModuleType, z: np.ndarray, params: tuple, *, overwrite: bo
     pw = power_link(mod, params)
     if pw is not None and mod.THRESHOLD == "root":  # (sort maps keep their printed links, degree 1 or 2)
         return _power_form_link(z, pw, clip, overwrite)
-    if (getattr(mod, "THRESHOLD_DEGREE", None) == 1 and mod.link is not None and np.isfinite(clip)
+    if (pw is not None and pw.k == 1 and mod.link is not None
             and mod.link(np.asarray(clip, dtype=dtype), *params) == 0):
         # an increasing affine link that rounds to 0 at omega'(0+) (sparsemax: g(z) = z) is
         # <= 0 exactly where z <= omega'(0+), so one fmax clips it (-inf and all)
@@ -334,13 +334,15 @@ def sort_threshold(mod: ModuleType, x: np.ndarray, params: tuple, *, method: str
     (measured in benchmarks/bench_thresholds.py).
     """
     n = x.shape[-1]
-    linear = getattr(mod, "THRESHOLD_DEGREE", None) == 1
+    pw = power_link(mod, params)
+    linear = pw is not None and pw.k == 1
     if method == "auto":
         method = "fixed" if linear and n < FIXED_POINT_BELOW else "partial" if n >= PARTIAL_FROM else "full"
     m = np.zeros(x.shape[0], dtype=x.dtype) if shifted else row_max(x)
     if method == "fixed":
         if not linear:
-            raise ValueError(f"method 'fixed' needs a link of degree 1 in tau; map {mod.NAME!r} has degree {getattr(mod, 'THRESHOLD_DEGREE', None)}")
+            raise ValueError(f"method 'fixed' needs a link of degree 1 in tau (LINK_FORM 'power' with exponent 1); "
+                             f"map {mod.NAME!r} has {'exponent ' + format(pw.k, 'g') if pw else 'LINK_FORM ' + repr(mod.LINK_FORM)}")
         return m + fixed_point_threshold(mod, x if shifted else x - m[:, None], params)
     first = min(PARTIAL_K, max(8, n // 4))
     if method == "full" or n <= first:
