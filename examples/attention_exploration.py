@@ -1,4 +1,4 @@
-"""Attention exploration (the seed notes "Attention & Transformer"), with derived maps.
+"""Attention exploration with derived maps: copying, averaging, and key variance across heads.
 
 Run: python examples/attention_exploration.py   (writes attention_exploration.png)
 

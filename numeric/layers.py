@@ -1,4 +1,4 @@
-"""Layers: the single-head self-attention of the seed notes and multi-head attention.
+"""Layers: single-head self-attention and multi-head attention.
 
 Both keep what the backward pass needs from their last forward call and fill
 ``grads`` (same keys as ``params``) on :meth:`backward`.  Both keep the
@@ -74,7 +74,7 @@ class SelfAttention(_Movable):
     """``Y = W (X V)`` with ``W = map((X Q)(X K)^T / sqrt(d))`` for ``X`` of shape ``(..., l, d)``.
 
     The parameters ``Q``, ``K``, ``V`` are ``d x d`` matrices multiplied on the
-    right, as in the seed notes; ``params`` holds them as ``"Q"``, ``"K"``, ``"V"``
+    right; ``params`` holds them as ``"Q"``, ``"K"``, ``"V"``
     (of a floating ``dtype``).  :attr:`attention_weights` holds ``W`` of the last
     forward call made with ``need_weights=True`` (else ``None``).
     """

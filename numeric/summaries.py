@@ -9,7 +9,7 @@ of every input, in order.
 * bilinear ``q W k^T`` with ``W`` of shape ``(E_q, E_k)``;
 * additive (Bahdanau et al., 2015) ``s_ij = u^T tanh(W_q q_i + W_k k_j)`` with
   ``W_q (H, E_q)``, ``W_k (H, E_k)``, ``u (H,)``;
-* basis-function summaries (the seed notes, after Martins et al., 2020):
+* basis-function summaries (Martins et al., 2020):
   ``s(t) = sum_j theta_j psi_j(t)``, a linear combination of basis functions of
   the position ``t`` with data-dependent weights ``theta``: ``s = theta Psi^T`` for
   ``theta (..., J)`` and ``Psi (S, J)`` from :func:`canonical_basis` (plain

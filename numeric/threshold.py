@@ -205,13 +205,13 @@ def clipped_link(mod: ModuleType, z: np.ndarray, params: tuple, *, overwrite: bo
 def row_sum(a: np.ndarray) -> np.ndarray:
     """Sums along the last axis of a 2-D array, by ``np.einsum("ij->i", a)``.
 
-    On short rows ``a.sum(axis=-1)`` pays a fixed cost per row (0.4 ms per 2**20
-    float32 scores in rows of 64); einsum's contiguous sum-of-products loop takes
-    0.05 to 0.08 ms on any row length.  BLAS's gemv (``a @ ones``) is as fast on an
-    idle machine but multi-threaded: when another process holds one of the two
-    cores, each call waits for a time slice of the busy core (5 to 13 ms a call,
-    measured).  einsum runs in the calling thread.  Accuracy: SIMD partial sums,
-    a relative error of about ``2 eps`` of the sum of magnitudes on rows of 16384.
+    On short rows ``a.sum(axis=-1)`` pays a fixed cost per row, several times
+    einsum's contiguous sum-of-products loop, whose cost does not depend on the
+    row length.  BLAS's gemv (``a @ ones``) is as fast on an idle machine but
+    multi-threaded: when another process holds a core, each call waits for a time
+    slice of the busy core.  einsum runs in the calling thread (figures in
+    docs/benchmarks.md).  Accuracy: SIMD partial sums, a relative error of about
+    ``2 eps`` of the sum of magnitudes on rows of 16384.
     """
     return np.einsum("ij->i", a)
 
@@ -225,10 +225,10 @@ FIXED_POINT_BELOW = 2048
 def row_max(a: np.ndarray) -> np.ndarray:
     """Maxima along the last axis of a 2-D array (NaN wherever a row holds a NaN).
 
-    On short rows ``a.max(axis=-1)`` pays a fixed cost per row (1.3 to 3.5 ms per
-    2**20 float32 scores in rows of 64); transposing blocks of 1024 rows into a
-    buffer and reducing over its first axis (elementwise maxima of long
-    contiguous vectors) takes 0.8 ms there.  Longer rows reduce directly.
+    On short rows ``a.max(axis=-1)`` pays a fixed cost per row; transposing
+    blocks of 1024 rows into a buffer and reducing over its first axis
+    (elementwise maxima of long contiguous vectors) avoids it, at a fraction of
+    the time on rows of 64.  Longer rows reduce directly.
     """
     rows, n = a.shape
     if n > TRANSPOSED_MAX_UPTO or rows < 1024:
@@ -582,7 +582,7 @@ def _halley(mod, x, tau, lo, hi, params, maxiter, tol, sums=None, spare=None, *,
                 keep = np.flatnonzero(moving)  # np.take along axis 0: 3x faster than a boolean index
                 rows, t, lo, hi, step, step_old = (np.take(a, keep, axis=0) for a in (rows, t, lo, hi, step, step_old))
                 # the scores go to one of two buffers allocated once: fresh arrays of a few MB cost
-                # page faults (~3 us per 4 KiB page on this VM) on every call
+                # a page fault per 4 KiB page on every call
                 if spare is None:
                     spare = [np.empty(x.size, dtype=dtype), np.empty(x.size, dtype=dtype)]
                 target = spare[1] if np.may_share_memory(xa, spare[0]) else spare[0]
@@ -644,8 +644,8 @@ def _root_solve(mod: ModuleType, x: np.ndarray, params: tuple, maxiter: int, shi
         edge_of = (lambda t: t) if base_variable else (lambda t: t + clip)  # noqa: E731
 
         # one allocation for b, the two buffers of the sums and the two of the compaction: fresh
-        # arrays of a few MB fault in 4 KiB pages (~3 us each on this VM, 2000+ a call); one
-        # large one is mostly huge pages (NumPy advises them from 4 MiB)
+        # arrays of a few MB fault in 4 KiB pages (thousands a call); one large one is mostly
+        # huge pages (NumPy advises them from 4 MiB)
         size = x.size
         work = np.empty(5 * size, dtype=dtype)
 

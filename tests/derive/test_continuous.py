@@ -1,4 +1,4 @@
-"""Continuous maps (issue 8, first part): closed forms against mpmath quadrature at 30 digits."""
+"""Continuous maps: closed forms against mpmath quadrature at 30 digits."""
 
 from __future__ import annotations
 
