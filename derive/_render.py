@@ -13,10 +13,12 @@ from __future__ import annotations
 
 import re
 from dataclasses import dataclass
+from typing import TYPE_CHECKING
 
 import sympy as sp
 
-from .argmax import Derivation
+if TYPE_CHECKING:  # argmax imports this module for Derivation.latex
+    from .argmax import Derivation
 
 
 @dataclass(frozen=True)

@@ -38,6 +38,7 @@ from ._linkform import GENERAL, LinkForm, classify_link
 from ._timelimit import TimeLimit
 from .errors import DerivationError, DerivationTimeout
 from .regularizers import Regularizer, _describe, _one_line, p, to_mpf, z
+from .symbols import S, S1, S2, d, i, k, s, s_k, s_max, score, tau, y
 
 __all__ = [
     "Derivation",
@@ -55,26 +56,6 @@ __all__ = [
     "S1",
     "S2",
 ]
-
-#: A single score (scalar) and the score vector as an indexed base ``s[i]``.
-score = sp.Symbol("s", real=True)
-s = sp.IndexedBase("s", real=True)
-#: Target distribution of the Fenchel-Young loss.
-y = sp.IndexedBase("y", real=True)
-#: Threshold (the Lagrange multiplier of ``sum_i p_i = 1``).
-tau = sp.Symbol("tau", real=True)
-#: Index, dimension and support size.
-i = sp.Symbol("i", integer=True, positive=True)
-d = sp.Symbol("d", integer=True, positive=True)
-k = sp.Symbol("k", integer=True, positive=True)
-#: Largest score, the sum ``S = sum_i B(s_i)`` of a closed threshold, and the
-#: sums of the ``k`` largest scores and of their squares (sort threshold).
-s_max = sp.Symbol("s_max", real=True)
-S = sp.Symbol("S", positive=True)
-S1 = sp.Symbol("S_1", real=True)
-S2 = sp.Symbol("S_2", real=True)
-#: The k-th largest score (sort threshold).
-s_k = sp.Symbol("s_(k)", real=True)
 
 _ELEMENTARY = (sp.exp, sp.log)
 # seconds one SymPy solve or limit may take before the derivation falls back or gives up;

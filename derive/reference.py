@@ -35,12 +35,15 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from dataclasses import dataclass
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import mpmath
 import sympy as sp
 
-from .argmax import S, S1, S2, Derivation, k, score
+from .symbols import S, S1, S2, k, score
+
+if TYPE_CHECKING:  # argmax imports this module for Derivation.evaluate
+    from .argmax import Derivation
 from .errors import DerivationError
 from .regularizers import p, to_mpf, z
 

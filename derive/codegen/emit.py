@@ -35,7 +35,8 @@ import sympy as sp
 
 from numeric import _trust
 
-from ..argmax import S, S1, S2, Derivation, k, score
+from ..argmax import Derivation
+from ..symbols import S, S1, S2, k, score
 from ..errors import DerivationError
 from ..regularizers import p, z
 from . import cuda

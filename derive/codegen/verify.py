@@ -21,7 +21,8 @@ import mpmath
 import numpy as np
 import sympy as sp
 
-from ..argmax import S, S1, S2, Derivation, k, score
+from ..argmax import Derivation
+from ..symbols import S, S1, S2, k, score
 from ..regularizers import p, z
 
 __all__ = ["functions", "sample_point", "sample_range", "exact_value", "scaled_error", "TOLERANCE"]
