@@ -25,11 +25,11 @@ The family is read off the derived density, not assumed from the regularizer:
 * ``"general"``: full support but not Gaussian (``-log p`` gives a Cauchy density).
 
 The context needs ``E_p[psi(t)]`` for Gaussian basis functions
-``psi(t) = N(t; c, s^2)``; :meth:`ContinuousMap.rbf_expectation` derives it in
+``psi(t) = N(t; c, s^2)``; :meth:`ContinuousDerivation.rbf_expectation` derives it in
 closed form (``erf`` and ``exp`` terms) from the antiderivatives of
 ``v^k exp(-v^2)``, built by their recurrence rather than by ``sympy.integrate``
 (which takes minutes on these symbolic integrals).  Only the Gaussian and the
-truncated polynomials have one (:attr:`ContinuousMap.closed_context`); for the
+truncated polynomials have one (:attr:`ContinuousDerivation.closed_context`); for the
 others it raises :class:`~derive.errors.DerivationError` in one line, while the
 density itself is still derived and shown.
 """
@@ -45,7 +45,7 @@ from .argmax import derive_map
 from .errors import DerivationError
 from .regularizers import Regularizer, z
 
-__all__ = ["ContinuousMap", "derive_continuous", "check_density", "t", "u", "mu", "sigma2", "radius", "c", "s2", "theta1", "theta2"]
+__all__ = ["ContinuousDerivation", "derive_continuous", "check_density", "t", "u", "mu", "sigma2", "radius", "c", "s2", "theta1", "theta2"]
 
 t, u = sp.symbols("t u", real=True)
 mu, c = sp.symbols("mu c", real=True)
@@ -60,7 +60,7 @@ _x = sp.Symbol("x", real=True)
 
 
 @dataclass(frozen=True)
-class ContinuousMap:
+class ContinuousDerivation:
     """The continuous regularized argmax of one regularizer for quadratic scores.
 
     Attributes
@@ -257,7 +257,7 @@ class ContinuousMap:
         return self.pretty()
 
 
-def check_density(cm: ContinuousMap, mean, var, digits: int = 30) -> tuple:
+def check_density(cm: ContinuousDerivation, mean, var, digits: int = 30) -> tuple:
     """``(|int p - 1|, spread)`` at ``mu = mean``, ``sigma2 = var`` by mpmath quadrature at ``digits``.
 
     ``spread`` is the largest difference between values of ``omega'(p(t)) + (t - mu)^2 / (2 sigma2)``
@@ -305,7 +305,7 @@ def _positive_at_peak(density: sp.Expr) -> bool:
     return bool(value.is_real and value.is_finite and value > 0)
 
 
-def derive_continuous(reg: Regularizer) -> ContinuousMap:
+def derive_continuous(reg: Regularizer) -> ContinuousDerivation:
     """Derive the continuous map of ``reg`` for quadratic scores (see the module docstring).
 
     Raises
@@ -332,7 +332,7 @@ def derive_continuous(reg: Regularizer) -> ContinuousMap:
             raise DerivationError(f"cannot normalise the dense continuous map of {reg.name}")
         level, density = densities[0]
         family = "gaussian" if _gaussian_variance(density) is not None else "general"
-        return ContinuousMap(reg, family, density, sp.oo, level)
+        return ContinuousDerivation(reg, family, density, sp.oo, level)
     zz = dv.clip + (radius**2 - u**2) / (2 * sigma2)
     density = sp.expand(dv.link.subs(z, zz))
     total = sp.integrate(density, (u, -radius, radius))
@@ -340,4 +340,4 @@ def derive_continuous(reg: Regularizer) -> ContinuousMap:
     if not roots:
         raise DerivationError(f"the normalisation of the continuous {reg.name} map has no closed-form radius")
     a = sp.simplify(roots[0])
-    return ContinuousMap(reg, "compact", density, a, sp.simplify(dv.clip + a**2 / (2 * sigma2)))
+    return ContinuousDerivation(reg, "compact", density, a, sp.simplify(dv.clip + a**2 / (2 * sigma2)))

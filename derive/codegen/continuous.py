@@ -1,4 +1,4 @@
-"""Turn a :class:`~derive.continuous.ContinuousMap` into the text of an importable module.
+"""Turn a :class:`~derive.continuous.ContinuousDerivation` into the text of an importable module.
 
 :func:`generate_continuous_module` writes, for a continuous map called ``NAME``:
 
@@ -45,7 +45,7 @@ import math
 import mpmath
 import sympy as sp
 
-from ..continuous import ContinuousMap, sigma2
+from ..continuous import ContinuousDerivation, sigma2
 from ..errors import DerivationError
 from . import cuda
 from .emit import _cuda_function, _Piece, _python_function, assemble, check_name
@@ -150,7 +150,7 @@ def quadrature_threshold(degree: int) -> float:
     return float(f"{hi:.6g}")
 
 
-def quadrature_constants(cm: ContinuousMap) -> dict | None:
+def quadrature_constants(cm: ContinuousDerivation) -> dict | None:
     """``SHAPE``, ``DEGREE``, ``QUADRATURE_BELOW`` and ``QUADRATURE_RULES`` of a truncated polynomial
     of fixed shape, or ``None`` (Gaussian, general, or a shape that changes with ``sigma2``).
 
@@ -255,7 +255,7 @@ def _quadrature_source(name: str, q: dict) -> str:
         below=repr(q["QUADRATURE_BELOW"]), horner=horner)
 
 
-def continuous_functions(cm: ContinuousMap) -> list[_Piece]:
+def continuous_functions(cm: ContinuousDerivation) -> list[_Piece]:
     """The scalar functions of a continuous module (each also a CUDA device function)."""
     e, e_mu, e_var = cm.rbf_expectation_grad()
     _, e_t1, e_t2 = cm.rbf_expectation_theta()
@@ -317,7 +317,7 @@ def _quadrature_constants_text(quad: dict | None) -> list[str]:
     return lines + [")", ""]
 
 
-def generate_continuous_module(cm: ContinuousMap, name: str) -> str:
+def generate_continuous_module(cm: ContinuousDerivation, name: str) -> str:
     """The text of an importable module with ``cm``'s NumPy functions and CUDA source.
 
     Raises
@@ -325,8 +325,8 @@ def generate_continuous_module(cm: ContinuousMap, name: str) -> str:
     DerivationError
         If ``name`` is not an identifier or an expression cannot be printed.
     """
-    if not isinstance(cm, ContinuousMap):
-        raise DerivationError(f"generate_continuous_module expects a ContinuousMap, got {type(cm).__name__}")
+    if not isinstance(cm, ContinuousDerivation):
+        raise DerivationError(f"generate_continuous_module expects a ContinuousDerivation, got {type(cm).__name__}")
     check_name(name)
     pieces = continuous_functions(cm)
     quad = quadrature_constants(cm)

@@ -20,7 +20,7 @@ import mpmath
 import numpy as np
 import sympy as sp
 
-from ..continuous import ContinuousMap, c, mu, s2, sigma2, t, theta1, theta2
+from ..continuous import ContinuousDerivation, c, mu, s2, sigma2, t, theta1, theta2
 from .continuous import continuous_functions
 from .verify import Report
 
@@ -32,7 +32,7 @@ UNIT = {"double": 1e-13, "float": 3e-6}
 SYMBOLS = {"t": t, "mu": mu, "sigma2": sigma2, "c": c, "s2": s2, "theta_1": theta1, "theta_2": theta2}
 
 
-def functions(cm: ContinuousMap) -> dict[str, tuple[sp.Expr, list[sp.Symbol]]]:
+def functions(cm: ContinuousDerivation) -> dict[str, tuple[sp.Expr, list[sp.Symbol]]]:
     """Generated scalar function name -> (SymPy expression, argument symbols)."""
     return {piece.name: (piece.expr, [SYMBOLS[a] for a in piece.args]) for piece in continuous_functions(cm)}
 
@@ -118,7 +118,7 @@ class ContinuousReport(Report):
         return all(v <= 1 for v in self.worst.values())
 
 
-def check(cm: ContinuousMap, call: Callable[[str, tuple], float], ctype: str, where: str, points: int = 40,
+def check(cm: ContinuousDerivation, call: Callable[[str, tuple], float], ctype: str, where: str, points: int = 40,
           seed: int = 0) -> ContinuousReport:
     """Evaluate ``call(fname, args)`` at random points of every generated function and judge it."""
     rng = np.random.default_rng(seed)
