@@ -131,22 +131,22 @@ def _cmd_derive(args: argparse.Namespace) -> int:
 
 
 def _cmd_generate(args: argparse.Namespace) -> int:
-    from .codegen import builtins
+    from .codegen import files
 
     if args.expr is not None or args.name is not None or args.param:
         if args.expr is None or args.name is None or args.out is None:
             raise DerivationError("a user map needs all of --expr, --name and --out")
         if args.check:
             raise DerivationError("--check applies to the built-ins only")
-        builtins.check_module_name(args.name)
+        files.check_module_name(args.name)
         reg = regularizer_from_args(argparse.Namespace(regularizer=None, alpha=None, expr=args.expr,
                                                        param=args.param, name=args.name))
-        path = builtins.write_user_module(reg, args.name, args.out, force=args.force)
+        path = files.write_user_module(reg, args.name, args.out, force=args.force)
         print(f"wrote {path}")
         return 0
     folder = args.out
     if args.check:
-        diffs = builtins.stale_builtins(folder)
+        diffs = files.stale_builtins(folder)
         if diffs:
             sys.stdout.write("".join(diffs))
             print(f"regattn: {len(diffs)} generated file(s) are stale; run `regattn generate`", file=sys.stderr)
@@ -154,7 +154,7 @@ def _cmd_generate(args: argparse.Namespace) -> int:
         print("generated files are current")
         return 0
     start = time.perf_counter()
-    written = builtins.write_builtins(folder, force=args.force)
+    written = files.write_builtins(folder, force=args.force)
     print(f"wrote {len(written)} files to {written[0].parent} in {time.perf_counter() - start:.2f} s")
     return 0
 
@@ -233,7 +233,7 @@ def _verify_continuous(args: argparse.Namespace) -> int:
     import numpy as np
 
     from .codegen import verify_continuous as VC
-    from .codegen.builtins import load_module, write_atomic
+    from .codegen.files import load_module, write_atomic
     from .codegen.compilers import host_library
     from .codegen.continuous import generate_continuous_module
     from .continuous import check_density, derive_continuous
@@ -292,7 +292,7 @@ def _cmd_verify(args: argparse.Namespace) -> int:
 
     from .codegen import generate_module
     from .codegen import verify as V
-    from .codegen.builtins import load_module, write_atomic
+    from .codegen.files import load_module, write_atomic
     from .codegen.compilers import host_library
 
     reg = regularizer_from_args(args)

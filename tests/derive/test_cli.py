@@ -149,7 +149,7 @@ def test_generate_unwritable_folder_leaves_nothing(tmp_path, capsys):
 
 
 def test_atomic_write_leaves_no_partial_file(tmp_path, monkeypatch):
-    from derive.codegen import builtins
+    from derive.codegen import files
 
     target = tmp_path / "m.py"
     target.write_text("old\n")
@@ -157,9 +157,9 @@ def test_atomic_write_leaves_no_partial_file(tmp_path, monkeypatch):
     def boom(*args, **kwargs):
         raise OSError("disk full")
 
-    monkeypatch.setattr(builtins.os, "replace", boom)
+    monkeypatch.setattr(files.os, "replace", boom)
     with pytest.raises(OSError):
-        builtins.write_atomic(target, "new\n")
+        files.write_atomic(target, "new\n")
     assert target.read_text() == "old\n"
     assert sorted(p.name for p in tmp_path.iterdir()) == ["m.py"]
 

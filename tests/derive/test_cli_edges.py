@@ -12,7 +12,7 @@ from pathlib import Path
 import pytest
 
 from derive.cli import _verdict, main
-from derive.codegen import builtins
+from derive.codegen import files
 
 ROOT = Path(__file__).resolve().parents[2]
 
@@ -73,17 +73,17 @@ def test_bare_generate_refuses_an_installed_package(tmp_path, monkeypatch, capsy
     site_packages = tmp_path / "site-packages"
     folder = site_packages / "numeric" / "_generated"
     folder.mkdir(parents=True)
-    monkeypatch.setattr(builtins, "generated_dir", lambda: folder)
-    monkeypatch.setattr(builtins.sysconfig, "get_paths", lambda: {"purelib": str(site_packages), "platlib": str(site_packages)})
+    monkeypatch.setattr(files, "generated_dir", lambda: folder)
+    monkeypatch.setattr(files.sysconfig, "get_paths", lambda: {"purelib": str(site_packages), "platlib": str(site_packages)})
     assert main(["generate"]) == 2
     line = _one_error_line(capsys.readouterr().err)
     assert "installed regattn" in line and "--out" in line
     assert list(folder.iterdir()) == []
-    assert builtins.inside_site_packages(folder) and not builtins.inside_site_packages(tmp_path / "elsewhere")
+    assert files.inside_site_packages(folder) and not files.inside_site_packages(tmp_path / "elsewhere")
 
 
 def test_the_checkout_is_not_an_installed_package():
-    assert not builtins.inside_site_packages(builtins.generated_dir())
+    assert not files.inside_site_packages(files.generated_dir())
 
 
 # ---------------------------------------------------------------- errors: one line, exit 2
@@ -143,7 +143,7 @@ def test_full_disk_while_writing(target, tmp_path, monkeypatch, capsys):
     def full(fd, *args, **kwargs):
         raise OSError(errno.ENOSPC, os.strerror(errno.ENOSPC))
 
-    monkeypatch.setattr(builtins.os, "fdopen", full)
+    monkeypatch.setattr(files.os, "fdopen", full)
     argv = ["generate", "--out", str(tmp_path)]
     if target == "user":
         argv += ["--expr", "p**3", "--name", "cube"]
@@ -166,7 +166,7 @@ def test_full_disk_on_write(tmp_path, monkeypatch, capsys):
         fh = real_fdopen(fd, "wb")
         return Full(fh, encoding="utf-8", newline="\n")
 
-    monkeypatch.setattr(builtins.os, "fdopen", fdopen)
+    monkeypatch.setattr(files.os, "fdopen", fdopen)
     assert main(["generate", "--expr", "p**3", "--name", "cube", "--out", str(tmp_path)]) == 2
     assert "No space left on device" in _one_error_line(capsys.readouterr().err)
     assert list(tmp_path.iterdir()) == []

@@ -28,7 +28,8 @@ from hypothesis import strategies as st
 from derive import DerivationError, Regularizer, derive_map
 from derive.codegen import content_hash, generate_module
 from derive.codegen import verify as V
-from derive.codegen.builtins import BUILTIN_MAPS, load_module
+from derive.codegen.builtins import BUILTIN_MAPS
+from derive.codegen.files import load_module
 from derive.codegen.compilers import host_library, nvrtc_available, nvrtc_compile
 from derive.regularizers import p
 

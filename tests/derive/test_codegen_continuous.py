@@ -14,7 +14,8 @@ import pytest
 from hypothesis import assume, given
 from hypothesis import strategies as st
 
-from derive.codegen.builtins import CONTINUOUS_MAPS, load_module
+from derive.codegen.builtins import CONTINUOUS_MAPS
+from derive.codegen.files import load_module
 from derive.codegen.compilers import host_kernels, host_library, nvrtc_available, nvrtc_compile
 from derive.codegen import verify_continuous as VC
 from derive.codegen.continuous import continuous_functions

@@ -33,7 +33,7 @@ from hypothesis.extra import numpy as hnp
 from derive import DerivationError, Regularizer, derive_map
 from derive.codegen import generate_module
 from derive.codegen import verify as V
-from derive.codegen.builtins import load_module
+from derive.codegen.files import load_module
 from derive.codegen.compilers import host_library, nvrtc_available, nvrtc_compile
 from derive.codegen.printers import CudaPrinter, PyPrinter, print_block
 from derive.regularizers import p, z

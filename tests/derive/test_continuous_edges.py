@@ -18,7 +18,7 @@ from hypothesis import strategies as st
 
 from derive import DerivationError, Regularizer, gini, shannon, tsallis
 from derive.cli import main
-from derive.codegen.builtins import load_module
+from derive.codegen.files import load_module
 from derive.codegen.compilers import host_kernels
 from derive.codegen.continuous import generate_continuous_module, legendre_rule, quadrature_constants
 from derive.continuous import c, check_density, derive_continuous, mu, s2, sigma2, t, u

@@ -18,7 +18,7 @@ import numpy as np
 import pytest
 
 from derive import Regularizer, derive_map, generate_module
-from derive.codegen.builtins import load_module
+from derive.codegen.files import load_module
 from derive.codegen.compilers import host_kernels
 
 from ..numeric.test_map_edges import kink_tolerance, power_truth, tsallis_reference

@@ -16,7 +16,7 @@ from hypothesis.extra import numpy as hnp
 import numeric as nm
 from derive import Regularizer, derive_map, generate_module
 from derive import reference as R
-from derive.codegen.builtins import load_module
+from derive.codegen.files import load_module
 
 #: regularizers infinite at 0 (dense maps, omega(0+) = +inf)
 AT_ZERO_INFINITE = {"neglog": "-log(p)", "inverse": "1/p"}

@@ -22,7 +22,7 @@ from hypothesis import strategies as st
 import numeric as nm
 from derive import Regularizer, derive_map, generate_module
 from derive import reference as R
-from derive.codegen.builtins import load_module
+from derive.codegen.files import load_module
 from numeric import threshold as th
 
 from .conftest import derivation

@@ -163,7 +163,7 @@ def test_derive_and_numeric_agree_on_the_hash_rule():
 
 def test_load_module_refuses_an_edited_file(tmp_path):
     from derive import DerivationError
-    from derive.codegen.builtins import load_module
+    from derive.codegen.files import load_module
 
     path = tmp_path / "sm.py"
     path.write_text((GENERATED / "sparsemax.py").read_text(encoding="utf-8"), encoding="utf-8")
