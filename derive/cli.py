@@ -22,18 +22,15 @@ from __future__ import annotations
 
 import argparse
 import os
-import random
 import sys
 import time
 from collections.abc import Sequence
 from pathlib import Path
 
-import mpmath
 import sympy as sp
 
 from .argmax import derive_map
 from .errors import DerivationError
-from .reference import kkt_residual
 from .regularizers import Parameter, Regularizer, gini, shannon, tsallis
 
 __all__ = ["main", "regularizer_from_args", "parameter_from_text"]
@@ -159,218 +156,34 @@ def _cmd_generate(args: argparse.Namespace) -> int:
     return 0
 
 
-def _report_checks(reports, measure: str, bound) -> bool:
-    """One line per report of generated functions against SymPy; False if any failed.
+def _verdict(failures) -> str:
+    """The verdict line's text (see :func:`derive.codegen.pipeline.verdict`)."""
+    from .codegen.pipeline import verdict
 
-    A failed line names the functions beyond the bound.
-    """
-    for rep in reports:
-        verdict = "ok" if rep.ok else "FAILED: " + ", ".join(_failed_functions(rep))
-        print(f"{rep.where:<12} {rep.ctype:<6} {rep.points} points per function: {measure} = "
-              f"{rep.max_error:.2g} ({verdict}, bound {bound(rep.ctype)})")
-    return all(rep.ok for rep in reports)
-
-
-def _failed_functions(rep) -> list[str]:
-    """The functions of a report (of any Report class) whose worst error its own rule rejects."""
-    import dataclasses
-
-    return [f for f, v in rep.worst.items() if not dataclasses.replace(rep, worst={f: v}).ok]
-
-
-def _verdict(failures: list[tuple[str, str]]) -> str:
-    """The verdict line from ``(what failed, its scope)`` pairs.
-
-    Scopes, from the worst: ``"all"`` (the derivation, the NumPy functions or
-    the NumPy map are wrong: the map is not usable), ``"device"`` (double device
-    code or its compilation: usable in NumPy only), ``"float"`` (float device
-    code: usable in NumPy and, in float64, on a GPU).
-    """
-    if not failures:
-        return "all checks passed"
-    scopes = {scope for _, scope in failures}
-    if "all" in scopes:
-        usable = "do not use the map"
-    elif "device" in scopes:
-        usable = "the map is usable in NumPy only (not with CuPy on a GPU)"
-    else:
-        usable = "the map is usable in NumPy, and with CuPy on a GPU in float64 only"
-    return "FAIL: " + "; ".join(what for what, _ in failures) + "; " + usable
-
-
-def _report_failures(rep, scope: str) -> list[tuple[str, str]]:
-    """``(what failed, scope)`` for a report that failed, else nothing."""
-    if rep.ok:
-        return []
-    names = _failed_functions(rep)
-    verb = "exceeds its bound" if len(names) == 1 else "exceed their bound"
-    return [(f"{', '.join(names)} ({rep.ctype}, {rep.where}) {verb}", scope)]
-
-
-def _report_nvrtc(source: str) -> bool:
-    """Compile ``source`` with NVRTC for every architecture CI checks and print one line; False on failure."""
-    from .codegen.compilers import ARCHES, nvrtc_available, nvrtc_compile
-
-    if not nvrtc_available():
-        print("nvrtc        not installed (pip install cuda-bindings nvidia-cuda-nvrtc): CUDA compile not checked")
-        return True
-    try:
-        results = [nvrtc_compile(source, arch) for arch in ARCHES]
-    except (RuntimeError, OSError) as exc:
-        print(f"nvrtc        FAILED to run: {' '.join(str(exc).split())}")
-        return False
-    print("nvrtc        " + ", ".join(f"{r.arch} {'ok' if r.ok else 'FAILED'} ({r.ptx_size // 1024} kB PTX)" for r in results))
-    for r in results:
-        if not r.ok:
-            print(r.log)
-    return all(r.ok for r in results)
-
-
-def _verify_continuous(args: argparse.Namespace) -> int:
-    """``regattn verify --continuous``: derive the continuous map, check it by quadrature, generate and check its code."""
-    import tempfile
-
-    import numpy as np
-
-    from .codegen import verify_continuous as VC
-    from .codegen.files import load_module, write_atomic
-    from .codegen.compilers import host_library
-    from .codegen.continuous import generate_continuous_module
-    from .continuous import check_density, derive_continuous
-
-    reg = regularizer_from_args(args)
-    start = time.perf_counter()
-    cm = derive_continuous(reg)
-    print(f"regularizer  omega(p) = {sp.sstr(reg.omega)}   ({reg.name})")
-    print(f"derived      in {time.perf_counter() - start:.2f} s: {cm.family} density, support radius a = "
-          f"{sp.sstr(cm.support_radius)}, threshold tau = {sp.sstr(cm.threshold)}")
-    rng = random.Random(args.seed)
-    worst_norm = worst_stat = mpmath.mpf(0)
-    for _ in range(args.samples):
-        norm, stat = check_density(cm, rng.uniform(-1, 1), rng.uniform(1e-3, 2), digits=30)
-        worst_norm, worst_stat = max(worst_norm, norm), max(worst_stat, stat)
-    ok = worst_norm < mpmath.mpf(10) ** -25 and worst_stat < mpmath.mpf(10) ** -25
-    print(f"density      {args.samples} random (mu, sigma2), mpmath quadrature at 30 digits: |int p - 1| <= "
-          f"{mpmath.nstr(worst_norm, 3)}, stationarity spread <= {mpmath.nstr(worst_stat, 3)} "
-          f"({'ok' if ok else 'FAILED'}, bound 1e-25)")
-    if not cm.closed_context:  # nothing closed-form to generate or check: refuse in one line
-        raise DerivationError(cm.no_closed_context())
-    name = args.name or f"continuous_{'custom' if args.expr else reg.name.split('(')[0]}"
-    with tempfile.TemporaryDirectory(prefix="regattn-verify-") as tmp:
-        start = time.perf_counter()
-        path = Path(tmp) / f"{name}.py"
-        write_atomic(path, generate_continuous_module(cm, name))
-        module = load_module(path, prefix="_regattn_verify_")
-        fns = VC.functions(cm)
-        print(f"generated    {name}.py ({path.stat().st_size // 1024} kB, {len(fns)} functions, "
-              f"{len(module.CUDA_KERNELS)} kernels) in {time.perf_counter() - start:.2f} s")
-
-        def numpy_call(fname, xs):
-            return float(np.broadcast_to(getattr(module, fname)(*[np.array([x]) for x in xs]), (1,))[0])
-
-        reports = [VC.check(cm, numpy_call, "double", "numpy", points=args.points, seed=args.seed)]
-        try:
-            lib = host_library(module.CUDA_DEVICE_SOURCE, name, {f: len(a) for f, (_, a) in fns.items()}, Path(tmp))
-            for ctype in ("double", "float"):
-                reports.append(VC.check(cm, lambda f, xs, c=ctype: lib[c][f](*xs), ctype, "device (g++)",
-                                        points=args.points, seed=args.seed))
-        except RuntimeError as exc:
-            print(f"device       host build failed: {exc}")
-            ok = False
-        ok &= _report_checks(reports, "max error / running bound", lambda c: f"1; {VC.UNIT[c]:g} per operation")
-        ok &= _report_nvrtc(module.CUDA_SOURCE)
-    print("verdict      " + ("all checks passed" if ok else "SOME CHECKS FAILED"))
-    return 0 if ok else 1
+    return verdict(failures)
 
 
 def _cmd_verify(args: argparse.Namespace) -> int:
-    if args.continuous:
-        return _verify_continuous(args)
-    import tempfile
-
-    import numpy as np
-
-    from .codegen import generate_module
-    from .codegen import verify as V
-    from .codegen.files import load_module, write_atomic
-    from .codegen.compilers import host_library
+    """``regattn verify``: the library's verify pipeline, printing each step as it completes."""
+    from .codegen import pipeline
 
     reg = regularizer_from_args(args)
+    show = lambda step: print(step.line(), flush=True)  # noqa: E731
     start = time.perf_counter()
-    dv = derive_map(reg)
-    took = time.perf_counter() - start
-    params = {q.symbol.name: _parameter_value(q) for q in dv.parameters}
-    rng = random.Random(args.seed)
-    failures: list[tuple[str, str]] = []
-    print(f"regularizer  omega(p) = {sp.sstr(dv.omega)}   ({dv.name})")
-    print(f"derived      in {took:.2f} s: link {dv.inversion.method}, threshold {dv.threshold.kind}, "
-          f"{'sparse' if dv.sparse else 'dense'}, weight w(p) = {sp.sstr(dv.weight)}")
-    worst = mpmath.mpf(0)
-    for _ in range(args.samples):
-        n = rng.randint(1, 12)
-        scores = [rng.gauss(0, 2) for _ in range(n)]
-        probs = dv.evaluate(scores, digits=50, **params)
-        worst = max(worst, kkt_residual(dv, scores, probs, digits=50, **params))
-    good = worst < mpmath.mpf(10) ** -40
-    if not good:
-        failures.append(("the reference breaks the KKT conditions", "all"))
-    print(f"reference    {args.samples} random score vectors{' at ' + ', '.join(f'{k} = {v}' for k, v in params.items()) if params else ''}: "
-          f"max KKT residual {mpmath.nstr(worst, 3)} ({'ok' if good else 'FAILED'}, bound 1e-40)")
+    if args.continuous:
+        from .continuous import derive_continuous
 
-    name = args.name or ("custom" if args.expr else dv.name.split("(")[0])
-    with tempfile.TemporaryDirectory(prefix="regattn-verify-") as tmp:
-        start = time.perf_counter()
-        path = Path(tmp) / f"{name}.py"
-        write_atomic(path, generate_module(dv, name))
-        module = load_module(path, prefix="_regattn_verify_")
-        print(f"generated    {name}.py ({path.stat().st_size // 1024} kB, {len(V.functions(dv))} functions, "
-              f"{len(module.CUDA_KERNELS)} kernels) in {time.perf_counter() - start:.2f} s")
-
-        def numpy_call(fname, xs, ps):
-            out = getattr(module, fname)(*[np.array([x]) for x in xs], *ps)
-            return float(np.broadcast_to(np.asarray(out, dtype=np.float64), (1,))[0])
-
-        reports = [V.check(dv, numpy_call, "double", "numpy", points=args.points, seed=args.seed)]
-        try:
-            npar = len(dv.parameters)
-            lib = host_library(module.CUDA_DEVICE_SOURCE, name, {f: len(a) + npar for f, (_, a) in V.functions(dv).items()}, Path(tmp))
-            for ctype in ("double", "float"):
-                reports.append(V.check(dv, lambda f, xs, ps, c=ctype: lib[c][f](*xs, *ps), ctype, "device (g++)", points=args.points, seed=args.seed))
-        except RuntimeError as exc:
-            print(f"device       host build failed: {' '.join(str(exc).split())}")
-            failures.append(("the device functions did not build with g++", "device"))
-        _report_checks(reports, "max error / (1 + kappa)", lambda c: f"{V.TOLERANCE[c]:g}")
-        for rep in reports:
-            failures += _report_failures(rep, "all" if rep.where == "numpy" else "device" if rep.ctype == "double" else "float")
-        from numeric import get_map
-
-        mapping = get_map(module, **{k: float(v) for k, v in params.items()})
-        worst_p = 0.0
-        for _ in range(args.samples):
-            n = rng.randint(1, 40)
-            scores = np.array([rng.gauss(0, 3) for _ in range(n)])
-            want = np.array([float(v) for v in dv.evaluate(scores.tolist(), digits=30, **params)])
-            worst_p = max(worst_p, float(np.abs(mapping(scores) - want).max()))
-        good = worst_p <= 1e-12
-        if not good:
-            failures.append(("p*(s) by numeric.get_map (float64, numpy) exceeds its bound", "all"))
-        print(f"numeric map  p*(s) by numeric.get_map on {args.samples} random score vectors: max |p - p_ref| = "
-              f"{worst_p:.2g} ({'ok' if good else 'FAILED'}, bound 1e-12)")
-        if not _report_nvrtc(module.CUDA_SOURCE):
-            failures.append(("CUDA_SOURCE does not compile with NVRTC", "device"))
-    probs = dv.evaluate([-2, 0, sp.Rational(1, 2)], digits=30, **params)
-    print("example      p*([-2, 0, 0.5]) = [" + ", ".join(mpmath.nstr(v, 6) for v in probs) + "]")
-    print("verdict      " + _verdict(failures))
-    return 1 if failures else 0
-
-
-def _parameter_value(q: Parameter) -> sp.Rational:
-    """The value ``verify`` gives a parameter: 13/10 where the domain allows it, else a point inside it."""
-    value = sp.Rational(13, 10)
-    if q.lower < value < q.upper:
-        return value
-    samples = q.samples()
-    return samples[len(samples) // 2]
+        cm = derive_continuous(reg)
+        name = args.name or f"continuous_{'custom' if args.expr else reg.name.split('(')[0]}"
+        result = pipeline.verify_continuous_map(cm, name, samples=args.samples, points=args.points, seed=args.seed,
+                                                on_step=show, took=time.perf_counter() - start)
+    else:
+        dv = derive_map(reg)
+        name = args.name or ("custom" if args.expr else dv.name.split("(")[0])
+        result = pipeline.verify_map(dv, name, samples=args.samples, points=args.points, seed=args.seed,
+                                     on_step=show, took=time.perf_counter() - start)
+    print(f"{'verdict':<12} {result.verdict()}")
+    return 0 if result.ok else 1
 
 
 def _version() -> str:

@@ -1,0 +1,289 @@
+"""The verify pipeline: derive -> reference -> generate -> check every backend -> verdict.
+
+:func:`verify_map` (discrete maps) and :func:`verify_continuous_map` (continuous
+ones) run every check ``regattn verify`` reports and return a
+:class:`Verification`: one :class:`Step` per check, each with the line it
+prints and the failures it found, and the verdict.  The command is a thin face
+over them; tests and users call them directly::
+
+    >>> from derive import derive_map, tsallis
+    >>> from derive.codegen.pipeline import verify_map
+    >>> result = verify_map(derive_map(tsallis()), "entmax", samples=3, points=5)  # doctest: +SKIP
+    >>> result.ok, result.verdict()  # doctest: +SKIP
+    (True, 'all checks passed')
+
+A failure carries a scope, from the worst: ``"all"`` (the derivation, the
+NumPy functions or the NumPy map are wrong: the map is not usable),
+``"device"`` (double device code or its compilation: usable in NumPy only),
+``"float"`` (float device code: usable in NumPy and, in float64, on a GPU).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import random
+import tempfile
+import time
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import mpmath
+import numpy as np
+import sympy as sp
+
+from ..argmax import Derivation
+from ..errors import DerivationError
+from ..reference import kkt_residual
+from ..regularizers import Parameter
+
+__all__ = ["Step", "Verification", "verify_map", "verify_continuous_map", "parameter_value", "verdict"]
+
+
+@dataclass(frozen=True)
+class Step:
+    """One check: ``label`` and ``text`` make its line; ``failures`` are ``(what failed, scope)`` pairs."""
+
+    label: str
+    text: str
+    failures: tuple[tuple[str, str], ...] = ()
+    log: str = ""
+
+    @property
+    def ok(self) -> bool:
+        return not self.failures
+
+    def line(self) -> str:
+        return f"{self.label:<12} {self.text}" + (f"\n{self.log}" if self.log else "")
+
+
+@dataclass
+class Verification:
+    """The steps of one verification, in order, and the verdict they give."""
+
+    steps: list[Step] = field(default_factory=list)
+
+    @property
+    def failures(self) -> list[tuple[str, str]]:
+        return [f for step in self.steps for f in step.failures]
+
+    @property
+    def ok(self) -> bool:
+        return not self.failures
+
+    def verdict(self) -> str:
+        return verdict(self.failures)
+
+    def report(self) -> str:
+        """Every step's line, then the verdict line: what ``regattn verify`` prints."""
+        return "\n".join([step.line() for step in self.steps] + [f"{'verdict':<12} {self.verdict()}"]) + "\n"
+
+
+def verdict(failures: Sequence[tuple[str, str]]) -> str:
+    """The verdict from ``(what failed, its scope)`` pairs (see the module docstring for scopes)."""
+    if not failures:
+        return "all checks passed"
+    scopes = {scope for _, scope in failures}
+    if "all" in scopes:
+        usable = "do not use the map"
+    elif "device" in scopes:
+        usable = "the map is usable in NumPy only (not with CuPy on a GPU)"
+    else:
+        usable = "the map is usable in NumPy, and with CuPy on a GPU in float64 only"
+    return "FAIL: " + "; ".join(what for what, _ in failures) + "; " + usable
+
+
+def parameter_value(q: Parameter) -> sp.Rational:
+    """The value verify gives a parameter: 13/10 where the domain allows it, else a point inside it."""
+    value = sp.Rational(13, 10)
+    if q.lower < value < q.upper:
+        return value
+    samples = q.samples()
+    return samples[len(samples) // 2]
+
+
+def _failed_functions(rep) -> list[str]:
+    """The functions of a report (of any Report class) whose worst error its own rule rejects."""
+    return [f for f, v in rep.worst.items() if not dataclasses.replace(rep, worst={f: v}).ok]
+
+
+def _check_steps(reports, measure: str, bound: Callable[[str], str], scope: Callable[[object], str]) -> list[Step]:
+    """One step per report of generated functions against SymPy, naming the functions beyond the bound."""
+    steps = []
+    for rep in reports:
+        names = _failed_functions(rep)
+        result = "ok" if rep.ok else "FAILED: " + ", ".join(names)
+        text = f"{rep.ctype:<6} {rep.points} points per function: {measure} = {rep.max_error:.2g} ({result}, bound {bound(rep.ctype)})"
+        failures = ()
+        if not rep.ok:
+            verb = "exceeds its bound" if len(names) == 1 else "exceed their bound"
+            failures = ((f"{', '.join(names)} ({rep.ctype}, {rep.where}) {verb}", scope(rep)),)
+        steps.append(Step(rep.where, text, failures))
+    return steps
+
+
+def _nvrtc_step(source: str) -> Step:
+    """Compile ``source`` with NVRTC for every architecture CI checks."""
+    from .compilers import ARCHES, nvrtc_available, nvrtc_compile
+
+    if not nvrtc_available():
+        return Step("nvrtc", "not installed (pip install cuda-bindings nvidia-cuda-nvrtc): CUDA compile not checked")
+    failed = (("CUDA_SOURCE does not compile with NVRTC", "device"),)
+    try:
+        results = [nvrtc_compile(source, arch) for arch in ARCHES]
+    except (RuntimeError, OSError) as exc:
+        return Step("nvrtc", f"FAILED to run: {' '.join(str(exc).split())}", failed)
+    text = ", ".join(f"{r.arch} {'ok' if r.ok else 'FAILED'} ({r.ptx_size // 1024} kB PTX)" for r in results)
+    logs = "\n".join(r.log for r in results if not r.ok)
+    return Step("nvrtc", text, () if all(r.ok for r in results) else failed, logs)
+
+
+def _emit(verification: Verification, step: Step, on_step: Callable[[Step], None] | None) -> None:
+    verification.steps.append(step)
+    if on_step is not None:
+        on_step(step)
+
+
+def verify_map(dv: Derivation, name: str = "custom", *, samples: int = 20, points: int = 40, seed: int = 0,
+               on_step: Callable[[Step], None] | None = None, took: float | None = None) -> Verification:
+    """Every check of a discrete map's derivation and generated code.
+
+    The reference on ``samples`` random score vectors against the KKT
+    conditions; the module generated as ``name`` (in a temporary folder): its
+    NumPy functions (double) and device functions compiled by g++ (double,
+    float) against SymPy at ``points`` points each; the map
+    :func:`numeric.get_map` builds from it against the reference; NVRTC.
+    ``on_step`` is called with each :class:`Step` as it completes (the CLI
+    prints it); ``took`` is the derivation's time, for the first line.
+    """
+    from . import verify as V
+    from .compilers import host_library
+    from .emit import generate_module
+    from .files import load_module, write_atomic
+
+    out = Verification()
+    params = {q.symbol.name: parameter_value(q) for q in dv.parameters}
+    rng = random.Random(seed)
+    _emit(out, Step("regularizer", f"omega(p) = {sp.sstr(dv.omega)}   ({dv.name})"), on_step)
+    timing = f"in {took:.2f} s: " if took is not None else ""
+    _emit(out, Step("derived", f"{timing}link {dv.inversion.method} ({dv.inversion.form.form}), threshold {dv.threshold.kind}, "
+                               f"{'sparse' if dv.sparse else 'dense'}, weight w(p) = {sp.sstr(dv.weight)}"), on_step)
+    worst = mpmath.mpf(0)
+    for _ in range(samples):
+        scores = [rng.gauss(0, 2) for _ in range(rng.randint(1, 12))]
+        probs = dv.evaluate(scores, digits=50, **params)
+        worst = max(worst, kkt_residual(dv, scores, probs, digits=50, **params))
+    good = worst < mpmath.mpf(10) ** -40
+    at = " at " + ", ".join(f"{k} = {v}" for k, v in params.items()) if params else ""
+    _emit(out, Step("reference", f"{samples} random score vectors{at}: max KKT residual {mpmath.nstr(worst, 3)} "
+                                 f"({'ok' if good else 'FAILED'}, bound 1e-40)",
+                    () if good else (("the reference breaks the KKT conditions", "all"),)), on_step)
+
+    with tempfile.TemporaryDirectory(prefix="regattn-verify-") as tmp:
+        start = time.perf_counter()
+        path = Path(tmp) / f"{name}.py"
+        write_atomic(path, generate_module(dv, name))
+        module = load_module(path, prefix="_regattn_verify_")
+        _emit(out, Step("generated", f"{name}.py ({path.stat().st_size // 1024} kB, {len(V.functions(dv))} functions, "
+                                     f"{len(module.CUDA_KERNELS)} kernels) in {time.perf_counter() - start:.2f} s"), on_step)
+
+        def numpy_call(fname, xs, ps):
+            value = getattr(module, fname)(*[np.array([x]) for x in xs], *ps)
+            return float(np.broadcast_to(np.asarray(value, dtype=np.float64), (1,))[0])
+
+        reports = [V.check(dv, numpy_call, "double", "numpy", points=points, seed=seed)]
+        build_failure = None
+        try:
+            npar = len(dv.parameters)
+            lib = host_library(module.CUDA_DEVICE_SOURCE, name, {f: len(a) + npar for f, (_, a) in V.functions(dv).items()}, Path(tmp))
+            for ctype in ("double", "float"):
+                reports.append(V.check(dv, lambda f, xs, ps, c=ctype: lib[c][f](*xs, *ps), ctype, "device (g++)", points=points, seed=seed))
+        except RuntimeError as exc:
+            build_failure = Step("device", f"host build failed: {' '.join(str(exc).split())}",
+                                 (("the device functions did not build with g++", "device"),))
+        scope = lambda rep: "all" if rep.where == "numpy" else "device" if rep.ctype == "double" else "float"  # noqa: E731
+        for step in _check_steps(reports, "max error / (1 + kappa)", lambda c: f"{V.TOLERANCE[c]:g}", scope):
+            _emit(out, step, on_step)
+        if build_failure is not None:
+            _emit(out, build_failure, on_step)
+
+        from numeric import get_map
+
+        mapping = get_map(module, **{k: float(v) for k, v in params.items()})
+        worst_p = 0.0
+        for _ in range(samples):
+            scores = np.array([rng.gauss(0, 3) for _ in range(rng.randint(1, 40))])
+            want = np.array([float(v) for v in dv.evaluate(scores.tolist(), digits=30, **params)])
+            worst_p = max(worst_p, float(np.abs(mapping(scores) - want).max()))
+        good = worst_p <= 1e-12
+        _emit(out, Step("numeric map", f"p*(s) by numeric.get_map on {samples} random score vectors: max |p - p_ref| = "
+                                       f"{worst_p:.2g} ({'ok' if good else 'FAILED'}, bound 1e-12)",
+                        () if good else (("p*(s) by numeric.get_map (float64, numpy) exceeds its bound", "all"),)), on_step)
+        _emit(out, _nvrtc_step(module.CUDA_SOURCE), on_step)
+    probs = dv.evaluate([-2, 0, sp.Rational(1, 2)], digits=30, **params)
+    _emit(out, Step("example", "p*([-2, 0, 0.5]) = [" + ", ".join(mpmath.nstr(v, 6) for v in probs) + "]"), on_step)
+    return out
+
+
+def verify_continuous_map(cm, name: str, *, samples: int = 20, points: int = 40, seed: int = 0,
+                          on_step: Callable[[Step], None] | None = None, took: float | None = None) -> Verification:
+    """Every check of a continuous map (:class:`~derive.continuous.ContinuousDerivation`).
+
+    Its density on ``samples`` random ``(mu, sigma2)`` by mpmath quadrature
+    (normalisation and stationarity); the module generated as ``name``: NumPy
+    and g++ device functions against SymPy under a running error bound; NVRTC.
+    A family without a closed-form context raises :class:`DerivationError`
+    (nothing to generate).
+    """
+    from . import verify_continuous as VC
+    from ..continuous import check_density
+    from .compilers import host_library
+    from .continuous import generate_continuous_module
+    from .files import load_module, write_atomic
+
+    out = Verification()
+    reg = cm.regularizer
+    _emit(out, Step("regularizer", f"omega(p) = {sp.sstr(reg.omega)}   ({reg.name})"), on_step)
+    timing = f"in {took:.2f} s: " if took is not None else ""
+    _emit(out, Step("derived", f"{timing}{cm.family} density, support radius a = {sp.sstr(cm.support_radius)}, "
+                               f"threshold tau = {sp.sstr(cm.threshold)}"), on_step)
+    rng = random.Random(seed)
+    worst_norm = worst_stat = mpmath.mpf(0)
+    for _ in range(samples):
+        norm, stat = check_density(cm, rng.uniform(-1, 1), rng.uniform(1e-3, 2), digits=30)
+        worst_norm, worst_stat = max(worst_norm, norm), max(worst_stat, stat)
+    good = worst_norm < mpmath.mpf(10) ** -25 and worst_stat < mpmath.mpf(10) ** -25
+    _emit(out, Step("density", f"{samples} random (mu, sigma2), mpmath quadrature at 30 digits: |int p - 1| <= "
+                               f"{mpmath.nstr(worst_norm, 3)}, stationarity spread <= {mpmath.nstr(worst_stat, 3)} "
+                               f"({'ok' if good else 'FAILED'}, bound 1e-25)",
+                    () if good else (("the density breaks normalisation or stationarity", "all"),)), on_step)
+    if not cm.closed_context:  # nothing closed-form to generate or check: refuse in one line
+        raise DerivationError(cm.no_closed_context())
+    with tempfile.TemporaryDirectory(prefix="regattn-verify-") as tmp:
+        start = time.perf_counter()
+        path = Path(tmp) / f"{name}.py"
+        write_atomic(path, generate_continuous_module(cm, name))
+        module = load_module(path, prefix="_regattn_verify_")
+        fns = VC.functions(cm)
+        _emit(out, Step("generated", f"{name}.py ({path.stat().st_size // 1024} kB, {len(fns)} functions, "
+                                     f"{len(module.CUDA_KERNELS)} kernels) in {time.perf_counter() - start:.2f} s"), on_step)
+
+        def numpy_call(fname, xs):
+            return float(np.broadcast_to(getattr(module, fname)(*[np.array([x]) for x in xs]), (1,))[0])
+
+        reports = [VC.check(cm, numpy_call, "double", "numpy", points=points, seed=seed)]
+        build_failure = None
+        try:
+            lib = host_library(module.CUDA_DEVICE_SOURCE, name, {f: len(a) for f, (_, a) in fns.items()}, Path(tmp))
+            for ctype in ("double", "float"):
+                reports.append(VC.check(cm, lambda f, xs, c=ctype: lib[c][f](*xs), ctype, "device (g++)", points=points, seed=seed))
+        except RuntimeError as exc:
+            build_failure = Step("device", f"host build failed: {' '.join(str(exc).split())}",
+                                 (("the device functions did not build with g++", "device"),))
+        scope = lambda rep: "all" if rep.where == "numpy" else "device" if rep.ctype == "double" else "float"  # noqa: E731
+        for step in _check_steps(reports, "max error / running bound", lambda c: f"1; {VC.UNIT[c]:g} per operation", scope):
+            _emit(out, step, on_step)
+        if build_failure is not None:
+            _emit(out, build_failure, on_step)
+        _emit(out, _nvrtc_step(module.CUDA_SOURCE), on_step)
+    return out
