@@ -12,9 +12,11 @@ from types import ModuleType
 
 import numpy as np
 
+from . import contract
+
 __all__ = ["array_module", "is_cupy", "to_compute_dtype", "kernels", "CUDA_THREADS"]
 
-CUDA_THREADS = 256
+CUDA_THREADS = contract.CUDA_THREADS
 _lock = threading.Lock()
 _kernel_cache: dict[tuple[str, int, int], dict[str, object]] = {}
 

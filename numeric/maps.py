@@ -26,19 +26,15 @@ from types import ModuleType
 
 import numpy as np
 
-from . import _trust
+from . import _trust, contract
 from . import threshold as th
 from .parallel import run_tasks
 from .backend import CUDA_THREADS, array_module, is_cupy, kernels, to_compute_dtype
 
 __all__ = ["Map", "get_map", "softmax", "sparsemax", "entmax15", "entmax", "REQUIRED"]
 
-#: What a module must define to serve as a map.
-REQUIRED = (
-    "NAME", "REGULARIZER", "SPARSE", "THRESHOLD", "LINK_METHOD", "PARAMETERS", "PARAMETER_DOMAINS",
-    "omega", "omega_prime", "omega_second", "omega_third", "weight", "weight_d2", "clip", "omega_zero",
-    "link", "CUDA_SOURCE", "CUDA_KERNELS",
-)
+#: What a module must define to serve as a map (the contract, :mod:`numeric.contract`).
+REQUIRED = contract.required_names()
 _THRESHOLDS = ("auto", "closed", "sort", "root")
 
 
@@ -80,9 +76,7 @@ class Map:
     """
 
     def __init__(self, module: ModuleType, threshold: str = "auto", **params: float):
-        missing = [name for name in REQUIRED if not hasattr(module, name)]
-        if missing:
-            raise TypeError(f"module {getattr(module, '__name__', module)!r} is not a generated map: missing {', '.join(missing)}")
+        contract.check_map_module(module)
         if threshold not in _THRESHOLDS:
             raise ValueError(f"threshold must be one of {_THRESHOLDS}, got {threshold!r}")
         if threshold == "sort" and module.THRESHOLD != "sort":

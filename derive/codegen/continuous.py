@@ -45,6 +45,8 @@ import math
 import mpmath
 import sympy as sp
 
+from numeric import contract
+
 from ..continuous import ContinuousDerivation, sigma2
 from ..errors import DerivationError
 from . import cuda
@@ -351,14 +353,14 @@ def generate_continuous_module(cm: ContinuousDerivation, name: str) -> str:
         + (f", support |t - mu| < {sp.sstr(cm.support_radius)}" if cm.family == "compact" else "") + ".",
         "Scores theta_1 t + theta_2 t^2 (theta_2 < 0): mu = -theta_1 / (2 theta_2), sigma2 = -1 / (2 theta_2).",
         "The context of a Gaussian basis function N(t; c, s2) is rbf_expectation(mu, sigma2, c, s2).",
-        "CUDA_SOURCE compiles with NVRTC on its own (kernels launched with 256 threads per block).",
+        f"CUDA_SOURCE compiles with NVRTC on its own (kernels launched with {contract.CUDA_THREADS} threads per block).",
         '"""',
     ]
     body = [
         f"NAME = {name!r}",
         f"REGULARIZER = {reg_text!r}",
         f"FAMILY = {cm.family!r}",
-        "CUDA_THREADS = 256",
+        f"CUDA_THREADS = {contract.CUDA_THREADS}",
         f"CUDA_KERNELS = {tuple(kernels)!r}",
         "",
     ]

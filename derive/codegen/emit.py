@@ -33,7 +33,7 @@ import keyword
 
 import sympy as sp
 
-from numeric import _trust
+from numeric import _trust, contract
 
 from ..argmax import Derivation
 from ..symbols import S, S1, S2, k, score
@@ -77,59 +77,53 @@ class _Piece:
 
 
 def _pieces(dv: Derivation) -> list[_Piece]:
+    """The routines of :mod:`numeric.contract` that ``dv`` has, with their expressions."""
     th = dv.threshold
     w = dv.weight
+    routines = {r.name: r for r in contract.ROUTINES}
+
+    def piece(name, expr, body=None, given=(), doc=None):
+        r = routines[name]
+        return _Piece(name, list(r.args), expr, doc or r.doc, body, given)
+
     pieces = [
-        _Piece("omega", ["p"], dv.omega, "omega(p), the regularizer's scalar function (p > 0)."),
-        _Piece("omega_prime", ["p"], dv.omega_prime, "omega'(p); the link inverts it."),
-        _Piece("omega_second", ["p"], dv.omega_second, "omega''(p)."),
-        _Piece("omega_third", ["p"], sp.simplify(sp.diff(dv.omega_second, p)),
-               "omega'''(p), for Halley's method on omega'(sum_i p_i) = omega'(1)."),
-        _Piece("weight", ["p"], w, "w(p) = 1/omega''(p) = g'(z): Jacobian diag(w) - w w^T / sum(w)."),
-        _Piece("weight_d2", ["p"], th.d2link, "w'(p) w(p) = g''(z) at p = g(z)."),
-        _Piece("clip", [], dv.clip, "omega'(0+): p = 0 where z = s - tau <= clip."),
-        _Piece("omega_zero", [], dv.omega_zero, "omega(0+), the value of a coordinate off the support."),
+        piece("omega", dv.omega),
+        piece("omega_prime", dv.omega_prime),
+        piece("omega_second", dv.omega_second),
+        piece("omega_third", sp.simplify(sp.diff(dv.omega_second, p))),
+        piece("weight", w),
+        piece("weight_d2", th.d2link),
+        piece("clip", dv.clip),
+        piece("omega_zero", dv.omega_zero),
     ]
+    per = contract.PER_PARAMETER
     for q in dv.parameters:
-        pieces.append(
-            _Piece(f"omega_prime_d_{q.symbol.name}", ["p"], sp.simplify(sp.diff(dv.omega_prime, q.symbol)),
-                   f"d omega'(p) / d {q.symbol.name}: dp*/d{q.symbol.name} = -J c with c_i = this at p_i.")
-        )
+        name = q.symbol.name
+        pieces.append(_Piece(per.name.format(name), list(per.args), sp.simplify(sp.diff(dv.omega_prime, q.symbol)),
+                             per.doc.format(name)))
     if dv.inversion.method == "closed":
         # Where SymPy's link cancels in floating point (stable_form rewrites it), its
         # derivatives in z inherit the cancellation: they are computed in p = g(z)
         # instead, as -w(p) and w'(p) w(p), whose condition numbers multiply to theirs.
         in_p = stable_form(dv.link) != dv.link
         given = [(p, dv.link)] if in_p else []
+        in_p_doc = lambda name, tail: routines[name].doc.rstrip(".") + tail if in_p else None  # noqa: E731
         pieces += [
-            _Piece("link", ["z"], dv.link, "g(z) = (omega')^{-1}(z), the unclipped link."),
-            _Piece("link_dtau", ["z"], -th.dlink_z, "d/dtau g(s - tau) = -g'(z)" + (" = -w(p), p = g(z)." if in_p else "."),
-                   body=-w if in_p else None, given=given),
-            _Piece("link_dtau2", ["z"], th.d2link_z,
-                   "d^2/dtau^2 g(s - tau) = g''(z)" + (" = w'(p) w(p), p = g(z)." if in_p else "."),
-                   body=th.d2link if in_p else None, given=given),
+            piece("link", dv.link),
+            piece("link_dtau", -th.dlink_z, body=-w if in_p else None, given=given,
+                  doc=in_p_doc("link_dtau", " = -w(p), p = g(z).")),
+            piece("link_dtau2", th.d2link_z, body=th.d2link if in_p else None, given=given,
+                  doc=in_p_doc("link_dtau2", " = w'(p) w(p), p = g(z).")),
         ]
     form = dv.inversion.form
     if form.form == "power":
-        pieces += [
-            _Piece("link_scale", [], form.scale, "a in the link's form g(z) = (a (z - clip))**k (LINK_FORM 'power')."),
-            _Piece("link_exponent", [], form.exponent, "k in the link's form g(z) = (a (z - clip))**k (LINK_FORM 'power')."),
-        ]
+        pieces += [piece("link_scale", form.scale), piece("link_exponent", form.exponent)]
     if th.kind == "closed":
-        pieces += [
-            _Piece("term", ["s"], th.term.subs(score, sp.Symbol("s", real=True)), "B(s): g(s - tau) = A(tau) B(s)."),
-            _Piece("tau_from_sum", ["S"], th.solution, "tau as a function of S = sum_i B(s_i)."),
-        ]
+        pieces += [piece("term", th.term.subs(score, sp.Symbol("s", real=True))), piece("tau_from_sum", th.solution)]
     if th.kind == "sort":
-        pieces.append(
-            _Piece("tau_candidate", ["k", "S_1", "S_2"], th.candidate,
-                   "tau_k from the k largest scores: S_1 their sum, S_2 the sum of their squares.")
-        )
+        pieces.append(piece("tau_candidate", th.candidate))
         if th.discriminant is not None:
-            pieces.append(
-                _Piece("discriminant", ["k", "S_1", "S_2"], th.discriminant,
-                       "tau_k is real where this is >= 0.")
-            )
+            pieces.append(piece("discriminant", th.discriminant))
     return pieces
 
 
@@ -236,7 +230,7 @@ def generate_module(dv: Derivation, name: str) -> str:
         f"threshold: {th.kind}; {'sparse' if dv.sparse else 'dense'}.",
         "The NumPy functions take their parameters after their own arguments;",
         "CUDA_SOURCE compiles with NVRTC on its own (kernels launched with",
-        f"{256} threads per block).",
+        f"{contract.CUDA_THREADS} threads per block).  The contract: numeric.contract.",
         '"""',
     ]
     body = [
@@ -251,23 +245,19 @@ def generate_module(dv: Derivation, name: str) -> str:
         "PARAMETER_DOMAINS = {" + ", ".join(
             f"{q.symbol.name!r}: ({_domain(q.lower)}, {_domain(q.upper)})" for q in dv.parameters
         ) + "}",
-        "CUDA_THREADS = 256",
+        f"FORMAT_VERSION = {contract.FORMAT_VERSION}",
+        f"CUDA_THREADS = {contract.CUDA_THREADS}",
         f"CUDA_KERNELS = {tuple(kernels)!r}",
         "",
     ]
     for piece in pieces:
         body += ["", _python_function(piece, params, py), ""]
-    if dv.inversion.method != "closed":
-        body += ["", "link = None  # no printable closed form: solve omega_prime(p) = z numerically", ""]
-    if dv.inversion.form.form != "power":
-        body += ["", "link_scale = link_exponent = None", ""]
-    if th.kind != "closed":
-        body += ["", "term = tau_from_sum = None", ""]
-    if th.kind != "sort":
-        body += ["", "tau_candidate = None", ""]
-    if th.discriminant is None:
-        body += ["", "discriminant = None", ""]
-    return assemble(doc, body, device_source, kernel_source, [f"map: {name}", f"regularizer: omega(p) = {reg_text}"])
+    absent = [r.name for r in contract.ROUTINES if r.name not in {pc.name for pc in pieces}]
+    if absent:  # the contract's routines this map does not have
+        why = "  # no printable closed form: solve omega_prime(p) = z numerically" if "link" in absent else ""
+        body += ["", " = ".join(absent) + " = None" + why, ""]
+    return assemble(doc, body, device_source, kernel_source,
+                    [f"map: {name}", f"regularizer: omega(p) = {reg_text}", f"format: {contract.FORMAT_VERSION}"])
 
 
 def assemble(doc: list[str], body: list[str], device_source: str, kernel_source: str, header: list[str]) -> str:

@@ -52,32 +52,21 @@ def sample_range(parameter, ctype: str = "double", derivative: bool = False) -> 
 
 
 def functions(dv: Derivation) -> dict[str, tuple[sp.Expr, list[sp.Symbol]]]:
-    """Generated function name -> (SymPy expression, argument symbols before the parameters)."""
-    th = dv.threshold
-    out = {
-        "omega": (dv.omega, [p]),
-        "omega_prime": (dv.omega_prime, [p]),
-        "omega_second": (dv.omega_second, [p]),
-        "omega_third": (sp.diff(dv.omega_second, p), [p]),
-        "weight": (dv.weight, [p]),
-        "weight_d2": (th.d2link, [p]),
-    }
-    for q in dv.parameters:
-        out[f"omega_prime_d_{q.symbol.name}"] = (sp.diff(dv.omega_prime, q.symbol), [p])
-    if dv.inversion.method == "closed":
-        out["link"] = (dv.link, [z])
-        out["link_dtau"] = (-th.dlink_z, [z])
-        out["link_dtau2"] = (th.d2link_z, [z])
-    if dv.inversion.form.form == "power":
-        out["link_scale"] = (dv.inversion.form.scale, [])
-        out["link_exponent"] = (dv.inversion.form.exponent, [])
-    if th.kind == "closed":
-        out["term"] = (th.term, [score])
-        out["tau_from_sum"] = (th.solution, [S])
-    if th.kind == "sort":
-        out["tau_candidate"] = (th.candidate, [k, S1, S2])
-        if th.discriminant is not None:
-            out["discriminant"] = (th.discriminant, [k, S1, S2])
+    """Generated function name -> (SymPy expression, argument symbols before the parameters).
+
+    The routines the emitter writes for ``dv`` (:mod:`numeric.contract`), each with
+    the expression its docstring shows; constants that are infinite (``clip = -oo``
+    for a dense map, ``omega_zero = +oo`` where omega is infinite at 0) print as
+    ``math.inf`` and have no error to judge.
+    """
+    from .emit import _pieces, _symbols_for
+
+    out = {}
+    for piece in _pieces(dv):
+        if not piece.args and piece.expr.is_finite is False:
+            continue
+        table = _symbols_for(piece.args)
+        out[piece.name] = (piece.expr, [table[a] for a in piece.args])
     return out
 
 

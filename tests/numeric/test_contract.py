@@ -1,0 +1,89 @@
+"""The generated-module contract (numeric.contract): written once, met by every map module, read by Map."""
+
+from __future__ import annotations
+
+import importlib
+import inspect
+import types
+
+import pytest
+
+import numeric as nm
+from numeric import backend, contract
+
+from .conftest import derivation
+
+MAPS = ["softmax", "sparsemax", "entmax15", "entmax"]
+
+
+def _module(name):
+    return importlib.import_module(f"numeric._generated.{name}")
+
+
+@pytest.mark.parametrize("name", MAPS)
+def test_committed_maps_meet_the_contract(name):
+    module = _module(name)
+    contract.check_map_module(module)
+    assert module.FORMAT_VERSION == contract.FORMAT_VERSION and module.CUDA_THREADS == backend.CUDA_THREADS
+    for routine in contract.ROUTINES:
+        fn = getattr(module, routine.name)
+        if fn is None:
+            continue
+        args = list(inspect.signature(fn).parameters)
+        assert args == list(routine.args) + list(module.PARAMETERS), routine.name
+
+
+@pytest.mark.parametrize("name", MAPS)
+def test_present_routines_follow_the_derivation(name):
+    """A routine is present exactly when its condition holds for the derivation."""
+    module, dv = _module(name), derivation(name)
+    holds = {
+        "always": True,
+        "closed link": dv.inversion.method == "closed",
+        "power link": dv.inversion.form.form == "power",
+        "closed threshold": dv.threshold.kind == "closed",
+        "sort threshold": dv.threshold.kind == "sort",
+        "quadratic sort threshold": dv.threshold.discriminant is not None,
+    }
+    for routine in contract.ROUTINES:
+        assert (getattr(module, routine.name) is not None) == holds[routine.present], routine.name
+
+
+@pytest.mark.parametrize("name", MAPS)
+def test_verify_judges_the_contracts_routines(name):
+    """verify.functions comes from the emitter's list: every present routine with a finite value is judged."""
+    from derive.codegen import verify as V
+
+    module, dv = _module(name), derivation(name)
+    judged = set(V.functions(dv))
+    per = {contract.PER_PARAMETER.name.format(q) for q in module.PARAMETERS}
+    present = {r.name for r in contract.ROUTINES if getattr(module, r.name) is not None} | per
+    infinite = {n for n in ("clip", "omega_zero") if not module.PARAMETERS and abs(float(getattr(module, n)())) == float("inf")}
+    assert judged == present - infinite
+
+
+def _stripped(name, drop=(), **changes):
+    module = _module(name)
+    fake = types.ModuleType(f"fake_{name}")
+    fake.__dict__.update({k: v for k, v in vars(module).items() if k not in drop and not k.startswith("__")})
+    fake.__dict__.update(changes)
+    return fake
+
+
+def test_map_refuses_a_module_of_another_format():
+    with pytest.raises(TypeError, match="missing FORMAT_VERSION.*run `regattn generate` again"):
+        contract.check_map_module(_stripped("softmax", drop=("FORMAT_VERSION",)))
+    with pytest.raises(TypeError, match="generated for format 1"):
+        contract.check_map_module(_stripped("softmax", FORMAT_VERSION=1))
+    with pytest.raises(TypeError, match="missing link_scale"):
+        contract.check_map_module(_stripped("entmax", drop=("link_scale",)))
+    with pytest.raises(TypeError, match="missing omega_prime_d_alpha"):
+        contract.check_map_module(_stripped("entmax", drop=("omega_prime_d_alpha",)))
+    with pytest.raises(TypeError, match="512 threads per block"):
+        contract.check_map_module(_stripped("softmax", CUDA_THREADS=512))
+
+
+def test_map_requires_the_contract():
+    assert nm.maps.REQUIRED == contract.required_names()
+    with pytest.raises(TypeError, match="not a generated map: missing"):
+        nm.Map(_stripped("softmax", drop=("LINK_FORM",)))
