@@ -146,7 +146,8 @@ def _python_function(piece: _Piece, params: list[str], printer: PyPrinter) -> st
         result = printer._print(sp.Float(expr.evalf(30), 30)) if expr.is_finite else result
     if piece.args and not expr.has(_symbols_for(piece.args)[piece.args[0]]):
         # keep the shape and dtype of the argument (CuPy arrays dispatch zeros_like too)
-        result = f"numpy.zeros_like({piece.args[0]}) + {result}" if not expr.is_number else f"numpy.full_like({piece.args[0]}, {result})"
+        arg = piece.args[0]
+        result = f"{printer._call('zeros_like')}({arg}) + {result}" if not expr.is_number else f"{printer._call('full_like')}({arg}, {result})"
     lines.append(f"    return {result}")
     return "\n".join(lines)
 

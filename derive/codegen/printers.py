@@ -368,19 +368,41 @@ class _PowerMixin:
 
 
 class PyPrinter(_PowerMixin, NumPyPrinter):
-    """NumPy code: ``numpy.`` ufuncs, Python float literals, powers as products."""
+    """Array code for a NumPy-like module: ``numpy.`` ufuncs, Python float literals, powers as products.
+
+    The module is a setting, as in SymPy's ``NumPyPrinter``/``JaxPrinter``: every
+    call prints as ``{_module}.name``, so a printer for another array library is a
+    subclass that sets ``_module`` (and overrides what that library spells
+    differently).
+    """
+
+    _module = "numpy"
 
     def __init__(self, settings=None):
         super().__init__({"fully_qualified_modules": True, **(settings or {})})
+        # SymPy spells its tables of known functions and constants "numpy.exp", "numpy.pi" once, at
+        # its class definition: respell them for this printer's module
+        def respell(table):
+            return {k: (f"{self._module}.{v[len('numpy.'):]}" if isinstance(v, str) and v.startswith("numpy.") else v)
+                    for k, v in table.items()}
+
+        self._kf = respell(self._kf)
+        self.known_functions = respell(self.known_functions)
+        self._kc = respell(self._kc)
+        self.known_constants = respell(self.known_constants)
 
     def _one(self) -> str:
         return "1"
 
+    def _call(self, name: str) -> str:
+        """``module.name`` for this printer's array module."""
+        return f"{self._module}.{name}"
+
     def _sqrt(self) -> str:
-        return "numpy.sqrt"
+        return self._call("sqrt")
 
     def _cbrt(self) -> str:
-        return "numpy.cbrt"
+        return self._call("cbrt")
 
     def _print_Pow(self, expr, rational=False):
         out = self._pow_parts(expr)
@@ -388,7 +410,7 @@ class PyPrinter(_PowerMixin, NumPyPrinter):
             return out
         b = self._print(expr.base)
         e = self._print(expr.exp)
-        return f"numpy.power({b}, {e})"
+        return f"{self._call('power')}({b}, {e})"
 
     def _print_Integer(self, expr):
         return str(expr.p) if abs(expr.p) <= PY_INT_MAX else repr(float(expr))
@@ -402,11 +424,11 @@ class PyPrinter(_PowerMixin, NumPyPrinter):
         return repr(float(expr))
 
     def _print_Abs(self, expr):
-        return f"numpy.abs({self._print(expr.args[0])})"
+        return f"{self._call('abs')}({self._print(expr.args[0])})"
 
     def _print_Select(self, expr):
         x, a, b = (self._print(e) for e in expr.args)
-        return f"numpy.where({x} >= 0, {a}, {b})"
+        return f"{self._call('where')}({x} >= 0, {a}, {b})"
 
     def _print_erf(self, expr):
         # numeric.special.erf: NumPy has no erf ufunc (modules using it import it)

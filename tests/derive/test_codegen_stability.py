@@ -353,3 +353,28 @@ def test_tsallis_near_alpha_one_in_float32(fname, a):
             continue
         got = lib["float"][fname](float(x), a32)
         assert V.scaled_error(got, want, kappa) <= TOL["float"], (fname, float(x), a32, got, want)
+
+
+# ------------------------------------------------------------- the array module as a setting
+def test_the_array_module_is_a_printer_setting():
+    """A printer for another NumPy-like module is a subclass that sets ``_module``: no ``numpy.`` is left."""
+    x, a = sp.symbols("x a", positive=True)
+    y = sp.Symbol("y", real=True)
+
+    class XPrinter(PyPrinter):
+        _module = "xp"
+
+    e = (sp.sqrt(x) * sp.cbrt(x + 1) + x**a + sp.exp(x) + sp.log(x) + sp.tanh(x) + 3 * sp.exp(a * x) - 3
+         + sp.log(1 + x * a) + sp.pi * x + sp.atan(x))
+    e2 = -3 * y + sp.sqrt(9 * y**2 + a)  # a sign select of its conjugate form
+    assigns, (result, result2) = print_block(XPrinter(), [e, e2], "e")
+    text = " ".join([result, result2] + [rhs for _, rhs in assigns])
+    assert "numpy" not in text
+    for name in ("xp.sqrt", "xp.cbrt", "xp.power", "xp.exp", "xp.log", "xp.tanh", "xp.log1p", "xp.expm1", "xp.pi", "xp.arctan",
+                 "xp.where"):
+        assert name in text, name
+    ns = {"xp": np, "x": 0.7, "a": 1.3, "y": -0.4}
+    exec("\n".join(f"{lhs} = {rhs}" for lhs, rhs in assigns), ns)
+    assert eval(result, ns) == pytest.approx(float(e.subs({x: 0.7, a: 1.3})), rel=1e-14)
+    assert eval(result2, ns) == pytest.approx(float(e2.subs({a: 1.3, y: -0.4})), rel=1e-14)
+    assert "numpy.exp" in print_block(PyPrinter(), [sp.exp(x)], "e")[1][0]
