@@ -1,8 +1,20 @@
-"""Array-module dispatch and the CuPy kernel cache.
+"""The backend seam: one array library's implementation of a map, chosen once per call.
 
-Everything in :mod:`numeric` accepts NumPy or CuPy arrays and returns the
-same kind.  CuPy is imported only when a CuPy array is seen; NumPy code never
-needs it.
+A :class:`Backend` provides, for the rows of a 2-D array of its own kind, the
+map's forward pass (row operations, the link and the threshold rule, returning
+``p`` and ``tau``) and its JVP, plus the array namespace the front end uses
+for the rest (casts, reshapes, the loss).  :class:`numeric.Map` keeps the
+front end (argument checks, parameters, axes, dtypes, the loss and
+``vjp_params``) and hands the rows to the backend
+:func:`numeric.backends.backend_for` picks from the arrays' types.
+
+NumPy (:mod:`numeric.numpy_backend`) and CuPy (:mod:`numeric.cupy_backend`)
+are registered in :mod:`numeric.backends`; another library registers its own
+with :func:`numeric.backends.register_backend`.  Everything in :mod:`numeric` returns the kind of
+array it was given; CuPy is imported only when a CuPy array is seen.
+
+Also here: :func:`array_module` (NumPy or CuPy for attention's matrix
+products), :func:`to_compute_dtype` and the CuPy kernel cache.
 """
 
 from __future__ import annotations
@@ -14,11 +26,46 @@ import numpy as np
 
 from . import contract
 
-__all__ = ["array_module", "is_cupy", "to_compute_dtype", "kernels", "CUDA_THREADS"]
+__all__ = ["Backend", "array_module", "is_cupy", "to_compute_dtype", "kernels", "CUDA_THREADS"]
 
 CUDA_THREADS = contract.CUDA_THREADS
 _lock = threading.Lock()
 _kernel_cache: dict[tuple[str, int, int], dict[str, object]] = {}
+
+
+class Backend:
+    """One array library's implementation of a map's rows.  Subclasses set :attr:`name` and implement:
+
+    * :meth:`owns`: whether an array is of this backend's kind;
+    * :meth:`namespace`: its NumPy-like array namespace;
+    * :meth:`forward`: ``(p, tau)`` for the rows of a 2-D array ``x``, for
+      ``mapping`` (a :class:`numeric.Map`: ``mapping.module`` is the generated
+      module, ``mapping.threshold`` the threshold rule, ``mapping._cast(dtype)``
+      the parameter values in ``x``'s dtype); ``tau`` is ``+inf`` on fully masked
+      rows and NaN on rows holding a NaN, whose ``p`` is 0 and NaN;
+    * :meth:`jvp`: ``J dx`` along the last axis at ``y = m(x)``.
+    """
+
+    name = "abstract"
+
+    def owns(self, array) -> bool:
+        raise NotImplementedError
+
+    def namespace(self):
+        raise NotImplementedError
+
+    def shares_memory(self, a, b) -> bool:
+        """Whether ``a`` and ``b`` may share memory (``True`` when unknown: nothing is overwritten)."""
+        return True
+
+    def forward(self, mapping, x, *, overwrite: bool = False):
+        raise NotImplementedError
+
+    def jvp(self, mapping, y, dx):
+        raise NotImplementedError
+
+    def __repr__(self) -> str:
+        return f"<{type(self).__name__} {self.name!r}>"
 
 
 def is_cupy(x: object) -> bool:

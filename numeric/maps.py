@@ -27,9 +27,8 @@ from types import ModuleType
 import numpy as np
 
 from . import _trust, contract
-from . import threshold as th
-from .parallel import run_tasks
-from .backend import CUDA_THREADS, array_module, is_cupy, kernels, to_compute_dtype
+from .backend import array_module, to_compute_dtype
+from .backends import backend_for
 
 __all__ = ["Map", "get_map", "softmax", "sparsemax", "entmax15", "entmax", "REQUIRED"]
 
@@ -136,94 +135,16 @@ class Map:
         passes its own score buffers this way, saving an allocation and a pass);
         copies made here (a cast, a moved axis) are used as scratch anyway.
         """
-        xp = array_module(x)
+        backend = backend_for(x)
         given = x
-        x, out_dtype = to_compute_dtype(x, xp)
+        x, out_dtype = to_compute_dtype(x, backend.namespace())
         axis = _check_axis(x, axis)
         flat, restore = _rows(x, axis)
-        if is_cupy(flat):
-            p, tau = self._forward_cupy(flat)
-        else:
-            # scratch space: a copy made here (a cast or a moved axis), or the caller's buffer if allowed
-            own = not np.may_share_memory(flat, given)
-            p, tau = self._forward_numpy(flat, overwrite=overwrite or own)
+        # scratch space: a copy made here (a cast or a moved axis), or the caller's buffer if allowed
+        own = not backend.shares_memory(flat, given)
+        p, tau = backend.forward(self, flat, overwrite=overwrite or own)
         batch = x.shape[:axis] + x.shape[axis + 1:]
         return restore(p).astype(out_dtype, copy=False), tau.reshape(batch)
-
-    def _forward_numpy(self, x: np.ndarray, overwrite: bool = False):
-        params = self._cast(x.dtype)
-        out = x if overwrite else np.empty_like(x)
-        tau = np.empty(x.shape[0], dtype=x.dtype)
-
-        def solve(lo, hi):
-            self._forward_block(x[lo:hi], out[lo:hi], tau[lo:hi], params)
-
-        _on_two_threads(solve, x.shape[0], x.size)
-        return out, tau
-
-    def _forward_block(self, x: np.ndarray, out: np.ndarray, tau: np.ndarray, params: tuple):
-        """``p`` of the rows ``x`` into ``out`` (which may be ``x`` itself) and their thresholds into ``tau``."""
-        if self.threshold == "closed":
-            # no shift where none is needed (see closed_unshifted); the other rows below
-            redo = th.closed_unshifted(self.module, x, params, out, tau)
-            if redo is not None:
-                rows, scores = redo
-                sub_tau = np.empty(rows.size, dtype=x.dtype)
-                self._shifted_rows(scores, scores, sub_tau, params)
-                out[rows] = scores
-                tau[rows] = sub_tau
-            return
-        self._shifted_rows(x, out, tau, params)
-
-    def _shifted_rows(self, x: np.ndarray, out: np.ndarray, tau: np.ndarray, params: tuple):
-        """:meth:`_forward_block` by shifting every row by its maximum; NaN and fully masked rows here."""
-        m = th.row_max(x)  # NaN in a row makes m NaN; a fully masked row has m = -inf
-        bad = ~np.isfinite(m)
-        if not bad.any():  # the common case: no copies of rows
-            tau[...] = self._solve_rows(x, m, params, out)
-            return
-        live = ~bad
-        if live.any():
-            sub = x[live]  # a copy, used as scratch; written out before out (maybe x) changes
-            tau[live] = self._solve_rows(sub, m[live], params, sub)
-            out[live] = sub
-        invalid = np.isnan(m) | (m == np.inf)  # NaN (or +inf) scores: the row is NaN
-        out[bad] = 0
-        tau[bad] = np.inf
-        out[invalid] = np.nan
-        tau[invalid] = np.nan
-
-    def _solve_rows(self, x: np.ndarray, m: np.ndarray, params: tuple, out: np.ndarray) -> np.ndarray:
-        """``p`` into ``out`` (which may be ``x``) for rows with a finite maximum ``m``; returns ``tau``.
-
-        The scores are shifted by ``m`` first: ``s - tau = (s - m) - (tau - m)``
-        loses nothing to the magnitude of ``m``.
-        """
-        with np.errstate(over="ignore"):  # a spread beyond the dtype's range is -inf: probability 0
-            y = np.subtract(x, m[:, None], out=out)
-        if self.threshold == "closed":
-            _, t = th.closed_threshold(self.module, y, params, shifted=True, out=out)
-            return m + t
-        if self.threshold == "root":  # p with sum 1 (also where F jumps across 1 at a kink)
-            return m + th.root_probabilities(self.module, y, params, out)
-        t = th.sort_threshold(self.module, y, params, shifted=True)
-        y -= t[:, None]
-        p = th.clipped_link(self.module, y, params, overwrite=True)
-        if p is not out:
-            np.copyto(out, p)
-        return m + t
-
-    def _forward_cupy(self, x):
-        import cupy
-
-        rows, n = x.shape
-        suffix = "f64" if x.dtype == np.float64 else "f32"
-        p = cupy.empty_like(x)
-        tau = cupy.empty(rows, dtype=x.dtype)
-        kern = kernels(self.module)[f"{self.name}_forward_rows_{suffix}"]
-        grid = (min(rows, 65535),)
-        kern(grid, (CUDA_THREADS,), (x, p, tau, np.int64(rows), np.int64(n), *self._cast(x.dtype)))
-        return p, tau
 
     # --------------------------------------------------------- derivatives
     def _on_support(self, fn, y, xp, off=0.0):
@@ -232,29 +153,18 @@ class Map:
         value = xp.asarray(fn(y + ~pos, *self._cast(y.dtype)))
         return (value * pos + off * ~pos if off else value * pos).astype(y.dtype, copy=False)
 
-    def _weights(self, y, xp):
-        return self._on_support(self.module.weight, y, xp)
-
     def jvp(self, y, dx, axis: int = -1):
         """``J dx`` at ``y = m(x)``: ``w*dx - w (w.dx) / sum(w)``, ``w = w(y)`` on the support."""
-        xp = array_module(y, dx)
+        backend = backend_for(y, dx)
+        xp = backend.namespace()
         y, out_dtype = to_compute_dtype(y, xp)
         dx = xp.asarray(dx).astype(y.dtype, copy=False)
         if dx.shape != y.shape:
             raise ValueError(f"tangent of shape {dx.shape} does not match the output shape {y.shape}")
         axis = _check_axis(y, axis)
-        if is_cupy(y):
-            fy, restore = _rows(y, axis)
-            fd, _ = _rows(dx, axis)
-            out = xp.empty_like(fy)
-            kern = kernels(self.module)[f"{self.name}_jvp_{'f64' if fy.dtype == np.float64 else 'f32'}"]
-            kern((min(fy.shape[0], 65535),), (CUDA_THREADS,), (fy, fd, out, np.int64(fy.shape[0]), np.int64(fy.shape[1]), *self._cast(fy.dtype)))
-            return restore(out).astype(out_dtype, copy=False)
-        w = self._weights(y, xp)
-        total = w.sum(axis=axis, keepdims=True)
-        dot = (w * dx).sum(axis=axis, keepdims=True)
-        mean = xp.where(total > 0, dot / xp.where(total > 0, total, 1), 0)
-        return (w * (dx - mean)).astype(out_dtype, copy=False)
+        fy, restore = _rows(y, axis)
+        fd, _ = _rows(dx, axis)
+        return restore(backend.jvp(self, fy, fd)).astype(out_dtype, copy=False)
 
     def vjp(self, y, dy, axis: int = -1):
         """``J^T dy`` at ``y = m(x)``; ``J`` is symmetric, so this equals :meth:`jvp`."""
@@ -374,31 +284,6 @@ class Map:
             value = value.sum() / rows
             grad = grad / rows
         return value.astype(out_dtype), grad.astype(out_dtype)
-
-
-#: NumPy inputs of at least this many scores are solved in chunks of rows, on several threads where allowed.
-THREADS_FROM = 1 << 17
-#: Number of chunks of rows (so at most this many threads work on one input).
-CHUNKS = 2
-
-
-def _on_two_threads(solve, rows: int, size: int, chunks: int | None = None) -> None:
-    """``solve(lo, hi)`` over the rows ``[0, rows)``: in ``CHUNKS`` chunks from :data:`THREADS_FROM` scores.
-
-    NumPy's ufuncs and einsum release the GIL, so chunks run side by side on the
-    threads of :func:`numeric.parallel.run_tasks`: the caller's and pool threads,
-    at most one per chunk and :func:`numeric.get_num_threads` in all, and only the
-    caller's inside a task that already runs on the pool (attention's heads).
-    The chunks depend only on the sizes, not on the thread count, so the rows
-    come out the same however many threads take them.  The caller's NumPy error
-    state travels with the chunks.
-    """
-    if size < THREADS_FROM or rows < 2:
-        solve(0, rows)
-        return
-    chunks = min(rows, chunks or CHUNKS)
-    bounds = [rows * i // chunks for i in range(chunks + 1)]
-    run_tasks(lambda i: solve(bounds[i], bounds[i + 1]), chunks)
 
 
 def _load(name: str) -> ModuleType:

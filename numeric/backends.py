@@ -1,0 +1,56 @@
+"""The registry of backends (:class:`numeric.backend.Backend`) and the choice of one per call.
+
+:func:`backend_for` picks the backend that owns the given arrays, once per
+call; NumPy and CuPy are registered here, another array library adds its own
+with :func:`register_backend` (docs/architecture.md, "Adding a backend").
+"""
+
+from __future__ import annotations
+
+import threading
+
+from .backend import Backend
+from .cupy_backend import CupyBackend
+from .numpy_backend import NumpyBackend
+
+__all__ = ["backend_for", "register_backend", "backends"]
+
+
+_lock = threading.Lock()
+_registry: list[Backend] = [CupyBackend(), NumpyBackend()]
+
+
+def register_backend(backend: Backend) -> Backend:
+    """Add ``backend`` (tried before those registered earlier); returns it."""
+    if not isinstance(backend, Backend):
+        raise TypeError(f"a backend must be a numeric.backend.Backend, got {type(backend).__name__}")
+    with _lock:
+        _registry.insert(0, backend)
+    return backend
+
+
+def backends() -> tuple[Backend, ...]:
+    """The registered backends, in the order they are tried (NumPy last: it also takes Python scalars and lists)."""
+    return tuple(_registry)
+
+
+def backend_for(*arrays: object) -> Backend:
+    """The backend of ``arrays`` (``None`` entries ignored; Python numbers and lists are NumPy's).
+
+    Raises
+    ------
+    TypeError
+        If the arrays belong to different backends.
+    """
+    found: dict[str, Backend] = {}
+    registered = backends()
+    default = registered[-1]
+    for a in arrays:
+        if a is None:
+            continue
+        owner = next((b for b in registered if b.owns(a)), default)
+        found[owner.name] = owner
+    if len(found) > 1:
+        raise TypeError("arrays of different backends in one call: " + ", ".join(
+            f"{type(a).__module__}.{type(a).__name__}" for a in arrays if a is not None))
+    return next(iter(found.values()), default)
