@@ -31,21 +31,28 @@ import sympy as sp
 
 from .argmax import derive_map
 from .errors import DerivationError
-from .regularizers import Parameter, Regularizer, gini, shannon, tsallis
+from .codegen import builtins
+from .regularizers import FAMILIES, Parameter, Regularizer
 
 __all__ = ["main", "regularizer_from_args", "parameter_from_text"]
 
-_BUILTINS = ("shannon", "gini", "tsallis")
-#: map name -> the regularizer it comes from (and Tsallis' alpha where fixed)
-_MAP_NAMES = {"softmax": ("shannon", None), "sparsemax": ("gini", None), "entmax15": ("tsallis", "3/2"),
-              "entmax": ("tsallis", None)}
+
+
+def _map_names() -> dict[str, tuple[str, str | None]]:
+    """Map name -> the regularizer family it comes from and the alpha it fixes (the one registry, read at each call)."""
+    return {b.name: (b.family, b.alpha) for b in builtins.BUILTINS}
+
+
+def _names() -> tuple[str, ...]:
+    return tuple(FAMILIES) + tuple(_map_names())
+
 #: options whose value may start with "-" (an expression such as -log(p), a negative bound)
 _VALUE_OPTIONS = ("--expr", "--param", "--alpha")
 _RESERVED_PARAMETER_NAMES = {"p", "pi", "E", "oo"}
 
 
 def _add_regularizer_arguments(parser: argparse.ArgumentParser) -> None:
-    parser.add_argument("regularizer", nargs="?", choices=_BUILTINS + tuple(_MAP_NAMES),
+    parser.add_argument("regularizer", nargs="?", choices=_names(),
                         help="a built-in regularizer, or the name of its map")
     parser.add_argument("--alpha", help="Tsallis alpha, e.g. 3/2 or 1.5 (omit for symbolic alpha > 1)")
     _add_expr_arguments(parser)
@@ -82,15 +89,15 @@ def parameter_from_text(text: str) -> Parameter:
 
 def regularizer_from_args(args: argparse.Namespace) -> Regularizer:
     """The regularizer named by ``regularizer``/``--alpha``/``--expr``/``--param``."""
-    names = ", ".join(_BUILTINS + tuple(_MAP_NAMES))
+    names = ", ".join(_names())
     if (args.regularizer is None) == (args.expr is None):
         raise DerivationError(f"give exactly one of a built-in ({names}) or --expr")
     params = getattr(args, "param", None) or []
     if params and args.expr is None:
         raise DerivationError("--param applies to --expr only")
     regularizer, alpha = args.regularizer, args.alpha
-    if regularizer in _MAP_NAMES:
-        regularizer, fixed = _MAP_NAMES[regularizer]
+    if regularizer in _map_names():
+        regularizer, fixed = _map_names()[regularizer]
         if fixed is not None and alpha is not None:
             raise DerivationError(f"{args.regularizer} has alpha = {fixed}; --alpha applies to tsallis only (and to its map, entmax)")
         alpha = fixed if fixed is not None else alpha
@@ -102,17 +109,14 @@ def regularizer_from_args(args: argparse.Namespace) -> Regularizer:
         if len(set(seen)) != len(seen):
             raise DerivationError(f"--param declares a name twice: {', '.join(seen)}")
         return Regularizer.from_string(args.expr, name=args.name or "custom", parameters=parameters)
-    if regularizer == "shannon":
-        return shannon()
-    if regularizer == "gini":
-        return gini()
+    factory = FAMILIES[regularizer]
     if alpha is None:
-        return tsallis()
+        return factory()
     try:
         value = sp.Rational(alpha)
     except (TypeError, ValueError):
         raise DerivationError(f"--alpha must be a number such as 3/2 or 1.5, got {alpha!r}") from None
-    return tsallis(value)
+    return factory(value)
 
 
 def _cmd_derive(args: argparse.Namespace) -> int:

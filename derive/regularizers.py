@@ -53,6 +53,7 @@ __all__ = [
     "shannon",
     "gini",
     "tsallis",
+    "FAMILIES",
     "FUNCTIONS",
     "MAX_NODES",
     "MAX_FUNCTION_DEPTH",
@@ -675,3 +676,8 @@ def tsallis(alpha_value: object = None, *, lower: object = 1, upper: object = sp
         raise DerivationError(f"tsallis: alpha must be > 0, got {a_value}")
     omega = (p**a_value - p) / (a_value * (a_value - 1))
     return Regularizer(omega, name=f"tsallis(alpha={a_value})")
+
+
+#: The built-in families by name (the regattn command's ``REG``; :mod:`derive.codegen.builtins`
+#: names a family for each built-in map).  A new family is a factory here.
+FAMILIES = {"shannon": shannon, "gini": gini, "tsallis": tsallis}

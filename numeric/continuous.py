@@ -34,6 +34,7 @@ from types import ModuleType
 
 import numpy as np
 
+from . import _generated
 from .backend import CUDA_THREADS, array_module, is_cupy, kernels
 from .layers import _Movable
 from .maps import get_map
@@ -265,8 +266,8 @@ def _quadrature(module, nodes, weights, m, v, c, s2, grad):
     return phi0 * b0, dmu, dvar
 
 
-_NAMES = {"softmax": "continuous_softmax", "gaussian": "continuous_softmax", "sparsemax": "continuous_sparsemax",
-          "entmax15": "continuous_entmax15"}
+# short names of the generated continuous built-ins (continuous_NAME), and "gaussian" for softmax's
+_NAMES = {name[len("continuous_"):]: name for name in _generated.CONTINUOUS} | {"gaussian": "continuous_softmax"}
 
 
 def get_continuous_map(name) -> ContinuousMap:
