@@ -9,6 +9,8 @@ from __future__ import annotations
 
 import threading
 
+import numpy as np
+
 from .backend import Backend
 from .cupy_backend import CupyBackend
 from .numpy_backend import NumpyBackend
@@ -17,7 +19,8 @@ __all__ = ["backend_for", "register_backend", "backends"]
 
 
 _lock = threading.Lock()
-_registry: list[Backend] = [CupyBackend(), NumpyBackend()]
+_NUMPY = NumpyBackend()
+_registry: list[Backend] = [CupyBackend(), _NUMPY]
 
 
 def register_backend(backend: Backend) -> Backend:
@@ -42,6 +45,8 @@ def backend_for(*arrays: object) -> Backend:
     TypeError
         If the arrays belong to different backends.
     """
+    if len(_registry) == 2 and all(type(a) is np.ndarray or a is None for a in arrays):
+        return _NUMPY  # the common case, before any backend was registered: no search
     found: dict[str, Backend] = {}
     registered = backends()
     default = registered[-1]
