@@ -107,7 +107,25 @@ def _failed_functions(rep) -> list[str]:
     return [f for f, v in rep.worst.items() if not dataclasses.replace(rep, worst={f: v}).ok]
 
 
-def _check_steps(reports, measure: str, bound: Callable[[str], str], scope: Callable[[object], str]) -> list[Step]:
+def _scope(rep) -> str:
+    """A failed check's scope: the NumPy functions ("all"), the double device code, or the float one."""
+    return "all" if rep.where == "numpy" else "device" if rep.ctype == "double" else "float"
+
+
+def _function_steps(numpy_report, build, check, measure: str, bound: Callable[[str], str]) -> list[Step]:
+    """Steps for the generated functions: the NumPy ``numpy_report``, then the device code built by
+    ``build()`` (g++) and checked by ``check(lib, ctype)`` in double and float; a failed build is a step."""
+    reports, failure = [numpy_report], None
+    try:
+        lib = build()
+        reports += [check(lib, ctype) for ctype in ("double", "float")]
+    except RuntimeError as exc:
+        failure = Step("device", f"host build failed: {' '.join(str(exc).split())}",
+                       (("the device functions did not build with g++", "device"),))
+    return _check_steps(reports, measure, bound) + ([failure] if failure else [])
+
+
+def _check_steps(reports, measure: str, bound: Callable[[str], str]) -> list[Step]:
     """One step per report of generated functions against SymPy, naming the functions beyond the bound."""
     steps = []
     for rep in reports:
@@ -117,7 +135,7 @@ def _check_steps(reports, measure: str, bound: Callable[[str], str], scope: Call
         failures = ()
         if not rep.ok:
             verb = "exceeds its bound" if len(names) == 1 else "exceed their bound"
-            failures = ((f"{', '.join(names)} ({rep.ctype}, {rep.where}) {verb}", scope(rep)),)
+            failures = ((f"{', '.join(names)} ({rep.ctype}, {rep.where}) {verb}", _scope(rep)),)
         steps.append(Step(rep.where, text, failures))
     return steps
 
@@ -191,21 +209,14 @@ def verify_map(dv: Derivation, name: str = "custom", *, samples: int = 20, point
             value = getattr(module, fname)(*[np.array([x]) for x in xs], *ps)
             return float(np.broadcast_to(np.asarray(value, dtype=np.float64), (1,))[0])
 
-        reports = [V.check(dv, numpy_call, "double", "numpy", points=points, seed=seed)]
-        build_failure = None
-        try:
-            npar = len(dv.parameters)
-            lib = host_library(module.CUDA_DEVICE_SOURCE, name, {f: len(a) + npar for f, (_, a) in V.functions(dv).items()}, Path(tmp))
-            for ctype in ("double", "float"):
-                reports.append(V.check(dv, lambda f, xs, ps, c=ctype: lib[c][f](*xs, *ps), ctype, "device (g++)", points=points, seed=seed))
-        except RuntimeError as exc:
-            build_failure = Step("device", f"host build failed: {' '.join(str(exc).split())}",
-                                 (("the device functions did not build with g++", "device"),))
-        scope = lambda rep: "all" if rep.where == "numpy" else "device" if rep.ctype == "double" else "float"  # noqa: E731
-        for step in _check_steps(reports, "max error / (1 + kappa)", lambda c: f"{V.TOLERANCE[c]:g}", scope):
+        npar = len(dv.parameters)
+        for step in _function_steps(
+            V.check(dv, numpy_call, "double", "numpy", points=points, seed=seed),
+            lambda: host_library(module.CUDA_DEVICE_SOURCE, name, {f: len(a) + npar for f, (_, a) in V.functions(dv).items()}, Path(tmp)),
+            lambda lib, ctype: V.check(dv, lambda f, xs, ps: lib[ctype][f](*xs, *ps), ctype, "device (g++)", points=points, seed=seed),
+            "max error / (1 + kappa)", lambda c: f"{V.TOLERANCE[c]:g}",
+        ):
             _emit(out, step, on_step)
-        if build_failure is not None:
-            _emit(out, build_failure, on_step)
 
         from numeric import get_map
 
@@ -271,19 +282,12 @@ def verify_continuous_map(cm, name: str, *, samples: int = 20, points: int = 40,
         def numpy_call(fname, xs):
             return float(np.broadcast_to(getattr(module, fname)(*[np.array([x]) for x in xs]), (1,))[0])
 
-        reports = [VC.check(cm, numpy_call, "double", "numpy", points=points, seed=seed)]
-        build_failure = None
-        try:
-            lib = host_library(module.CUDA_DEVICE_SOURCE, name, {f: len(a) for f, (_, a) in fns.items()}, Path(tmp))
-            for ctype in ("double", "float"):
-                reports.append(VC.check(cm, lambda f, xs, c=ctype: lib[c][f](*xs), ctype, "device (g++)", points=points, seed=seed))
-        except RuntimeError as exc:
-            build_failure = Step("device", f"host build failed: {' '.join(str(exc).split())}",
-                                 (("the device functions did not build with g++", "device"),))
-        scope = lambda rep: "all" if rep.where == "numpy" else "device" if rep.ctype == "double" else "float"  # noqa: E731
-        for step in _check_steps(reports, "max error / running bound", lambda c: f"1; {VC.UNIT[c]:g} per operation", scope):
+        for step in _function_steps(
+            VC.check(cm, numpy_call, "double", "numpy", points=points, seed=seed),
+            lambda: host_library(module.CUDA_DEVICE_SOURCE, name, {f: len(a) for f, (_, a) in fns.items()}, Path(tmp)),
+            lambda lib, ctype: VC.check(cm, lambda f, xs: lib[ctype][f](*xs), ctype, "device (g++)", points=points, seed=seed),
+            "max error / running bound", lambda c: f"1; {VC.UNIT[c]:g} per operation",
+        ):
             _emit(out, step, on_step)
-        if build_failure is not None:
-            _emit(out, build_failure, on_step)
         _emit(out, _nvrtc_step(module.CUDA_SOURCE), on_step)
     return out
