@@ -60,6 +60,12 @@ __all__ = [
 _GUARD = 20
 
 
+def _real(value):
+    """The real part of a link value: a printed closed form (a root, a power of a negative base) may
+    come back from mpmath as a complex number with a vanishing imaginary part on the real branch."""
+    return value.real if isinstance(value, mpmath.mpc) else value
+
+
 def to_mp_vector(scores: Any) -> list[mpmath.mpf]:
     """Scores (a sequence or 1-D array of numbers, strings or SymPy numbers) as mpmath numbers.
 
@@ -152,10 +158,7 @@ class _Compiled:
         if zz == -mpmath.inf or (self.sparse and zz <= self.clip()):
             return mpmath.mpf(0)
         if self.link is not None:
-            value = self.link(zz)
-            if isinstance(value, mpmath.mpc):
-                value = value.real
-            return value
+            return _real(self.link(zz))
         return self._newton_link(zz)
 
     def link_from_clip(self, yy: mpmath.mpf) -> mpmath.mpf:
@@ -165,10 +168,7 @@ class _Compiled:
         if yy <= 0:
             return mpmath.mpf(0)
         if self.link_y is not None:
-            value = self.link_y(yy)
-            if isinstance(value, mpmath.mpc):
-                value = value.real
-            return value
+            return _real(self.link_y(yy))
         return self._newton_link(yy, self.h)
 
     def _newton_link(self, zz: mpmath.mpf, d1=None) -> mpmath.mpf:

@@ -21,14 +21,17 @@ __all__ = ["backend_for", "register_backend", "backends"]
 _lock = threading.Lock()
 _NUMPY = NumpyBackend()
 _registry: list[Backend] = [CupyBackend(), _NUMPY]
+_defaults_only = True  # no backend registered beyond NumPy and CuPy
 
 
 def register_backend(backend: Backend) -> Backend:
     """Add ``backend`` (tried before those registered earlier); returns it."""
     if not isinstance(backend, Backend):
         raise TypeError(f"a backend must be a numeric.backend.Backend, got {type(backend).__name__}")
+    global _defaults_only
     with _lock:
         _registry.insert(0, backend)
+        _defaults_only = False
     return backend
 
 
@@ -45,8 +48,8 @@ def backend_for(*arrays: object) -> Backend:
     TypeError
         If the arrays belong to different backends.
     """
-    if len(_registry) == 2 and all(type(a) is np.ndarray or a is None for a in arrays):
-        return _NUMPY  # the common case, before any backend was registered: no search
+    if _defaults_only and all(type(a) is np.ndarray or a is None for a in arrays):
+        return _NUMPY  # the common case: no search
     found: dict[str, Backend] = {}
     registered = backends()
     default = registered[-1]

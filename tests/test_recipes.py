@@ -85,10 +85,10 @@ def toy_backend(tmp_path, monkeypatch):
     (tmp_path / "toy_backend.py").write_text(textwrap.dedent(TOY_BACKEND))
     monkeypatch.syspath_prepend(str(tmp_path))
     module = importlib.import_module("toy_backend")
-    saved = list(B.backends())
+    monkeypatch.setattr(B, "_registry", list(B.backends()))  # both restored after the test
+    monkeypatch.setattr(B, "_defaults_only", B._defaults_only)
     B.register_backend(module.ToyBackend())
     yield module
-    B._registry[:] = saved
     sys.modules.pop("toy_backend", None)
 
 

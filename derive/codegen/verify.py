@@ -59,9 +59,12 @@ def functions(dv: Derivation) -> dict[str, tuple[sp.Expr, list[sp.Symbol]]]:
     for a dense map, ``omega_zero = +oo`` where omega is infinite at 0) print as
     ``math.inf`` and have no error to judge.
     """
+    cached = dv._cache.get("verify.functions")
+    if cached is not None:  # sample_point and exact_value ask for it at every point: build it once
+        return cached
     from .emit import _pieces, _symbols_for
 
-    out = {}
+    out = dv._cache["verify.functions"] = {}
     for piece in _pieces(dv):
         if not piece.args and piece.expr.is_finite is False:
             continue
