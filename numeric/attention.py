@@ -41,6 +41,7 @@ import numpy as np
 from .backend import array_module
 from .maps import Map, get_map
 from .parallel import run_tasks
+from .summaries import Dot, ScaledDot, score_function
 
 __all__ = ["attention", "attention_backward", "DENSE_LIMIT"]
 
@@ -56,16 +57,36 @@ def _check_block(value, name: str):
     return value
 
 
-def _prepare(q, k, v, mapping, mask, causal, scale):
+def _score_choice(scores, scale):
+    """``(fast_scale, score_function)``: the scale of the dot-product fast path and None, or None and the function."""
+    if scores is None:
+        return scale, None
+    sf = score_function(scores)
+    if type(sf) is ScaledDot:
+        if scale is not None and sf.scale is not None and float(scale) != float(sf.scale):
+            raise ValueError(f"scale = {scale} contradicts the score function's scale {sf.scale}")
+        return (sf.scale if scale is None else scale), None
+    if scale is not None:
+        raise ValueError(f"scale applies to the scaled dot product; the score function {sf!r} carries its own")
+    if type(sf) is Dot:
+        return 1.0, None
+    return None, sf
+
+
+def _prepare(q, k, v, mapping, mask, causal, scale, scores=None):
     xp = array_module(q, k, v, mask)  # None and Python scalars do not decide
     q, k, v = (xp.asarray(a) for a in (q, k, v))
     for name, a in (("q", q), ("k", k), ("v", v)):
         if a.ndim < 2:
             raise ValueError(f"{name} must have shape (..., length, features), got {a.shape}")
-    if q.shape[-1] != k.shape[-1]:
-        raise ValueError(f"q and k must share their feature size: q {q.shape}, k {k.shape}")
-    if q.shape[-1] == 0:
-        raise ValueError(f"q and k have no features (q {q.shape}, k {k.shape}): the scores q k^T would be empty sums")
+    scale, sf = _score_choice(scores, scale)
+    if sf is None:
+        if q.shape[-1] != k.shape[-1]:
+            raise ValueError(f"q and k must share their feature size: q {q.shape}, k {k.shape}")
+        if q.shape[-1] == 0:
+            raise ValueError(f"q and k have no features (q {q.shape}, k {k.shape}): the scores q k^T would be empty sums")
+    else:
+        sf.check(q, k)
     if k.shape[-2] != v.shape[-2]:
         raise ValueError(f"k and v must have the same length: k {k.shape}, v {v.shape}")
     try:
@@ -77,7 +98,8 @@ def _prepare(q, k, v, mapping, mask, causal, scale):
         dtype = np.dtype(np.float32)
     q, k, v = (a.astype(dtype, copy=False) for a in (q, k, v))
     m = mapping if isinstance(mapping, Map) else get_map(mapping)
-    scale = 1.0 / math.sqrt(q.shape[-1]) if scale is None else float(scale)
+    if sf is None:
+        scale = 1.0 / math.sqrt(q.shape[-1]) if scale is None else float(scale)
     L, S = q.shape[-2], k.shape[-2]
     if mask is not None:
         mask = xp.asarray(mask)
@@ -95,7 +117,23 @@ def _prepare(q, k, v, mapping, mask, causal, scale):
                              f"v {v.shape} lack: it must broadcast to the scores' shape {scores}")
         if mask.ndim == 1:  # (S,): the same keys for every query
             mask = mask[None, :]
-    return xp, q, k, v, m, scale, mask
+    return xp, q, k, v, m, scale, mask, sf
+
+
+def _param_table(m: Map, batch: tuple, L: int, S: int):
+    """A map with values per row: its parameters as one ``batch + (L, n_params)`` view (float64), else None."""
+    if not m.per_row:
+        return None
+    table = m._param_rows(batch + (L, S), -1)  # checks that each parameter broadcasts to the scores
+    return table.reshape(batch + (L, table.shape[-1]))
+
+
+def _block_map(m: Map, table, rows: slice) -> Map:
+    """The map for the query rows ``rows`` (a view of the table's rows when the map has values per row)."""
+    if table is None:
+        return m
+    part = table[..., rows, :]
+    return m._bound({name: part[..., i:i + 1] for i, name in enumerate(m.params)})
 
 
 def _nonfinite_keys(xp, k, v):
@@ -147,14 +185,18 @@ def _present_matmul(xp, w, x0, xj, keep, cols):
     return xp.where(nan, xp.asarray(xp.nan, dtype=f), out)
 
 
-def _scores(xp, q, k, mask, causal, rows: slice, keys, bad=None):
-    """Masked scores ``q k^T`` for queries ``rows`` against keys ``keys`` (a slice, or a count from 0).
+def _scores(xp, q, k, mask, causal, rows: slice, keys, bad=None, sf=None):
+    """Masked scores for queries ``rows`` against keys ``keys`` (a slice, or a count from 0).
 
-    ``bad``: indices (relative to the keys taken) of keys with non-finite rows, or None.
+    ``q k^T`` (``q`` is scaled once by the caller: L x E work, not L x S), or the
+    score function ``sf`` on the block.  ``bad``: indices (relative to the keys
+    taken) of keys with non-finite rows, or None.
     """
     cols = keys if isinstance(keys, slice) else slice(0, keys)
-    # q is scaled once by the caller (L x E work, not L x S)
-    a = xp.matmul(q[..., rows, :], xp.swapaxes(k[..., cols, :], -1, -2))
+    if sf is None:
+        a = xp.matmul(q[..., rows, :], xp.swapaxes(k[..., cols, :], -1, -2))
+    else:
+        a = xp.asarray(sf(q[..., rows, :], k[..., cols, :])).astype(q.dtype, copy=False)
     if mask is not None:
         part = mask[..., rows, cols] if mask.ndim >= 2 and mask.shape[-2] != 1 else mask[..., cols]
         if mask.dtype == np.bool_:
@@ -176,7 +218,7 @@ def _scores(xp, q, k, mask, causal, rows: slice, keys, bad=None):
     return a
 
 
-def _online_closed(xp, m, q, k, v, v0, mask, causal, rows, keys, key_block, bad):
+def _online_closed(xp, m, q, k, v, v0, mask, causal, rows, keys, key_block, bad, sf):
     """One query block by an online, rescaled accumulation over key blocks (closed-threshold maps).
 
     For a closed threshold ``p_j = B(s_j - c) / sum_i B(s_i - c)`` for any shift
@@ -196,7 +238,7 @@ def _online_closed(xp, m, q, k, v, v0, mask, causal, rows, keys, key_block, bad)
     for start in range(0, keys, key_block):
         cols = slice(start, min(keys, start + key_block))
         here = _local(xp, bad, cols)
-        a = _scores(xp, q, k, mask, causal, rows, cols, here)
+        a = _scores(xp, q, k, mask, causal, rows, cols, here, sf)
         keep = None if here is None else a[..., here] != -xp.inf
         new_top = xp.maximum(top, a.max(axis=-1))  # NaN and +inf propagate
         live = xp.isfinite(new_top)
@@ -230,17 +272,21 @@ def _blocks(L: int, S: int, block: int | None, causal: bool):
 
 
 def attention(q, k, v, *, mapping="softmax", mask=None, causal=False, scale=None, return_weights=False, block=None,
-              key_block=None):
-    """``map(scale q k^T + mask) v`` along the keys.
+              key_block=None, scores=None):
+    """``map(scale q k^T + mask) v`` along the keys (or ``map(f(q, k) + mask) v`` for a score function ``f``).
 
     Parameters
     ----------
     q, k, v:
         ``(..., L, E)``, ``(..., S, E)``, ``(..., S, Ev)``, NumPy or CuPy; ``E > 0``,
-        ``L`` and ``S`` may be 0 (no keys: every output is 0).
+        ``L`` and ``S`` may be 0 (no keys: every output is 0).  With a score
+        function, ``q`` and ``k`` have the feature sizes it takes.
     mapping:
         A map name (``"softmax"``, ``"sparsemax"``, ``"entmax15"``, a generated
-        module's name), a module, or a :class:`~numeric.maps.Map`.
+        module's name), a module, or a :class:`~numeric.maps.Map`.  A Map's
+        parameters may hold one value per query row: arrays broadcasting to
+        ``(..., L, S)`` with size 1 along the keys, e.g. ``alpha`` of shape
+        ``(H, 1, 1)`` for one alpha per head of ``(N, H, L, S)`` scores.
     mask:
         Boolean (True = may attend) or float (added), broadcastable to ``(..., L, S)``
         where ``...`` is the batch shape of ``q``, ``k`` and ``v`` (a mask adds no
@@ -248,7 +294,12 @@ def attention(q, k, v, *, mapping="softmax", mask=None, causal=False, scale=None
     causal:
         Query ``i`` sees keys ``j <= i``.
     scale:
-        Score scale, ``1/sqrt(E)`` by default.
+        Score scale of the scaled dot product, ``1/sqrt(E)`` by default.
+    scores:
+        The score (summary) function: ``None`` or ``"scaled_dot"`` (``scale q k^T``,
+        the fast path), ``"dot"`` (``q k^T``), or a
+        :class:`~numeric.summaries.ScoreFunction` such as
+        :class:`~numeric.summaries.Additive` or :class:`~numeric.summaries.Bilinear`.
     return_weights:
         Also return the weights ``(..., L, S)`` (forces the dense path's memory).
     block:
@@ -267,28 +318,31 @@ def attention(q, k, v, *, mapping="softmax", mask=None, causal=False, scale=None
     ``out`` of shape ``(..., L, Ev)``, and the weights if asked.
     """
     block, key_block = _check_block(block, "block"), _check_block(key_block, "key_block")
-    xp, q, k, v, m, scale, mask = _prepare(q, k, v, mapping, mask, causal, scale)
+    xp, q, k, v, m, scale, mask, sf = _prepare(q, k, v, mapping, mask, causal, scale, scores)
     L, S = q.shape[-2], k.shape[-2]
     batch = np.broadcast_shapes(q.shape[:-2], k.shape[:-2], v.shape[:-2])
     out = xp.zeros(batch + (L, v.shape[-1]), dtype=q.dtype)
     weights = xp.zeros(batch + (L, S), dtype=q.dtype) if return_weights else None
     if L == 0 or S == 0:
         return (out, weights) if return_weights else out
-    online = m.threshold == "closed" and not return_weights and (key_block is not None or S > DENSE_LIMIT // 4)
+    table = _param_table(m, batch, L, S)
+    online = (m.threshold == "closed" and table is None and not return_weights
+              and (key_block is not None or S > DENSE_LIMIT // 4))
     key_block = key_block or DENSE_LIMIT // 4
-    q = q * q.dtype.type(scale)
+    if sf is None:
+        q = q * q.dtype.type(scale)
     bad = _nonfinite_keys(xp, k, v)
     v0 = None if bad is None else _finite(xp, v)
 
-    def core(q, k, v, v0, mask, out, weights):
+    def core(q, k, v, v0, mask, table, out, weights):
         for rows, keys in _blocks(L, S, block, causal):
             if online:
-                out[..., rows, :] = _online_closed(xp, m, q, k, v, v0, mask, causal, rows, keys, key_block, bad)
+                out[..., rows, :] = _online_closed(xp, m, q, k, v, v0, mask, causal, rows, keys, key_block, bad, sf)
                 continue
             here = _local(xp, bad, slice(0, keys))
-            a = _scores(xp, q, k, mask, causal, rows, keys, here)
+            a = _scores(xp, q, k, mask, causal, rows, keys, here, sf)
             keep = None if here is None else a[..., here] != -xp.inf
-            p = m.forward(a, axis=-1, overwrite=True)[0]
+            p = _block_map(m, table, rows).forward(a, axis=-1, overwrite=True)[0]
             if keep is None:
                 out[..., rows, :] = xp.matmul(p, v[..., :keys, :])
             else:
@@ -296,20 +350,27 @@ def attention(q, k, v, *, mapping="softmax", mask=None, causal=False, scale=None
             if weights is not None:
                 weights[..., rows, :keys] = p
 
-    _run(xp, core, batch, (q, k, v, v0, mask), (out, weights), L * S)
+    _run(xp, core, batch, (q, k, v, v0, mask, table), (out, weights), L * S)
     return (out, weights) if return_weights else out
 
 
-def attention_backward(q, k, v, dout, *, mapping="softmax", mask=None, causal=False, scale=None, block=None):
+def attention_backward(q, k, v, dout, *, mapping="softmax", mask=None, causal=False, scale=None, block=None,
+                       scores=None, param_grads=False):
     """Gradients ``(dq, dk, dv)`` of ``sum(dout * attention(q, k, v, ...))``.
 
     Same keywords as :func:`attention`; the weights are recomputed block by
     block.  Gradients are reduced over broadcast batch dimensions so that each
     has its input's shape.  A key absent for a query adds nothing to that
     query's gradients, even where its row of ``k`` or ``v`` is not finite.
+
+    ``param_grads=True`` returns ``(dq, dk, dv, grads)`` with ``grads["map"]``
+    the gradients of the map's parameters (a float for a parameter given as a
+    number, an array of its shape for one given per row:
+    ``dalpha = sum_rows dP . dp/dalpha``, from the KKT system) and
+    ``grads["scores"]`` those of the score function's parameters.
     """
     block = _check_block(block, "block")
-    xp, q, k, v, m, scale, mask = _prepare(q, k, v, mapping, mask, causal, scale)
+    xp, q, k, v, m, scale, mask, sf = _prepare(q, k, v, mapping, mask, causal, scale, scores)
     L, S = q.shape[-2], k.shape[-2]
     batch = np.broadcast_shapes(q.shape[:-2], k.shape[:-2], v.shape[:-2])
     dout = xp.asarray(dout).astype(q.dtype, copy=False)
@@ -318,32 +379,61 @@ def attention_backward(q, k, v, dout, *, mapping="softmax", mask=None, causal=Fa
     dq = xp.zeros(batch + q.shape[-2:], dtype=q.dtype)
     dk = xp.zeros(batch + k.shape[-2:], dtype=q.dtype)
     dv = xp.zeros(batch + v.shape[-2:], dtype=q.dtype)
+    names = tuple(m.params)
+    drows = xp.zeros(batch + (L, len(names)), dtype=np.float64) if param_grads and names else None
+    score_grads = [{}]
     if L and S:
-        qs = q * q.dtype.type(scale)
+        table = _param_table(m, batch, L, S)
+        qs = q * q.dtype.type(scale) if sf is None else q
         bad = _nonfinite_keys(xp, k, v)
         k0 = None if bad is None else _finite(xp, k)
 
-        def core(q, qs, k, k0, v, dout, mask, dq, dk, dv):
+        def core(q, qs, k, k0, v, dout, mask, table, dq, dk, dv, drows):
+            sums = {}
             for rows, keys in _blocks(L, S, block, causal):
                 here = _local(xp, bad, slice(0, keys))
-                a = _scores(xp, qs, k, mask, causal, rows, keys, here)
+                a = _scores(xp, qs, k, mask, causal, rows, keys, here, sf)
                 keep = None if here is None else a[..., here] != -xp.inf
-                p = m.forward(a, axis=-1, overwrite=True)[0]
+                mb = _block_map(m, table, rows)
+                p = mb.forward(a, axis=-1, overwrite=True)[0]
                 g = dout[..., rows, :]
                 dv[..., :keys, :] += xp.matmul(xp.swapaxes(p, -1, -2), g)
-                dp = xp.matmul(g, xp.swapaxes(v[..., :keys, :], -1, -2))
+                with np.errstate(invalid="ignore"):  # inf - inf only in columns of non-finite keys, set below
+                    dp = xp.matmul(g, xp.swapaxes(v[..., :keys, :], -1, -2))
                 if keep is not None:  # column j of dp is dout . v_j: absent keys' columns are 0
                     dp[..., here] = xp.where(keep, dp[..., here], 0)
-                da = m.vjp(p, dp, axis=-1)
+                da = mb.vjp(p, dp, axis=-1)
+                if drows is not None:
+                    per_row = mb.vjp_params(p, dp, axis=-1)
+                    for i, name in enumerate(names):
+                        drows[..., rows, i] = per_row[name]
+                if sf is not None:  # absent keys have da = 0; their non-finite rows of k are read as 0
+                    dq_b, dk_b, dparams = sf.backward(q[..., rows, :], (k if k0 is None else k0)[..., :keys, :], da)
+                    dq[..., rows, :] = dq_b
+                    dk[..., :keys, :] += dk_b
+                    for name, value in dparams.items():
+                        sums[name] = value if name not in sums else sums[name] + value
+                    continue
                 da *= da.dtype.type(scale)
                 if keep is None:
                     dq[..., rows, :] = xp.matmul(da, k[..., :keys, :])
                 else:
                     dq[..., rows, :] = _present_matmul(xp, da, k0[..., :keys, :], k[..., here, :], keep, here)
                 dk[..., :keys, :] += xp.matmul(xp.swapaxes(da, -1, -2), q[..., rows, :])
+            return sums
 
-        _run(xp, core, batch, (q, qs, k, k0, v, dout, mask), (dq, dk, dv), L * S)
-    return _unbroadcast(dq, q.shape, xp), _unbroadcast(dk, k.shape, xp), _unbroadcast(dv, v.shape, xp)
+        score_grads = _run(xp, core, batch, (q, qs, k, k0, v, dout, mask, table), (dq, dk, dv, drows), L * S)
+    grads = _unbroadcast(dq, q.shape, xp), _unbroadcast(dk, k.shape, xp), _unbroadcast(dv, v.shape, xp)
+    if not param_grads:
+        return grads
+    per_row = {} if drows is None else {name: drows[..., i] for i, name in enumerate(names)}
+    map_grads = m.reduce_to_params(per_row, batch + (L, S), -1) if per_row else {}
+    score_params = {} if sf is None else sf.params
+    totals = {}
+    for name in score_params:  # summed in task order: the same numbers for every thread count
+        parts = [part[name] for part in score_grads if name in part]
+        totals[name] = sum(parts[1:], parts[0]) if parts else xp.zeros_like(xp.asarray(score_params[name]))
+    return (*grads, {"map": map_grads, "scores": totals})
 
 
 #: Work (batch elements x L x S) from which the batch is cut into tasks for several threads.
@@ -372,6 +462,8 @@ def _tasks(batch: tuple, per_item: int) -> list:
 def _run(xp, core, batch, inputs, outputs, per_item):
     """``core(*inputs, *outputs)`` over the whole batch, or over tasks of batch elements (:func:`_tasks`).
 
+    Returns the list of ``core``'s results, in task order.
+
     NumPy only, and only when there are several batch elements and at least
     :data:`PARALLEL_FROM` scores in all: the tasks then run on the threads of
     :func:`numeric.parallel.run_tasks` with BLAS on one thread, so the cores work
@@ -383,15 +475,19 @@ def _run(xp, core, batch, inputs, outputs, per_item):
     """
     count = int(np.prod(batch, dtype=np.int64))
     if xp is not np or count < 2 or count * per_item < PARALLEL_FROM:
-        return core(*inputs, *outputs)
+        return [core(*inputs, *outputs)]
     views = [None if a is None else np.broadcast_to(a, batch + a.shape[-2:]) for a in inputs]
     tasks = _tasks(batch, per_item)
 
+    results = [None] * len(tasks)
+
     def task(i):
         index = tasks[i]
-        core(*[None if a is None else a[index] for a in views], *[None if o is None else o[index] for o in outputs])
+        results[i] = core(*[None if a is None else a[index] for a in views],
+                          *[None if o is None else o[index] for o in outputs])
 
     run_tasks(task, len(tasks), blas_single=True)
+    return results
 
 
 def _unbroadcast(g, shape, xp):

@@ -37,6 +37,24 @@ REQUIRED = contract.required_names()
 _THRESHOLDS = ("auto", "closed", "sort", "root")
 
 
+def _check_param(module: ModuleType, name: str, value):
+    """A parameter value checked against its domain: a float, or (one value per row) a float64 NumPy array."""
+    lo, hi = module.PARAMETER_DOMAINS[name]
+    if isinstance(value, bool) or not (isinstance(value, (int, float, np.integer, np.floating)) or hasattr(value, "shape")):
+        raise TypeError(f"parameter {name} must be a real number or an array of them, got {value!r}")
+    if hasattr(value, "get") and type(value).__module__.split(".")[0] == "cupy":
+        value = value.get()
+    a = np.asarray(value)
+    if a.dtype.kind not in "iuf":
+        raise TypeError(f"parameter {name} must be real, got dtype {a.dtype}")
+    a = a.astype(np.float64)
+    bad = ~((lo < a) & (a < hi))  # NaN is outside too
+    if bad.any():
+        shown = value if a.ndim == 0 else a[bad].ravel()[0]
+        raise ValueError(f"parameter {name} = {shown} is outside ({lo}, {hi}) for map {module.NAME!r}")
+    return float(a) if a.ndim == 0 else a
+
+
 def _check_axis(x, axis: int) -> int:
     if x.ndim == 0:
         raise ValueError(f"scores must have at least one dimension, got shape {x.shape}")
@@ -89,19 +107,21 @@ class Map:
         missing = [n for n in names if n not in params]
         if missing:
             raise ValueError(f"map {module.NAME!r} needs a value for {', '.join(missing)}")
-        values = []
-        for name in names:
-            value = params[name]
-            if not isinstance(value, (int, float, np.integer, np.floating)) or isinstance(value, bool):
-                raise TypeError(f"parameter {name} must be a real number, got {value!r}")
-            lo, hi = module.PARAMETER_DOMAINS[name]
-            if not (lo < float(value) < hi) or math.isnan(float(value)):
-                raise ValueError(f"parameter {name} = {value} is outside ({lo}, {hi}) for map {module.NAME!r}")
-            values.append(float(value))
         self.module = module
         self.threshold = module.THRESHOLD if threshold == "auto" else threshold
-        self.params = dict(zip(names, values))
-        self._values = tuple(values)
+        self.params = {name: _check_param(module, name, params[name]) for name in names}
+        self._set_values()
+
+    def _set_values(self):
+        self.per_row = any(isinstance(v, np.ndarray) for v in self.params.values())
+        self._values = None if self.per_row else tuple(self.params.values())
+
+    def _bound(self, values: dict) -> Map:
+        """This map with parameter values already checked (floats or float64 arrays)."""
+        m = object.__new__(Map)
+        m.module, m.threshold, m.params = self.module, self.threshold, dict(values)
+        m._set_values()
+        return m
 
     # ---------------------------------------------------------------- info
     @property
@@ -113,11 +133,60 @@ class Map:
         return self.module.SPARSE
 
     def __repr__(self) -> str:
-        extra = "".join(f", {k}={v!r}" for k, v in self.params.items())
+        extra = "".join(f", {k}={v!r}" if not isinstance(v, np.ndarray) else f", {k}=<array {v.shape}>"
+                        for k, v in self.params.items())
         return f"Map({self.name!r}, threshold={self.threshold!r}{extra})"
 
     def _cast(self, dtype):
+        """The parameter values as scalars of ``dtype`` (a map with one value per parameter)."""
         return tuple(np.asarray(v, dtype=dtype)[()] for v in self._values)
+
+    # ------------------------------------------------------ per-row values
+    def _param_rows(self, shape: tuple, axis: int) -> np.ndarray:
+        """The parameters broadcast to the rows of scores of ``shape`` along ``axis``: ``(rows, n_params)``."""
+        axis = axis % len(shape)
+        rows = shape[:axis] + (1,) + shape[axis + 1:]
+        cols = []
+        for name, v in self.params.items():
+            a = np.asarray(v)
+            if a.ndim > len(shape):
+                raise ValueError(f"parameter {name} of shape {a.shape} has more dimensions than the scores {shape}")
+            padded = (1,) * (len(shape) - a.ndim) + a.shape
+            if padded[axis] != 1:
+                raise ValueError(f"parameter {name} of shape {a.shape} must have size 1 along the map's axis "
+                                 f"{axis - len(shape)} of the scores {shape} (e.g. shape (H, 1) for scores (H, n))")
+            try:
+                b = np.broadcast_to(a.reshape(padded), rows)
+            except ValueError:
+                raise ValueError(f"parameter {name} of shape {a.shape} does not broadcast to the scores {shape}") from None
+            cols.append(np.moveaxis(b, axis, -1).reshape(-1))
+        return np.stack(cols, axis=-1)
+
+    def _groups(self, shape: tuple, axis: int, xp):
+        """``[(map, rows)]``: the rows (indices into the flattened rows, or None for all) sharing parameter values.
+
+        Rows with equal values are solved together, by a map with one value per
+        parameter, so the solvers and kernels see scalars; one value per head
+        costs one gather and one scatter of the scores.
+        """
+        if not self.per_row:
+            return [(self, None)]
+        values, inverse = np.unique(self._param_rows(shape, axis), axis=0, return_inverse=True)
+        names = tuple(self.params)
+        maps = [self._bound(dict(zip(names, map(float, row)))) for row in values]
+        if len(maps) == 1:
+            return [(maps[0], None)]
+        inverse = inverse.reshape(-1)
+        return [(m, xp.asarray(np.flatnonzero(inverse == g))) for g, m in enumerate(maps)]
+
+    def _values_like(self, y, axis: int, xp):
+        """The parameters as scalars of ``y``'s dtype, or as arrays broadcasting against ``y`` (size 1 along ``axis``)."""
+        if not self.per_row:
+            return self._cast(y.dtype)
+        table = self._param_rows(y.shape, axis)
+        shape = y.shape[:axis] + y.shape[axis + 1:] + (1,)
+        return tuple(xp.moveaxis(xp.asarray(table[:, i].reshape(shape), dtype=y.dtype), -1, axis)
+                     for i in range(table.shape[1]))
 
     # ------------------------------------------------------------- forward
     def __call__(self, x, axis: int = -1):
@@ -142,15 +211,25 @@ class Map:
         flat, restore = _rows(x, axis)
         # scratch space: a copy made here (a cast or a moved axis), or the caller's buffer if allowed
         own = not backend.shares_memory(flat, given)
-        p, tau = backend.forward(self, flat, overwrite=overwrite or own)
+        groups = self._groups(x.shape, axis, backend.namespace())
+        if groups[0][1] is None:
+            p, tau = backend.forward(groups[0][0], flat, overwrite=overwrite or own)
+        else:
+            xp = backend.namespace()
+            p, tau = xp.empty_like(flat), xp.empty(flat.shape[0], dtype=flat.dtype)
+            for m, rows in groups:
+                p[rows], tau[rows] = backend.forward(m, flat[rows], overwrite=True)
         batch = x.shape[:axis] + x.shape[axis + 1:]
         return restore(p).astype(out_dtype, copy=False), tau.reshape(batch)
 
     # --------------------------------------------------------- derivatives
-    def _on_support(self, fn, y, xp, off=0.0):
-        """``fn(y)`` where ``y > 0``, ``off`` elsewhere; ``fn`` is evaluated at 1 off the support."""
+    def _on_support(self, fn, y, xp, off=0.0, values=None):
+        """``fn(y, *values)`` where ``y > 0``, ``off`` elsewhere; ``fn`` is evaluated at 1 off the support.
+
+        ``values``: the parameters (scalars or arrays broadcasting against ``y``), by default :meth:`_cast`'s.
+        """
         pos = y > 0
-        value = xp.asarray(fn(y + ~pos, *self._cast(y.dtype)))
+        value = xp.asarray(fn(y + ~pos, *(self._cast(y.dtype) if values is None else values)))
         return (value * pos + off * ~pos if off else value * pos).astype(y.dtype, copy=False)
 
     def jvp(self, y, dx, axis: int = -1):
@@ -164,18 +243,26 @@ class Map:
         axis = _check_axis(y, axis)
         fy, restore = _rows(y, axis)
         fd, _ = _rows(dx, axis)
-        return restore(backend.jvp(self, fy, fd)).astype(out_dtype, copy=False)
+        groups = self._groups(y.shape, axis, xp)
+        if groups[0][1] is None:
+            return restore(backend.jvp(groups[0][0], fy, fd)).astype(out_dtype, copy=False)
+        out = xp.empty_like(fy)
+        for m, rows in groups:
+            out[rows] = backend.jvp(m, fy[rows], fd[rows])
+        return restore(out).astype(out_dtype, copy=False)
 
     def vjp(self, y, dy, axis: int = -1):
         """``J^T dy`` at ``y = m(x)``; ``J`` is symmetric, so this equals :meth:`jvp`."""
         return self.jvp(y, dy, axis=axis)
 
-    def vjp_params(self, y, dy, axis: int = -1) -> dict:
+    def vjp_params(self, y, dy, axis: int = -1, *, reduce: bool = False) -> dict:
         """``{name: sum_i dy_i dp_i/dq}`` per row (batch shape), for each parameter ``q``.
 
         From the KKT system, ``dp/dq = -J c`` with ``c_i = d omega'(p_i)/dq`` on the
         support; computed in float64 (the printed ``d omega'/d alpha`` cancels near
-        ``alpha = 1`` in float32).
+        ``alpha = 1`` in float32).  ``reduce=True`` sums each over the rows that
+        share a value: a float for a parameter given as a number, an array of the
+        parameter's shape for one given per row.
         """
         xp = array_module(y, dy)
         y64 = xp.asarray(y).astype(np.float64)
@@ -184,10 +271,27 @@ class Map:
             raise ValueError(f"cotangent of shape {dy64.shape} does not match the output shape {y64.shape}")
         axis = _check_axis(y64, axis)
         jdy = self.jvp(y64, dy64, axis=axis)
+        values = self._values_like(y64, axis, xp)
         out = {}
         for name in self.params:
-            c = self._on_support(getattr(self.module, f"omega_prime_d_{name}"), y64, xp)
+            c = self._on_support(getattr(self.module, f"omega_prime_d_{name}"), y64, xp, values=values)
             out[name] = -(jdy * c).sum(axis=axis)
+        return self.reduce_to_params(out, y64.shape, axis) if reduce else out
+
+    def reduce_to_params(self, grads: dict, shape: tuple, axis: int = -1) -> dict:
+        """Per-row gradients (for scores of ``shape`` along ``axis``) summed to each parameter's shape."""
+        axis = axis % len(shape)
+        out = {}
+        for name, g in grads.items():
+            value = self.params[name]
+            if not isinstance(value, np.ndarray):
+                out[name] = float(g.sum())
+                continue
+            g = array_module(g).expand_dims(g, axis)  # size 1 along the map's axis, as the parameter
+            extra = g.ndim - value.ndim
+            g = g.sum(axis=tuple(range(extra))) if extra else g
+            axes = tuple(i for i, n in enumerate(value.shape) if n == 1 and g.shape[i] != 1)
+            out[name] = g.sum(axis=axes, keepdims=True) if axes else g
         return out
 
     # ---------------------------------------------------------------- loss
@@ -250,12 +354,17 @@ class Map:
         axis = _check_axis(x, axis)
         y = self._target(x, target, axis, xp)
         p = self(x, axis=axis).astype(x.dtype, copy=False)
-        params = self._cast(x.dtype)
+        params = self._values_like(x, axis, xp)
         finite = xp.isfinite(x)
         m = xp.max(xp.where(finite, x, -xp.inf), axis=axis, keepdims=True)
         with np.errstate(over="ignore"):  # a spread beyond the dtype's range is -inf, as in the map
             s = xp.where(finite, x - xp.where(xp.isfinite(m), m, 0), 0)
-        omega_zero = float(self.module.omega_zero(*params))
+        if self.per_row:  # one value of omega(0+) per row
+            omega_zero = xp.asarray(self.module.omega_zero(*params), dtype=x.dtype)
+            infinite_at_zero = xp.isinf(omega_zero)
+        else:
+            omega_zero = float(self.module.omega_zero(*params))
+            infinite_at_zero = math.isinf(omega_zero)
 
         def omega_of(q):
             """omega(q) on q > 0, omega(0+) (maybe +inf) at 0; q * s there, 0 at q = 0."""
@@ -268,9 +377,11 @@ class Map:
             om_p, ps = omega_of(p)
             om_y, ys = omega_of(y)
             term = (om_y - om_p) - (ys - ps)
-            if math.isinf(omega_zero):
-                # p_i = 0 on a finite score of a dense map (an underflow far below the maximum):
-                # omega*(s_i - tau) falls slower than linearly, so -y_i s_i wins: +inf
+            # p_i = 0 on a finite score of a dense map (an underflow far below the maximum):
+            # omega*(s_i - tau) falls slower than linearly, so -y_i s_i wins: +inf
+            if self.per_row:
+                term = xp.where((p == 0) & (y > 0) & infinite_at_zero, xp.inf, term)
+            elif infinite_at_zero:
                 term = xp.where((p == 0) & (y > 0), xp.inf, term)
             value = xp.where(finite & (y != p), term, 0).sum(axis=axis)
         masked_mass = (xp.where(finite, 0, y) > 0).any(axis=axis)
