@@ -1,0 +1,166 @@
+"""Layers: learned map parameters per head, score functions, dtype policy, state, repr.
+
+Gradients are checked by central differences of the layer's own forward pass;
+a learned alpha per head against attention computed head by head with that
+alpha alone.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+import numeric as nm
+from numeric import summaries as sm
+
+from .test_attention import _fd
+
+
+def _check_grads(layer, x, dy, names, atol=1e-6, h=1e-6):
+    layer.forward(x)
+    layer.backward(dy)
+    for name in names:
+        orig = layer.params[name].copy()
+
+        def f(a, name=name):
+            layer.params[name] = a
+            return float((layer.forward(x) * dy).sum())
+
+        want = _fd(f, orig, h=h)
+        layer.params[name] = orig
+        np.testing.assert_allclose(layer.grads[name], want, atol=atol, err_msg=name)
+
+
+def _entmax_layer(alpha=1.5, **kw):
+    return nm.MultiHeadAttention(8, 2, mapping=nm.get_map("entmax", alpha=alpha), dtype="float64", seed=1,
+                                 learn=("alpha",), **kw)
+
+
+@settings(max_examples=5)
+@given(seed=st.integers(0, 2**16), causal=st.booleans(), logits=st.lists(st.floats(-2, 2), min_size=2, max_size=2))
+def test_learned_alpha_per_head_gradient_by_finite_differences(seed, causal, logits):
+    rng = np.random.default_rng(seed)
+    layer = _entmax_layer(causal=causal)
+    layer.params["alpha_logit"] = np.array(logits)
+    x, dy = rng.standard_normal((2, 5, 8)), rng.standard_normal((2, 5, 8))
+    _check_grads(layer, x, dy, ["alpha_logit", "q_weight", "v_bias"])
+
+
+def test_learned_alpha_is_the_map_with_that_alpha_head_by_head():
+    rng = np.random.default_rng(2)
+    layer = _entmax_layer()
+    assert layer.params["alpha_logit"].shape == (2,)
+    np.testing.assert_allclose(layer.map_params()["alpha"], [1.5, 1.5], rtol=1e-15)  # starts at the map's value
+    layer.params["alpha_logit"] = np.array([-1.0, 2.0])
+    alphas = 1 + 1 / (1 + np.exp(-layer.params["alpha_logit"]))  # range (1, 2): the domain (1, inf) cut at 1 + 1
+    np.testing.assert_allclose(layer.map_params()["alpha"], alphas, rtol=1e-15)
+    x = rng.standard_normal((3, 4, 8))
+    y = layer.forward(x, need_weights=True)
+    heads = []
+    for h, alpha in enumerate(alphas):
+        plain = nm.MultiHeadAttention(8, 2, mapping=nm.get_map("entmax", alpha=float(alpha)), dtype="float64", seed=1)
+        plain.forward(x, need_weights=True)
+        heads.append(plain.attention_weights[:, h])
+    np.testing.assert_allclose(layer.attention_weights, np.stack(heads, axis=1), atol=1e-14)
+    assert y.shape == x.shape
+
+
+def test_a_few_steps_on_alpha_lower_the_loss():
+    """Gradient descent on the logits alone: the loss falls (the gradient points downhill)."""
+    rng = np.random.default_rng(4)
+    layer = _entmax_layer()
+    x, target = rng.standard_normal((4, 6, 8)), rng.standard_normal((4, 6, 8))
+    losses = []
+    for _ in range(20):
+        y = layer.forward(x)
+        losses.append(float(((y - target) ** 2).sum()))
+        layer.backward(2 * (y - target))
+        layer.params["alpha_logit"] = layer.params["alpha_logit"] - 0.5 * layer.grads["alpha_logit"]
+    assert losses[-1] < losses[0]
+    assert all(1 < a < 2 for a in layer.map_params()["alpha"])
+
+
+def test_self_attention_learns_alpha():
+    rng = np.random.default_rng(3)
+    layer = nm.SelfAttention(4, mapping=nm.get_map("entmax", alpha=1.3), seed=0, learn=True, ranges={"alpha": (1.1, 3.0)})
+    assert layer.params["alpha_logit"].shape == (1,)
+    np.testing.assert_allclose(layer.map_params()["alpha"], [1.3], rtol=1e-14)
+    _check_grads(layer, rng.standard_normal((2, 5, 4)), rng.standard_normal((2, 5, 4)), ["alpha_logit", "K"])
+
+
+def test_layers_with_a_score_function():
+    rng = np.random.default_rng(5)
+    add = sm.Additive(rng.standard_normal((3, 4)), rng.standard_normal((3, 4)), rng.standard_normal(3))
+    layer = nm.MultiHeadAttention(8, 2, mapping="sparsemax", dtype="float64", seed=0, scores=add)
+    assert {"scores_wq", "scores_wk", "scores_u"} <= set(layer.params)
+    x, dy = rng.standard_normal((2, 5, 8)), rng.standard_normal((2, 5, 8))
+    y = layer.forward(x, need_weights=True)
+    # the heads' weights are sparsemax of the additive scores of the projected heads
+    q = (x @ layer.params["q_weight"].T + layer.params["q_bias"]).reshape(2, 5, 2, 4).transpose(0, 2, 1, 3)
+    k = (x @ layer.params["k_weight"].T + layer.params["k_bias"]).reshape(2, 5, 2, 4).transpose(0, 2, 1, 3)
+    np.testing.assert_allclose(layer.attention_weights, nm.sparsemax(sm.additive_scores(q, k, *add.params.values())),
+                               atol=1e-14)
+    assert y.shape == x.shape
+    _check_grads(layer, x, dy, ["scores_wq", "scores_u", "k_weight"])
+    single = nm.SelfAttention(4, mapping="softmax", seed=0, scores=sm.Bilinear(rng.standard_normal((4, 4))))
+    _check_grads(single, rng.standard_normal((3, 4)), rng.standard_normal((3, 4)), ["scores_w", "Q"])
+
+
+def test_state_dict_round_trip_through_a_file(tmp_path):
+    rng = np.random.default_rng(6)
+    layer = _entmax_layer(positional="learned", max_len=16)
+    layer.params["alpha_logit"] = np.array([0.3, -0.7])
+    x = rng.standard_normal((2, 5, 8))
+    y = layer.forward(x)
+    np.savez(tmp_path / "layer.npz", **layer.state_dict())
+    other = nm.MultiHeadAttention(8, 2, mapping=nm.get_map("entmax", alpha=1.2), dtype="float64", seed=9,
+                                  learn=("alpha",), positional="learned", max_len=16)
+    assert not np.array_equal(other.forward(x), y)
+    other.load_state_dict(np.load(tmp_path / "layer.npz"))
+    np.testing.assert_array_equal(other.forward(x), y)
+    state = layer.state_dict()
+    state["q_weight"][:] = 0  # a copy: the layer is unchanged
+    assert np.abs(layer.params["q_weight"]).max() > 0
+    with pytest.raises(KeyError, match="missing \\['alpha_logit'\\]"):
+        other.load_state_dict({k: v for k, v in state.items() if k != "alpha_logit"})
+    with pytest.raises(ValueError, match="shape"):
+        other.load_state_dict({**state, "q_bias": np.zeros(3)})
+    other.load_state_dict({"q_bias": np.ones(8)}, strict=False)
+    assert (other.params["q_bias"] == 1).all()
+    f32 = nm.MultiHeadAttention(8, 2, seed=0)
+    f32.load_state_dict(nm.MultiHeadAttention(8, 2, seed=3, dtype="float64").state_dict())
+    assert all(p.dtype == np.float32 for p in f32.params.values())
+
+
+def test_dtype_policy_is_shared():
+    rng = np.random.default_rng(7)
+    for make in (lambda dt: nm.MultiHeadAttention(4, 2, dtype=dt, seed=0), lambda dt: nm.SelfAttention(4, dtype=dt, seed=0)):
+        half = make("float16")
+        x = rng.standard_normal((2, 3, 4))
+        assert half.forward(x.astype(np.float16)).dtype == np.float32  # float16 computes in float32
+        half.backward(np.ones((2, 3, 4), np.float32))
+        assert all(g.dtype == np.float16 for g in half.grads.values())  # gradients in the parameters' dtype
+        single = make("float32")
+        assert single.forward(x).dtype == np.float64  # float64 inputs are not rounded to float32
+        single.backward(np.ones((2, 3, 4)))
+        assert all(g.dtype == np.float32 for g in single.grads.values())
+        assert single.forward(x.astype(np.float32)).dtype == np.float32
+
+
+def test_repr_and_learn_errors():
+    layer = _entmax_layer(causal=True)
+    text = repr(layer)
+    for part in ("MultiHeadAttention(", "embed_dim=8", "num_heads=2", "causal=True", "Map('entmax'", "learn=('alpha',)",
+                 "(1.0, 2.0)", "dtype=float64"):
+        assert part in text, (part, text)
+    assert repr(nm.SelfAttention(4)).startswith("SelfAttention(dim=4, causal=False, mapping=Map('softmax'")
+    with pytest.raises(ValueError, match="no parameter"):
+        nm.MultiHeadAttention(8, 2, mapping="sparsemax", learn=("alpha",))
+    with pytest.raises(ValueError, match="inside its domain"):
+        nm.MultiHeadAttention(8, 2, mapping=nm.get_map("entmax", alpha=1.5), learn=True, ranges={"alpha": (0.5, 2)})
+    with pytest.raises(ValueError, match="inside the range"):
+        nm.MultiHeadAttention(8, 2, mapping=nm.get_map("entmax", alpha=2.5), learn=True)
+    with pytest.raises(ValueError, match="not learned"):
+        nm.MultiHeadAttention(8, 2, mapping=nm.get_map("entmax", alpha=1.5), ranges={"alpha": (1, 2)})
