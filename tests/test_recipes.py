@@ -2,9 +2,11 @@
 
 Each test does what a contributor following the recipe would: a new
 regularizer (from text, generated into a folder of its own, loaded by name),
-and a new backend (a module defining a :class:`numeric.backend.Backend` for an
+a new backend (a module defining a :class:`numeric.backend.Backend` for an
 array type of its own, registered, then used by every map through the same
-front end).
+front end), and a new score function (a module defining a
+:class:`numeric.summaries.ScoreFunction`, used by attention and a layer, its
+parameter's gradient checked by finite differences).
 """
 
 from __future__ import annotations
@@ -133,3 +135,72 @@ def test_recipe_a_new_builtin_map(tmp_path, monkeypatch, capsys):
     assert "entmax43" in (tmp_path / "__init__.py").read_text()
     capsys.readouterr()
     assert main(["derive", "entmax43"]) == 0 and "tsallis(alpha=4/3)" in capsys.readouterr().out
+
+
+TOY_SCORES = '''
+"""A toy score function: s_ij = -|q_i - k_j|^2 / (2 t^2), a Gaussian kernel of learnable width t."""
+
+import numpy as np
+
+from numeric.summaries import ScoreFunction
+
+
+class Distance(ScoreFunction):
+    def __init__(self, t):
+        self.params = {"t": np.asarray(t, dtype=float)}
+
+    def __call__(self, q, k):
+        d = q[..., :, None, :] - k[..., None, :, :]
+        return -(d * d).sum(-1) / (2 * self.params["t"] ** 2)
+
+    def backward(self, q, k, ds):
+        t = self.params["t"]
+        d = q[..., :, None, :] - k[..., None, :, :]
+        dd = -ds[..., None] * d / t**2  # d s / d q_i = -(q_i - k_j) / t^2
+        dt = (ds * (d * d).sum(-1)).sum() / t**3
+        return dd.sum(-2), -dd.sum(-3), {"t": np.asarray(dt)}
+
+    def check(self, q, k):
+        if q.shape[-1] != k.shape[-1]:
+            raise ValueError("queries and keys must have the same features")
+'''
+
+
+def test_recipe_a_new_score_function(tmp_path, monkeypatch):
+    """A ScoreFunction subclass in a module of its own: attention, attention_backward and the layers take it."""
+    (tmp_path / "toy_scores.py").write_text(textwrap.dedent(TOY_SCORES))
+    monkeypatch.syspath_prepend(str(tmp_path))
+    toy = importlib.import_module("toy_scores")
+    try:
+        rng = np.random.default_rng(2)
+        q, k, v = rng.standard_normal((2, 4, 3)), rng.standard_normal((2, 6, 3)), rng.standard_normal((2, 6, 2))
+        f = toy.Distance(0.8)
+        out, w = nm.attention(q, k, v, mapping="sparsemax", scores=f, causal=True, return_weights=True)
+        s = -((q[:, :, None] - k[:, None]) ** 2).sum(-1) / (2 * 0.8**2)
+        s = np.where(np.tri(4, 6, dtype=bool), s, -np.inf)
+        np.testing.assert_allclose(w, nm.sparsemax(s), atol=1e-14)
+        np.testing.assert_allclose(out, w @ v, atol=1e-14)
+        dout = rng.standard_normal(out.shape)
+        dq, dk, _, grads = nm.attention_backward(q, k, v, dout, mapping="softmax", scores=f, block=3, param_grads=True)
+
+        def loss(t=0.8, q=q):
+            return float((nm.attention(q, k, v, mapping="softmax", scores=toy.Distance(t)) * dout).sum())
+
+        np.testing.assert_allclose(grads["scores"]["t"], (loss(0.8 + 1e-6) - loss(0.8 - 1e-6)) / 2e-6, rtol=1e-6)
+        e = np.zeros_like(q)
+        e[1, 2, 0] = 1e-6
+        np.testing.assert_allclose(dq[1, 2, 0], (loss(q=q + e) - loss(q=q - e)) / 2e-6, rtol=1e-6)
+        layer = nm.MultiHeadAttention(6, 2, mapping="entmax15", dtype="float64", seed=0, scores=toy.Distance(1.5))
+        x, dy = rng.standard_normal((2, 5, 6)), rng.standard_normal((2, 5, 6))
+        layer.forward(x)
+        layer.backward(dy)
+        t0 = layer.params["scores_t"].copy()
+
+        def layer_loss(t):
+            layer.params["scores_t"] = np.asarray(t)
+            return float((layer.forward(x) * dy).sum())
+
+        np.testing.assert_allclose(layer.grads["scores_t"], (layer_loss(t0 + 1e-6) - layer_loss(t0 - 1e-6)) / 2e-6,
+                                   rtol=1e-6)
+    finally:
+        sys.modules.pop("toy_scores", None)
