@@ -16,7 +16,8 @@ from pathlib import Path
 
 import numpy as np
 
-from numeric import threshold as th
+from numeric.root import root_threshold
+from numeric.threshold import sort_threshold
 from _timing import median_seconds
 
 
@@ -27,14 +28,14 @@ def main() -> None:
         for scale in (1.0, 0.01):
             for n in (64, 128, 256, 1024, 4096, 16384):
                 x = (np.random.default_rng(n).standard_normal((max(1, 2**20 // n), n)) * scale).astype(np.float32)
-                full = median_seconds(lambda: th.sort_threshold(mod, x, (), method="full"))
-                partial = median_seconds(lambda: th.sort_threshold(mod, x, (), method="partial"))
-                root = median_seconds(lambda: th.root_threshold(mod, x, ()), repeat=3)
-                same = float(np.abs(th.sort_threshold(mod, x, (), method="full") - th.sort_threshold(mod, x, (), method="partial")).max())
+                full = median_seconds(lambda: sort_threshold(mod, x, (), method="full"))
+                partial = median_seconds(lambda: sort_threshold(mod, x, (), method="partial"))
+                root = median_seconds(lambda: root_threshold(mod, x, ()), repeat=3)
+                same = float(np.abs(sort_threshold(mod, x, (), method="full") - sort_threshold(mod, x, (), method="partial")).max())
                 row = dict(map=name, scale=scale, n=n, full_ms=full * 1e3, partial_ms=partial * 1e3, root_ms=root * 1e3, max_diff=same)
                 fixed = ""
                 if mod.THRESHOLD_DEGREE == 1:
-                    row["fixed_ms"] = median_seconds(lambda: th.sort_threshold(mod, x, (), method="fixed")) * 1e3
+                    row["fixed_ms"] = median_seconds(lambda: sort_threshold(mod, x, (), method="fixed")) * 1e3
                     fixed = f"  fixed point {row['fixed_ms']:7.2f} ms"
                 rows.append(row)
                 print(f"{name:9s} scale {scale:<5} n {n:6d}: full {full*1e3:7.2f} ms  partial {partial*1e3:7.2f} ms "

@@ -1,20 +1,23 @@
-"""The NumPy backend: maps on NumPy arrays, row by row, with the solvers of :mod:`numeric.threshold`.
+"""The NumPy backend: maps on NumPy arrays, row by row.
 
-Rows are shifted by their maximum and solved by the map's threshold rule:
-closed (``p`` from one sum, no shift where none is needed), sort (the support
-rule on sorted scores) or root (safeguarded Halley, dispatching on the link's
-derived form).  Large inputs are cut into chunks of rows solved side by side
-(:func:`_on_two_threads`).  The JVP is ``w*v - w (w.v)/sum(w)`` with
-``w = w(p)`` on the support.
+Rows are shifted by their maximum (:func:`numeric.rows.row_max`) and solved by
+the map's threshold rule: closed (``p`` from one sum, no shift where none is
+needed) or sort (the support rule on sorted scores), both in
+:mod:`numeric.threshold`, or root (safeguarded Halley, dispatching on the
+link's derived form) in :mod:`numeric.root`.  Large inputs are cut into
+chunks of rows solved side by side (:func:`_on_two_threads`).  The JVP is
+``w*v - w (w.v)/sum(w)`` with ``w = w(p)`` on the support.
 """
 
 from __future__ import annotations
 
 import numpy as np
 
-from . import threshold as th
 from .backend import Backend
 from .parallel import run_tasks
+from .root import root_probabilities
+from .rows import row_max
+from .threshold import closed_threshold, closed_unshifted, sort_probabilities
 
 __all__ = ["NumpyBackend", "THREADS_FROM", "CHUNKS"]
 
@@ -74,7 +77,7 @@ class NumpyBackend(Backend):
         """``p`` of the rows ``x`` into ``out`` (which may be ``x`` itself) and their thresholds into ``tau``."""
         if kind == "closed":
             # no shift where none is needed (see closed_unshifted); the other rows below
-            redo = th.closed_unshifted(module, x, params, out, tau)
+            redo = closed_unshifted(module, x, params, out, tau)
             if redo is not None:
                 rows, scores = redo
                 sub_tau = np.empty(rows.size, dtype=x.dtype)
@@ -86,7 +89,7 @@ class NumpyBackend(Backend):
 
     def _shifted_rows(self, module, kind: str, x: np.ndarray, out: np.ndarray, tau: np.ndarray, params: tuple):
         """:meth:`_forward_block` by shifting every row by its maximum; NaN and fully masked rows here."""
-        m = th.row_max(x)  # NaN in a row makes m NaN; a fully masked row has m = -inf
+        m = row_max(x)  # NaN in a row makes m NaN; a fully masked row has m = -inf
         bad = ~np.isfinite(m)
         if not bad.any():  # the common case: no copies of rows
             tau[...] = self._solve_rows(module, kind, x, m, params, out)
@@ -111,16 +114,11 @@ class NumpyBackend(Backend):
         with np.errstate(over="ignore"):  # a spread beyond the dtype's range is -inf: probability 0
             y = np.subtract(x, m[:, None], out=out)
         if kind == "closed":
-            _, t = th.closed_threshold(module, y, params, shifted=True, out=out)
+            _, t = closed_threshold(module, y, params, shifted=True, out=out)
             return m + t
         if kind == "root":  # p with sum 1 (also where F jumps across 1 at a kink)
-            return m + th.root_probabilities(module, y, params, out)
-        t = th.sort_threshold(module, y, params, shifted=True)
-        y -= t[:, None]
-        p = th.clipped_link(module, y, params, overwrite=True)
-        if p is not out:
-            np.copyto(out, p)
-        return m + t
+            return m + root_probabilities(module, y, params, out)
+        return m + sort_probabilities(module, y, params, out)
 
     def jvp(self, mapping, y: np.ndarray, dx: np.ndarray) -> np.ndarray:
         """``J dx`` along the last axis at ``y = m(x)``: ``w*dx - w (w.dx) / sum(w)``, ``w = w(y)`` on the support."""

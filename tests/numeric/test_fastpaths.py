@@ -1,4 +1,4 @@
-"""Fast paths of numeric.threshold against the plain ones and the 50-digit reference.
+"""Fast paths of the NumPy solvers (numeric.threshold, root, links, rows) against the plain ones and the 50-digit reference.
 
 The sort-free fixed-point threshold (links of degree 1) against the full sort,
 row maxima through transposed blocks against ``max(axis=-1)``, row sums by
@@ -21,7 +21,10 @@ from hypothesis import strategies as st
 import numeric as nm
 from derive import Regularizer, derive_map, generate_module
 from derive.codegen.files import load_module
-from numeric import threshold as th
+from numeric.links import clipped_link, power_link
+from numeric.root import _generic_sums, _power_sums, root_threshold
+from numeric.rows import row_max, row_sum
+from numeric.threshold import fixed_point_threshold, sort_threshold
 
 from .conftest import reference
 
@@ -75,15 +78,15 @@ def test_fixed_point_threshold_equals_full_sort(linear_maps, name, dtype, x):
     y = _shifted(x.astype(dtype))
     eps = float(np.finfo(dtype).eps)
     reach = float(mod.omega_prime(1.0))
-    fixed, iterations = th.fixed_point_threshold(mod, y, (), return_iterations=True)
-    full = th.sort_threshold(mod, y, (), method="full", shifted=True)
+    fixed, iterations = fixed_point_threshold(mod, y, (), return_iterations=True)
+    full = sort_threshold(mod, y, (), method="full", shifted=True)
     n = y.shape[-1]
     assert iterations.max() <= n + 1
     # both are exact on the support's shifted scores (|y| <= omega'(1) there): sums of n terms
     tol = 4 * n * eps * max(1.0, reach)
     np.testing.assert_allclose(fixed, full, rtol=0, atol=tol)
-    p_fixed = th.clipped_link(mod, y - fixed[:, None], ())
-    p_full = th.clipped_link(mod, y - full[:, None], ())
+    p_fixed = clipped_link(mod, y - fixed[:, None], ())
+    p_full = clipped_link(mod, y - full[:, None], ())
     np.testing.assert_allclose(p_fixed, p_full, rtol=0, atol=tol)
     np.testing.assert_allclose(p_fixed.astype(np.float64).sum(-1), 1, rtol=0, atol=tol)
 
@@ -93,15 +96,15 @@ def test_fixed_point_threshold_equals_full_sort(linear_maps, name, dtype, x):
 def test_fixed_point_method_of_sort_threshold(linear_maps, name, x):
     """method="fixed" shifts by the row maximum itself and agrees with the full sort."""
     mod = linear_maps[name]
-    fixed = th.sort_threshold(mod, x, (), method="fixed")
-    full = th.sort_threshold(mod, x, (), method="full")
+    fixed = sort_threshold(mod, x, (), method="fixed")
+    full = sort_threshold(mod, x, (), method="full")
     np.testing.assert_allclose(fixed - x.max(-1), full - x.max(-1), rtol=0, atol=1e-12 * x.shape[-1])
 
 
 def test_fixed_point_needs_degree_one():
     mod = importlib.import_module("numeric._generated.entmax15")
     with pytest.raises(ValueError, match="degree 1"):
-        th.sort_threshold(mod, np.zeros((2, 3)), (), method="fixed")
+        sort_threshold(mod, np.zeros((2, 3)), (), method="fixed")
 
 
 @pytest.mark.parametrize("scale", [0.01, 0.1, 1.0, 10.0])
@@ -111,10 +114,10 @@ def test_fixed_point_iterations_on_random_rows(scale, n):
     mod = importlib.import_module("numeric._generated.sparsemax")
     x = (np.random.default_rng(n).standard_normal((2048, n)) * scale).astype(np.float32)
     y = _shifted(x)
-    tau, iterations = th.fixed_point_threshold(mod, y, (), return_iterations=True)
+    tau, iterations = fixed_point_threshold(mod, y, (), return_iterations=True)
     assert iterations.max() <= min(n + 1, 12), np.bincount(iterations)
-    np.testing.assert_array_equal(tau, th.sort_threshold(mod, y, (), method="fixed", shifted=True))
-    full = th.sort_threshold(mod, y, (), method="full", shifted=True)
+    np.testing.assert_array_equal(tau, sort_threshold(mod, y, (), method="fixed", shifted=True))
+    full = sort_threshold(mod, y, (), method="full", shifted=True)
     np.testing.assert_allclose(tau, full, rtol=0, atol=4 * n * np.finfo(np.float32).eps)
 
 
@@ -132,8 +135,8 @@ def test_row_max_equals_max(rows, n, seed, dtype):
     x[rng.random(rows) < 0.05, 0] = np.nan
     x[rng.random(rows) < 0.02, -1] = np.inf
     x[rng.random(rows) < 0.02] = -np.inf
-    np.testing.assert_array_equal(th.row_max(x), x.max(axis=-1))
-    assert th.row_max(x).dtype == dtype
+    np.testing.assert_array_equal(row_max(x), x.max(axis=-1))
+    assert row_max(x).dtype == dtype
 
 
 @pytest.mark.parametrize("dtype", [np.float64, np.float32])
@@ -141,14 +144,14 @@ def test_row_max_equals_max(rows, n, seed, dtype):
 def test_row_sum_accuracy(dtype, n):
     rng = np.random.default_rng(n)
     x = (rng.standard_normal((max(1, 2**16 // n), n)) + 0.3).astype(dtype)
-    got = th.row_sum(x)
+    got = row_sum(x)
     assert got.dtype == dtype and got.shape == (x.shape[0],)
     exact = x.astype(np.float64).sum(-1)
     bound = 4 * np.finfo(dtype).eps * np.abs(x).astype(np.float64).sum(-1)
     assert (np.abs(got - exact) <= bound).all()
     y = x.copy()
     y[:, 0] = -np.inf
-    assert (th.row_sum(y) == -np.inf).all()
+    assert (row_sum(y) == -np.inf).all()
 
 
 @pytest.mark.parametrize("name", ["sparsemax", *LINEAR_USER])
@@ -161,13 +164,13 @@ def test_clipped_affine_link_equals_masked_link(linear_maps, name, dtype):
     z[:, 5] = -np.inf
     z[:, 6] = np.nextafter(dtype(clip), dtype(np.inf))
     before = z.copy()
-    got = th.clipped_link(mod, z, ())
+    got = clipped_link(mod, z, ())
     np.testing.assert_array_equal(z, before)  # not overwritten unless asked
     with np.errstate(invalid="ignore"):
         want = np.where(z > clip, mod.link(z), 0).astype(dtype)
     np.testing.assert_array_equal(got, want)
     assert got.dtype == dtype and (got >= 0).all()
-    same = th.clipped_link(mod, z, (), overwrite=True)
+    same = clipped_link(mod, z, (), overwrite=True)
     np.testing.assert_array_equal(same, want)
 
 
@@ -340,18 +343,18 @@ def test_tsallis_sums_match_the_generated_weights(alpha, dtype):
     """F, F' and F'' from one power and two divisions equal those from the generated link and weights."""
     mod = importlib.import_module("numeric._generated.entmax")
     params = (dtype(alpha),)
-    pw = th.power_link(mod, params)
+    pw = power_link(mod, params)
     assert pw.a == pytest.approx(alpha - 1, rel=1e-6) and pw.k == pytest.approx(1 / (alpha - 1), rel=1e-6)
-    assert th.power_link(importlib.import_module("numeric._generated.entmax15"), ()) == (0.5, 2.0)
-    assert th.power_link(importlib.import_module("numeric._generated.softmax"), ()) is None
+    assert power_link(importlib.import_module("numeric._generated.entmax15"), ()) == (0.5, 2.0)
+    assert power_link(importlib.import_module("numeric._generated.softmax"), ()) is None
     rng = np.random.default_rng(int(alpha * 100))
     y = _shifted(rng.standard_normal((300, 50)) * 2).astype(dtype)
     y[::5, 10:] = -np.inf
     t = (rng.uniform(-1 / alpha, -0.05, 300)).astype(dtype)
     b = (y * dtype(alpha - 1) + dtype(1 / alpha)).astype(dtype)
-    fast = th._power_sums(pw, np.dtype(dtype), b.size, b.shape[-1])(b, t)
+    fast = _power_sums(pw, np.dtype(dtype), b.size, b.shape[-1])(b, t)
     with np.errstate(over="ignore", under="ignore"):
-        slow = th._generic_sums(mod, params)(y, t)
+        slow = _generic_sums(mod, params)(y, t)
     # both round base = (alpha - 1)(y - t) + 1/alpha differently: relative to the batch's largest
     rtol = 1e-12 if dtype == np.float64 else 3e-5
     for got, want in zip(fast, slow):
@@ -371,7 +374,7 @@ def test_tsallis_link_matches_the_generated_link(alpha, dtype):
     z[:, 2] = np.nextafter(dtype(clip), dtype(np.inf))
     z[:, 3] = 1 / alpha  # omega'(1): p = 1
     before = z.copy()
-    got = th.clipped_link(mod, z, params)
+    got = clipped_link(mod, z, params)
     np.testing.assert_array_equal(z, before)
     with np.errstate(invalid="ignore", under="ignore"):
         want = np.where(z > clip, np.fmax(mod.link(np.maximum(z, clip), *params), 0), 0)
@@ -382,7 +385,7 @@ def test_tsallis_link_matches_the_generated_link(alpha, dtype):
     np.testing.assert_allclose(got, want, rtol=(2 * k + 8) * eps, atol=4 * eps)
     assert (got[:, [0, 1]] == 0).all() and (got >= 0).all() and np.isfinite(got).all()
     np.testing.assert_allclose(got[:, 3], 1, rtol=8 * eps)
-    np.testing.assert_array_equal(th.clipped_link(mod, z.copy(), params, overwrite=True), got)
+    np.testing.assert_array_equal(clipped_link(mod, z.copy(), params, overwrite=True), got)
 
 
 @pytest.mark.parametrize("alpha", [1.1, 1.25, 1.3, 1.5])
@@ -395,11 +398,11 @@ def test_cold_start_on_short_rows(alpha, n):
     x = (rng.standard_normal((512, n)) * rng.uniform(0.05, 10, (512, 1))).astype(np.float32)
     x[::7, n // 2:] = -np.inf
     params = (np.float32(alpha),)
-    tau, iterations = th.root_threshold(mod, x, params, return_iterations=True)
+    tau, iterations = root_threshold(mod, x, params, return_iterations=True)
     assert iterations.max() <= (6 if alpha >= 1.25 else 8), np.bincount(iterations)
-    tau64 = th.root_threshold(mod, x.astype(np.float64), (alpha,))
-    p = th.clipped_link(mod, x - tau[:, None], params)
-    p64 = th.clipped_link(mod, x.astype(np.float64) - tau64[:, None], (alpha,))
+    tau64 = root_threshold(mod, x.astype(np.float64), (alpha,))
+    p = clipped_link(mod, x - tau[:, None], params)
+    p64 = clipped_link(mod, x.astype(np.float64) - tau64[:, None], (alpha,))
     np.testing.assert_allclose(p.astype(np.float64).sum(-1), 1, atol=1e-5)
     np.testing.assert_allclose(p, p64, atol=2e-6)
 
@@ -415,14 +418,14 @@ def test_root_solver_on_the_selected_quarter(name, n):
     x = rng.standard_normal((40, n)) * rng.uniform(0.05, 10, (40, 1))
     x[::9, ::3] = -np.inf
     y = _shifted(x)
-    exact = th.sort_threshold(importlib.import_module("numeric._generated.entmax15"), y, (), method="full", shifted=True)
-    got = th.root_threshold(mod, y, params, shifted=True)
-    p = th.clipped_link(mod, y - got[:, None], params)
-    want = th.clipped_link(mod, y - exact[:, None], params)
+    exact = sort_threshold(importlib.import_module("numeric._generated.entmax15"), y, (), method="full", shifted=True)
+    got = root_threshold(mod, y, params, shifted=True)
+    p = clipped_link(mod, y - got[:, None], params)
+    want = clipped_link(mod, y - exact[:, None], params)
     np.testing.assert_allclose(p, want, rtol=0, atol=1e-12)
     flat = y.copy()
     flat[:20] = rng.uniform(-1e-3, 0, (20, n))  # every score in the support: the quarter does not hold them
-    got = th.root_threshold(mod, flat, params, shifted=True)
-    exact = th.sort_threshold(importlib.import_module("numeric._generated.entmax15"), flat, (), method="full", shifted=True)
-    np.testing.assert_allclose(th.clipped_link(mod, flat - got[:, None], params),
-                               th.clipped_link(mod, flat - exact[:, None], params), rtol=0, atol=1e-12)
+    got = root_threshold(mod, flat, params, shifted=True)
+    exact = sort_threshold(importlib.import_module("numeric._generated.entmax15"), flat, (), method="full", shifted=True)
+    np.testing.assert_allclose(clipped_link(mod, flat - got[:, None], params),
+                               clipped_link(mod, flat - exact[:, None], params), rtol=0, atol=1e-12)

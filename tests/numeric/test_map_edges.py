@@ -23,7 +23,8 @@ import numeric as nm
 from derive import Regularizer, derive_map, generate_module
 from derive import reference as R
 from derive.codegen.files import load_module
-from numeric import threshold as th
+from numeric.links import power_link
+from numeric.root import root_threshold
 
 from .conftest import derivation
 
@@ -108,7 +109,7 @@ def test_generic_root_map_at_kinks(tmp_path, form):
     path.write_text(generate_module(d, "power12"))
     module = load_module(path)
     module.LINK_FORM = form
-    assert module.THRESHOLD == "root" and (th.power_link(module, ()) is None) == (form == "general")
+    assert module.THRESHOLD == "root" and (power_link(module, ()) is None) == (form == "general")
     x = np.random.default_rng(3).standard_normal((60, 6)) * 0.1
     got = nm.get_map(module)(x)
     np.testing.assert_allclose(got.sum(-1), 1, rtol=0, atol=1e-14)
@@ -178,7 +179,7 @@ def test_steep_power_row_at_a_kink(steep_powers, form):
     np.testing.assert_allclose(nm.get_map(module)(row), want, rtol=0, atol=bound)
     assert bound < 1e-12
     # tau comes from the solver's bracket of a few ulps (the Newton step from the kink lands far outside)
-    got = th.root_threshold(module, row[None, :], ())[0] - row.max()
+    got = root_threshold(module, row[None, :], ())[0] - row.max()
     assert got == pytest.approx(tau, rel=0, abs=1e-15 * (1 + abs(tau)))
 
 
@@ -197,7 +198,7 @@ def test_steep_powers_match_reference(steep_powers, rows, k, top, form):
         x[i, : len(r)] = r
         x[i, : min(top, len(r))] = max(r)
     got = nm.get_map(module)(x)
-    taus = th.root_threshold(module, x, ()) - x.max(-1)
+    taus = root_threshold(module, x, ()) - x.max(-1)
     for i, r in enumerate(rows):
         # the truth of the shifted row: subtracting the maximum rounds (a backward error of half an
         # ulp of each y_i); scores 1e-71 apart become equal and tie exactly at a kink
@@ -280,7 +281,7 @@ def test_huge_alpha_long_rows(alpha, scale):
 def test_float32_wide_supports_match_float64(alpha, scale):
     """L1 distance to float64 on the same float32 rows within 12 ulps of the row's mass.
 
-    The floor is the power ``exp(k log(base))`` (numeric.threshold._power): a relative error
+    The floor is the power ``exp(k log(base))`` (numeric.links.power): a relative error
     of about ``|log p|`` ulps on each ``p``, 8 at ``p = 1/4096`` (the entmax package's float32
     bisection: 5 to 290 ulps on these rows; before the shifted variable: up to 3e6 ulps).
     """
@@ -306,7 +307,7 @@ def test_root_solver_variable_for_tsallis():
     mod = importlib.import_module("numeric._generated.entmax")
     x = np.random.default_rng(0).standard_normal((20, 50))
     for alpha in (1.3, 2.0, 4.0):
-        tau = th.root_threshold(mod, x, (alpha,))
+        tau = root_threshold(mod, x, (alpha,))
         p = nm.entmax(x, alpha)
         pmax = p.max(-1)
         want = x.max(-1) + (1 / alpha - pmax ** (alpha - 1)) / (alpha - 1)  # omega'(p_max) = s_max - tau

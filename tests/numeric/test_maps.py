@@ -16,7 +16,9 @@ from hypothesis.extra import numpy as hnp
 
 import numeric as nm
 from derive import reference as R
-from numeric import threshold as th
+from numeric.links import clipped_link
+from numeric.root import root_threshold
+from numeric.threshold import sort_threshold
 
 from .conftest import PARAMS, USER, derivation, reference
 
@@ -120,9 +122,9 @@ def test_halley_iterations_float32(alpha, n):
     rng = np.random.default_rng(int(alpha * 100) + n)
     mod = importlib.import_module("numeric._generated.entmax")
     x = (rng.standard_normal((64, n)) * rng.uniform(0.05, 10, (64, 1))).astype(np.float32)
-    tau, iterations = th.root_threshold(mod, x, (np.float32(alpha),), return_iterations=True)
+    tau, iterations = root_threshold(mod, x, (np.float32(alpha),), return_iterations=True)
     assert iterations.max() <= 6, np.bincount(iterations)
-    p = th.clipped_link(mod, x - tau[:, None], (np.float32(alpha),))
+    p = clipped_link(mod, x - tau[:, None], (np.float32(alpha),))
     assert np.abs(p.astype(np.float64).sum(-1) - 1).max() < 1e-5
 
 
@@ -381,8 +383,8 @@ def test_partial_sort_equals_full_sort(name, n, scale, seed):
     mod = importlib.import_module(f"numeric._generated.{name}")
     x = np.random.default_rng(seed).standard_normal((3, n)) * scale
     x[1, ::3] = -np.inf
-    full = th.sort_threshold(mod, x, (), method="full")
-    partial = th.sort_threshold(mod, x, (), method="partial")
+    full = sort_threshold(mod, x, (), method="full")
+    partial = sort_threshold(mod, x, (), method="partial")
     np.testing.assert_array_equal(full, partial)
 
 

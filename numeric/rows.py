@@ -1,0 +1,56 @@
+"""Row operations on 2-D NumPy arrays, shared by the links and the threshold solvers.
+
+:func:`row_sum` sums along the last axis with einsum, in the calling thread;
+:func:`row_max` takes the maxima of short rows through transposed blocks;
+:func:`scalar` casts a value to a NumPy scalar of a given dtype.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+__all__ = ["row_sum", "row_max", "scalar", "TRANSPOSED_MAX_UPTO"]
+
+#: Rows of at most this many scores take their maximum through a transposed block (see row_max).
+TRANSPOSED_MAX_UPTO = 64
+
+
+def scalar(value, dtype):
+    """``value`` as a NumPy scalar of ``dtype``."""
+    return np.asarray(value, dtype=dtype)[()]
+
+
+def row_sum(a: np.ndarray) -> np.ndarray:
+    """Sums along the last axis of a 2-D array, by ``np.einsum("ij->i", a)``.
+
+    On short rows ``a.sum(axis=-1)`` pays a fixed cost per row, several times
+    einsum's contiguous sum-of-products loop, whose cost does not depend on the
+    row length.  BLAS's gemv (``a @ ones``) is as fast on an idle machine but
+    multi-threaded: when another process holds a core, each call waits for a time
+    slice of the busy core.  einsum runs in the calling thread (figures in
+    docs/benchmarks.md).  Accuracy: SIMD partial sums, a relative error of about
+    ``2 eps`` of the sum of magnitudes on rows of 16384.
+    """
+    return np.einsum("ij->i", a)
+
+
+def row_max(a: np.ndarray) -> np.ndarray:
+    """Maxima along the last axis of a 2-D array (NaN wherever a row holds a NaN).
+
+    On short rows ``a.max(axis=-1)`` pays a fixed cost per row; transposing
+    blocks of 1024 rows into a buffer and reducing over its first axis
+    (elementwise maxima of long contiguous vectors) avoids it, at a fraction of
+    the time on rows of 64.  Longer rows reduce directly.
+    """
+    rows, n = a.shape
+    if n > TRANSPOSED_MAX_UPTO or rows < 1024:
+        return a.max(axis=-1)
+    block = 1024
+    out = np.empty(rows, dtype=a.dtype)
+    buf = np.empty((n, block), dtype=a.dtype)
+    for start in range(0, rows, block):
+        stop = min(start + block, rows)
+        t = buf[:, : stop - start]
+        np.copyto(t, a[start:stop].T)
+        np.maximum.reduce(t, axis=0, out=out[start:stop])
+    return out
