@@ -121,6 +121,8 @@ class Threshold:
     term, solution, explicit:
         Closed kind: ``B(s)``, ``tau`` as a function of :data:`S`, and ``tau``
         with ``S`` written out as ``Sum(B(s[i]), (i, 1, d))``.
+    term_is_exp:
+        Whether ``B(s)`` is ``exp(s)`` itself (softmax; a property).
     degree, candidate, discriminant, condition:
         Sort kind: degree of the link in ``tau``, ``tau_k``, the quantity that
         must be ``>= 0`` for ``tau_k`` to be real (``None`` for degree 1), and
@@ -147,6 +149,11 @@ class Threshold:
     candidate: sp.Expr | None = None
     discriminant: sp.Expr | None = None
     condition: sp.Expr | None = None
+
+    @property
+    def term_is_exp(self) -> bool:
+        """Whether the closed kind's ``B(s)`` is ``exp(s)`` itself, so that its printed routine is the array module's ``exp``."""
+        return self.kind == "closed" and self.term == sp.exp(score)
 
 
 @dataclass(frozen=True, eq=False)

@@ -26,7 +26,7 @@ __all__ = ["FORMAT_VERSION", "CUDA_THREADS", "Routine", "ROUTINES", "PER_PARAMET
            "required_names", "missing_names", "check_map_module"]
 
 #: Version of the contract, written into every generated map module as ``FORMAT_VERSION`` (and its header).
-FORMAT_VERSION = 2
+FORMAT_VERSION = 3
 #: Threads per block of every generated CUDA kernel.
 CUDA_THREADS = 256
 
@@ -68,10 +68,11 @@ ROUTINES: tuple[Routine, ...] = (
 #: One routine per parameter ``q``: ``omega_prime_d_q(p, *params)``.
 PER_PARAMETER = Routine("omega_prime_d_{}", ("p",), "d omega'(p) / d {0}: dp*/d{0} = -J c with c_i = this at p_i.",
                         "per parameter")
-#: The constants of a map module.
+#: The constants of a map module.  ``TERM_IS_EXP`` says whether a closed threshold's ``term`` is ``exp`` itself
+#: (``False`` for the other thresholds): the NumPy solver then writes ``exp`` straight into its output.
 CONSTANTS: tuple[str, ...] = (
-    "NAME", "REGULARIZER", "SPARSE", "THRESHOLD", "THRESHOLD_DEGREE", "LINK_METHOD", "LINK_FORM", "PARAMETERS",
-    "PARAMETER_DOMAINS", "FORMAT_VERSION", "CUDA_THREADS", "CUDA_KERNELS",
+    "NAME", "REGULARIZER", "SPARSE", "THRESHOLD", "THRESHOLD_DEGREE", "LINK_METHOD", "LINK_FORM", "TERM_IS_EXP",
+    "PARAMETERS", "PARAMETER_DOMAINS", "FORMAT_VERSION", "CUDA_THREADS", "CUDA_KERNELS",
 )
 #: The CUDA sources of a map module.
 SOURCES: tuple[str, ...] = ("CUDA_DEVICE_SOURCE", "CUDA_SOURCE")
@@ -97,7 +98,8 @@ def check_map_module(module: ModuleType) -> None:
     label = getattr(module, "__name__", module)
     missing = missing_names(module)
     if missing:
-        hint = "; it may come from an older regattn: run `regattn generate` again" if "FORMAT_VERSION" in missing else ""
+        older = getattr(module, "FORMAT_VERSION", None) != FORMAT_VERSION
+        hint = "; it may come from an older regattn: run `regattn generate` again" if older else ""
         raise TypeError(f"module {label!r} is not a generated map: missing {', '.join(missing)}{hint}")
     if module.FORMAT_VERSION != FORMAT_VERSION:
         raise TypeError(f"module {label!r} was generated for format {module.FORMAT_VERSION!r}, this regattn reads "

@@ -8,7 +8,9 @@ module's parameter values.  ``mod.THRESHOLD`` names the rule; the third,
 
 * ``"closed"``: ``g(s - tau) = A(tau) B(s)``, so ``p_i = B(s_i - m) / sum_j B(s_j - m)``
   with ``m = max(s)`` (no overflow) and ``tau = m + tau_from_sum(S)``; rows whose
-  unshifted sum is finite and at least 1 skip the shift (:func:`closed_unshifted`);
+  unshifted sum is finite and at least 1 skip the shift (:func:`closed_unshifted`),
+  and where the module says ``B`` is ``exp`` itself (``TERM_IS_EXP``, softmax)
+  ``exp`` writes straight into the output;
 * ``"sort"``: scores sorted in decreasing order, ``tau_k`` from the cumulative
   sums of the shifted scores and their squares, the largest ``k`` with
   ``s_(k) - tau_k > omega'(0+)`` (vectorised over rows); for links of degree 1
@@ -42,12 +44,6 @@ PARTIAL_FROM = 32
 FIXED_POINT_BELOW = 2048
 
 
-def _term_is_exp(mod: ModuleType, params: tuple) -> bool:
-    """Whether the closed threshold's ``B(s)`` is ``exp(s)`` itself (it is ``b e^{c s}`` for some ``b, c``)."""
-    probe = np.array([0.0, 1.0, -2.5])
-    return bool(np.array_equal(np.asarray(mod.term(probe, *params), dtype=np.float64), np.exp(probe)))
-
-
 def closed_unshifted(mod: ModuleType, x: np.ndarray, params: tuple, out: np.ndarray, tau: np.ndarray):
     """``p_i = B(s_i) / sum_j B(s_j)`` into ``out`` and ``tau`` into ``tau``, with no shift, where that is exact.
 
@@ -58,10 +54,12 @@ def closed_unshifted(mod: ModuleType, x: np.ndarray, params: tuple, out: np.ndar
     maximum and the shift (two passes of three).  Returns ``None`` when every row
     qualifies, else ``(rows, their scores)``, copied before ``out`` (which may be ``x``)
     is written: those rows (NaN, fully masked, overflowing, or all scores far below
-    0) are for the shifted solver.
+    0) are for the shifted solver.  Where the module's ``TERM_IS_EXP`` says ``B`` is
+    ``exp`` itself (softmax) and ``out`` is not ``x``, ``exp`` writes into ``out``
+    directly.
     """
     with np.errstate(over="ignore", under="ignore", invalid="ignore"):
-        if not np.may_share_memory(out, x) and _term_is_exp(mod, params):  # softmax: exp into out, no temporary
+        if mod.TERM_IS_EXP and not np.may_share_memory(out, x):  # softmax: exp into out, no temporary
             b = np.exp(x, out=out)
         else:
             b = np.asarray(mod.term(x, *params), dtype=x.dtype)

@@ -5,7 +5,8 @@
 * constants ``NAME``, ``REGULARIZER`` (``omega(p)`` as text), ``SPARSE``,
   ``THRESHOLD`` (``"closed"``, ``"sort"`` or ``"root"``), ``THRESHOLD_DEGREE``,
   ``LINK_METHOD`` (``"closed"`` or ``"newton"``), ``LINK_FORM`` (``"exp"``,
-  ``"power"`` or ``"general"``, see :mod:`derive._linkform`), ``PARAMETERS`` and
+  ``"power"`` or ``"general"``, see :mod:`derive._linkform`), ``TERM_IS_EXP``
+  (whether a closed threshold's ``term`` is ``exp`` itself), ``PARAMETERS`` and
   ``PARAMETER_DOMAINS``;
 * NumPy functions, each taking the parameters after its own arguments:
   ``omega``, ``omega_prime``, ``omega_second``, ``omega_third`` (in ``p``),
@@ -242,6 +243,7 @@ def generate_module(dv: Derivation, name: str) -> str:
         f"THRESHOLD_DEGREE = {th.degree!r}",
         f"LINK_METHOD = {dv.inversion.method!r}",
         f"LINK_FORM = {dv.inversion.form.form!r}",
+        f"TERM_IS_EXP = {th.term_is_exp!r}",
         f"PARAMETERS = {tuple(params)!r}",
         "PARAMETER_DOMAINS = {" + ", ".join(
             f"{q.symbol.name!r}: ({_domain(q.lower)}, {_domain(q.upper)})" for q in dv.parameters

@@ -1,0 +1,100 @@
+"""Dispatch on derived facts, not on probes: the closed threshold's exp fast path (``TERM_IS_EXP``)."""
+
+from __future__ import annotations
+
+import importlib
+
+import numpy as np
+import pytest
+
+import numeric as nm
+from derive import Regularizer, derive_map, generate_module
+from derive.codegen.files import load_module
+from numeric.threshold import closed_unshifted
+
+from .conftest import USER
+
+BUILTINS = ["softmax", "sparsemax", "entmax15", "entmax"]
+#: closed thresholds beside softmax: B(s) = exp(s / 2), exp(2 s) (scaled exps) and exp(s) (a link exp(z))
+CLOSED = {"hot": "2*p*log(p)", "cool": "p*log(p)/2", "plain": "p*log(p) - p"}
+
+
+@pytest.fixture(scope="module")
+def closed_maps(tmp_path_factory):
+    folder = tmp_path_factory.mktemp("closed")
+    mods = {}
+    for name, expr in CLOSED.items():
+        path = folder / f"{name}.py"
+        path.write_text(generate_module(derive_map(Regularizer.from_string(expr, name=name)), name))
+        mods[name] = load_module(path)
+        assert mods[name].THRESHOLD == "closed" and mods[name].LINK_FORM == "exp"
+    return mods
+
+
+def _modules(closed_maps):
+    mods = {name: importlib.import_module(f"numeric._generated.{name}") for name in BUILTINS}
+    mods.update({name: importlib.import_module(name) for name in USER})  # conftest's user maps
+    mods.update(closed_maps)
+    return mods
+
+
+def test_term_is_exp_is_the_derived_fact(closed_maps):
+    mods = _modules(closed_maps)
+    assert {name for name, mod in mods.items() if mod.TERM_IS_EXP} == {"softmax", "plain"}
+    x = np.concatenate([np.linspace(-800, 800, 4001), [-np.inf, np.inf, 0.0, -0.0, 1e-300]])
+    for name, mod in mods.items():
+        if mod.TERM_IS_EXP:  # then term is exp itself, bit for bit, in both dtypes
+            for dtype in (np.float64, np.float32):
+                with np.errstate(over="ignore", under="ignore"):
+                    np.testing.assert_array_equal(mod.term(x.astype(dtype)), np.exp(x.astype(dtype)), err_msg=name)
+        elif mod.THRESHOLD == "closed":
+            probe = np.array([1.0, -2.5, 0.5])
+            assert not np.array_equal(mod.term(probe), np.exp(probe)), name
+
+
+def _counting_term(monkeypatch, mod):
+    calls = []
+    term = mod.term
+
+    def counted(*args):
+        calls.append(args[0].shape)
+        return term(*args)
+
+    monkeypatch.setattr(mod, "term", counted)
+    return calls
+
+
+def test_softmax_takes_the_exp_fast_path(monkeypatch):
+    """Every row qualifies for the unshifted solve (a score of 1 makes the sum at least e), and with
+    ``out`` apart from ``x`` softmax writes exp into it: its ``term`` is never called."""
+    mod = importlib.import_module("numeric._generated.softmax")
+    calls = _counting_term(monkeypatch, mod)
+    x = np.random.default_rng(0).standard_normal((40, 16))
+    x[:, 0] = 1.0
+    p = nm.softmax(x)
+    assert calls == []
+    e = np.exp(x)
+    np.testing.assert_allclose(p, e / e.sum(-1, keepdims=True), rtol=1e-15, atol=0)
+    out, tau = np.empty_like(x), np.empty(x.shape[0])
+    assert closed_unshifted(mod, x, (), out, tau) is None and calls == []
+    np.testing.assert_array_equal(out, p)
+
+
+@pytest.mark.parametrize("name, rate", [("hot", 0.5), ("cool", 2.0)])
+def test_a_scaled_exp_term_takes_the_general_path(monkeypatch, closed_maps, name, rate):
+    """``B(s) = exp(rate s)``: the solver calls ``term``, and the probabilities are those of
+    ``rate * x`` (exp straight into the output would give softmax(x) instead)."""
+    mod = closed_maps[name]
+    calls = _counting_term(monkeypatch, mod)
+    x = np.random.default_rng(1).standard_normal((40, 16))
+    x[:, 0] = 1.0
+    p = nm.get_map(mod)(x)
+    assert calls
+    e = np.exp(rate * x)
+    np.testing.assert_allclose(p, e / e.sum(-1, keepdims=True), rtol=1e-14, atol=0)
+    assert not np.allclose(p, nm.softmax(x))
+    calls.clear()
+    out, tau = np.empty_like(x), np.empty(x.shape[0])
+    closed_unshifted(mod, x, (), out, tau)
+    assert calls == [x.shape]
+    np.testing.assert_array_equal(out, p)
