@@ -6,7 +6,9 @@ map's forward pass (row operations, the link and the threshold rule, returning
 for the rest (casts, reshapes, the loss).  :class:`numeric.Map` keeps the
 front end (argument checks, parameters, axes, dtypes, the loss and
 ``vjp_params``) and hands the rows to the backend
-:func:`numeric.backends.backend_for` picks from the arrays' types.
+:func:`numeric.backends.backend_for` picks from the arrays' types.  A
+continuous map (:class:`numeric.continuous.ContinuousMap`) hands its checked
+``mu`` and ``sigma2`` to the backend the same way for the basis expectations.
 
 NumPy (:mod:`numeric.numpy_backend`) and CuPy (:mod:`numeric.cupy_backend`)
 are registered in :mod:`numeric.backends`; another library registers its own
@@ -43,7 +45,12 @@ class Backend:
       module, ``mapping.threshold`` the threshold rule, ``mapping._cast(dtype)``
       the parameter values in ``x``'s dtype); ``tau`` is ``+inf`` on fully masked
       rows and NaN on rows holding a NaN, whose ``p`` is 0 and NaN;
-    * :meth:`jvp`: ``J dx`` along the last axis at ``y = m(x)``.
+    * :meth:`jvp`: ``J dx`` along the last axis at ``y = m(x)``;
+    * :meth:`rbf_expectation` (for continuous maps only): ``(r, dr/dmu, dr/dsigma2)``
+      with ``r = E_p[psi(t)]`` over the Gaussian ``basis`` for float64 ``mu`` and
+      ``sigma2`` of one shape, for ``cmap`` (a :class:`numeric.continuous.ContinuousMap`:
+      ``cmap.module`` is the generated continuous module); results gain a last
+      axis of the basis size, and the derivatives are ``None`` when ``grad`` is false.
     """
 
     name = "abstract"
@@ -63,6 +70,9 @@ class Backend:
 
     def jvp(self, mapping, y, dx):
         raise NotImplementedError
+
+    def rbf_expectation(self, cmap, mu, sigma2, basis, grad: bool):
+        raise NotImplementedError(f"backend {self.name!r} has no continuous maps")
 
     def __repr__(self) -> str:
         return f"<{type(self).__name__} {self.name!r}>"

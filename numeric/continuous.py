@@ -35,7 +35,8 @@ from types import ModuleType
 import numpy as np
 
 from . import _generated
-from .backend import CUDA_THREADS, array_module, is_cupy, kernels
+from .backend import array_module
+from .backends import backend_for
 from .layers import _Movable
 from .maps import get_map
 
@@ -114,15 +115,17 @@ class ContinuousMap:
     """A generated continuous map: its density and the basis expectations the context needs.
 
     ``mu`` and ``sigma2`` broadcast against each other; results gain a last axis
-    of the basis size.  The NumPy path evaluates the generated closed forms in
-    float64; CuPy arrays run the generated ``rbf_context`` kernel, which makes
-    the same choices.
+    of the basis size.  The backend of the arrays
+    (:func:`numeric.backends.backend_for`) computes the expectations: NumPy
+    evaluates the generated closed forms in float64
+    (:meth:`numeric.numpy_backend.NumpyBackend.rbf_expectation`); CuPy runs the
+    generated ``rbf_context`` kernel, which makes the same choices.
 
     For a truncated polynomial ``p(u) = P(u / a) / a`` the closed form cancels
     where the support is narrow next to a basis function (relative to ``1 / s``,
     an error of about ``eps ((8 s + a) / a)^D (s / a) / 2`` for ``P`` of degree
     ``D``); where ``a < QUADRATURE_BELOW s`` the expectation and its derivatives
-    are Gauss-Legendre sums over the support instead (:func:`_quadrature`), with
+    are Gauss-Legendre sums over the support instead (``numeric.numpy_backend._quadrature``), with
     the number of nodes the module's error bound asks for given
     ``gamma = (a |c - mu| + a^2 / 2) / s^2``, how far ``log psi`` bends across the support.
     """
@@ -134,7 +137,6 @@ class ContinuousMap:
         self.module = module
         self.name = module.NAME
         self.family = module.FAMILY
-        self._rules = _rules(module)
 
     def __repr__(self) -> str:
         return f"ContinuousMap({self.name!r}, {self.family})"
@@ -161,109 +163,9 @@ class ContinuousMap:
 
     def expectation_grad(self, mu, sigma2, basis: GaussianBasis, *, grad: bool = True):
         """``(r, dr/dmu, dr/dsigma2)`` (the derivatives ``None`` when ``grad=False``)."""
-        xp = array_module(mu, sigma2)
-        mu, sigma2 = self._check(mu, sigma2, xp)
-        if is_cupy(mu):
-            return self._expectation_cupy(mu, sigma2, basis, grad)
-        m, v = mu[..., None], sigma2[..., None]
-        if self._rules is None:
-            if grad:
-                return self.module.rbf_expectation_grad(m, v, basis.centers, basis.variances)
-            return self.module.rbf_expectation(m, v, basis.centers, basis.variances), None, None
-        return self._expectation_mixed(m, v, basis, grad)
-
-    def _expectation_mixed(self, m, v, basis, grad):
-        """The closed form where it is accurate, Gauss-Legendre (:func:`_quadrature`) where it cancels."""
-        mod = self.module
-        shape = np.broadcast_shapes(m.shape, basis.centers.shape)
-        m, v, c, s2 = (np.broadcast_to(x, shape).ravel() for x in (m, v, basis.centers, basis.variances))
-        a = mod.support_radius(v)
-        gamma = (a * np.abs(c - m) + a * a / 2) / s2
-        rule = np.searchsorted(self._rules.gamma, gamma)  # the first rule whose gamma covers it
-        quad = (a < mod.QUADRATURE_BELOW * np.sqrt(s2)) & (rule < len(self._rules.counts))
-        outs = [np.empty(m.size) for _ in range(3 if grad else 1)]
-        closed = ~quad
-        if closed.any():
-            args = (m[closed], v[closed], c[closed], s2[closed])
-            parts = mod.rbf_expectation_grad(*args) if grad else (mod.rbf_expectation(*args),)
-            for out, part in zip(outs, parts):
-                out[closed] = part
-        for k in np.unique(rule[quad]):
-            sel = quad & (rule == k)
-            parts = _quadrature(mod, self._rules.nodes[k], self._rules.weights[k], m[sel], v[sel], c[sel], s2[sel], grad)
-            for out, part in zip(outs, parts):
-                out[sel] = part
-        outs = [out.reshape(shape) for out in outs]
-        return tuple(outs) if grad else (outs[0], None, None)
-
-    def _expectation_cupy(self, mu, sigma2, basis, grad):
-        import cupy
-
-        shape = mu.shape + (len(basis),)
-        rows, n = int(np.prod(mu.shape, dtype=np.int64)), len(basis)
-        c, s2 = cupy.asarray(basis.centers), cupy.asarray(basis.variances)
-        outs = [cupy.empty(shape, dtype=np.float64) for _ in range(3)]  # the gradients cost little more
-        kern = kernels(self.module)[f"{self.name}_rbf_context_f64"]
-        blocks = max(1, min((rows * n + CUDA_THREADS - 1) // CUDA_THREADS, 65535))
-        kern((blocks,), (CUDA_THREADS,), (cupy.ascontiguousarray(mu), cupy.ascontiguousarray(sigma2), c, s2,
-                                         np.int64(rows), np.int64(n), *outs))
-        return tuple(outs) if grad else (outs[0], None, None)
-
-
-@dataclass(frozen=True)
-class _Rules:
-    """A module's Gauss-Legendre rules: node counts, the float64 ``gamma`` each serves, halved nodes and weights."""
-
-    counts: tuple
-    gamma: np.ndarray
-    nodes: tuple
-    weights: tuple
-
-
-def _rules(module) -> _Rules | None:
-    """The module's quadrature rules, or ``None`` when it has none (closed form everywhere)."""
-    rules = getattr(module, "QUADRATURE_RULES", ())
-    if not rules or getattr(module, "SHAPE", None) is None or not getattr(module, "QUADRATURE_BELOW", 0.0) > 0:
-        return None
-    return _Rules(tuple(r[0] for r in rules), np.array([r[1] for r in rules]),
-                  tuple(np.array(r[3]) for r in rules), tuple(np.array(r[4]) for r in rules))
-
-
-def _quadrature(module, nodes, weights, m, v, c, s2, grad):
-    """``(E,)`` or ``(E, dE/dmu, dE/dsigma2)`` by the Gauss-Legendre rule ``(nodes, weights)`` (halved) on the support.
-
-    With ``u = a x``, ``d = c - mu``, ``h = u^2 / (2 s2)``, ``y = d u / s2`` and
-    ``psi(mu + u) = phi0 exp(y - h)`` (``phi0 = N(c; mu, s2)``), pairing the nodes ``+-x``
-    of the even shape ``P``:
-
-    * ``E = phi0 (1 + sum w P (expm1(-h) cosh y + 2 sinh^2(y / 2)))``, the 1 being ``int P``;
-    * ``dE/dmu = phi0 (d / s2) (E / phi0 - (a^2 / s2) S1)``;
-    * ``dE/dsigma2 = a'(sigma2) phi0 (a / s2) ((d^2 / s2) S1 - C2)``,
-
-    ``S1 = sum w P x^2 e^(-h) sinh(y) / y`` and ``C2 = sum w P x^2 e^(-h) cosh y``.  No
-    term is large next to the result, so only what the exact values cancel cancels.
-    """
-    a = module.support_radius(v)
-    d = c - m
-    x = nodes[None, :]
-    shape = np.polynomial.polynomial.polyval(nodes, np.array(module.SHAPE))[None, :] * weights[None, :]
-    u = a[:, None] * x
-    h = u * u / (2 * s2[:, None])
-    y = d[:, None] * u / s2[:, None]
-    ch = np.cosh(y)
-    half = np.sinh(y / 2)
-    b0 = 1 + (shape * (np.expm1(-h) * ch + 2 * half * half)).sum(axis=1)
-    phi0 = np.exp(-d * d / (2 * s2)) / np.sqrt(2 * math.pi * s2)
-    if not grad:
-        return (phi0 * b0,)
-    eh = np.exp(-h)
-    with np.errstate(invalid="ignore", divide="ignore"):
-        sinhc = np.where(y == 0, 1.0, np.sinh(y) / y)
-    s1 = (shape * x * x * eh * sinhc).sum(axis=1)
-    c2 = (shape * x * x * eh * ch).sum(axis=1)
-    dmu = phi0 * (d / s2) * (b0 - a * a / s2 * s1)
-    dvar = module.support_radius_dsigma2(v) * phi0 * (a / s2) * (d * d / s2 * s1 - c2)
-    return phi0 * b0, dmu, dvar
+        backend = backend_for(mu, sigma2)
+        mu, sigma2 = self._check(mu, sigma2, backend.namespace())
+        return backend.rbf_expectation(self, mu, sigma2, basis, grad)
 
 
 # short names of the generated continuous built-ins (continuous_NAME), and "gaussian" for softmax's

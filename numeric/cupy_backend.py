@@ -1,9 +1,10 @@
 """The CuPy backend: maps on CuPy arrays with the generated CUDA kernels, one block per row.
 
-The kernels (``NAME_forward_rows_f32/f64``, ``NAME_jvp_f32/f64``) come from the
-module's ``CUDA_SOURCE``, compiled once per device (:func:`numeric.backend.kernels`)
-and launched with :data:`numeric.contract.CUDA_THREADS` threads per block.
-CuPy is imported only when a CuPy array is seen.
+The kernels (``NAME_forward_rows_f32/f64``, ``NAME_jvp_f32/f64``, and a
+continuous map's ``NAME_rbf_context_f64``) come from the module's
+``CUDA_SOURCE``, compiled once per device (:func:`numeric.backend.kernels`) and
+launched with :data:`numeric.contract.CUDA_THREADS` threads per block.  CuPy is
+imported only when a CuPy array is seen.
 """
 
 from __future__ import annotations
@@ -56,3 +57,17 @@ class CupyBackend(Backend):
         kern = kernels(mapping.module)[f"{mapping.name}_jvp_{self._suffix(y)}"]
         kern((min(rows, MAX_BLOCKS),), (CUDA_THREADS,), (y, dx, out, np.int64(rows), np.int64(n), *mapping._cast(y.dtype)))
         return out
+
+    def rbf_expectation(self, cmap, mu, sigma2, basis, grad: bool):
+        """``(r, dr/dmu, dr/dsigma2)`` of a continuous map by the ``rbf_context`` kernel (the gradients cost little more)."""
+        import cupy
+
+        shape = mu.shape + (len(basis),)
+        rows, n = int(np.prod(mu.shape, dtype=np.int64)), len(basis)
+        c, s2 = cupy.asarray(basis.centers), cupy.asarray(basis.variances)
+        outs = [cupy.empty(shape, dtype=np.float64) for _ in range(3)]
+        kern = kernels(cmap.module)[f"{cmap.name}_rbf_context_f64"]
+        blocks = max(1, min((rows * n + CUDA_THREADS - 1) // CUDA_THREADS, MAX_BLOCKS))
+        kern((blocks,), (CUDA_THREADS,), (cupy.ascontiguousarray(mu), cupy.ascontiguousarray(sigma2), c, s2,
+                                         np.int64(rows), np.int64(n), *outs))
+        return tuple(outs) if grad else (outs[0], None, None)

@@ -7,9 +7,17 @@ needed) or sort (the support rule on sorted scores), both in
 link's derived form) in :mod:`numeric.root`.  Large inputs are cut into
 chunks of rows solved side by side (:func:`_on_two_threads`).  The JVP is
 ``w*v - w (w.v)/sum(w)`` with ``w = w(p)`` on the support.
+
+A continuous map's basis expectations (:meth:`NumpyBackend.rbf_expectation`)
+come from the generated closed forms in float64, and from Gauss-Legendre sums
+over the support (:func:`_quadrature`) where the closed form cancels.
 """
 
 from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+from functools import lru_cache
 
 import numpy as np
 
@@ -127,3 +135,96 @@ class NumpyBackend(Backend):
         dot = (w * dx).sum(axis=-1, keepdims=True)
         mean = np.where(total > 0, dot / np.where(total > 0, total, 1), 0)
         return w * (dx - mean)
+
+    def rbf_expectation(self, cmap, mu: np.ndarray, sigma2: np.ndarray, basis, grad: bool):
+        """``(r, dr/dmu, dr/dsigma2)`` (the derivatives ``None`` when ``grad=False``) for float64 ``mu``, ``sigma2``
+        of one shape: the closed form where it is accurate, Gauss-Legendre (:func:`_quadrature`) where it cancels."""
+        module = cmap.module
+        m, v = mu[..., None], sigma2[..., None]
+        rules = _quadrature_rules(module)
+        if rules is None:
+            if grad:
+                return module.rbf_expectation_grad(m, v, basis.centers, basis.variances)
+            return module.rbf_expectation(m, v, basis.centers, basis.variances), None, None
+        return _expectation_mixed(module, rules, m, v, basis, grad)
+
+
+def _expectation_mixed(mod, rules, m, v, basis, grad):
+    """The closed form where it is accurate, Gauss-Legendre (:func:`_quadrature`) where it cancels."""
+    shape = np.broadcast_shapes(m.shape, basis.centers.shape)
+    m, v, c, s2 = (np.broadcast_to(x, shape).ravel() for x in (m, v, basis.centers, basis.variances))
+    a = mod.support_radius(v)
+    gamma = (a * np.abs(c - m) + a * a / 2) / s2
+    rule = np.searchsorted(rules.gamma, gamma)  # the first rule whose gamma covers it
+    quad = (a < mod.QUADRATURE_BELOW * np.sqrt(s2)) & (rule < len(rules.counts))
+    outs = [np.empty(m.size) for _ in range(3 if grad else 1)]
+    closed = ~quad
+    if closed.any():
+        args = (m[closed], v[closed], c[closed], s2[closed])
+        parts = mod.rbf_expectation_grad(*args) if grad else (mod.rbf_expectation(*args),)
+        for out, part in zip(outs, parts):
+            out[closed] = part
+    for k in np.unique(rule[quad]):
+        sel = quad & (rule == k)
+        parts = _quadrature(mod, rules.nodes[k], rules.weights[k], m[sel], v[sel], c[sel], s2[sel], grad)
+        for out, part in zip(outs, parts):
+            out[sel] = part
+    outs = [out.reshape(shape) for out in outs]
+    return tuple(outs) if grad else (outs[0], None, None)
+
+
+@dataclass(frozen=True)
+class _Rules:
+    """A module's Gauss-Legendre rules: node counts, the float64 ``gamma`` each serves, halved nodes and weights."""
+
+    counts: tuple
+    gamma: np.ndarray
+    nodes: tuple
+    weights: tuple
+
+
+@lru_cache(maxsize=None)
+def _quadrature_rules(module) -> _Rules | None:
+    """A continuous module's quadrature rules, or ``None`` when it has none (closed form everywhere)."""
+    rules = getattr(module, "QUADRATURE_RULES", ())
+    if not rules or getattr(module, "SHAPE", None) is None or not getattr(module, "QUADRATURE_BELOW", 0.0) > 0:
+        return None
+    return _Rules(tuple(r[0] for r in rules), np.array([r[1] for r in rules]),
+                  tuple(np.array(r[3]) for r in rules), tuple(np.array(r[4]) for r in rules))
+
+
+def _quadrature(module, nodes, weights, m, v, c, s2, grad):
+    """``(E,)`` or ``(E, dE/dmu, dE/dsigma2)`` by the Gauss-Legendre rule ``(nodes, weights)`` (halved) on the support.
+
+    With ``u = a x``, ``d = c - mu``, ``h = u^2 / (2 s2)``, ``y = d u / s2`` and
+    ``psi(mu + u) = phi0 exp(y - h)`` (``phi0 = N(c; mu, s2)``), pairing the nodes ``+-x``
+    of the even shape ``P``:
+
+    * ``E = phi0 (1 + sum w P (expm1(-h) cosh y + 2 sinh^2(y / 2)))``, the 1 being ``int P``;
+    * ``dE/dmu = phi0 (d / s2) (E / phi0 - (a^2 / s2) S1)``;
+    * ``dE/dsigma2 = a'(sigma2) phi0 (a / s2) ((d^2 / s2) S1 - C2)``,
+
+    ``S1 = sum w P x^2 e^(-h) sinh(y) / y`` and ``C2 = sum w P x^2 e^(-h) cosh y``.  No
+    term is large next to the result, so only what the exact values cancel cancels.
+    """
+    a = module.support_radius(v)
+    d = c - m
+    x = nodes[None, :]
+    shape = np.polynomial.polynomial.polyval(nodes, np.array(module.SHAPE))[None, :] * weights[None, :]
+    u = a[:, None] * x
+    h = u * u / (2 * s2[:, None])
+    y = d[:, None] * u / s2[:, None]
+    ch = np.cosh(y)
+    half = np.sinh(y / 2)
+    b0 = 1 + (shape * (np.expm1(-h) * ch + 2 * half * half)).sum(axis=1)
+    phi0 = np.exp(-d * d / (2 * s2)) / np.sqrt(2 * math.pi * s2)
+    if not grad:
+        return (phi0 * b0,)
+    eh = np.exp(-h)
+    with np.errstate(invalid="ignore", divide="ignore"):
+        sinhc = np.where(y == 0, 1.0, np.sinh(y) / y)
+    s1 = (shape * x * x * eh * sinhc).sum(axis=1)
+    c2 = (shape * x * x * eh * ch).sum(axis=1)
+    dmu = phi0 * (d / s2) * (b0 - a * a / s2 * s1)
+    dvar = module.support_radius_dsigma2(v) * phi0 * (a / s2) * (d * d / s2 * s1 - c2)
+    return phi0 * b0, dmu, dvar

@@ -1,4 +1,5 @@
-"""Dispatch on derived facts, not on probes: the closed threshold's exp fast path (``TERM_IS_EXP``)."""
+"""Dispatch on derived facts, not on probes: the closed threshold's exp fast path (``TERM_IS_EXP``) and
+continuous maps through the backend seam."""
 
 from __future__ import annotations
 
@@ -8,8 +9,11 @@ import numpy as np
 import pytest
 
 import numeric as nm
+import numeric.backends as B
+import numeric.continuous as nc
 from derive import Regularizer, derive_map, generate_module
 from derive.codegen.files import load_module
+from numeric.numpy_backend import NumpyBackend
 from numeric.threshold import closed_unshifted
 
 from .conftest import USER
@@ -98,3 +102,39 @@ def test_a_scaled_exp_term_takes_the_general_path(monkeypatch, closed_maps, name
     closed_unshifted(mod, x, (), out, tau)
     assert calls == [x.shape]
     np.testing.assert_array_equal(out, p)
+
+
+class _Tagged(np.ndarray):
+    """A NumPy array of a type of its own, owned by the recording backend below."""
+
+
+class _Recording(NumpyBackend):
+    name = "recording"
+
+    def __init__(self):
+        self.calls = []
+
+    def owns(self, array):
+        return isinstance(array, _Tagged)
+
+    def rbf_expectation(self, cmap, mu, sigma2, basis, grad):
+        self.calls.append((cmap.name, mu.shape, grad))
+        return super().rbf_expectation(cmap, mu, sigma2, basis, grad)
+
+
+def test_continuous_expectations_go_through_the_backend(monkeypatch):
+    """ContinuousMap asks the backend of its arrays (numeric.backends.backend_for) for the expectations."""
+    monkeypatch.setattr(B, "_registry", list(B.backends()))  # both restored after the test
+    monkeypatch.setattr(B, "_defaults_only", B._defaults_only)
+    backend = B.register_backend(_Recording())
+    cmap = nc.get_continuous_map("sparsemax")
+    basis = nc.GaussianBasis.uniform(8)
+    mu, var = np.array([0.3, 0.6]), np.array([1e-6, 0.05])  # the first through quadrature
+    want = cmap.expectation_grad(mu, var, basis)
+    assert backend.calls == []
+    got = cmap.expectation_grad(mu.view(_Tagged), var.view(_Tagged), basis)
+    assert backend.calls == [("continuous_sparsemax", (2,), True)]
+    for g, w in zip(got, want):
+        np.testing.assert_array_equal(g, w)
+    with pytest.raises(NotImplementedError, match="no continuous maps"):
+        B.Backend.rbf_expectation(backend, cmap, mu, var, basis, False)
