@@ -121,8 +121,6 @@ class Threshold:
     term, solution, explicit:
         Closed kind: ``B(s)``, ``tau`` as a function of :data:`S`, and ``tau``
         with ``S`` written out as ``Sum(B(s[i]), (i, 1, d))``.
-    term_is_exp:
-        Whether ``B(s)`` is ``exp(s)`` itself (softmax; a property).
     degree, candidate, discriminant, condition:
         Sort kind: degree of the link in ``tau``, ``tau_k``, the quantity that
         must be ``>= 0`` for ``tau_k`` to be real (``None`` for degree 1), and
