@@ -19,8 +19,10 @@ the KKT conditions the derivation recorded, ``p_i = g_+(s_i - tau)`` with
   ``10**-(digits + 5)`` the solve is referred to the entry nearest the clip,
   then the working precision is raised, and where that does not help either
   the functions raise :class:`~derive.errors.DerivationError`;
-* the link by its closed form, or where the derivation says ``"newton"`` by a
-  safeguarded Newton solve of ``omega'(p) = z`` in ``log p``.
+* the link by its closed form, or where the derivation says ``"newton"`` by the
+  safeguarded Newton solve of ``omega'(p) = z`` in ``log p`` that the NumPy and
+  CUDA links run too (:func:`numeric.newton.invert_link`), here at the working
+  precision, where its stopping rule leaves ``p`` exact to the last digits.
 
 Scores equal to ``-inf`` are masked: they get probability exactly 0 and the
 rest is solved as if they were absent; an all ``-inf`` vector gives zeros.
@@ -44,6 +46,8 @@ from .symbols import S, S1, S2, k, score
 
 if TYPE_CHECKING:  # argmax imports this module for Derivation.evaluate
     from .argmax import Derivation
+from numeric.newton import WIDEN_STEPS, Ops, invert_link
+
 from .errors import DerivationError
 from .regularizers import p, to_mpf, z
 
@@ -172,30 +176,11 @@ class _Compiled:
         return self._newton_link(yy, self.h)
 
     def _newton_link(self, zz: mpmath.mpf, d1=None) -> mpmath.mpf:
-        # d1(e^u) = z with d1 = omega' (or omega' - omega'(0+)), increasing in u; bracket u in [lo, hi]
+        """``d1(p) = z`` for ``p`` (``d1 = omega'``, or ``omega' - omega'(0+)``) by :func:`numeric.newton.invert_link`."""
         d1 = self.d1 if d1 is None else d1
-        hi = mpmath.mpf(0)
-        while d1(mpmath.exp(hi)) < zz:
-            hi += 1
-            if hi > 60:
-                raise DerivationError(f"omega'(p) = z = {zz} has no root for p <= e^60")
-        lo = hi - 1
-        while d1(mpmath.exp(lo)) > zz:
-            lo = 2 * lo - 1
-            if lo < -(10**7):
-                raise DerivationError(f"omega'(p) = z = {zz} has no root for p >= e^{lo}")
-        q = mpmath.exp(
-            _safeguarded_newton(
-                lambda u: d1(mpmath.exp(u)) - zz,
-                lambda u: self.d2(mpmath.exp(u)) * mpmath.exp(u),
-                lo,
-                hi,
-                increasing=True,
-            )
-        )
-        # u = log p carries an absolute error of eps |u|; one Newton step in p makes p relatively exact
-        nxt = q - (d1(q) - zz) / self.d2(q)
-        return nxt if nxt > 0 else q
+        if d1(mpmath.exp(WIDEN_STEPS)) < zz:
+            raise DerivationError(f"omega'(p) = z = {zz} has no root for p <= e^{WIDEN_STEPS}")
+        return invert_link(_MpmathOps(), zz, d1, self.d2)
 
     # ------------------------------------------------------- the threshold
     def tau(self, finite: list[mpmath.mpf]) -> mpmath.mpf:
@@ -233,48 +218,36 @@ class _Compiled:
         return sol.t + top
 
 
-def _safeguarded_newton(f, fprime, lo, hi, *, increasing: bool) -> mpmath.mpf:
-    """Root of a monotone ``f`` on ``[lo, hi]``: Newton kept inside a shrinking bracket.
+class _MpmathOps(Ops):
+    """:class:`numeric.newton.Ops` on ``mpmath`` numbers at the working precision."""
 
-    A Newton step is taken only when it stays strictly inside the bracket and
-    at least halves the step before last (as in Numerical Recipes' rtsafe);
-    otherwise the bracket is bisected.  So the iteration converges
-    quadratically on smooth pieces and at least linearly where it is not
-    smooth.  It stops when the
-    bracket or a Newton step with a residual at rounding level is below the
-    working precision.
-    """
-    eps = mpmath.mpf(2) ** (-mpmath.mp.prec + 8)
-    sign = 1 if increasing else -1
-    f_lo, f_hi = sign * f(lo), sign * f(hi)
-    if f_lo >= -16 * eps:  # the root is at lo (to working precision)
-        return lo
-    if f_hi <= 16 * eps:
-        return hi
-    t = (lo + hi) / 2
-    step_old = step = hi - lo
-    for _ in range(8 * mpmath.mp.prec):
-        val = sign * f(t)
-        if val == 0:
-            return t
-        if val > 0:
-            hi = t
-        else:
-            lo = t
-        tol = eps * max(1, abs(t))
-        if hi - lo <= tol:
-            return (lo + hi) / 2
-        deriv = sign * fprime(t)
-        newton = t - val / deriv if deriv > 0 else None
-        if newton is not None and abs(newton - t) <= tol and abs(val) <= 16 * eps:
-            return newton  # converged: the step is below the resolution of t
-        if newton is not None and lo < newton < hi and abs(newton - t) < abs(step_old) / 2:
-            step_old, step = step, newton - t
-            t = newton
-        else:
-            step_old, step = step, (hi - lo) / 2
-            t = (lo + hi) / 2
-    raise DerivationError("the safeguarded Newton iteration did not converge")  # pragma: no cover
+    def __init__(self):
+        prec = mpmath.mp.prec
+        self.eps = mpmath.mpf(2) ** (-prec)
+        self.log_tiny = mpmath.mpf(-(2**20))  # p = e^-1e6 is 0 beside anything a float holds
+        self.newton_steps = 8 * prec + 64  # bisection alone: 21 bits of bracket, then prec bits
+
+    @staticmethod
+    def full(like, value):
+        return value if isinstance(value, bool) else mpmath.mpf(value)
+
+    exp = staticmethod(mpmath.exp)
+
+    @staticmethod
+    def where(cond, a, b):
+        return a if cond else b
+
+    @staticmethod
+    def not_(b):
+        return not b
+
+    @staticmethod
+    def repeat(n, body, state, going):
+        for _ in range(n):
+            if not going:
+                break
+            state, going = body(state)
+        return state
 
 
 def _compiled(dv: Derivation, params: dict[str, Any]) -> _Compiled:

@@ -4,8 +4,8 @@
 exactly 0 elsewhere (masked scores, ``-inf``, included).  It takes the power
 form for a root-threshold map whose link is derived to have it, else the
 module's printed ``link``; links with no printable closed form (``mod.link is
-None``) are inverted by :func:`newton_link`: Newton on ``u = log p`` with a
-bisection safeguard, then a polishing step in ``p``.
+None``) are inverted by :func:`newton_link`, the safeguarded Newton solve of
+:mod:`numeric.newton`.
 
 Links derived to be of the power form ``(a (z - omega'(0+)))**k``
 (alpha-entmax, sparsemax, ``omega = p**n``; ``LINK_FORM == "power"``, see
@@ -20,51 +20,14 @@ from typing import NamedTuple
 
 import numpy as np
 
-from .rows import scalar
+from .newton import numpy_invert_link
 
 __all__ = ["clipped_link", "newton_link", "power_link", "Power", "power"]
 
 
 def newton_link(mod: ModuleType, z: np.ndarray, params: tuple) -> np.ndarray:
-    """``p = g(z)`` solving ``omega'(p) = z`` for ``z > omega'(0+)``, elementwise."""
-    dtype = z.dtype
-    eps = np.finfo(dtype).eps
-    tiny_log = scalar(np.log(np.finfo(dtype).tiny), dtype)
-    lo = np.full(z.shape, tiny_log, dtype=dtype)
-    hi = np.zeros(z.shape, dtype=dtype)
-    with np.errstate(over="ignore", under="ignore"):
-        underflow = mod.omega_prime(np.exp(lo), *params) >= z  # p below the smallest normal
-        for _ in range(64):  # z above omega'(1): move the upper end out
-            short = mod.omega_prime(np.exp(hi), *params) < z
-            if not short.any():
-                break
-            lo = np.where(short, hi, lo)
-            hi = np.where(short, hi + 1, hi)
-        u = hi.copy()
-        step_old = hi - lo
-        step = step_old.copy()
-        active = ~underflow
-        for _ in range(200):
-            if not active.any():
-                break
-            q = np.exp(u)
-            f = mod.omega_prime(q, *params) - z
-            active &= f != 0  # exact roots stay where they are
-            hi = np.where(active & (f > 0), u, hi)
-            lo = np.where(active & (f < 0), u, lo)
-            df = mod.omega_second(q, *params) * q
-            nxt = u - f / np.where(df > 0, df, 1)
-            newton_ok = (df > 0) & (nxt > lo) & (nxt < hi) & (np.abs(nxt - u) < 0.5 * np.abs(step_old))
-            new_step = np.where(newton_ok, nxt - u, 0.5 * (hi - lo) + lo - u)
-            step_old = np.where(active, step, step_old)
-            step = np.where(active, new_step, step)
-            u = np.where(active, u + step, u)
-            active &= np.abs(step) > 4 * eps * (1 + np.abs(u))
-        q = np.exp(u)
-        for _ in range(2):  # polish in p: u has an absolute error of eps |u|
-            nxt = q - (mod.omega_prime(q, *params) - z) / mod.omega_second(q, *params)
-            q = np.where(nxt > 0, nxt, q)
-    return np.where(underflow, 0, q).astype(dtype, copy=False)
+    """``p = g(z)`` solving ``omega'(p) = z`` for ``z > omega'(0+)``, elementwise (:mod:`numeric.newton`)."""
+    return numpy_invert_link(z, lambda q: mod.omega_prime(q, *params), lambda q: mod.omega_second(q, *params))
 
 
 class Power(NamedTuple):

@@ -216,7 +216,7 @@ def generate_module(dv: Derivation, name: str) -> str:
         params_only=", ".join(params),
     )
     if dv.inversion.method != "closed":
-        device.append(cuda.NEWTON_LINK.format(**fmt).strip("\n"))
+        device.append(cuda.newton_link_source(name, params))
     device.append(cuda.LINK_PLUS.format(**fmt).strip("\n"))
     device[0] = cuda.prelude_for("\n".join(device[1:]))
     device_source = "\n".join(device) + "\n"
