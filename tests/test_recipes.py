@@ -42,7 +42,7 @@ TOY_BACKEND = '''
 
 import numpy as np
 
-from numeric import threshold as th
+from numeric import links
 from numeric.backend import Backend
 
 
@@ -70,9 +70,9 @@ class ToyBackend(Backend):
         hi = -module.omega_prime(1 / count, *params)
         for _ in range(200):  # F(t) = sum g_+(y - t) decreases in t; F(lo) >= 1 >= F(hi)
             mid = (lo + hi) / 2
-            f = th.clipped_link(module, y - mid[:, None], params).sum(axis=-1)
+            f = links.clipped_link(module, y - mid[:, None], params).sum(axis=-1)
             lo, hi = np.where(f >= 1, mid, lo), np.where(f >= 1, hi, mid)
-        p = th.clipped_link(module, y - lo[:, None], params)
+        p = links.clipped_link(module, y - lo[:, None], params)
         return p / p.sum(axis=-1, keepdims=True), m + lo
 
     def jvp(self, mapping, y, dx):
