@@ -12,7 +12,8 @@ BIN := $(VENV)/bin
 $(BIN)/regattn: pyproject.toml
 	$(PYTHON) -m venv $(VENV)
 	$(BIN)/python -m pip install --quiet --upgrade pip
-	$(BIN)/python -m pip install --quiet -e '.[test]'
+	$(BIN)/python -m pip install --quiet torch==2.13.0
+	$(BIN)/python -m pip install --quiet -e '.[test,torch,jax]'
 	touch $@
 
 setup: $(BIN)/regattn

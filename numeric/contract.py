@@ -9,7 +9,8 @@ or was written for another format.
 
 Routines take their own arguments (:attr:`Routine.args`) followed by the
 map's parameters (``PARAMETERS``, e.g. ``alpha``), and are NumPy functions
-(CuPy arrays pass through them too); ``CUDA_DEVICE_SOURCE`` holds each as a
+(CuPy arrays pass through them too); the functions named in :data:`SECTIONS`
+return the same routines printed for PyTorch and JAX; ``CUDA_DEVICE_SOURCE`` holds each as a
 ``template <typename T> __device__`` function ``NAME_routine``, and
 ``CUDA_SOURCE`` adds the kernels named in ``CUDA_KERNELS``, launched with
 :data:`CUDA_THREADS` threads per block.
@@ -23,10 +24,10 @@ from dataclasses import dataclass
 from types import ModuleType
 
 __all__ = ["FORMAT_VERSION", "CUDA_THREADS", "Routine", "ROUTINES", "PER_PARAMETER", "CONSTANTS", "SOURCES",
-           "required_names", "missing_names", "check_map_module"]
+           "SECTIONS", "routine_names", "required_names", "missing_names", "check_map_module"]
 
 #: Version of the contract, written into every generated map module as ``FORMAT_VERSION`` (and its header).
-FORMAT_VERSION = 3
+FORMAT_VERSION = 4
 #: Threads per block of every generated CUDA kernel.
 CUDA_THREADS = 256
 
@@ -76,11 +77,19 @@ CONSTANTS: tuple[str, ...] = (
 )
 #: The CUDA sources of a map module.
 SOURCES: tuple[str, ...] = ("CUDA_DEVICE_SOURCE", "CUDA_SOURCE")
+#: The array frameworks with a section in every map module: framework -> the module's function that imports
+#: it and returns ``{routine: function or None}`` for all of :func:`routine_names`, printed for its arrays.
+SECTIONS: dict[str, str] = {"torch": "torch_routines", "jax": "jax_routines"}
+
+
+def routine_names(parameters) -> tuple[str, ...]:
+    """The routines of a map with these parameter names, in order: :data:`ROUTINES`, then one per parameter."""
+    return tuple(r.name for r in ROUTINES) + tuple(PER_PARAMETER.name.format(q) for q in parameters)
 
 
 def required_names() -> tuple[str, ...]:
     """Every name a map module defines (a routine that is not present is ``None``)."""
-    return CONSTANTS + tuple(r.name for r in ROUTINES) + SOURCES
+    return CONSTANTS + tuple(r.name for r in ROUTINES) + SOURCES + tuple(SECTIONS.values())
 
 
 def missing_names(module: ModuleType) -> list[str]:

@@ -41,7 +41,7 @@ from ..symbols import S, S1, S2, k, score
 from ..errors import DerivationError
 from ..regularizers import p, z
 from . import cuda
-from .printers import CudaPrinter, PyPrinter, print_block, stable_form
+from .printers import CudaPrinter, JaxPrinter, PyPrinter, TorchPrinter, print_block, stable_form
 
 __all__ = ["generate_module", "assemble", "check_name", "HEADER_MARK", "content_hash"]
 
@@ -137,10 +137,12 @@ def _symbols_for(args: list[str]) -> dict[str, sp.Symbol]:
     return {a: table[a] for a in args}
 
 
-def _python_function(piece: _Piece, params: list[str], printer: PyPrinter) -> str:
+def _python_function(piece: _Piece, params: list[str], printer: PyPrinter, doc: bool = True) -> str:
     args = piece.args + params
     assigns, (result,) = print_block(printer, [piece.body], f"{piece.name}(...) = {piece.expr}", given=piece.given)
-    lines = [f"def {piece.name}({', '.join(args)}):", f'    """{piece.doc}', "", f"    {piece.name} = {sp.sstr(piece.expr)}", '    """']
+    lines = [f"def {piece.name}({', '.join(args)}):"]
+    if doc:
+        lines += [f'    """{piece.doc}', "", f"    {piece.name} = {sp.sstr(piece.expr)}", '    """']
     lines += [f"    {lhs} = {rhs}" for lhs, rhs in assigns]
     expr = piece.expr
     if expr.is_number:
@@ -151,6 +153,40 @@ def _python_function(piece: _Piece, params: list[str], printer: PyPrinter) -> st
         result = f"{printer._call('zeros_like')}({arg}) + {result}" if not expr.is_number else f"{printer._call('full_like')}({arg}, {result})"
     lines.append(f"    return {result}")
     return "\n".join(lines)
+
+
+#: The array frameworks each map module has a section for: (printer, the section's imports, its helpers).
+_SECTION_PRINTERS = {
+    "torch": (TorchPrinter, ["import torch"],
+              {"cbrt(": ["def cbrt(x):", "    return torch.sign(x) * torch.abs(x) ** (1 / 3)"]}),
+    "jax": (JaxPrinter, ["import jax.numpy as jnp"], {"erf(": ["from jax.scipy.special import erf"]}),
+}
+
+
+def _section(target: str, pieces: list[_Piece], params: list[str]) -> str:
+    """``def TARGET_routines():`` returning every routine of the contract, printed for ``target``.
+
+    The function imports the framework when called, so the module imports
+    without it; a routine this map does not have is ``None`` in the result.
+    """
+    printer_class, imports, helpers = _SECTION_PRINTERS[target]
+    printer = printer_class()
+    functions = [_python_function(piece, params, printer, doc=False) for piece in pieces]
+    code = "\n".join(functions)
+    head = list(imports)
+    for marker, lines in helpers.items():
+        if marker in code and not any(f"def {marker}" in f for f in functions):
+            head += [""] + lines if lines[0].startswith("def") else lines
+    names = contract.routine_names(params)
+    have = {pc.name for pc in pieces}
+    table = ", ".join(f"{n!r}: {n if n in have else None}" for n in names)
+    doc = (f'    """This map\'s routines for {target} (:data:`numeric.contract.SECTIONS`): the NumPy functions '
+           'above, printed for its arrays; the parameters are arrays too."""')
+    body = [f"def {contract.SECTIONS[target]}():", doc] + ["    " + line if line else "" for line in head] + [""]
+    for f in functions:
+        body += ["    " + line for line in f.split("\n")] + [""]
+    body.append(f"    return {{{table}}}")
+    return "\n".join(body)
 
 
 def _cuda_function(piece: _Piece, params: list[str], printer: CudaPrinter, name: str) -> str:
@@ -259,6 +295,8 @@ def generate_module(dv: Derivation, name: str) -> str:
     if absent:  # the contract's routines this map does not have
         why = "  # no printable closed form: solve omega_prime(p) = z numerically" if "link" in absent else ""
         body += ["", " = ".join(absent) + " = None" + why, ""]
+    for target in contract.SECTIONS:
+        body += ["", _section(target, pieces, params), ""]
     return assemble(doc, body, device_source, kernel_source,
                     [f"map: {name}", f"regularizer: omega(p) = {reg_text}", f"format: {contract.FORMAT_VERSION}"])
 

@@ -15,7 +15,11 @@ over them; tests and users call them directly::
 A failure carries a scope, from the worst: ``"all"`` (the derivation, the
 NumPy functions or the NumPy map are wrong: the map is not usable),
 ``"device"`` (double device code or its compilation: usable in NumPy only),
-``"float"`` (float device code: usable in NumPy and, in float64, on a GPU).
+``"float"`` (float device code: usable in NumPy and, in float64, on a GPU),
+and a framework's name, ``"torch"`` or ``"jax"`` (its section's routines in
+float64: the map is usable, but not with that framework), or that name and
+``" float"`` (the same in float32).  A framework that is not
+installed is reported and not checked.
 """
 
 from __future__ import annotations
@@ -36,6 +40,7 @@ from ..argmax import Derivation
 from ..errors import DerivationError
 from ..reference import kkt_residual
 from ..regularizers import Parameter
+from numeric import contract
 
 __all__ = ["Step", "Verification", "verify_map", "verify_continuous_map", "parameter_value", "verdict"]
 
@@ -84,12 +89,19 @@ def verdict(failures: Sequence[tuple[str, str]]) -> str:
     if not failures:
         return "all checks passed"
     scopes = {scope for _, scope in failures}
+    frameworks = [t for t in contract.SECTIONS if t in scopes]
+    float64_only = [t for t in contract.SECTIONS if f"{t} float" in scopes and t not in scopes]
     if "all" in scopes:
         usable = "do not use the map"
     elif "device" in scopes:
         usable = "the map is usable in NumPy only (not with CuPy on a GPU)"
-    else:
+    elif "float" in scopes:
         usable = "the map is usable in NumPy, and with CuPy on a GPU in float64 only"
+    else:
+        usable = "the map is usable in NumPy and with CuPy on a GPU"
+    if "all" not in scopes:
+        usable += f", not with {' or '.join(frameworks)}" if frameworks else ""
+        usable += f", with {' and '.join(float64_only)} in float64 only" if float64_only else ""
     return "FAIL: " + "; ".join(what for what, _ in failures) + "; " + usable
 
 
@@ -108,8 +120,57 @@ def _failed_functions(rep) -> list[str]:
 
 
 def _scope(rep) -> str:
-    """A failed check's scope: the NumPy functions ("all"), the double device code, or the float one."""
+    """A failed check's scope: the NumPy functions ("all"), a framework's section, the double device code,
+    or the float one."""
+    if rep.where in contract.SECTIONS:
+        return rep.where if rep.ctype == "double" else f"{rep.where} float"
     return "all" if rep.where == "numpy" else "device" if rep.ctype == "double" else "float"
+
+
+def _section_caller(target: str, routines: Callable[[], dict], ctype: str):
+    """``call(fname, args, params) -> float`` through the module's ``target`` section in ``ctype``, or ``None``
+    where the framework is not installed."""
+    try:
+        table = routines()
+    except ImportError:
+        return None
+    if target == "torch":
+        import torch
+
+        dt = torch.float64 if ctype == "double" else torch.float32
+
+        def call(fname, xs, ps):
+            value = table[fname](*[torch.tensor([x], dtype=dt) for x in xs], *[torch.tensor(q, dtype=dt) for q in ps])
+            return float(torch.as_tensor(value, dtype=torch.float64).reshape(-1)[0])
+
+        return call
+    import jax
+    import jax.numpy as jnp
+
+    dt = jnp.float64 if ctype == "double" else jnp.float32
+
+    def call(fname, xs, ps):
+        with jax.enable_x64(True):
+            value = table[fname](*[jnp.asarray([x], dtype=dt) for x in xs], *[jnp.asarray(q, dtype=dt) for q in ps])
+            return float(np.asarray(value, dtype=np.float64).reshape(-1)[0])
+
+    return call
+
+
+def _section_steps(dv: Derivation, module, points: int, seed: int) -> list[Step]:
+    """The routines of each framework's section (:data:`numeric.contract.SECTIONS`) against SymPy, in double
+    and float, with the bounds of the device functions; a framework that is not installed is one line."""
+    from . import verify as V
+
+    steps = []
+    for target, fname in contract.SECTIONS.items():
+        calls = {ctype: _section_caller(target, getattr(module, fname), ctype) for ctype in ("double", "float")}
+        if calls["double"] is None:
+            steps.append(Step(target, f"not installed (pip install 'regattn[{target}]'): {target} routines not checked"))
+            continue
+        reports = [V.check(dv, call, ctype, target, points=points, seed=seed) for ctype, call in calls.items()]
+        steps += _check_steps(reports, "max error / (1 + kappa)", lambda c: f"{V.TOLERANCE[c]:g}")
+    return steps
 
 
 def _function_steps(numpy_report, build, check, measure: str, bound: Callable[[str], str]) -> list[Step]:
@@ -216,6 +277,9 @@ def verify_map(dv: Derivation, name: str = "custom", *, samples: int = 20, point
             lambda lib, ctype: V.check(dv, lambda f, xs, ps: lib[ctype][f](*xs, *ps), ctype, "device (g++)", points=points, seed=seed),
             "max error / (1 + kappa)", lambda c: f"{V.TOLERANCE[c]:g}",
         ):
+            _emit(out, step, on_step)
+
+        for step in _section_steps(dv, module, points, seed):
             _emit(out, step, on_step)
 
         from numeric import get_map

@@ -42,7 +42,7 @@ from sympy.printing.numpy import NumPyPrinter
 
 from ..errors import DerivationError
 
-__all__ = ["PyPrinter", "CudaPrinter", "blocks", "stable_form", "Select", "MAX_PRODUCT"]
+__all__ = ["PyPrinter", "TorchPrinter", "JaxPrinter", "CudaPrinter", "blocks", "stable_form", "Select", "MAX_PRODUCT"]
 
 #: Largest integer power printed as a product.
 MAX_PRODUCT = 8
@@ -377,13 +377,15 @@ class PyPrinter(_PowerMixin, NumPyPrinter):
     """
 
     _module = "numpy"
+    #: NumPy names this module spells differently (``power`` is ``torch.pow``).
+    _spelling: dict[str, str] = {}
 
     def __init__(self, settings=None):
         super().__init__({"fully_qualified_modules": True, **(settings or {})})
         # SymPy spells its tables of known functions and constants "numpy.exp", "numpy.pi" once, at
         # its class definition: respell them for this printer's module
         def respell(table):
-            return {k: (f"{self._module}.{v[len('numpy.'):]}" if isinstance(v, str) and v.startswith("numpy.") else v)
+            return {k: (self._call(v[len('numpy.'):]) if isinstance(v, str) and v.startswith("numpy.") else v)
                     for k, v in table.items()}
 
         self._kf = respell(self._kf)
@@ -395,8 +397,8 @@ class PyPrinter(_PowerMixin, NumPyPrinter):
         return "1"
 
     def _call(self, name: str) -> str:
-        """``module.name`` for this printer's array module."""
-        return f"{self._module}.{name}"
+        """``module.name`` for this printer's array module (NumPy's ``name``, respelled)."""
+        return f"{self._module}.{self._spelling.get(name, name)}"
 
     def _sqrt(self) -> str:
         return self._call("sqrt")
@@ -439,6 +441,28 @@ class PyPrinter(_PowerMixin, NumPyPrinter):
 
     def _print_NegativeInfinity(self, expr):
         return "-math.inf"
+
+
+class TorchPrinter(PyPrinter):
+    """:class:`PyPrinter` for PyTorch tensors (``torch.pow``; ``cbrt`` and ``erf`` as the section defines them)."""
+
+    _module = "torch"
+    _spelling = {"power": "pow"}
+
+    def _cbrt(self) -> str:
+        return "cbrt"  # torch has no cube root: the torch section defines one
+
+    def _print_erf(self, expr):
+        return f"torch.special.erf({self._print(expr.args[0])})"
+
+
+class JaxPrinter(PyPrinter):
+    """:class:`PyPrinter` for ``jax.numpy`` (as ``jnp``), ``erf`` from ``jax.scipy.special``."""
+
+    _module = "jnp"
+
+    def _print_erf(self, expr):
+        return f"erf({self._print(expr.args[0])})"  # the JAX section imports jax.scipy.special.erf
 
 
 class CudaPrinter(_PowerMixin, C99CodePrinter):

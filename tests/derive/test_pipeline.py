@@ -2,19 +2,27 @@
 
 from __future__ import annotations
 
+import importlib.util
+
 import pytest
 
 from derive import DerivationError, Regularizer, derive_map, gini
 from derive.codegen.pipeline import Step, Verification, verdict, verify_continuous_map, verify_map
 from derive.continuous import derive_continuous
+from numeric import contract
 
 
 def test_verify_map_runs_every_check_and_passes():
     seen = []
     result = verify_map(derive_map(gini()), "sparsemax", samples=3, points=5, on_step=seen.append)
     labels = [step.label for step in result.steps]
+    # each framework: its routines in double and in float, or one line saying it is not installed
+    sections = [label for t in contract.SECTIONS for label in ([t, t] if _installed(t) else [t])]
     assert labels == ["regularizer", "derived", "reference", "generated", "numpy", "device (g++)", "device (g++)",
-                      "numeric map", "nvrtc", "example"]
+                      *sections, "numeric map", "nvrtc", "example"]
+    for step in result.steps:
+        if step.label in contract.SECTIONS and not _installed(step.label):
+            assert "not installed" in step.text
     assert seen == result.steps  # each step reported as it completed, in order
     assert result.ok and result.verdict() == "all checks passed"
     assert "link closed (power)" in result.steps[1].text
@@ -26,14 +34,25 @@ def test_a_failure_is_scoped_and_named():
     result = verify_map(derive_map(Regularizer.from_string("p**100")), "power100", samples=3, points=40)
     assert not result.ok
     scopes = {scope for _, scope in result.failures}
-    assert scopes == {"float"}, result.failures
+    # the frameworks' float32 meets the same subnormals (flushed to zero by XLA on CPU)
+    frameworks = [t for t in contract.SECTIONS if _installed(t)]
+    assert scopes == {"float", *(f"{t} float" for t in frameworks)}, result.failures
     failed = [step for step in result.steps if not step.ok]
-    assert [step.label for step in failed] == ["device (g++)"] and "FAILED: " in failed[0].text
-    assert result.verdict().endswith("usable in NumPy, and with CuPy on a GPU in float64 only")
+    assert [step.label for step in failed] == ["device (g++)", *frameworks] and "FAILED: " in failed[0].text
+    assert all(step.text.startswith("float ") for step in failed)
+    tail = f", with {' and '.join(frameworks)} in float64 only" if frameworks else ""
+    assert result.verdict().endswith("usable in NumPy, and with CuPy on a GPU in float64 only" + tail)
+
+
+def _installed(target: str) -> bool:
+    return importlib.util.find_spec(target) is not None
 
 
 def test_verdict_orders_scopes():
     assert verdict([("x", "float"), ("y", "all")]).endswith("; do not use the map")
+    assert verdict([("x", "torch"), ("y", "jax float")]).endswith(
+        "usable in NumPy and with CuPy on a GPU, not with torch, with jax in float64 only")
+    assert verdict([("x", "torch"), ("y", "all")]).endswith("; do not use the map")
     assert Verification([Step("a", "b", (("x", "device"),))]).verdict().endswith("usable in NumPy only (not with CuPy on a GPU)")
 
 

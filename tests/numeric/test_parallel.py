@@ -147,6 +147,8 @@ def _child(conn, q, x):
 
 
 @pytest.mark.filterwarnings("ignore:This process .* is multi-threaded:DeprecationWarning")
+# JAX, once an earlier test in this process imported it, warns at every fork about its own threads
+@pytest.mark.filterwarnings("ignore:os.fork\\(\\) was called:RuntimeWarning")
 def test_a_forked_child_runs_what_the_parent_ran(monkeypatch):
     """After attention and a map ran on the pool in the parent, the same calls in a fork child finish."""
     if "fork" not in multiprocessing.get_all_start_methods():
