@@ -46,7 +46,7 @@ from .symbols import S, S1, S2, k, score
 
 if TYPE_CHECKING:  # argmax imports this module for Derivation.evaluate
     from .argmax import Derivation
-from numeric.newton import WIDEN_STEPS, Ops, invert_link
+from numeric.newton import WIDEN_STEPS, ScalarOps, invert_link
 
 from .errors import DerivationError
 from .regularizers import p, to_mpf, z
@@ -218,36 +218,17 @@ class _Compiled:
         return sol.t + top
 
 
-class _MpmathOps(Ops):
-    """:class:`numeric.newton.Ops` on ``mpmath`` numbers at the working precision."""
+class _MpmathOps(ScalarOps):
+    """:class:`numeric.newton.ScalarOps` on ``mpmath`` numbers at the working precision."""
+
+    number = staticmethod(mpmath.mpf)
+    exp = staticmethod(mpmath.exp)
 
     def __init__(self):
         prec = mpmath.mp.prec
         self.eps = mpmath.mpf(2) ** (-prec)
         self.log_tiny = mpmath.mpf(-(2**20))  # p = e^-1e6 is 0 beside anything a float holds
         self.newton_steps = 8 * prec + 64  # bisection alone: 21 bits of bracket, then prec bits
-
-    @staticmethod
-    def full(like, value):
-        return value if isinstance(value, bool) else mpmath.mpf(value)
-
-    exp = staticmethod(mpmath.exp)
-
-    @staticmethod
-    def where(cond, a, b):
-        return a if cond else b
-
-    @staticmethod
-    def not_(b):
-        return not b
-
-    @staticmethod
-    def repeat(n, body, state, going):
-        for _ in range(n):
-            if not going:
-                break
-            state, going = body(state)
-        return state
 
 
 def _compiled(dv: Derivation, params: dict[str, Any]) -> _Compiled:

@@ -14,7 +14,7 @@ is still going.  One text therefore serves three targets:
 
 * :class:`NumpyOps` runs it on arrays, all entries at once (the NumPy map);
 * ``derive.reference`` runs it on ``mpmath`` numbers at working precision
-  (the reference);
+  (the reference), through :class:`ScalarOps`;
 * ``derive.codegen.cuda`` runs it on a tracer whose values are C expressions
   and prints the ``NAME_link`` device function from the trace.
 
@@ -29,7 +29,7 @@ import numpy as np
 
 from .rows import scalar
 
-__all__ = ["invert_link", "Ops", "NumpyOps", "numpy_invert_link", "WIDEN_STEPS", "NEWTON_STEPS", "POLISH_STEPS"]
+__all__ = ["invert_link", "Ops", "NumpyOps", "ScalarOps", "numpy_invert_link", "WIDEN_STEPS", "NEWTON_STEPS", "POLISH_STEPS"]
 
 WIDEN_STEPS = 64  # unit moves of the bracket's upper end past u = 0 (p = 1)
 NEWTON_STEPS = 200  # iterations of the bracketed Newton solve in a floating-point format
@@ -97,8 +97,9 @@ def invert_link(ops: Ops, z, omega_prime: Callable, omega_second: Callable):
         hi = ops.where(active & (f > 0), u, hi)
         lo = ops.where(active & (f < 0), u, lo)
         df = omega_second(q) * q  # d omega'(e^u) / du
-        nxt = u - f / ops.where(df > 0, df, 1)
-        take = (df > 0) & (nxt > lo) & (nxt < hi) & (abs(nxt - u) < 0.5 * abs(step_old))
+        rising = df > 0
+        nxt = u - f / ops.where(rising, df, 1)
+        take = rising & (nxt > lo) & (nxt < hi) & (abs(nxt - u) < 0.5 * abs(step_old))
         new_step = ops.where(take, nxt - u, 0.5 * (hi - lo) + lo - u)
         step_old = ops.where(active, step, step_old)
         step = ops.where(active, new_step, step)
@@ -135,6 +136,32 @@ class NumpyOps(Ops):
     def repeat(n, body, state, going):
         for _ in range(n):
             if not going.any():
+                break
+            state, going = body(state)
+        return state
+
+
+class ScalarOps(Ops):
+    """:class:`Ops` on one number at a time (Python floats, ``mpmath`` numbers): a target sets the format's
+    constants, ``exp`` and ``number`` (the type a value is made with)."""
+
+    number: Callable = float
+
+    def full(self, like, value):
+        return value if isinstance(value, bool) else self.number(value)
+
+    @staticmethod
+    def where(cond, a, b):
+        return a if cond else b
+
+    @staticmethod
+    def not_(b):
+        return not b
+
+    @staticmethod
+    def repeat(n, body, state, going):
+        for _ in range(n):
+            if not going:
                 break
             state, going = body(state)
         return state

@@ -174,9 +174,9 @@ def _section(target: str, pieces: list[_Piece], params: list[str]) -> str:
     functions = [_python_function(piece, params, printer, doc=False) for piece in pieces]
     code = "\n".join(functions)
     head = list(imports)
-    for marker, lines in helpers.items():
-        if marker in code and not any(f"def {marker}" in f for f in functions):
-            head += [""] + lines if lines[0].startswith("def") else lines
+    for marker, lines in helpers.items():  # a helper only where a routine calls it
+        if marker in code:
+            head += [""] + lines
     names = contract.routine_names(params)
     have = {pc.name for pc in pieces}
     table = ", ".join(f"{n!r}: {n if n in have else None}" for n in names)

@@ -127,13 +127,8 @@ def _scope(rep) -> str:
     return "all" if rep.where == "numpy" else "device" if rep.ctype == "double" else "float"
 
 
-def _section_caller(target: str, routines: Callable[[], dict], ctype: str):
-    """``call(fname, args, params) -> float`` through the module's ``target`` section in ``ctype``, or ``None``
-    where the framework is not installed."""
-    try:
-        table = routines()
-    except ImportError:
-        return None
+def _section_caller(target: str, table: dict, ctype: str):
+    """``call(fname, args, params) -> float`` through a ``target`` section's routines ``table`` in ``ctype``."""
     if target == "torch":
         import torch
 
@@ -164,11 +159,13 @@ def _section_steps(dv: Derivation, module, points: int, seed: int) -> list[Step]
 
     steps = []
     for target, fname in contract.SECTIONS.items():
-        calls = {ctype: _section_caller(target, getattr(module, fname), ctype) for ctype in ("double", "float")}
-        if calls["double"] is None:
+        try:
+            table = getattr(module, fname)()  # imports the framework
+        except ImportError:
             steps.append(Step(target, f"not installed (pip install 'regattn[{target}]'): {target} routines not checked"))
             continue
-        reports = [V.check(dv, call, ctype, target, points=points, seed=seed) for ctype, call in calls.items()]
+        reports = [V.check(dv, _section_caller(target, table, ctype), ctype, target, points=points, seed=seed)
+                   for ctype in ("double", "float")]
         steps += _check_steps(reports, "max error / (1 + kappa)", lambda c: f"{V.TOLERANCE[c]:g}")
     return steps
 

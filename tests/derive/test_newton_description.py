@@ -98,29 +98,12 @@ def test_cuda_link_is_the_trace_of_the_description(newton_map):
     np.testing.assert_allclose(got32, want32, rtol=8 * np.finfo(np.float32).eps, atol=np.finfo(np.float32).tiny)
 
 
-class _FloatOps(newton.Ops):
-    """A new target: Python floats, one value at a time."""
+class _FloatOps(newton.ScalarOps):
+    """A new target: Python floats, one value at a time (the format's constants and exp are all it sets)."""
 
     log_tiny = math.log(2.2250738585072014e-308)
     eps = 2.0**-52
-
-    def full(self, like, value):
-        return value if isinstance(value, bool) else float(value)
-
     exp = staticmethod(math.exp)
-
-    def where(self, cond, a, b):
-        return a if cond else b
-
-    def not_(self, b):
-        return not b
-
-    def repeat(self, n, body, state, going):
-        for _ in range(n):
-            if not going:
-                break
-            state, going = body(state)
-        return state
 
 
 def test_a_new_target_implements_the_operations_only(newton_map):
