@@ -1,0 +1,408 @@
+"""The threshold rules and the derivative formulas of a map, written once for every array framework.
+
+The functions here take an operations object (:class:`TensorOps`, an
+extension of :class:`numeric.newton.Ops`), a table of the map's routines
+bound to its parameter values (:class:`Routines`, built from a generated
+module's ``torch_routines()`` or ``jax_routines()``) and 2-D arrays of scores
+with rows along the last axis.  They are functional (no array is written in
+place), keep shapes static (masks are ``where``, never boolean indexing) and
+branch on values only through the operations ``repeat`` (a loop with a fixed
+budget that may stop early when no row is still going) and ``branch`` (a
+computation needed only when some row asks for it), so one text serves
+PyTorch (:mod:`numeric.torch`) and a JAX backend (``lax.while_loop`` and
+``lax.cond``).
+
+Parameters are arrays of shape ``(rows, 1)`` (one value per row) or of
+shape ``()``; constants a routine returns as Python floats (``clip()`` of a
+map without parameters) take part as numbers.
+
+* :func:`solve`: ``(p, tau)`` for rows of scores: masked scores ``-inf`` get
+  ``p = 0``, a fully masked row zeros (``tau = +inf``), a row with a NaN (or
+  ``+inf``) NaN; the other rows are shifted by their maximum and solved by the
+  module's rule:
+* :func:`closed_rule`: ``p = B(y) / sum B(y)``, ``tau - m = tau_from_sum(S)``;
+* :func:`sort_rule`: sorted scores, cumulative sums of the shifted scores and
+  their squares, ``tau_candidate`` (and ``discriminant`` for degree 2), the
+  largest valid support size;
+* :func:`support_rule`: the same ``tau`` without sorting, for a sort map:
+  Newton steps on ``F(t) = sum g_+(y - t)`` from a lower bound until the
+  support ``S`` at ``t`` gives a candidate ``tau_S`` whose own support is
+  ``S`` (then ``tau_S`` is exact); rows that do not get there within the
+  budget take :func:`sort_rule`;
+* :func:`root_rule`: safeguarded Halley on ``omega'(F(t)) = omega'(1)`` inside
+  the bracket ``[-omega'(1), -omega'(1/n)]`` (as :mod:`numeric.root`), with the
+  link of the power form ``(a (z - clip))**k`` evaluated as ``exp(k log base)``
+  in the variable ``t = -c / a`` (``c = p_max**(1/k)``), else the printed link,
+  else :func:`numeric.newton.invert_link`;
+* :func:`jvp`: ``J v = w*v - w (w.v) / sum(w)``, ``w = weight(p)`` on the support;
+* :func:`param_vjp`: ``sum_i u_i dp_i/dq = -(J u) . c`` with ``c = omega_prime_d_q(p)``.
+
+Routines are evaluated at ``p = 1`` off the support and masked, so no inf or
+NaN of an unused branch reaches a result or a gradient.
+"""
+
+from __future__ import annotations
+
+from typing import Any, Callable
+
+from .newton import Ops, invert_link
+
+__all__ = ["TensorOps", "Routines", "solve", "closed_rule", "sort_rule", "support_rule", "root_rule", "jvp", "param_vjp",
+           "ROOT_STEPS", "SUPPORT_STEPS"]
+
+#: Iteration budget of the root rule's safeguarded Halley solve.
+ROOT_STEPS = 100
+#: Newton steps of :func:`support_rule` before its remaining rows take the sort rule.
+SUPPORT_STEPS = 12
+
+
+class TensorOps(Ops):
+    """:class:`numeric.newton.Ops` and the row operations the rules need, on 2-D arrays ``(rows, n)``.
+
+    Besides ``full``, ``exp``, ``where``, ``not_``, ``repeat``, ``log_tiny``, ``eps`` and
+    ``newton_steps`` (see :class:`numeric.newton.Ops`) a target provides:
+
+    * ``float_(b)``: a boolean array as 0 and 1 in the format's dtype;
+    * ``log(x)`` (``log(0) = -inf``), ``isfinite(x)``, ``isnan(x)``, and ``tiny``, the
+      smallest positive normal number of the format;
+    * ``row_sum(x)``, ``row_max(x)`` (NaN where the row has one): reductions along the
+      last axis keeping it, shape ``(rows, 1)``;
+    * ``sort_desc(x)`` and ``cumsum(x)`` along the last axis;
+    * ``branch(pred, fn, otherwise)``: ``fn()`` if any entry of the boolean array
+      ``pred`` is true, else ``otherwise()`` (both give arrays of the same shapes).
+    """
+
+    tiny: Any
+
+    def float_(self, b):  # pragma: no cover - interface
+        raise NotImplementedError
+
+    def log(self, x):  # pragma: no cover - interface
+        raise NotImplementedError
+
+    def isfinite(self, x):  # pragma: no cover - interface
+        raise NotImplementedError
+
+    def isnan(self, x):  # pragma: no cover - interface
+        raise NotImplementedError
+
+    def row_sum(self, x):  # pragma: no cover - interface
+        raise NotImplementedError
+
+    def row_max(self, x):  # pragma: no cover - interface
+        raise NotImplementedError
+
+    def sort_desc(self, x):  # pragma: no cover - interface
+        raise NotImplementedError
+
+    def cumsum(self, x):  # pragma: no cover - interface
+        raise NotImplementedError
+
+    def branch(self, pred, fn: Callable, otherwise: Callable):  # pragma: no cover - interface
+        raise NotImplementedError
+
+
+class Routines:
+    """A map's routines (``{name: function or None}``) bound to parameter values: ``r.omega(p)`` is ``omega(p, *params)``.
+
+    ``module`` gives the constants (``THRESHOLD``, ``THRESHOLD_DEGREE``, ``LINK_FORM``, ``PARAMETERS``).
+    """
+
+    def __init__(self, module, table: dict, params: tuple = ()):
+        self.module = module
+        self.table = table
+        self.params = tuple(params)
+
+    def has(self, name: str) -> bool:
+        return self.table.get(name) is not None
+
+    def __getattr__(self, name: str):
+        table = self.__dict__["table"]
+        if name not in table:
+            raise AttributeError(name)
+        fn = table[name]
+        if fn is None:
+            return None
+        params = self.__dict__["params"]
+        return lambda *args: fn(*args, *params)
+
+
+# ------------------------------------------------------------------ forward
+def solve(ops: TensorOps, r: Routines, x, *, method: str = "auto"):
+    """``(p, tau)`` for the rows of ``x`` (2-D), ``tau`` of shape ``(rows, 1)``.
+
+    ``method``: ``"auto"`` (the module's rule; a sort map takes :func:`support_rule`),
+    or ``"sort"`` / ``"root"`` to force one (``"root"`` applies to every map).
+    """
+    m = ops.row_max(x)  # NaN with a NaN in the row, -inf when fully masked, +inf with a +inf score
+    bad = ops.not_(ops.isfinite(m))
+    invalid = ops.isnan(m) | (m > 0) & bad
+    m0 = ops.where(bad, 0, m)
+    y = ops.where(bad, 0, x - m0)  # bad rows are solved as zeros and overwritten below
+    kind = r.module.THRESHOLD if method == "auto" else method
+    if kind == "closed":
+        p, t = closed_rule(ops, r, y)
+    elif kind == "root":
+        p, t = root_rule(ops, r, y)
+    else:
+        t = sort_rule(ops, r, y) if kind == "sort" else support_rule(ops, r, y)
+        p = sort_link(ops, r, y - t)
+    nan = ops.full(m, float("nan"))
+    p = ops.where(bad, ops.where(invalid, nan, 0), p)
+    tau = ops.where(bad, ops.where(invalid, nan, float("inf")), m0 + t)
+    return p, tau
+
+
+def closed_rule(ops: TensorOps, r: Routines, y):
+    """``(p, tau - m)`` for shifted rows ``y`` (maximum 0) of a map with a closed threshold."""
+    b = r.term(y)
+    total = ops.row_sum(b)
+    return b / total, r.tau_from_sum(total)
+
+
+def sort_link(ops: TensorOps, r: Routines, z):
+    """``g_+(z)`` with the printed link of a sort map (degree 1 or 2): the link where ``z > clip``, else 0."""
+    clip = r.clip()
+    live = z > clip
+    g = r.link(ops.where(live, z, clip))
+    return ops.where(live & (g > 0), g, 0)
+
+
+def _reach_one(ops, r, like):
+    """``omega'(1)`` per row (``like`` has shape ``(rows, 1)``)."""
+    return r.omega_prime(ops.full(like, 1.0))
+
+
+def sort_rule(ops: TensorOps, r: Routines, y):
+    """``tau - m`` for shifted rows ``y`` by the support rule on sorted scores (as :func:`numeric.threshold._sort_rule`)."""
+    ys = ops.sort_desc(y)
+    clip = r.clip()
+    # tau >= m - omega'(1): scores at most omega'(0+) - omega'(1) below the maximum never count
+    reach = clip - _reach_one(ops, r, ys[..., :1])
+    live = ys > reach
+    y0 = ops.where(live, ys, 0)
+    s1 = ops.cumsum(y0)
+    s2 = ops.cumsum(y0 * y0)
+    k = ops.cumsum(ops.full(ys, 1.0))
+    ok = live
+    if r.has("discriminant"):
+        ok = ok & (r.discriminant(k, s1, s2) >= 0)
+    # (1, 0, 0): the always-feasible support of the largest score alone
+    cand = r.tau_candidate(ops.where(ok, k, 1), ops.where(ok, s1, 0), ops.where(ok, s2, 0))
+    good = ok & (ys - cand > clip) | (k == 1)
+    last = ops.row_max(ops.where(good, k, 0))
+    return ops.row_sum(ops.where(k == last, cand, 0))
+
+
+def support_rule(ops: TensorOps, r: Routines, y, steps: int = SUPPORT_STEPS):
+    """``tau - m`` for shifted rows ``y`` of a sort map, without sorting.
+
+    ``F(t) = sum_i g_+(y_i - t)`` is convex and decreasing for the sort maps' links
+    (degree 1 or 2, ``g = (a (z - clip))**k`` with ``k >= 1``), so Newton's method
+    from a lower bound of ``t*`` stays below it and converges.  At every step the
+    support ``S = {y > t + clip}`` gives the candidate ``tau_S = tau_candidate(|S|,
+    sum_S y, sum_S y**2)``; where the support at ``tau_S`` is ``S`` again (same
+    count: both are sets of largest scores), ``F(tau_S) = 1`` on the link's rising
+    branch, so ``tau_S`` is ``t*``.  The start is the larger of ``-omega'(1)`` and the
+    Jensen bound ``mean(y) - omega'(1/count)``.  For degree 1 the Newton step is
+    ``tau_S`` itself (Michelot's algorithm).  Rows still open after ``steps`` steps
+    take :func:`sort_rule`.
+    """
+    clip = r.clip()
+    live = y > -float("inf")
+    ones = ops.float_(live)
+    count = ops.row_sum(ones)
+    lo = -_reach_one(ops, r, count)
+    mean = ops.row_sum(ops.where(live, y, 0)) / count
+    jensen = mean - r.omega_prime(1 / count)
+    t = ops.where(jensen > lo, jensen, lo)
+    quadratic = r.has("discriminant")
+    y2 = ops.where(live, y * y, 0) if quadratic else None
+    result = ops.full(count, float("nan"))
+    active = ops.full(count, True)
+
+    def body(state):
+        t, result, active = state
+        z = y - t
+        pos = z > clip
+        k = ops.row_sum(ops.float_(pos))
+        s1 = ops.row_sum(ops.where(pos, y, 0))
+        s2 = ops.row_sum(ops.where(pos, y2, 0)) if quadratic else 0 * s1
+        valid = r.discriminant(k, s1, s2) >= 0 if quadratic else k > 0
+        cand = r.tau_candidate(k, s1, s2)
+        exact = valid & (ops.row_sum(ops.float_(y - cand > clip)) == k)
+        if quadratic:  # a Newton step on F from t (a lower bound stays one: F is convex)
+            g = r.link(ops.where(pos, z, -t))
+            f = ops.row_sum(ops.where(pos, g, 0))
+            df = ops.row_sum(ops.where(pos, r.link_dtau(ops.where(pos, z, -t)), 0))
+            nxt = t - (f - 1) / df
+        else:  # degree 1: the Newton step is the candidate
+            nxt = cand
+        nxt = ops.where(nxt > t, nxt, t)
+        result = ops.where(active & exact, cand, result)
+        t = ops.where(active, nxt, t)
+        active = active & ops.not_(exact)
+        return (t, result, active), active
+
+    t, result, active = ops.repeat(steps, body, (t, result, active), active)
+    return ops.branch(active, lambda: ops.where(active, sort_rule(ops, r, y), result), lambda: result)
+
+
+def _power_parts(ops, r, y):
+    """For a link of the power form: ``(a, k, b = a y, reach)`` with ``reach(q) = q**(1/k) / a``."""
+    a = r.link_scale()
+    k = r.link_exponent()
+    return a, k, a * y, (lambda q: ops.exp(ops.log(q) / k) / a)
+
+
+def root_rule(ops: TensorOps, r: Routines, y, steps: int = ROOT_STEPS):
+    """``(p, tau - m)`` for shifted rows ``y`` by safeguarded Halley on ``h(t) = omega'(F(t)) - omega'(1)``.
+
+    As :func:`numeric.root._halley`: a Halley (else Newton) step is taken only where it
+    lands strictly inside the bracket and is at most half the step before last,
+    otherwise the bracket is bisected; a row stops where ``|F - 1| <= 4 eps``, where
+    the step would change ``F`` by less than that, or where its bracket is a few ulps
+    wide.  ``p = g_+(y - t) / F(t)``; a row whose ``F`` jumps across 1 at a kink
+    (a link with an infinite slope at ``omega'(0+)``) takes the combination of ``p`` at
+    the two ends of its final bracket with sum 1 (as :func:`numeric.root.root_probabilities`).
+    """
+    clip = r.clip()
+    live = y > -float("inf")
+    count = ops.row_sum(ops.float_(live))
+    power = r.module.LINK_FORM == "power" and r.has("link_scale")
+    if power:
+        # the variable t = tau - m - clip = -c / a, c = p_max**(1/k): base = max(a y - a t, 0), p = base**k
+        a, k, b, reach = _power_parts(ops, r, y)
+        scale = 0  # t has no offset: the bracket's width is judged relative to t
+
+        def probabilities(t):
+            base = b - a * t
+            pos = base > 0
+            base = ops.where(pos, base, 0)
+            return ops.exp(k * ops.log(base)), base, pos
+
+        def sums(t):
+            p, base, pos = probabilities(t)
+            q = ops.where(pos, p / ops.where(pos, base, 1), 0)  # p / base = w / (a k)
+            total = ops.row_sum(p)
+            d1 = -a * k * ops.row_sum(q)
+            d2 = a * a * k * (k - 1) * ops.row_sum(ops.where(pos, q / ops.where(pos, base, 1), 0))
+            return total, d1, d2
+
+        offset = -clip  # tau - m = t - clip
+    else:
+        scale = 1
+
+        def reach(q):
+            return r.omega_prime(q)
+
+        def probabilities(t):
+            z = y - t
+            pos = z > clip
+            safe = ops.where(pos, z, -t)  # -t: the maximum's z, inside the support (t <= -omega'(1/n))
+            if r.has("link"):
+                g = r.link(safe)
+            else:
+                g = invert_link(ops, safe, r.omega_prime, r.omega_second)
+            pos = pos & (g > 0)
+            return ops.where(pos, g, 0), None, pos
+
+        def sums(t):
+            p, _, pos = probabilities(t)
+            safe = ops.where(pos, p, 1)
+            total = ops.row_sum(p)
+            d1 = -ops.row_sum(ops.where(pos, r.weight(safe), 0))
+            d2 = ops.row_sum(ops.where(pos, r.weight_d2(safe), 0))
+            return total, d1, d2
+
+        offset = 0
+    one = _reach_one(ops, r, count)
+    lo = -reach(ops.full(count, 1.0))
+    hi = -reach(1 / count)
+    if power:
+        # g_+ convex (k >= 1): F(t) >= n g(mean(y) - t) (Jensen), so t >= mean(y) - reach(1/n)
+        jensen = ops.row_sum(ops.where(live, y, 0)) / count - reach(1 / count)
+        jensen = ops.where(jensen < hi, jensen, hi)
+        lo = ops.where((k >= 1) & (jensen > lo), jensen, lo)
+    tol = 4 * ops.eps
+    false = ops.full(count, False)
+    width = hi - lo
+    state = (lo, lo, hi, width, width, ops.full(count, True), false)
+
+    def inside(v, lo, hi):
+        return (v > lo) & (v < hi) & ops.isfinite(v)
+
+    def body(state):
+        t, lo, hi, step, step_old, active, settled = state
+        total, d1, d2 = sums(t)
+        lo = ops.where(active & (total > 1), t, lo)
+        hi = ops.where(active & (total < 1), t, hi)
+        o2 = r.omega_second(total)
+        o3 = r.omega_third(total)
+        h = r.omega_prime(total) - one
+        h1 = o2 * d1
+        h2 = o3 * d1 * d1 + o2 * d2
+        denom = 2 * h1 * h1 - h * h2
+        halley = t - 2 * h * h1 / denom
+        newton = t - h / h1
+        new = ops.where((denom > 0) & inside(halley, lo, hi), halley, newton)
+        exact = abs(total - 1) <= tol
+        settled_now = exact | ((newton != t) & (abs((newton - t) * d1) <= tol))
+        done = exact | (abs((new - t) * d1) <= tol) | (hi - lo <= 4 * ops.eps * (scale + abs(t)))
+        fast = done | (inside(new, lo, hi) & (abs(new - t) <= 0.5 * abs(step_old)))
+        new = ops.where(fast & ops.isfinite(new), new, 0.5 * (lo + hi))
+        # a row that stops on its bracket's width keeps a point of it
+        clamped = ops.where(new < lo, lo, ops.where(new > hi, hi, new))
+        new = ops.where(done & ops.not_(exact), clamped, new)
+        step_old = ops.where(active, step, step_old)
+        step = ops.where(active, new - t, step)
+        t = ops.where(active & ops.not_(exact), new, t)
+        settled = ops.where(active, settled_now, settled)
+        active = active & ops.not_(done)
+        return (t, lo, hi, step, step_old, active, settled), active
+
+    t, lo, hi, _, _, active, settled = ops.repeat(steps, body, state, state[5])
+    p, _, _ = probabilities(t)
+    total = ops.row_sum(p)
+    p = p / total
+    # a row whose F jumps across 1 between the ends of its bracket: p(lo) + lam (p(hi) - p(lo)), sum 1
+    kink = (active | ops.not_(settled)) & (abs(total - 1) > tol)
+
+    def combine():
+        p_lo, _, _ = probabilities(lo)
+        p_hi, _, _ = probabilities(hi)
+        f_lo, f_hi = ops.row_sum(p_lo), ops.row_sum(p_hi)
+        ok = (f_lo >= 1) & (f_hi <= 1) & (f_lo > f_hi)
+        lam = ops.where(ok, (f_lo - 1) / ops.where(ok, f_lo - f_hi, 1), 0)
+        mixed = ops.where(ok, p_lo + lam * (p_hi - p_lo), p_lo / ops.where(f_lo > 0, f_lo, 1))
+        return ops.where(kink, mixed, p)
+
+    p = ops.branch(kink, combine, lambda: p)
+    return p, t + offset
+
+
+# -------------------------------------------------------------- derivatives
+def _weights(ops, r: Routines, p):
+    """``w = weight(p)`` on the support (evaluated at 1 off it), 0 elsewhere, NaN where ``p`` is NaN."""
+    pos = p > 0
+    return ops.where(pos, r.weight(ops.where(pos, p, 1)), 0) + (p - p)
+
+
+def jvp(ops: TensorOps, r: Routines, p, v):
+    """``J v = w*v - w (w.v) / sum(w)`` at ``p = m(x)``, ``w = weight(p)`` on the support (``J`` is symmetric: also the VJP)."""
+    w = _weights(ops, r, p)
+    total = ops.row_sum(w)
+    dot = ops.row_sum(w * v)
+    mean = ops.where(total > 0, dot / ops.where(total > 0, total, 1), 0)
+    return w * (v - mean)
+
+
+def param_vjp(ops: TensorOps, r: Routines, p, u, name: str, ju=None):
+    """``sum_i u_i dp_i/dq`` per row, shape ``(rows, 1)``, for the parameter ``name``: ``-(J u) . c``, ``c = omega_prime_d_q(p)``.
+
+    ``ju``: ``J u`` if already computed.
+    """
+    pos = p > 0
+    c = ops.where(pos, getattr(r, f"omega_prime_d_{name}")(ops.where(pos, p, 1)), 0)
+    ju = jvp(ops, r, p, u) if ju is None else ju
+    return -ops.row_sum(ju * c)

@@ -1,0 +1,315 @@
+"""Attention maps ``p*(s) = argmax_{p in simplex} <p, s> - Omega(p)`` on torch tensors.
+
+A :class:`TorchMap` wraps a generated map module (a built-in name, the name
+of an importable module ``regattn generate`` wrote, or the module itself,
+checked as :func:`numeric.get_map` checks it) and solves it with the rules of
+:mod:`numeric.tensor_rules` on the module's ``torch_routines()``.  Each call
+is a :class:`torch.autograd.Function` whose backward is the derived JVP
+``J v = w*v - w (w.v) / sum(w)``, ``w = weight(p)`` on the support, computed
+from the output ``p`` with torch operations (so it is differentiable again:
+double backward), and whose parameter gradients are ``-(J v) . c`` with
+``c = omega_prime_d_q(p)`` (``q`` = ``alpha``), summed to the parameter's shape.
+
+Conventions are :class:`numeric.Map`'s: scores of ``-inf`` are masked
+(probability exactly 0), a fully masked row gives zeros and zero gradients,
+a NaN score makes its row NaN.  float16 and bfloat16 compute in float32 and
+return their dtype.  Parameters are Python numbers or tensors broadcasting to
+the scores with size 1 along ``dim`` (one value per row, e.g. per head), on
+the scores' device.
+
+Where the module's ``TERM_IS_EXP`` says the closed threshold's term is ``exp``
+itself (softmax), the normalisation is :func:`torch.softmax`'s; its backward
+is still the derived JVP (``w = p``).
+"""
+
+from __future__ import annotations
+
+import math
+from functools import lru_cache
+from types import ModuleType
+
+import torch
+
+from .. import _trust, contract, tensor_rules
+from ..maps import _load
+from ._ops import ops_for
+
+__all__ = ["TorchMap", "get_map", "softmax", "sparsemax", "entmax15", "entmax"]
+
+_HALF = (torch.float16, torch.bfloat16)
+_THRESHOLDS = ("auto", "sort", "root")
+
+
+@lru_cache(maxsize=None)
+def _table(module: ModuleType) -> dict:
+    """The module's torch routines (printed once per module)."""
+    return module.torch_routines()
+
+
+def _module(mapping) -> ModuleType:
+    if isinstance(mapping, TorchMap):
+        return mapping.module
+    if isinstance(mapping, ModuleType):
+        module = _trust.check_module(mapping)
+    elif isinstance(mapping, str):
+        module = _load(mapping)
+    else:
+        raise TypeError(f"a map is a name, a generated module or a TorchMap, got {type(mapping).__name__}")
+    contract.check_map_module(module)
+    return module
+
+
+def _check_param(module: ModuleType, name: str, value):
+    """A parameter value checked against its domain: a float, or a floating tensor (kept, graph and all)."""
+    lo, hi = module.PARAMETER_DOMAINS[name]
+    if isinstance(value, torch.Tensor):
+        if not (value.is_floating_point() or value.dtype in (torch.int32, torch.int64)):
+            raise TypeError(f"parameter {name} must be a real tensor, got dtype {value.dtype}")
+        if value.numel() == 0:
+            raise ValueError(f"parameter {name} is an empty tensor")
+        v = value.detach()
+        bad = ~((lo < v) & (v < hi))  # NaN is outside too
+        if bool(bad.any()):
+            raise ValueError(f"parameter {name} = {float(v[bad].reshape(-1)[0])} is outside ({lo}, {hi}) "
+                             f"for map {module.NAME!r}")
+        return value if value.is_floating_point() else value.to(torch.get_default_dtype())
+    if isinstance(value, bool) or not isinstance(value, (int, float)):
+        raise TypeError(f"parameter {name} must be a real number or a tensor, got {value!r}")
+    if not lo < value < hi:
+        raise ValueError(f"parameter {name} = {value} is outside ({lo}, {hi}) for map {module.NAME!r}")
+    return float(value)
+
+
+def _check_dim(x, dim) -> int:
+    if x.ndim == 0:
+        raise ValueError(f"scores must have at least one dimension, got shape {tuple(x.shape)}")
+    if isinstance(dim, bool) or not isinstance(dim, int) or not -x.ndim <= dim < x.ndim:
+        raise ValueError(f"dim {dim!r} is out of range for scores of shape {tuple(x.shape)}")
+    if x.shape[dim] == 0:
+        raise ValueError(f"dim {dim} of scores with shape {tuple(x.shape)} is empty")
+    return dim % x.ndim
+
+
+class _Solver:
+    """A module's constants and torch routines; ``routines(params)`` binds them to parameter tensors."""
+
+    def __init__(self, module: ModuleType, threshold: str):
+        self.module = module
+        self.table = _table(module)
+        self.names = tuple(module.PARAMETERS)
+        self.method = threshold
+        self.softmax = bool(module.TERM_IS_EXP) and not self.names and threshold == "auto"
+
+    def routines(self, params) -> tensor_rules.Routines:
+        return tensor_rules.Routines(self.module, self.table, params)
+
+    def forward(self, x, params):
+        """``p`` for the rows of the 2-D ``x`` (no graph)."""
+        if self.softmax:  # B = exp: torch's normalisation; fully masked (or NaN) rows by the rules
+            p = torch.softmax(x, dim=-1)
+            if not bool(torch.isnan(p).any()):
+                return p
+        p, _ = tensor_rules.solve(ops_for(x.dtype), self.routines(params), x, method=self.method)
+        return p
+
+
+class _MapFunction(torch.autograd.Function):
+    """``p = m(x)`` on rows ``x`` (2-D) with parameter tensors of shape ``(rows, 1)`` or ``()``."""
+
+    @staticmethod
+    def forward(ctx, x, solver, *params):
+        p = solver.forward(x, params)
+        ctx.solver = solver
+        ctx.save_for_backward(p, *params)
+        return p
+
+    @staticmethod
+    def backward(ctx, grad):
+        p, *params = ctx.saved_tensors
+        solver = ctx.solver
+        ops = ops_for(p.dtype)
+        r = solver.routines(params)
+        jg = tensor_rules.jvp(ops, r, p, grad)
+        out = [jg if ctx.needs_input_grad[0] else None, None]
+        for i, (name, q) in enumerate(zip(solver.names, params)):
+            if not ctx.needs_input_grad[2 + i]:
+                out.append(None)
+                continue
+            if p.dtype == torch.float64:
+                g = tensor_rules.param_vjp(ops, r, p, grad, name, ju=jg)
+            else:  # d omega'/d alpha cancels near alpha = 1 in float32: in float64, as numeric.Map.vjp_params
+                ops64 = ops_for(torch.float64)
+                r64 = solver.routines(tuple(v.double() for v in params))
+                g = tensor_rules.param_vjp(ops64, r64, p.double(), grad.double(), name).to(q.dtype)
+            out.append(g if q.ndim else g.sum())
+        return tuple(out)
+
+
+class TorchMap:
+    """A regularized-argmax map on torch tensors, from a generated module, with bound parameter values.
+
+    ``mapping``: a built-in name (``"softmax"``, ``"sparsemax"``, ``"entmax15"``,
+    ``"entmax"``), the name of an importable generated module, the module itself, or
+    a :class:`TorchMap`.  ``threshold``: ``"auto"`` (the module's rule), ``"sort"``
+    (a sort map's rule on fully sorted rows) or ``"root"`` (the root rule, for any
+    map).  ``params``: values of the module's parameters, Python numbers or tensors
+    (a tensor that requires grad gets a gradient); those not bound here are given at
+    the call.
+
+    >>> import torch
+    >>> m = TorchMap("entmax", alpha=1.5)
+    >>> m(torch.tensor([[-2.0, 0.0, 0.5]]))
+    tensor([[0.0000, 0.2441, 0.7559]])
+    >>> m(torch.tensor([-2.0, 0.0, 0.5]), alpha=2.0)
+    tensor([0.0000, 0.2500, 0.7500])
+    """
+
+    def __init__(self, mapping, *, threshold: str = "auto", **params):
+        module = _module(mapping)
+        if threshold not in _THRESHOLDS:
+            raise ValueError(f"threshold must be one of {_THRESHOLDS}, got {threshold!r}")
+        if threshold == "sort" and module.THRESHOLD != "sort":
+            raise ValueError(f"map {module.NAME!r} has a {module.THRESHOLD} threshold; 'sort' needs a link of degree 1 or 2")
+        self.module = module
+        self.threshold = threshold
+        bound = dict(mapping.params) if isinstance(mapping, TorchMap) else {}
+        self.params = {**bound, **self._checked(params)}
+        self._solver = _Solver(module, threshold)
+
+    def _checked(self, params: dict) -> dict:
+        names = tuple(self.module.PARAMETERS)
+        unknown = set(params) - set(names)
+        if unknown:
+            raise ValueError(f"map {self.module.NAME!r} has no parameter(s) {sorted(unknown)}; it has {list(names)}")
+        return {name: _check_param(self.module, name, value) for name, value in params.items()}
+
+    @property
+    def name(self) -> str:
+        return self.module.NAME
+
+    def __repr__(self) -> str:
+        extra = "".join(f", {k}={v!r}" if not isinstance(v, torch.Tensor) else f", {k}=<tensor {tuple(v.shape)}>"
+                        for k, v in self.params.items())
+        return f"TorchMap({self.name!r}, threshold={self.threshold!r}{extra})"
+
+    def _param_rows(self, name, value, x, dim, dtype):
+        """A parameter as a tensor of ``dtype``: shape ``()`` for a single value, else ``(rows, 1)`` in the rows' order."""
+        if not isinstance(value, torch.Tensor):
+            return torch.tensor(value, dtype=dtype, device=x.device)
+        if value.device != x.device:
+            raise ValueError(f"parameter {name} is on {value.device}, the scores on {x.device}")
+        shape = tuple(x.shape)
+        if value.ndim > len(shape):
+            raise ValueError(f"parameter {name} of shape {tuple(value.shape)} has more dimensions than the scores {shape}")
+        padded = (1,) * (len(shape) - value.ndim) + tuple(value.shape)
+        if padded[dim] != 1:
+            raise ValueError(f"parameter {name} of shape {tuple(value.shape)} must have size 1 along dim {dim - len(shape)} "
+                             f"of the scores {shape} (e.g. shape (H, 1) for scores (H, n))")
+        rows = shape[:dim] + (1,) + shape[dim + 1:]
+        try:
+            ok = torch.broadcast_shapes(padded, rows) == torch.Size(rows)
+        except RuntimeError:
+            ok = False
+        if not ok:
+            raise ValueError(f"parameter {name} of shape {tuple(value.shape)} does not broadcast to the scores {shape}")
+        value = value.to(dtype)
+        if value.numel() == 1:
+            return value.reshape(())
+        return value.reshape(padded).expand(rows).movedim(dim, -1).reshape(-1, 1)
+
+    def __call__(self, x, dim: int = -1, **params):
+        """``p*(x)`` along ``dim``: same shape, dtype and device as ``x``."""
+        if not isinstance(x, torch.Tensor):
+            raise TypeError(f"scores must be a torch tensor, got {type(x).__name__}")
+        if not x.is_floating_point():
+            raise TypeError(f"scores must be a floating tensor, got dtype {x.dtype}")
+        dim = _check_dim(x, dim)
+        values = {**self.params, **self._checked(params)} if params else self.params
+        missing = [n for n in self.module.PARAMETERS if n not in values]
+        if missing:
+            raise ValueError(f"map {self.name!r} needs a value for {', '.join(missing)}")
+        dtype = torch.float32 if x.dtype in _HALF else x.dtype
+        xc = x.to(dtype)
+        last = dim == x.ndim - 1
+        moved = xc if last else xc.movedim(dim, -1)
+        flat = moved.reshape(-1, x.shape[dim])
+        tensors = tuple(self._param_rows(n, values[n], x, dim, dtype) for n in self.module.PARAMETERS)
+        if torch.is_grad_enabled() and (x.requires_grad or any(t.requires_grad for t in tensors)):
+            p = _MapFunction.apply(flat, self._solver, *tensors)
+        else:
+            p = self._solver.forward(flat, tensors)
+        p = p.reshape(moved.shape)
+        p = p if last else p.movedim(-1, dim)
+        return p if p.dtype == x.dtype else p.to(x.dtype)
+
+
+def get_map(mapping, *, threshold: str = "auto", **params) -> TorchMap:
+    """The :class:`TorchMap` for a name, a generated module or a :class:`TorchMap` (rebound with ``params``).
+
+    >>> import torch
+    >>> get_map("sparsemax")(torch.tensor([-2.0, 0.0, 0.5]))
+    tensor([0.0000, 0.2500, 0.7500])
+    """
+    if isinstance(mapping, TorchMap) and not params and threshold == "auto":
+        return mapping
+    return TorchMap(mapping, threshold=threshold, **params)
+
+
+def softmax(x, dim: int = -1):
+    """Softmax ``p_i = exp(s_i) / sum_j exp(s_j)``: the map of ``p log p``.
+
+    >>> import torch
+    >>> softmax(torch.tensor([0.0, math.log(3.0)]))
+    tensor([0.2500, 0.7500])
+    """
+    return _builtin("softmax")(x, dim=dim)
+
+
+def sparsemax(x, dim: int = -1):
+    """Sparsemax ``p = [s - tau]_+``: the map of ``p**2 / 2``.
+
+    >>> import torch
+    >>> sparsemax(torch.tensor([[1.0, 0.5, -1.0]]), dim=1)
+    tensor([[0.7500, 0.2500, 0.0000]])
+    """
+    return _builtin("sparsemax")(x, dim=dim)
+
+
+def entmax15(x, dim: int = -1):
+    """1.5-entmax ``p = [s/2 - tau]_+**2``: Tsallis alpha = 3/2.
+
+    >>> import torch
+    >>> entmax15(torch.tensor([-2.0, 0.0, 0.5]))
+    tensor([0.0000, 0.2441, 0.7559])
+    """
+    return _builtin("entmax15")(x, dim=dim)
+
+
+def entmax(x, alpha, dim: int = -1):
+    """alpha-entmax ``p = [(alpha - 1) s - tau]_+**(1/(alpha - 1))``, alpha > 1: a number or a tensor
+    broadcasting to ``x`` with size 1 along ``dim`` (learnable).
+
+    >>> import torch
+    >>> alpha = torch.tensor([[1.5], [2.0]], requires_grad=True)
+    >>> p = entmax(torch.tensor([[-2.0, 0.0, 0.5], [-2.0, 0.0, 0.5]]), alpha)
+    >>> p.detach()
+    tensor([[0.0000, 0.2441, 0.7559],
+            [0.0000, 0.2500, 0.7500]])
+    >>> p[:, 2].sum().backward()
+    >>> alpha.grad.shape
+    torch.Size([2, 1])
+    """
+    return _builtin("entmax")(x, dim=dim, alpha=alpha)
+
+
+_BUILTIN: dict = {}
+
+
+def _builtin(name: str) -> TorchMap:
+    m = _BUILTIN.get(name)
+    if m is None:
+        m = _BUILTIN[name] = TorchMap(name)
+    return m
+
+
+_ = math  # (used by the doctest of softmax)
