@@ -10,3 +10,9 @@ settings.register_profile("ci", max_examples=15, derandomize=True, print_blob=Tr
 settings.register_profile("dev", max_examples=60, **_common)
 settings.register_profile("thorough", max_examples=500, **_common)
 settings.load_profile("dev")
+
+# numeric.torch and numeric.jax import their framework (optional extras): where one is not installed, their
+# doctests are not collected (the tests of tests/torch and tests/jax skip, and are counted, on their own)
+import importlib.util  # noqa: E402
+
+collect_ignore = [f"numeric/{name}" for name in ("torch", "jax") if importlib.util.find_spec(name) is None]

@@ -124,3 +124,25 @@ def test_a_cycle_would_be_found():
 def test_numeric_imports_neither_sympy_nor_derive(name):
     bad = {m for m in EXTERNAL[name] if m.split(".")[0] in ("sympy", "mpmath", "derive")}
     assert not bad, f"{name} imports {sorted(bad)}"
+
+
+FRAMEWORKS = {"torch": "numeric.torch", "jax": "numeric.jax"}
+
+
+@pytest.mark.parametrize("name", sorted(n for n in MODULES if n.split(".")[0] == "numeric"))
+def test_only_the_framework_packages_import_their_framework(name):
+    """torch is imported by numeric.torch alone and jax by numeric.jax (and the generated sections, when called)."""
+    for framework, home in FRAMEWORKS.items():
+        if name == home or name.startswith(home + ".") or name.startswith("numeric._generated."):
+            continue
+        bad = {m for m in EXTERNAL[name] if m.split(".")[0] == framework}
+        assert not bad, f"{name} imports {sorted(bad)}"
+
+
+def test_importing_numeric_loads_no_framework():
+    import subprocess
+    import sys
+
+    code = "import sys, numeric, numeric.maps, numeric.attention; print(sorted({'torch', 'jax'} & set(sys.modules)))"
+    out = subprocess.run([sys.executable, "-c", code], cwd=ROOT, capture_output=True, text=True, check=True).stdout
+    assert out.strip() == "[]"
