@@ -62,7 +62,10 @@ class TensorOps(Ops):
     Besides ``full``, ``exp``, ``where``, ``not_``, ``repeat``, ``log_tiny``, ``eps`` and
     ``newton_steps`` (see :class:`numeric.newton.Ops`) a target provides:
 
-    * ``float_(b)``: a boolean array as 0 and 1 in the format's dtype;
+    * ``float_(b)``: a boolean array as 0 and 1 in the format's dtype; ``pos_part(x)``:
+      ``max(x, 0)`` elementwise (``-inf`` to 0, NaN stays NaN); ``support(u)`` for ``u >= 0``: 1
+      where ``u > 0``, 0 where ``u == 0`` (NaN stays NaN), in the dtype (``sign``);
+      ``clamp_min(x, v)``: ``max(x, v)`` for a number ``v``;
     * ``log(x)`` (``log(0) = -inf``), ``isfinite(x)``, ``isnan(x)``, and ``tiny``, the
       smallest positive normal number of the format;
     * ``row_sum(x)``, ``row_max(x)`` (NaN where the row has one): reductions along the
@@ -75,6 +78,15 @@ class TensorOps(Ops):
     tiny: Any
 
     def float_(self, b):  # pragma: no cover - interface
+        raise NotImplementedError
+
+    def pos_part(self, x):  # pragma: no cover - interface
+        raise NotImplementedError
+
+    def support(self, u):  # pragma: no cover - interface
+        raise NotImplementedError
+
+    def clamp_min(self, x, v):  # pragma: no cover - interface
         raise NotImplementedError
 
     def log(self, x):  # pragma: no cover - interface
@@ -136,21 +148,26 @@ def solve(ops: TensorOps, r: Routines, x, *, method: str = "auto"):
     """
     m = ops.row_max(x)  # NaN with a NaN in the row, -inf when fully masked, +inf with a +inf score
     bad = ops.not_(ops.isfinite(m))
-    invalid = ops.isnan(m) | (m > 0) & bad
     m0 = ops.where(bad, 0, m)
-    y = ops.where(bad, 0, x - m0)  # bad rows are solved as zeros and overwritten below
+    # bad rows are solved as zeros and overwritten below (full-size masks only where there are some)
+    y = ops.branch(bad, lambda: ops.where(bad, 0, x - m0), lambda: x - m0)
     kind = r.module.THRESHOLD if method == "auto" else method
     if kind == "closed":
         p, t = closed_rule(ops, r, y)
     elif kind == "root":
         p, t = root_rule(ops, r, y)
     else:
-        t = sort_rule(ops, r, y) if kind == "sort" else support_rule(ops, r, y)
+        t = sort_rule(ops, r, y) if method == "sort" else support_rule(ops, r, y)
         p = sort_link(ops, r, y - t)
-    nan = ops.full(m, float("nan"))
-    p = ops.where(bad, ops.where(invalid, nan, 0), p)
-    tau = ops.where(bad, ops.where(invalid, nan, float("inf")), m0 + t)
-    return p, tau
+    tau = m0 + t
+
+    def overwrite():
+        invalid = ops.isnan(m) | (m > 0) & bad
+        nan = ops.full(m, float("nan"))
+        return (ops.where(bad, ops.where(invalid, nan, 0), p),
+                ops.where(bad, ops.where(invalid, nan, float("inf")), tau))
+
+    return ops.branch(bad, overwrite, lambda: (p, tau))
 
 
 def closed_rule(ops: TensorOps, r: Routines, y):
@@ -160,9 +177,26 @@ def closed_rule(ops: TensorOps, r: Routines, y):
     return b / total, r.tau_from_sum(total)
 
 
+def _small_power(r):
+    """``(a, k)`` where a map's link is derived to be ``(a (z - clip))**k`` with a number ``k`` of 1 or 2, else ``None``."""
+    if r.module.LINK_FORM != "power" or not r.has("link_scale"):
+        return None
+    k = r.link_exponent()
+    return (r.link_scale(), k) if isinstance(k, (int, float)) and k in (1, 2) else None
+
+
 def sort_link(ops: TensorOps, r: Routines, z):
-    """``g_+(z)`` with the printed link of a sort map (degree 1 or 2): the link where ``z > clip``, else 0."""
+    """``g_+(z)`` of a sort map (degree 1 or 2): the link where ``z > clip``, else 0.
+
+    A link of the power form ``(a (z - clip))**k``, ``k`` 1 or 2, is evaluated as
+    ``u = max(a (z - clip), 0)``, ``u`` or ``u * u``; other links are the printed ones.
+    """
     clip = r.clip()
+    power = _small_power(r)
+    if power is not None:
+        a, k = power
+        u = ops.pos_part(a * (z - clip))
+        return u if k == 1 else u * u
     live = z > clip
     g = r.link(ops.where(live, z, clip))
     return ops.where(live & (g > 0), g, 0)
@@ -204,22 +238,69 @@ def support_rule(ops: TensorOps, r: Routines, y, steps: int = SUPPORT_STEPS):
     sum_S y, sum_S y**2)``; where the support at ``tau_S`` is ``S`` again (same
     count: both are sets of largest scores), ``F(tau_S) = 1`` on the link's rising
     branch, so ``tau_S`` is ``t*``.  The start is the larger of ``-omega'(1)`` and the
-    Jensen bound ``mean(y) - omega'(1/count)``.  For degree 1 the Newton step is
+    Jensen bound ``mean(y) - omega'(1/n)`` (on rows without masked scores).  For degree 1 the Newton step is
     ``tau_S`` itself (Michelot's algorithm).  Rows still open after ``steps`` steps
     take :func:`sort_rule`.
     """
     clip = r.clip()
-    live = y > -float("inf")
-    ones = ops.float_(live)
-    count = ops.row_sum(ones)
-    lo = -_reach_one(ops, r, count)
-    mean = ops.row_sum(ops.where(live, y, 0)) / count
-    jensen = mean - r.omega_prime(1 / count)
+    power = _small_power(r)
+    n = y.shape[-1]
+    lo = -_reach_one(ops, r, y[..., :1])
+    # Jensen: F(t) >= n g(mean(y) - t); -inf where a score is masked (then -omega'(1) alone)
+    jensen = ops.row_sum(y) / n - r.omega_prime(lo * 0 + 1 / n)
     t = ops.where(jensen > lo, jensen, lo)
+    result = lo * float("nan")
+    active = ops.isfinite(lo)
+    if power is None:
+        return _support_generic(ops, r, y, t, result, active, steps)
+    a, k = power
+
+    def sums(t):
+        c = t + clip  # the support at t: y > c
+        u = ops.pos_part(y - c)
+        kk = ops.row_sum(ops.support(u))
+        su = ops.row_sum(u)
+        return c, u, kk, su
+
+    if k == 1:  # F is piecewise linear: the Newton step is the candidate (Michelot), exact once S repeats
+        def body(state):
+            t, result, size, active = state
+            c, u, kk, su = sums(t)
+            cand = r.tau_candidate(kk, su + kk * c, 0 * su)
+            exact = kk == size
+            result = ops.where(active & exact, cand, result)
+            t = ops.where(active & (cand > t), cand, t)
+            size = ops.where(active, kk, size)
+            active = active & ops.not_(exact)
+            return (t, result, size, active), active
+
+        t, result, _, active = ops.repeat(steps + 1, body, (t, result, lo * 0 + (n + 1), active), active)
+    else:
+        def body(state):
+            t, result, active = state
+            c, u, kk, su = sums(t)
+            su2 = ops.row_sum(u * u)
+            s1 = su + kk * c
+            s2 = su2 + 2 * c * su + kk * c * c  # sum_S y**2 with y = u + c
+            cand = r.tau_candidate(kk, s1, s2)
+            exact = (r.discriminant(kk, s1, s2) >= 0) & (ops.row_sum(ops.support(ops.pos_part(y - (cand + clip)))) == kk)
+            # Newton on F = a**2 sum u**2, F' = -2 a**2 sum u, from below (F is convex)
+            nxt = t + (a * a * su2 - 1) / (2 * a * a * su)
+            result = ops.where(active & exact, cand, result)
+            t = ops.where(active & (nxt > t), nxt, t)
+            active = active & ops.not_(exact)
+            return (t, result, active), active
+
+        t, result, active = ops.repeat(steps, body, (t, result, active), active)
+    return ops.branch(active, lambda: ops.where(active, sort_rule(ops, r, y), result), lambda: result)
+
+
+def _support_generic(ops, r, y, t, result, active, steps):
+    """:func:`support_rule` with the printed link (a sort map whose link is not of the power form)."""
+    clip = r.clip()
     quadratic = r.has("discriminant")
+    live = y > -float("inf")
     y2 = ops.where(live, y * y, 0) if quadratic else None
-    result = ops.full(count, float("nan"))
-    active = ops.full(count, True)
 
     def body(state):
         t, result, active = state
@@ -231,16 +312,12 @@ def support_rule(ops: TensorOps, r: Routines, y, steps: int = SUPPORT_STEPS):
         valid = r.discriminant(k, s1, s2) >= 0 if quadratic else k > 0
         cand = r.tau_candidate(k, s1, s2)
         exact = valid & (ops.row_sum(ops.float_(y - cand > clip)) == k)
-        if quadratic:  # a Newton step on F from t (a lower bound stays one: F is convex)
-            g = r.link(ops.where(pos, z, -t))
-            f = ops.row_sum(ops.where(pos, g, 0))
-            df = ops.row_sum(ops.where(pos, r.link_dtau(ops.where(pos, z, -t)), 0))
-            nxt = t - (f - 1) / df
-        else:  # degree 1: the Newton step is the candidate
-            nxt = cand
-        nxt = ops.where(nxt > t, nxt, t)
+        safe = ops.where(pos, z, -t)
+        f = ops.row_sum(ops.where(pos, r.link(safe), 0))
+        df = ops.row_sum(ops.where(pos, r.link_dtau(safe), 0))
+        nxt = t - (f - 1) / df  # Newton on F from below (F is convex)
         result = ops.where(active & exact, cand, result)
-        t = ops.where(active, nxt, t)
+        t = ops.where(active & (nxt > t), nxt, t)
         active = active & ops.not_(exact)
         return (t, result, active), active
 
@@ -267,8 +344,8 @@ def root_rule(ops: TensorOps, r: Routines, y, steps: int = ROOT_STEPS):
     the two ends of its final bracket with sum 1 (as :func:`numeric.root.root_probabilities`).
     """
     clip = r.clip()
-    live = y > -float("inf")
-    count = ops.row_sum(ops.float_(live))
+    n = y.shape[-1]
+    count = y[..., :1] * 0 + n  # (masked scores make -reach(1/n) a looser upper end, still one)
     power = r.module.LINK_FORM == "power" and r.has("link_scale")
     if power:
         # the variable t = tau - m - clip = -c / a, c = p_max**(1/k): base = max(a y - a t, 0), p = base**k
@@ -276,17 +353,20 @@ def root_rule(ops: TensorOps, r: Routines, y, steps: int = ROOT_STEPS):
         scale = 0  # t has no offset: the bracket's width is judged relative to t
 
         def probabilities(t):
-            base = b - a * t
-            pos = base > 0
-            base = ops.where(pos, base, 0)
-            return ops.exp(k * ops.log(base)), base, pos
+            # p = base**k = exp(k log base) with base >= tiny and k log base >= 0.9 log(tiny): no zero, infinity,
+            # underflow or subnormal number reaches log and exp (their slow paths; p below tiny**0.9 is off by
+            # less than that); off the support p is then masked to exactly 0
+            raw = b - a * t
+            base = ops.clamp_min(raw, ops.tiny)
+            mask = ops.support(ops.pos_part(raw))
+            return ops.exp(ops.clamp_min(k * ops.log(base), 0.9 * ops.log_tiny)) * mask, base, mask
 
         def sums(t):
-            p, base, pos = probabilities(t)
-            q = ops.where(pos, p / ops.where(pos, base, 1), 0)  # p / base = w / (a k)
+            p, base, _ = probabilities(t)
+            q = p / base  # w / (a k), 0 off the support
             total = ops.row_sum(p)
             d1 = -a * k * ops.row_sum(q)
-            d2 = a * a * k * (k - 1) * ops.row_sum(ops.where(pos, q / ops.where(pos, base, 1), 0))
+            d2 = a * a * k * (k - 1) * ops.row_sum(q / base)
             return total, d1, d2
 
         offset = -clip  # tau - m = t - clip
@@ -321,7 +401,7 @@ def root_rule(ops: TensorOps, r: Routines, y, steps: int = ROOT_STEPS):
     hi = -reach(1 / count)
     if power:
         # g_+ convex (k >= 1): F(t) >= n g(mean(y) - t) (Jensen), so t >= mean(y) - reach(1/n)
-        jensen = ops.row_sum(ops.where(live, y, 0)) / count - reach(1 / count)
+        jensen = ops.row_sum(y) / n - reach(1 / count)  # -inf where a score is masked
         jensen = ops.where(jensen < hi, jensen, hi)
         lo = ops.where((k >= 1) & (jensen > lo), jensen, lo)
     tol = 4 * ops.eps
@@ -382,15 +462,29 @@ def root_rule(ops: TensorOps, r: Routines, y, steps: int = ROOT_STEPS):
 
 
 # -------------------------------------------------------------- derivatives
-def _weights(ops, r: Routines, p):
-    """``w = weight(p)`` on the support (evaluated at 1 off it), 0 elsewhere, NaN where ``p`` is NaN."""
-    pos = p > 0
-    return ops.where(pos, r.weight(ops.where(pos, p, 1)), 0) + (p - p)
+def _weights(ops, r: Routines, p, at_zero=None):
+    """``w = weight(p)`` on the support, 0 elsewhere, NaN where ``p`` is NaN.
+
+    ``at_zero``: what ``weight(0)`` is, where the caller knows (a map without
+    parameters): ``"zero"`` (softmax ``p``, 1.5-entmax ``sqrt(p)``): ``weight(p)`` as it is;
+    ``"finite"`` (sparsemax ``1``): times the support's indicator; otherwise (or for
+    a derivative of the JVP, whose ``weight'`` may be infinite at 0) the weight is
+    evaluated at ``p + 1`` off the support and masked.
+    """
+    if at_zero == "zero":
+        return r.weight(p)
+    pos = ops.support(p)
+    if at_zero == "finite":
+        return r.weight(p) * pos
+    return r.weight(p + (1 - pos)) * pos
 
 
-def jvp(ops: TensorOps, r: Routines, p, v):
-    """``J v = w*v - w (w.v) / sum(w)`` at ``p = m(x)``, ``w = weight(p)`` on the support (``J`` is symmetric: also the VJP)."""
-    w = _weights(ops, r, p)
+def jvp(ops: TensorOps, r: Routines, p, v, at_zero=None):
+    """``J v = w*v - w (w.v) / sum(w)`` at ``p = m(x)``, ``w = weight(p)`` on the support (``J`` is symmetric: also the VJP).
+
+    ``at_zero``: see :func:`_weights`.
+    """
+    w = _weights(ops, r, p, at_zero)
     total = ops.row_sum(w)
     dot = ops.row_sum(w * v)
     mean = ops.where(total > 0, dot / ops.where(total > 0, total, 1), 0)
@@ -402,7 +496,7 @@ def param_vjp(ops: TensorOps, r: Routines, p, u, name: str, ju=None):
 
     ``ju``: ``J u`` if already computed.
     """
-    pos = p > 0
-    c = ops.where(pos, getattr(r, f"omega_prime_d_{name}")(ops.where(pos, p, 1)), 0)
+    pos = ops.support(p)
+    c = getattr(r, f"omega_prime_d_{name}")(p + (1 - pos)) * pos
     ju = jvp(ops, r, p, u) if ju is None else ju
     return -ops.row_sum(ju * c)

@@ -39,6 +39,9 @@ class TorchOps(TensorOps):
     def float_(self, b):
         return b.to(self.dtype)
 
+    pos_part = staticmethod(torch.relu)
+    support = staticmethod(torch.sign)  # (on u >= 0; torch.sign runs several times faster than a comparison and a cast)
+    clamp_min = staticmethod(torch.clamp_min)
     exp = staticmethod(torch.exp)
     log = staticmethod(torch.log)
     isfinite = staticmethod(torch.isfinite)

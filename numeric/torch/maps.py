@@ -99,6 +99,10 @@ class _Solver:
         self.names = tuple(module.PARAMETERS)
         self.method = threshold
         self.softmax = bool(module.TERM_IS_EXP) and not self.names and threshold == "auto"
+        self.at_zero = None  # weight(0) of a map without parameters (see numeric.tensor_rules._weights)
+        if not self.names:
+            w0 = float(self.table["weight"](torch.zeros((), dtype=torch.float64)))
+            self.at_zero = "zero" if w0 == 0 else "finite" if math.isfinite(w0) else None
 
     def routines(self, params) -> tensor_rules.Routines:
         return tensor_rules.Routines(self.module, self.table, params)
@@ -107,7 +111,7 @@ class _Solver:
         """``p`` for the rows of the 2-D ``x`` (no graph)."""
         if self.softmax:  # B = exp: torch's normalisation; fully masked (or NaN) rows by the rules
             p = torch.softmax(x, dim=-1)
-            if not bool(torch.isnan(p).any()):
+            if not bool(torch.isnan(p.sum())):  # (p is finite: NaN only from a NaN or fully masked row)
                 return p
         p, _ = tensor_rules.solve(ops_for(x.dtype), self.routines(params), x, method=self.method)
         return p
@@ -129,7 +133,9 @@ class _MapFunction(torch.autograd.Function):
         solver = ctx.solver
         ops = ops_for(p.dtype)
         r = solver.routines(params)
-        jg = tensor_rules.jvp(ops, r, p, grad)
+        # first order: weight(p) unmasked where weight(0) allows; a graph for double backward masks it
+        # (weight' may be infinite at 0)
+        jg = tensor_rules.jvp(ops, r, p, grad, None if torch.is_grad_enabled() else solver.at_zero)
         out = [jg if ctx.needs_input_grad[0] else None, None]
         for i, (name, q) in enumerate(zip(solver.names, params)):
             if not ctx.needs_input_grad[2 + i]:
