@@ -1,0 +1,362 @@
+"""Attention with any regattn map for PyTorch, with the semantics of ``F.scaled_dot_product_attention``.
+
+``attention(query, key, value, attn_mask, is_causal, scale, mapping)`` computes
+``mapping(scale * query @ key^T + mask) @ value`` along the keys, with the
+argument names, shapes, mask conventions and broadcasting of
+:func:`torch.nn.functional.scaled_dot_product_attention` (SDPA):
+
+* ``query`` is ``(..., L, E)``, ``key`` ``(..., S, E)``, ``value`` ``(..., S, Ev)``;
+  the batch dimensions ``...`` broadcast against each other;
+* a boolean ``attn_mask`` is True where a query may attend, a float one (of
+  the query's dtype) is added to the scores; it broadcasts to the scores'
+  shape ``(..., L, S)`` (and adds no batch dimensions);
+* ``is_causal=True`` lets query ``i`` see the keys ``j <= i`` (SDPA's top-left
+  aligned lower triangle, also for ``L != S``); unlike SDPA it may be combined
+  with an ``attn_mask`` (both apply);
+* ``scale`` defaults to ``1 / sqrt(E)``.
+
+``mapping`` is a map name (``"softmax"``, ``"sparsemax"``, ``"entmax15"``,
+``"entmax"``, a generated module's name), a generated module, a
+:class:`~numeric.torch.maps.TorchMap` (with its parameters bound, e.g. one
+``alpha`` per head as a tensor of shape ``(H, 1, 1)`` for ``(N, H, L, S)``
+scores, which receives gradients), or any callable ``(scores, dim) -> weights``
+(called as ``mapping(scores, dim=-1)``).
+
+**Fully masked rows.**  A query that may attend to no key (its scores all
+``-inf``) gets weights 0, output 0 and zero gradients, for every mapping: the
+maps of :mod:`numeric.torch.maps` do this themselves, and a plain callable's
+rows are guarded here (it sees scores 0 on such a row and its weights there
+are replaced by 0).  SDPA of recent PyTorch (checked with 2.13) also returns 0
+there; older SDPA, ``torch.softmax`` of such a row, and
+``nn.MultiheadAttention`` with ``need_weights=True`` give NaN instead.
+
+**Memory.**  The queries are taken in blocks of rows, so no scores wider than
+``block x S`` (times the batch) exist at once; with ``is_causal`` a block only
+computes scores for the keys up to its last query (blocks above the diagonal
+are skipped).  When gradients are needed, one ``torch.autograd.Function`` runs
+all the blocks: it keeps only its inputs for the backward pass, which
+recomputes each block's scores and weights and writes ``dq`` and adds to ``dk``,
+``dv`` block by block (the flash-attention recipe, with the map's own
+backward for the weights): neither pass materialises the ``L x S`` weights,
+and nothing block-sized outlives its block.  A call whose scores have at most
+:data:`BLOCK_ENTRIES` entries in all runs as one block with plain autograd
+(its weights are kept for the backward pass).  That Function is differentiable
+once (no double backward through the blocked path).  A plain callable whose
+weights depend on tensors of its own that require gradients (a learned
+parameter in a closure) cannot be a Function input; such a call checkpoints
+each block instead (:func:`torch.utils.checkpoint.checkpoint`), with the
+same bound on the scores but more per-block bookkeeping; a
+:class:`~numeric.torch.maps.TorchMap` passes its parameters explicitly.
+
+    >>> import torch
+    >>> q = k = torch.tensor([[1.0, 0.0], [0.0, 1.0]])
+    >>> v = torch.tensor([[1.0], [2.0]])
+    >>> attention(q, k, v, scale=10.0, mapping=lambda s, dim: torch.softmax(s, dim))
+    tensor([[1.0000],
+            [2.0000]])
+    >>> attention(q, k, v, is_causal=True, mapping=lambda s, dim: torch.softmax(s, dim))
+    tensor([[1.0000],
+            [1.6698]])
+"""
+
+from __future__ import annotations
+
+import math
+import numbers
+from types import ModuleType
+
+import torch
+import torch.nn.functional as F
+from torch.autograd.function import once_differentiable
+from torch.utils.checkpoint import checkpoint
+
+from .maps import TorchMap, get_map
+
+__all__ = ["attention", "BLOCK_ENTRIES"]
+
+#: Query blocks hold at most about this many score entries (batch x rows x S; at least one row a block).
+BLOCK_ENTRIES = 1 << 20
+
+
+def _tensor(x, name: str):
+    if not isinstance(x, torch.Tensor):
+        raise TypeError(f"{name} must be a torch.Tensor, got {type(x).__name__}")
+    return x
+
+
+def _check_inputs(query, key, value):
+    for name, a in (("query", query), ("key", key), ("value", value)):
+        _tensor(a, name)
+        if a.dim() < 2:
+            raise ValueError(f"{name} must have shape (..., length, features), got a {a.dim()}-d tensor of shape "
+                             f"{tuple(a.shape)}")
+        if not a.is_floating_point():
+            raise TypeError(f"{name} must be a floating-point tensor, got dtype {a.dtype}")
+    if not query.dtype == key.dtype == value.dtype:
+        raise TypeError(f"query, key and value must have the same dtype, got {query.dtype}, {key.dtype} and {value.dtype}")
+    if not query.device == key.device == value.device:
+        raise ValueError(f"query, key and value must be on the same device, got {query.device}, {key.device} and "
+                         f"{value.device}")
+    if query.shape[-1] != key.shape[-1]:
+        raise ValueError(f"query and key must have the same feature size E: query {tuple(query.shape)}, "
+                         f"key {tuple(key.shape)}")
+    if key.shape[-2] != value.shape[-2]:
+        raise ValueError(f"key and value must have the same length S: key {tuple(key.shape)}, value {tuple(value.shape)}")
+    try:
+        return tuple(torch.broadcast_shapes(query.shape[:-2], key.shape[:-2], value.shape[:-2]))
+    except RuntimeError:
+        raise ValueError(f"the batch dimensions of query {tuple(query.shape)}, key {tuple(key.shape)} and "
+                         f"value {tuple(value.shape)} do not broadcast") from None
+
+
+def _check_mask(attn_mask, query, scores: tuple):
+    _tensor(attn_mask, "attn_mask")
+    if attn_mask.dtype != torch.bool and attn_mask.dtype != query.dtype:
+        raise TypeError(f"attn_mask must be boolean (True = may attend) or of the query's dtype {query.dtype} "
+                        f"(added to the scores), got dtype {attn_mask.dtype}")
+    if attn_mask.device != query.device:
+        raise ValueError(f"attn_mask must be on the query's device {query.device}, got {attn_mask.device}")
+    if attn_mask.dim() == 0:
+        raise ValueError(f"attn_mask must have at least one dimension (the keys); the scores' shape is {scores}")
+    try:
+        shape = tuple(torch.broadcast_shapes(attn_mask.shape, scores))
+    except RuntimeError:
+        raise ValueError(f"attn_mask of shape {tuple(attn_mask.shape)} does not broadcast to the scores' shape "
+                         f"{scores} (batch, L, S)") from None
+    if shape != scores:
+        raise ValueError(f"attn_mask of shape {tuple(attn_mask.shape)} adds batch dimensions to the scores' shape "
+                         f"{scores} (batch, L, S): it must broadcast to it")
+    return attn_mask
+
+
+def _resolve(mapping):
+    """``(fn, is_map)``: the mapping as a callable ``fn(scores, dim=...)``, and whether it is a TorchMap."""
+    if isinstance(mapping, (str, ModuleType, TorchMap)):
+        return get_map(mapping), True
+    if callable(mapping):
+        return mapping, False
+    raise TypeError("mapping must be a map name, a generated map module, a TorchMap or a callable (scores, dim) -> "
+                    f"weights, got {mapping!r}")
+
+
+def _rows(x, start: int, stop: int):
+    """Rows ``start:stop`` along dim -2 of ``x`` (broadcasting to the scores), unless ``x`` has size 1 there."""
+    if x.dim() < 2 or x.shape[-2] == 1:
+        return x
+    return x[..., start:stop, :]
+
+
+def _mask_block(mask, start: int, stop: int, keys: int):
+    return None if mask is None else _rows(mask, start, stop)[..., :keys]
+
+
+def _scores(qs, key, mask, start: int, causal: bool):
+    """Masked scores ``qs key^T`` (+ mask) of one block of query rows starting at row ``start``."""
+    a = torch.matmul(qs, key.transpose(-2, -1))
+    if mask is not None:
+        wide = tuple(torch.broadcast_shapes(a.shape, mask.shape))
+        if wide != tuple(a.shape):  # value's batch dimensions widen the scores
+            a = a.expand(wide).clone()
+        if mask.dtype == torch.bool:
+            a = a.masked_fill_(mask.logical_not(), -math.inf)
+        else:
+            a = a.add_(mask)
+    if causal:
+        rows, keys = a.shape[-2:]
+        if keys > start + 1:
+            future = torch.ones(rows, keys, dtype=torch.bool, device=a.device).triu_(start + 1)
+            a = a.masked_fill_(future, -math.inf)
+    return a
+
+
+class _Spec:
+    """What a call's blocks share: the map, its tensor parameters' names, and the options."""
+
+    def __init__(self, fn, is_map, names, causal, guard, dropout_p, block, L, S):
+        self.fn, self.is_map, self.names = fn, is_map, names
+        self.causal, self.guard, self.dropout_p = causal, guard, dropout_p
+        self.block, self.L, self.S = block, L, S
+
+    def blocks(self):
+        for start in range(0, self.L, self.block):
+            stop = min(self.L, start + self.block)
+            yield start, stop, (min(self.S, stop) if self.causal else self.S)
+
+    def weights(self, a, params, start: int, stop: int):
+        """The (dropped-out) weights of the scores ``a`` of rows ``start:stop``; ``params`` full-size tensors."""
+        kw = {n: _rows(t, start, stop) for n, t in zip(self.names, params)}
+        if self.guard:  # a plain callable: rows with no key get weights 0 (and it sees finite scores there)
+            dead = torch.isneginf(a).all(dim=-1, keepdim=True)
+            p = self.fn(a.masked_fill(dead, 0.0), dim=-1).masked_fill(dead, 0.0)
+        else:
+            p = self.fn(a, dim=-1, **kw)
+        if self.dropout_p > 0:
+            p = F.dropout(p, self.dropout_p, training=True)
+        return p
+
+
+def _rng_state(device):
+    return torch.cuda.get_rng_state(device) if device.type == "cuda" else torch.get_rng_state()
+
+
+def _set_rng_state(state, device):
+    if device.type == "cuda":
+        torch.cuda.set_rng_state(state, device)
+    else:
+        torch.set_rng_state(state)
+
+
+class _BlockedAttention(torch.autograd.Function):
+    """Attention over query blocks; the backward pass recomputes each block's weights (flash-attention style).
+
+    Inputs: ``qs = scale * query``, ``key``, ``value``, ``mask`` (or None), the
+    spec, and the map's tensor parameters.  Only these inputs are saved; the
+    output and the gradients are written block by block into tensors allocated
+    once.
+    """
+
+    @staticmethod
+    def forward(ctx, qs, key, value, mask, spec, *params):
+        batch = tuple(torch.broadcast_shapes(qs.shape[:-2], key.shape[:-2], value.shape[:-2]))
+        out = qs.new_empty(batch + (spec.L, value.shape[-1]))
+        ctx.rng = _rng_state(qs.device) if spec.dropout_p > 0 else None
+        for start, stop, keys in spec.blocks():
+            a = _scores(qs[..., start:stop, :], key[..., :keys, :], _mask_block(mask, start, stop, keys), start, spec.causal)
+            p = spec.weights(a, params, start, stop)
+            del a
+            out[..., start:stop, :] = torch.matmul(p, value[..., :keys, :])
+        ctx.spec = spec
+        ctx.save_for_backward(qs, key, value, mask, *params)
+        return out
+
+    @staticmethod
+    @once_differentiable
+    def backward(ctx, dout):
+        qs, key, value, mask, *params = ctx.saved_tensors
+        spec = ctx.spec
+        need_q, need_k, need_v, need_m = ctx.needs_input_grad[:4]
+        need_p = ctx.needs_input_grad[5:]
+        batch = tuple(dout.shape[:-2])
+        dq = torch.zeros(batch + tuple(qs.shape[-2:]), dtype=qs.dtype, device=qs.device) if need_q else None
+        dk = torch.zeros(batch + tuple(key.shape[-2:]), dtype=qs.dtype, device=qs.device) if need_k else None
+        dv = torch.zeros(batch + tuple(value.shape[-2:]), dtype=qs.dtype, device=qs.device) if need_v else None
+        dm = torch.zeros_like(mask) if need_m else None
+        leaves = [t.detach().requires_grad_(need) for t, need in zip(params, need_p)]
+        dparams = [torch.zeros_like(t) if need else None for t, need in zip(params, need_p)]
+        wanted = [t for t, need in zip(leaves, need_p) if need]
+        with torch.random.fork_rng(devices=[qs.device] if qs.device.type == "cuda" else [],
+                                   enabled=ctx.rng is not None, device_type=qs.device.type):
+            if ctx.rng is not None:
+                _set_rng_state(ctx.rng, qs.device)
+            for start, stop, keys in spec.blocks():
+                q_b, k_b, v_b = qs[..., start:stop, :], key[..., :keys, :], value[..., :keys, :]
+                g = dout[..., start:stop, :]
+                a = _scores(q_b, k_b, _mask_block(mask, start, stop, keys), start, spec.causal)
+                with torch.enable_grad():
+                    a.requires_grad_()
+                    w = spec.weights(a, leaves, start, stop)
+                if need_v:
+                    dv[..., :keys, :] += torch.matmul(w.detach().transpose(-2, -1), g)
+                if not (need_q or need_k or need_m or wanted):
+                    continue
+                dw = torch.matmul(g, v_b.transpose(-2, -1))
+                da, *grads = torch.autograd.grad(w, [a, *wanted], dw)
+                del w, dw
+                for d, grad in zip([d for d in dparams if d is not None], grads):
+                    d += grad
+                if need_q:
+                    dq[..., start:stop, :] = torch.matmul(da, k_b)
+                if need_k:
+                    dk[..., :keys, :] += torch.matmul(da.transpose(-2, -1), q_b)
+                if need_m:
+                    view = _mask_block(dm, start, stop, keys)
+                    view += da.sum_to_size(view.shape)
+        return (None if dq is None else dq.sum_to_size(qs.shape), None if dk is None else dk.sum_to_size(key.shape),
+                None if dv is None else dv.sum_to_size(value.shape), dm, None, *dparams)
+
+
+def _block(qs, key, value, mask, start: int, spec, params, stop: int):
+    """``weights(qs key^T + mask) value`` for the rows ``start:stop`` with plain autograd (one block, or a checkpoint)."""
+    a = _scores(qs, key, mask, start, spec.causal)
+    return torch.matmul(spec.weights(a, params, start, stop), value)
+
+
+def _closure_grads(spec, qs, key, mask) -> bool:
+    """Whether a plain callable's weights depend on tensors of its own that require grad (probed on one query row)."""
+    a = _scores(qs[..., :1, :], key[..., :min(spec.S, 1) if spec.causal else spec.S, :],
+                _mask_block(mask, 0, 1, spec.S if not spec.causal else 1), 0, spec.causal)
+    with torch.enable_grad():
+        return spec.weights(a.detach(), (), 0, 1).requires_grad
+def attention(query, key, value, attn_mask=None, is_causal=False, scale=None, mapping="softmax", *, dropout_p=0.0,
+              block=None):
+    """``mapping(scale * query @ key^T + attn_mask) @ value``, SDPA's semantics (module docstring).
+
+    Parameters
+    ----------
+    query, key, value:
+        ``(..., L, E)``, ``(..., S, E)``, ``(..., S, Ev)`` floating tensors of one
+        dtype and device; batch dimensions broadcast.
+    attn_mask:
+        Boolean (True = may attend) or float of the query's dtype (added to the
+        scores), broadcastable to ``(..., L, S)``.
+    is_causal:
+        Query ``i`` sees keys ``j <= i`` (top-left aligned, as SDPA).
+    scale:
+        Score scale, ``1 / sqrt(E)`` by default.
+    mapping:
+        Map name, generated module, TorchMap, or callable ``(scores, dim) -> weights``.
+    dropout_p:
+        Dropout probability on the weights (applied whenever ``> 0``, as SDPA;
+        pass 0 in evaluation).
+    block:
+        Query rows per block (a positive integer); ``None``: as many rows as
+        keep a block's scores within :data:`BLOCK_ENTRIES` entries (at least one).
+
+    Returns
+    -------
+    ``(..., L, Ev)``, the broadcast batch shape, the query's dtype.
+    """
+    batch = _check_inputs(query, key, value)
+    L, S, E = query.shape[-2], key.shape[-2], query.shape[-1]
+    scores = batch + (L, S)
+    if attn_mask is not None:
+        _check_mask(attn_mask, query, scores)
+    if scale is None:
+        scale = 1.0 / math.sqrt(E) if E else 1.0
+    elif isinstance(scale, bool) or not isinstance(scale, numbers.Real):
+        raise TypeError(f"scale must be a real number or None, got {scale!r}")
+    if isinstance(dropout_p, bool) or not isinstance(dropout_p, numbers.Real) or not 0 <= dropout_p < 1:
+        raise ValueError(f"dropout_p must be a number in [0, 1), got {dropout_p!r}")
+    if block is not None and (isinstance(block, bool) or not isinstance(block, numbers.Integral) or block < 1):
+        raise ValueError(f"block must be a positive integer or None, got {block!r}")
+    fn, is_map = _resolve(mapping)
+    names = tuple(n for n in fn.params if isinstance(fn.params[n], torch.Tensor)) if is_map else ()
+    params = tuple(fn.params[n] for n in names)
+    qs = query * scale
+    if L == 0 or S == 0:  # no queries, or no keys: the output is 0 (empty sums), still attached to the inputs
+        return torch.matmul(torch.matmul(qs, key.transpose(-2, -1)), value)
+    n = math.prod(batch)
+    if block is None:
+        block = max(1, BLOCK_ENTRIES // (n * S))
+    block = min(block, L)
+    spec = _Spec(fn, is_map, names, is_causal, not is_map and attn_mask is not None, float(dropout_p), block, L, S)
+    if block == L:  # one block: plain autograd, the weights are kept for the backward pass
+        return _block(qs, key, value, attn_mask, 0, spec, params, L)
+    own = torch.is_grad_enabled() and not is_map and _closure_grads(spec, qs, key, attn_mask)
+    if not (own or torch.is_grad_enabled() and any(t is not None and t.requires_grad for t in (qs, key, value, attn_mask, *params))):
+        with torch.no_grad():
+            return _BlockedAttention.forward(_NoContext(), qs, key, value, attn_mask, spec, *params)
+    if own:
+        # the callable's own tensors need gradients that only autograd can route: checkpoint each block
+        outs = [checkpoint(_block, qs[..., start:stop, :], key[..., :keys, :], value[..., :keys, :],
+                           _mask_block(attn_mask, start, stop, keys), start, spec, params, stop, use_reentrant=False,
+                           preserve_rng_state=dropout_p > 0) for start, stop, keys in spec.blocks()]
+        return torch.cat(outs, dim=-2)
+    return _BlockedAttention.apply(qs, key, value, attn_mask, spec, *params)
+
+
+class _NoContext:
+    """A stand-in for the autograd context when the blocked forward runs without gradients."""
+
+    def save_for_backward(self, *tensors):
+        pass
