@@ -345,7 +345,7 @@ def root_rule(ops: TensorOps, r: Routines, y, steps: int = ROOT_STEPS):
     """
     clip = r.clip()
     n = y.shape[-1]
-    count = y[..., :1] * 0 + n  # (masked scores make -reach(1/n) a looser upper end, still one)
+    count = ops.full(y[..., :1], float(n))  # (masked scores make -reach(1/n) a looser upper end, still one)
     power = r.module.LINK_FORM == "power" and r.has("link_scale")
     if power:
         # the variable t = tau - m - clip = -c / a, c = p_max**(1/k): base = max(a y - a t, 0), p = base**k

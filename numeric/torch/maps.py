@@ -165,7 +165,7 @@ class TorchMap:
     >>> import torch
     >>> m = TorchMap("entmax", alpha=1.5)
     >>> m(torch.tensor([[-2.0, 0.0, 0.5]]))
-    tensor([[0.0000, 0.2441, 0.7559]])
+    tensor([[0.0000, 0.3260, 0.6740]])
     >>> m(torch.tensor([-2.0, 0.0, 0.5]), alpha=2.0)
     tensor([0.0000, 0.2500, 0.7500])
     """
@@ -230,6 +230,9 @@ class TorchMap:
         if not x.is_floating_point():
             raise TypeError(f"scores must be a floating tensor, got dtype {x.dtype}")
         dim = _check_dim(x, dim)
+        for name, value in params.items():  # (before the domain check, which reads the values)
+            if isinstance(value, torch.Tensor) and value.device != x.device:
+                raise ValueError(f"parameter {name} is on {value.device}, the scores on {x.device}")
         values = {**self.params, **self._checked(params)} if params else self.params
         missing = [n for n in self.module.PARAMETERS if n not in values]
         if missing:
@@ -286,7 +289,7 @@ def entmax15(x, dim: int = -1):
 
     >>> import torch
     >>> entmax15(torch.tensor([-2.0, 0.0, 0.5]))
-    tensor([0.0000, 0.2441, 0.7559])
+    tensor([0.0000, 0.3260, 0.6740])
     """
     return _builtin("entmax15")(x, dim=dim)
 
@@ -299,7 +302,7 @@ def entmax(x, alpha, dim: int = -1):
     >>> alpha = torch.tensor([[1.5], [2.0]], requires_grad=True)
     >>> p = entmax(torch.tensor([[-2.0, 0.0, 0.5], [-2.0, 0.0, 0.5]]), alpha)
     >>> p.detach()
-    tensor([[0.0000, 0.2441, 0.7559],
+    tensor([[0.0000, 0.3260, 0.6740],
             [0.0000, 0.2500, 0.7500]])
     >>> p[:, 2].sum().backward()
     >>> alpha.grad.shape
