@@ -1,0 +1,261 @@
+"""``MultiheadAttention``: :class:`torch.nn.MultiheadAttention` with any regattn map.
+
+A subclass of :class:`torch.nn.MultiheadAttention` with the same constructor
+arguments, parameters (names, shapes, initialisation), ``state_dict``,
+``forward`` signature and return values, and three more keyword-only
+arguments:
+
+* ``mapping``: the attention map, as :func:`numeric.torch.attention` takes it
+  (a name, a generated module, a :class:`~numeric.torch.maps.TorchMap`, or a
+  callable ``(scores, dim) -> weights``); ``"softmax"`` by default, which gives
+  torch's layer back;
+* ``learn_alpha``: learn one ``alpha`` per head for a map with a parameter
+  ``alpha`` (e.g. ``mapping="entmax"``: Correia et al. 2019, "Adaptively Sparse
+  Transformers"), as ``alpha = lo + (hi - lo) * sigmoid(alpha_logit)`` (the
+  parameter ``alpha_logit`` of shape ``(num_heads,)``), so it stays inside
+  ``alpha_range = (lo, hi)``; it starts at the map's bound ``alpha`` when that
+  is a number inside the range, else at the range's middle;
+* ``alpha_range``: ``(1.0, 2.0)`` by default (softmax's limit to sparsemax).
+
+A ``state_dict`` of :class:`torch.nn.MultiheadAttention` loads into it with
+``strict=True``; a learned ``alpha_logit`` missing from the loaded state keeps
+its value.  The masks follow ``nn.MultiheadAttention``: a boolean
+``key_padding_mask`` or ``attn_mask`` is True where attention is *not*
+allowed (the opposite of :func:`~numeric.torch.attention`'s ``attn_mask``), a
+float one is added to the scores.  ``is_causal=True`` is the hint torch takes
+it for: it needs ``attn_mask`` (torch's error otherwise), and without
+``key_padding_mask`` and ``need_weights`` the causal mask is applied by the
+attention itself (blocked, no ``L x S`` mask).  Dropout acts on the weights in
+training mode.  With ``need_weights=False`` the attention runs through
+:func:`~numeric.torch.attention` (memory-efficient for long sequences);
+``need_weights=True`` materialises the weights to return them (after dropout,
+averaged over the heads or not, as torch does).  A query with no key to
+attend to gets weights 0 and attention output 0 (torch gives NaN with
+``need_weights=True``).
+
+    >>> import torch
+    >>> from numeric.torch import MultiheadAttention
+    >>> torch.manual_seed(0)  # doctest: +ELLIPSIS
+    <torch._C.Generator object at ...>
+    >>> layer = MultiheadAttention(8, 2, batch_first=True, mapping="entmax", learn_alpha=True)
+    >>> layer.alpha
+    tensor([1.5000, 1.5000], grad_fn=<...>)
+    >>> x = torch.randn(3, 5, 8)
+    >>> out, weights = layer(x, x, x)
+    >>> out.shape, weights.shape
+    (torch.Size([3, 5, 8]), torch.Size([3, 5, 5]))
+"""
+
+from __future__ import annotations
+
+import math
+from types import ModuleType
+
+import torch
+import torch.nn.functional as F
+from torch import nn
+
+from .attention import _scores, _Spec, attention
+from .maps import TorchMap, get_map
+
+__all__ = ["MultiheadAttention"]
+
+
+def _check_mask_dtype(mask, name: str):
+    if mask is not None:
+        if not isinstance(mask, torch.Tensor):
+            raise TypeError(f"{name} must be a torch.Tensor or None, got {type(mask).__name__}")
+        if mask.dtype != torch.bool and not mask.is_floating_point():
+            raise TypeError(f"{name} must be boolean (True = not allowed) or floating (added), got dtype {mask.dtype}")
+    return mask
+
+
+def _pad_key(mask):
+    """One more key (a bias or zero key/value), allowed for every query."""
+    if mask is None:
+        return None
+    return F.pad(mask, (0, 1), value=False) if mask.dtype == torch.bool else F.pad(mask, (0, 1))
+
+
+def _combine(masks, dtype):
+    """nn.MultiheadAttention's masks (True = not allowed, or added) as one mask for attention() (True = allowed)."""
+    masks = [m for m in masks if m is not None]
+    if not masks:
+        return None
+    if all(m.dtype == torch.bool for m in masks):
+        blocked = masks[0] if len(masks) == 1 else masks[0] | masks[1]
+        return blocked.logical_not()
+    total = None
+    for m in masks:
+        add = torch.zeros(m.shape, dtype=dtype, device=m.device).masked_fill_(m, -math.inf) if m.dtype == torch.bool \
+            else m.to(dtype)
+        total = add if total is None else total + add
+    return total
+
+
+class MultiheadAttention(nn.MultiheadAttention):
+    """:class:`torch.nn.MultiheadAttention` with any regattn map (module docstring).
+
+    ``mapping``, ``learn_alpha`` and ``alpha_range`` are the additions; every
+    other argument is torch's.  :attr:`alpha` is the per-head alpha in use
+    (learned), or None.
+    """
+
+    def __init__(self, embed_dim, num_heads, dropout=0.0, bias=True, add_bias_kv=False, add_zero_attn=False, kdim=None,
+                 vdim=None, batch_first=False, device=None, dtype=None, *, mapping="softmax", learn_alpha=False,
+                 alpha_range=(1.0, 2.0)):
+        super().__init__(embed_dim, num_heads, dropout=dropout, bias=bias, add_bias_kv=add_bias_kv,
+                         add_zero_attn=add_zero_attn, kdim=kdim, vdim=vdim, batch_first=batch_first, device=device,
+                         dtype=dtype)
+        if isinstance(mapping, (str, ModuleType, TorchMap)):
+            mapping = get_map(mapping)
+        elif not callable(mapping):
+            raise TypeError("mapping must be a map name, a generated map module, a TorchMap or a callable (scores, dim) "
+                            f"-> weights, got {mapping!r}")
+        self.mapping = mapping
+        self.learn_alpha = bool(learn_alpha)
+        self.alpha_range = None
+        if not self.learn_alpha:
+            self.register_parameter("alpha_logit", None)
+            return
+        if not isinstance(mapping, TorchMap) or "alpha" not in mapping.module.PARAMETERS:
+            name = mapping.name if isinstance(mapping, TorchMap) else repr(mapping)
+            raise ValueError(f"learn_alpha=True needs a map with a parameter alpha (e.g. mapping='entmax'); the map "
+                             f"{name} has none")
+        try:
+            lo, hi = (float(x) for x in alpha_range)
+        except (TypeError, ValueError):
+            raise ValueError(f"alpha_range must be a pair of numbers (lo, hi), got {alpha_range!r}") from None
+        d_lo, d_hi = mapping.module.PARAMETER_DOMAINS["alpha"]
+        if not (math.isfinite(lo) and math.isfinite(hi) and d_lo <= lo < hi <= d_hi):
+            raise ValueError(f"alpha_range ({lo}, {hi}) must be finite, with lo < hi, inside alpha's domain ({d_lo}, {d_hi}) "
+                             f"of map {mapping.name!r}")
+        self.alpha_range = (lo, hi)
+        start = mapping.params.get("alpha")
+        if not (isinstance(start, float) and lo < start < hi):
+            start = (lo + hi) / 2
+        logit = math.log((start - lo) / (hi - start))
+        self.alpha_logit = nn.Parameter(torch.full((num_heads,), logit, device=device, dtype=dtype))
+
+    @property
+    def alpha(self):
+        """``(num_heads,)``: ``lo + (hi - lo) * sigmoid(alpha_logit)``, strictly inside ``alpha_range``; None unless learned."""
+        if self.alpha_logit is None:
+            return None
+        lo, hi = self.alpha_range
+        value = lo + (hi - lo) * torch.sigmoid(self.alpha_logit)
+        t = self.alpha_logit.detach()
+        inside = (torch.nextafter(t.new_tensor(lo), t.new_tensor(hi)), torch.nextafter(t.new_tensor(hi), t.new_tensor(lo)))
+        return torch.minimum(torch.maximum(value, inside[0]), inside[1])
+
+    def extra_repr(self) -> str:
+        name = self.mapping.name if isinstance(self.mapping, TorchMap) else repr(self.mapping)
+        extra = f", learn_alpha=True, alpha_range={self.alpha_range}" if self.learn_alpha else ""
+        return f"embed_dim={self.embed_dim}, num_heads={self.num_heads}, mapping={name}{extra}"
+
+    def _load_from_state_dict(self, state_dict, prefix, local_metadata, strict, missing_keys, unexpected_keys, error_msgs):
+        super()._load_from_state_dict(state_dict, prefix, local_metadata, strict, missing_keys, unexpected_keys, error_msgs)
+        if self.learn_alpha and prefix + "alpha_logit" in missing_keys:  # torch's layer has none: keep ours
+            missing_keys.remove(prefix + "alpha_logit")
+
+    def _map(self):
+        if not self.learn_alpha:
+            return self.mapping
+        return get_map(self.mapping, alpha=self.alpha.reshape(self.num_heads, 1, 1))
+
+    def _project(self, query, key, value):
+        E = self.embed_dim
+        b = (None, None, None) if self.in_proj_bias is None else self.in_proj_bias.chunk(3)
+        if self._qkv_same_embed_dim:
+            w = self.in_proj_weight.chunk(3)
+        else:
+            w = (self.q_proj_weight, self.k_proj_weight, self.v_proj_weight)
+        for name, x, dim in (("query", query, E), ("key", key, self.kdim), ("value", value, self.vdim)):
+            if x.shape[-1] != dim:
+                raise ValueError(f"{name} must have {dim} features (its last dimension), got shape {tuple(x.shape)}")
+        return F.linear(query, w[0], b[0]), F.linear(key, w[1], b[1]), F.linear(value, w[2], b[2])
+
+    def forward(self, query, key, value, key_padding_mask=None, need_weights=True, attn_mask=None,
+                average_attn_weights=True, is_causal=False):
+        """``(attn_output, attn_output_weights)`` as :meth:`torch.nn.MultiheadAttention.forward` returns them."""
+        for name, x in (("query", query), ("key", key), ("value", value)):
+            if not isinstance(x, torch.Tensor):
+                raise TypeError(f"{name} must be a torch.Tensor, got {type(x).__name__}")
+        _check_mask_dtype(key_padding_mask, "key_padding_mask")
+        _check_mask_dtype(attn_mask, "attn_mask")
+        batched = query.dim() == 3
+        if query.dim() not in (2, 3):
+            raise ValueError(f"query must be 2-D (L, E) unbatched or 3-D batched, got shape {tuple(query.shape)}")
+        if key.dim() != query.dim() or value.dim() != query.dim():
+            raise ValueError(f"query, key and value must all be {query.dim()}-D, got shapes {tuple(query.shape)}, "
+                             f"{tuple(key.shape)}, {tuple(value.shape)}")
+        if key_padding_mask is not None and key_padding_mask.dim() != query.dim() - 1:
+            raise ValueError(f"key_padding_mask must be {query.dim() - 1}-D ({'(N, S)' if batched else '(S,)'}), got shape "
+                             f"{tuple(key_padding_mask.shape)}")
+        if batched and self.batch_first:
+            query, key, value = (x.transpose(0, 1) for x in (query, key, value))
+        if not batched:
+            query, key, value = (x.unsqueeze(1) for x in (query, key, value))
+            if key_padding_mask is not None:
+                key_padding_mask = key_padding_mask.unsqueeze(0)
+        L, N, _ = query.shape
+        S = key.shape[0]
+        H, D = self.num_heads, self.head_dim
+        if key.shape[:2] != value.shape[:2] or key.shape[1] != N:
+            raise ValueError(f"key and value must have the query's batch size {N} and one length, got key "
+                             f"{tuple(key.shape)} and value {tuple(value.shape)} (sequence first)")
+        if is_causal and attn_mask is None:
+            raise RuntimeError("Need attn_mask if specifying the is_causal hint. You may use the Transformer module "
+                               "method `generate_square_subsequent_mask` to create this mask.")
+        causal = is_causal and key_padding_mask is None and not need_weights
+        if causal:
+            attn_mask = None
+        if attn_mask is not None:
+            if attn_mask.dim() == 2 and tuple(attn_mask.shape) == (L, S):
+                attn_mask = attn_mask.reshape(1, 1, L, S)
+            elif attn_mask.dim() == 3 and tuple(attn_mask.shape) == (N * H, L, S):
+                attn_mask = attn_mask.reshape(N, H, L, S)
+            else:
+                raise ValueError(f"attn_mask must have shape (L, S) = {(L, S)} or (N * num_heads, L, S) = {(N * H, L, S)}, "
+                                 f"got {tuple(attn_mask.shape)}")
+        if key_padding_mask is not None:
+            if tuple(key_padding_mask.shape) != (N, S):
+                raise ValueError(f"key_padding_mask must have shape (N, S) = {(N, S)}, got "
+                                 f"{tuple(key_padding_mask.shape)}")
+            key_padding_mask = key_padding_mask.reshape(N, 1, 1, S)
+        q, k, v = self._project(query, key, value)
+        if self.bias_k is not None:
+            k = torch.cat([k, self.bias_k.repeat(1, N, 1)])
+            v = torch.cat([v, self.bias_v.repeat(1, N, 1)])
+            attn_mask, key_padding_mask = _pad_key(attn_mask), _pad_key(key_padding_mask)
+        q, k, v = (x.reshape(x.shape[0], N, H, D).permute(1, 2, 0, 3) for x in (q, k, v))  # (N, H, length, D)
+        if self.add_zero_attn:
+            k = torch.cat([k, k.new_zeros(N, H, 1, D)], dim=2)
+            v = torch.cat([v, v.new_zeros(N, H, 1, D)], dim=2)
+            attn_mask, key_padding_mask = _pad_key(attn_mask), _pad_key(key_padding_mask)
+        mask = _combine([attn_mask, key_padding_mask], q.dtype)
+        dropout_p = self.dropout if self.training else 0.0
+        mapping = self._map()
+        weights = None
+        if need_weights:
+            spec_map = mapping if isinstance(mapping, TorchMap) else None
+            names = tuple(n for n in spec_map.params if isinstance(spec_map.params[n], torch.Tensor)) if spec_map else ()
+            spec = _Spec(mapping, spec_map is not None, names, False, spec_map is None and mask is not None,
+                         float(dropout_p), L, L, k.shape[2])
+            if mask is not None and tuple(torch.broadcast_shapes(mask.shape, (N, H, L, k.shape[2]))) != (N, H, L, k.shape[2]):
+                raise ValueError(f"the masks do not broadcast to the weights' shape {(N, H, L, k.shape[2])}")
+            a = _scores(q * (1.0 / math.sqrt(D)), k, mask, 0, False)
+            weights = spec.weights(a, tuple(mapping.params[n] for n in names), 0, L)
+            heads = torch.matmul(weights, v)
+            if average_attn_weights:
+                weights = weights.mean(dim=1)
+            if not batched:
+                weights = weights.squeeze(0)
+        else:
+            heads = attention(q, k, v, attn_mask=mask, is_causal=causal, mapping=mapping, dropout_p=dropout_p)
+        out = self.out_proj(heads.permute(2, 0, 1, 3).reshape(L, N, self.embed_dim))
+        if not batched:
+            out = out.squeeze(1)
+        elif self.batch_first:
+            out = out.transpose(0, 1)
+        return out, weights
