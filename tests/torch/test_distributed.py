@@ -1,0 +1,42 @@
+"""The PyTorch distributed example: DistributedDataParallel over 2 gloo processes.
+
+One step's gradients under DDP (each process takes half the batch, DDP averages)
+equal one process's gradients on the whole batch, in float64; a short run's loss
+falls.  Both run the example script itself in a subprocess.
+"""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+torch = pytest.importorskip("torch")
+pytest.importorskip("torch.distributed")
+
+SCRIPT = Path(__file__).resolve().parents[2] / "examples" / "distributed_torch.py"
+pytestmark = pytest.mark.skipif(not torch.distributed.is_available() or not torch.distributed.is_gloo_available(),
+                                reason="torch.distributed with gloo is not available")
+
+
+def _run(tmp_path, *args):
+    proc = subprocess.run([sys.executable, str(SCRIPT), *args], cwd=tmp_path, capture_output=True, text=True, timeout=600)
+    assert proc.returncode == 0, proc.stderr
+    return proc.stdout
+
+
+def test_one_ddp_step_has_the_single_process_gradients(tmp_path):
+    out = _run(tmp_path, "--check-gradients")
+    line = next(ln for ln in out.splitlines() if "largest relative difference" in ln)
+    assert float(line.split()[-1]) <= 1e-12, line
+
+
+def test_the_loss_falls_under_ddp(tmp_path):
+    out = _run(tmp_path, "--steps", "60")
+    line = next(ln for ln in out.splitlines() if ln.startswith("loss fell from"))
+    first, last = float(line.split()[3]), float(line.split()[5])
+    assert last < 0.8 * first, line  # chance is log(16) = 2.77
+    alphas = [float(a) for a in next(ln for ln in out.splitlines() if ln.startswith("alpha per head")).split(":")[1].split()]
+    assert len(alphas) == 4 and all(1 < a < 2 for a in alphas)
