@@ -1,0 +1,127 @@
+"""The operations of :mod:`numeric.tensor_rules` and :func:`numeric.newton.invert_link` on JAX arrays.
+
+:class:`JaxOps` implements :class:`numeric.tensor_rules.TensorOps` for one
+floating dtype with :mod:`jax.numpy` and :mod:`jax.lax`, so the rules trace
+under ``jax.jit`` and ``jax.vmap``: ``repeat`` is a :func:`jax.lax.while_loop`
+that stops when no row is still going (or after its budget), ``branch`` a
+:func:`jax.lax.cond` on whether any row asks for the computation (under
+``vmap`` with a batched predicate JAX evaluates both sides and selects).
+Reductions run along the last axis keeping it.
+
+The loop's and the branches' results are cast to the types of their inputs
+(JAX requires identical types; a Python number in a ``where`` may give a
+weakly typed array).
+"""
+
+from __future__ import annotations
+
+import math
+
+import jax
+import jax.numpy as jnp
+from jax import lax
+
+from ..newton import NEWTON_STEPS
+from ..tensor_rules import TensorOps
+
+__all__ = ["JaxOps", "ops_for"]
+
+
+def _strong(a, dtype=None):
+    """``a`` as a strongly typed array of ``dtype`` (its own by default)."""
+    a = jnp.asarray(a)
+    return lax.convert_element_type(a, a.dtype if dtype is None else dtype)
+
+
+def _like(new, old):
+    """``new`` strongly typed in the dtype of ``old`` (an array or a ``ShapeDtypeStruct``)."""
+    return _strong(new, old.dtype)
+
+
+class JaxOps(TensorOps):
+    """:class:`~numeric.tensor_rules.TensorOps` on JAX arrays of ``dtype`` (traceable: no value reaches Python)."""
+
+    def __init__(self, dtype):
+        info = jnp.finfo(dtype)
+        self.dtype = jnp.dtype(dtype)
+        self.eps = float(info.eps)
+        self.tiny = float(info.tiny)
+        self.log_tiny = math.log(float(info.tiny))
+        self.newton_steps = NEWTON_STEPS
+
+    def full(self, like, value):
+        if isinstance(value, bool):
+            return jnp.full(jnp.shape(like), value, dtype=bool)
+        return jnp.full(jnp.shape(like), value, dtype=self.dtype)
+
+    def float_(self, b):
+        return b.astype(self.dtype)
+
+    @staticmethod
+    def pos_part(x):
+        return jnp.maximum(x, 0)  # -inf to 0, NaN stays NaN
+
+    support = staticmethod(jnp.sign)  # (on u >= 0)
+
+    @staticmethod
+    def clamp_min(x, v):
+        return jnp.maximum(x, v)
+
+    exp = staticmethod(jnp.exp)
+    log = staticmethod(jnp.log)
+    isfinite = staticmethod(jnp.isfinite)
+    isnan = staticmethod(jnp.isnan)
+    not_ = staticmethod(jnp.logical_not)
+
+    @staticmethod
+    def where(cond, a, b):
+        return jnp.where(cond, a, b)
+
+    @staticmethod
+    def row_sum(x):
+        return jnp.sum(x, axis=-1, keepdims=True)
+
+    @staticmethod
+    def row_max(x):
+        return jnp.max(x, axis=-1, keepdims=True)  # NaN where the row has one
+
+    @staticmethod
+    def sort_desc(x):
+        return jnp.flip(jnp.sort(x, axis=-1), axis=-1)
+
+    @staticmethod
+    def cumsum(x):
+        return jnp.cumsum(x, axis=-1)
+
+    @staticmethod
+    def repeat(n, body, state, going):
+        def cond(carry):
+            i, _, going = carry
+            return (i < n) & jnp.any(going)
+
+        def step(carry):
+            i, state, _ = carry
+            new, going = body(state)
+            return i + 1, jax.tree.map(_like, new, state), jnp.asarray(going, bool)
+
+        state = jax.tree.map(_strong, state)
+        _, state, _ = lax.while_loop(cond, step, (jnp.asarray(0, jnp.int32), state, jnp.asarray(going, bool)))
+        return state
+
+    @staticmethod
+    def branch(pred, fn, otherwise):
+        shapes = jax.eval_shape(otherwise)
+        return lax.cond(jnp.any(pred), lambda: jax.tree.map(_like, fn(), shapes),
+                        lambda: jax.tree.map(_like, otherwise(), shapes))
+
+
+_OPS: dict = {}
+
+
+def ops_for(dtype) -> JaxOps:
+    """The (cached) :class:`JaxOps` of a floating dtype."""
+    key = jnp.dtype(dtype)
+    ops = _OPS.get(key)
+    if ops is None:
+        ops = _OPS[key] = JaxOps(key)
+    return ops
