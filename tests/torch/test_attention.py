@@ -362,7 +362,7 @@ def test_default_block_holds_block_entries():
 _MEMORY_SCRIPT = textwrap.dedent("""
     import resource, torch
     from numeric.torch.attention import attention
-    L = 4096
+    L = 8192
     torch.manual_seed(0)
     q, k, v = (torch.randn(1, 1, L, 64, requires_grad=True) for _ in range(3))
     w = torch.randn(1, 1, L, 64)
@@ -374,11 +374,11 @@ _MEMORY_SCRIPT = textwrap.dedent("""
 
 
 def test_peak_memory_of_long_causal_attention():
-    """Causal L = 4096 forward + backward in float32: the peak grows by less than one L x S matrix (64 MiB)."""
+    """Causal L = 8192 forward + backward in float32: the peak grows by less than half an L x S matrix (128 MiB)."""
     run = subprocess.run([sys.executable, "-c", _MEMORY_SCRIPT], capture_output=True, text=True, timeout=300)
     assert run.returncode == 0, run.stderr
     extra_mib = float(run.stdout.strip().splitlines()[-1])
-    assert extra_mib < 64, f"forward + backward raised the peak RSS by {extra_mib:.0f} MiB"
+    assert extra_mib < 128, f"forward + backward raised the peak RSS by {extra_mib:.0f} MiB"
 
 
 # ------------------------------------------------------------------ errors

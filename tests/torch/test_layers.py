@@ -233,12 +233,12 @@ class _Recording(TorchMap):
 
 
 def test_without_weights_the_layer_attends_in_blocks():
-    from numeric.torch import attention as attention_module
+    from numeric.torch.attention import BLOCK_ENTRIES
 
     rec = _Recording("sparsemax")
     layer = MultiheadAttention(E, H, batch_first=True, mapping=rec)
     L = 1500
-    rows = attention_module.BLOCK_ENTRIES // (H * L)
+    rows = BLOCK_ENTRIES // (H * L)
     x = torch.randn(1, L, E)
     mask = torch.nn.Transformer.generate_square_subsequent_mask(L)
     out, w = layer(x, x, x, need_weights=False, attn_mask=mask, is_causal=True)
