@@ -13,29 +13,12 @@ JAX; ``import numeric`` does not.
 
 from __future__ import annotations
 
-import importlib
-
 try:
     import jax as _jax  # noqa: F401
 except ModuleNotFoundError as exc:  # pragma: no cover - depends on the environment
     raise ModuleNotFoundError("numeric.jax needs JAX: pip install 'regattn[jax]'", name=exc.name) from None
 
-#: public name -> the submodule that defines it
-_EXPORTS = {
-    "JaxMap": "maps", "get_map": "maps", "softmax": "maps", "sparsemax": "maps", "entmax15": "maps", "entmax": "maps",
-    "fenchel_young_loss": "maps",
-    "attention": "attention",
-}
-__all__ = list(_EXPORTS)
+from .attention import attention  # the function (the submodule of the same name is numeric.jax.attention)
+from .maps import JaxMap, entmax, entmax15, fenchel_young_loss, get_map, softmax, sparsemax
 
-
-def __getattr__(name: str):
-    if name in _EXPORTS:
-        value = getattr(importlib.import_module(f".{_EXPORTS[name]}", __name__), name)
-        globals()[name] = value
-        return value
-    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
-
-
-def __dir__():
-    return sorted(set(globals()) | set(_EXPORTS))
+__all__ = ["JaxMap", "get_map", "softmax", "sparsemax", "entmax15", "entmax", "fenchel_young_loss", "attention"]

@@ -13,31 +13,16 @@ torch; ``import numeric`` does not.
 
 from __future__ import annotations
 
-import importlib
-
 try:
     import torch as _torch  # noqa: F401
 except ModuleNotFoundError as exc:  # pragma: no cover - depends on the environment
     raise ModuleNotFoundError("numeric.torch needs PyTorch: pip install 'regattn[torch]' "
                               "(the CPU wheel first: pip install torch)", name=exc.name) from None
 
-#: public name -> the submodule that defines it
-_EXPORTS = {
-    "TorchMap": "maps", "get_map": "maps", "softmax": "maps", "sparsemax": "maps", "entmax15": "maps", "entmax": "maps",
-    "fenchel_young_loss": "losses", "FenchelYoungLoss": "losses",
-    "attention": "attention",
-    "MultiheadAttention": "layers",
-}
-__all__ = list(_EXPORTS)
+from .attention import attention  # the function (the submodule of the same name is numeric.torch.attention)
+from .layers import MultiheadAttention
+from .losses import FenchelYoungLoss, fenchel_young_loss
+from .maps import TorchMap, entmax, entmax15, get_map, softmax, sparsemax
 
-
-def __getattr__(name: str):
-    if name in _EXPORTS:
-        value = getattr(importlib.import_module(f".{_EXPORTS[name]}", __name__), name)
-        globals()[name] = value
-        return value
-    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
-
-
-def __dir__():
-    return sorted(set(globals()) | set(_EXPORTS))
+__all__ = ["TorchMap", "get_map", "softmax", "sparsemax", "entmax15", "entmax", "fenchel_young_loss", "FenchelYoungLoss",
+           "attention", "MultiheadAttention"]
