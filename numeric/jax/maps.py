@@ -1,0 +1,481 @@
+"""Attention maps ``p*(s) = argmax_{p in simplex} <p, s> - Omega(p)`` and their Fenchel-Young loss on JAX arrays.
+
+A :class:`JaxMap` wraps a generated map module (a built-in name, the name of
+an importable module ``regattn generate`` wrote, or the module itself, checked
+as :func:`numeric.get_map` checks it) and solves it with the rules of
+:mod:`numeric.tensor_rules` on the module's ``jax_routines()`` through
+:class:`~numeric.jax._ops.JaxOps` (loops are ``lax.while_loop``, so a map
+traces under ``jax.jit`` and ``jax.vmap``).  Each call is a
+:func:`jax.custom_jvp` function whose JVP is the derived one: for a tangent
+``dx`` of the scores and ``dq`` of a parameter ``q`` (``alpha``),
+
+    dp = J (dx - c dq),   J v = w*v - w (w.v) / sum(w),
+
+with ``w = weight(p)`` and ``c = omega_prime_d_q(p)`` on the support.  The
+rule is linear in the tangents, so reverse mode (``jax.grad``, ``jax.vjp``)
+transposes it, and it is written in JAX operations of the output ``p`` (itself
+this function), so it can be differentiated again: grad of grad, Hessians.
+
+Conventions are :class:`numeric.Map`'s: scores of ``-inf`` are masked
+(probability exactly 0), a fully masked row gives zeros and zero gradients,
+a NaN score makes its row NaN.  float16 and bfloat16 compute in float32 and
+return their dtype.  Parameters are Python numbers or arrays broadcasting to
+the scores with size 1 along ``axis`` (one value per row, e.g. per head,
+shape ``(N, 1, 1)`` for ``(B, N, T, S)`` scores); a concrete value is
+checked against the parameter's domain (a traced one, under ``jit`` or
+``grad``, cannot be).  With float32 scores and 64-bit JAX enabled the
+parameter derivative ``c`` is evaluated in float64 (the printed
+``d omega'/d alpha`` cancels near ``alpha = 1`` in float32, as in
+:meth:`numeric.Map.vjp_params`).
+
+:func:`fenchel_young_loss` is :meth:`numeric.Map.loss_and_grad`'s loss with
+the gradient ``p*(s) - y`` in the scores and the envelope theorem's in the
+parameters.
+
+    >>> import jax, jax.numpy as jnp
+    >>> x = jnp.array([[-2.0, 0.0, 0.5]])
+    >>> entmax(x, 1.5)
+    Array([[0.        , 0.32600737, 0.67399263]], dtype=float32)
+    >>> jax.grad(lambda a: entmax(x, a)[0, 2])(1.5)
+    Array(0.12388624, dtype=float32, weak_type=True)
+"""
+
+from __future__ import annotations
+
+import math
+from functools import lru_cache, partial
+from types import ModuleType
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+
+from .. import _trust, contract, tensor_rules
+from ..maps import _load
+from ._ops import ops_for
+
+__all__ = ["JaxMap", "get_map", "softmax", "sparsemax", "entmax15", "entmax", "fenchel_young_loss"]
+
+_HALF = (jnp.dtype(jnp.float16), jnp.dtype(jnp.bfloat16))
+_THRESHOLDS = ("auto", "sort", "root")
+_REDUCTIONS = ("none", "sum", "mean")
+
+
+@lru_cache(maxsize=None)
+def _table(module: ModuleType) -> dict:
+    """The module's JAX routines (printed once per module)."""
+    return module.jax_routines()
+
+
+def _module(mapping) -> ModuleType:
+    if isinstance(mapping, JaxMap):
+        return mapping.module
+    if isinstance(mapping, ModuleType):
+        module = _trust.check_module(mapping)
+    elif isinstance(mapping, str):
+        module = _load(mapping)
+    else:
+        raise TypeError(f"a map is a name, a generated module or a JaxMap, got {type(mapping).__name__}")
+    contract.check_map_module(module)
+    return module
+
+
+def _concrete(a) -> bool:
+    """Whether the array's values can be read (not a tracer of jit, grad or vmap)."""
+    return not isinstance(a, jax.core.Tracer)
+
+
+def _check_param(module: ModuleType, name: str, value):
+    """A parameter value checked against its domain: a float, or a real JAX array (kept, traced or not)."""
+    lo, hi = module.PARAMETER_DOMAINS[name]
+    if isinstance(value, (bool, np.bool_)):
+        raise TypeError(f"parameter {name} must be a real number or an array, got {value!r}")
+    if isinstance(value, (int, float, np.integer, np.floating)) and np.ndim(value) == 0 and not hasattr(value, "aval"):
+        value = float(value)
+        if not lo < value < hi:
+            raise ValueError(f"parameter {name} = {value} is outside ({lo}, {hi}) for map {module.NAME!r}")
+        return value
+    if not hasattr(value, "shape") or not hasattr(value, "dtype"):
+        raise TypeError(f"parameter {name} must be a real number or an array, got {value!r}")
+    a = jnp.asarray(value)
+    if not (jnp.issubdtype(a.dtype, jnp.floating) or jnp.issubdtype(a.dtype, jnp.integer)) \
+            or jnp.issubdtype(a.dtype, jnp.bool_):
+        raise TypeError(f"parameter {name} must be a real array, got dtype {a.dtype}")
+    if a.size == 0:
+        raise ValueError(f"parameter {name} is an empty array")
+    if _concrete(a):
+        v = np.asarray(a, dtype=np.float64)
+        bad = ~((lo < v) & (v < hi))  # NaN is outside too
+        if bad.any():
+            raise ValueError(f"parameter {name} = {float(v[bad].reshape(-1)[0])} is outside ({lo}, {hi}) "
+                             f"for map {module.NAME!r}")
+    return a if jnp.issubdtype(a.dtype, jnp.floating) else a.astype(jnp.result_type(float))
+
+
+def _scores(x, what: str = "scores"):
+    """``x`` as a floating JAX array (NumPy arrays and nested lists are taken; integers are refused)."""
+    if not (hasattr(x, "dtype") or isinstance(x, (list, tuple, float, int))):
+        raise TypeError(f"{what} must be an array, got {type(x).__name__}")
+    x = jnp.asarray(x)
+    if not jnp.issubdtype(x.dtype, jnp.floating):
+        raise TypeError(f"{what} must be a floating array, got dtype {x.dtype}")
+    return x
+
+
+def _check_axis(x, axis) -> int:
+    if x.ndim == 0:
+        raise ValueError(f"scores must have at least one dimension, got shape {tuple(x.shape)}")
+    if isinstance(axis, (bool, np.bool_)) or not isinstance(axis, (int, np.integer)) or not -x.ndim <= axis < x.ndim:
+        raise ValueError(f"axis {axis!r} is out of range for scores of shape {tuple(x.shape)}")
+    if x.shape[axis] == 0:
+        raise ValueError(f"axis {axis} of scores with shape {tuple(x.shape)} is empty")
+    return int(axis) % x.ndim
+
+
+def _compute_dtype(dtype):
+    return jnp.dtype(jnp.float32) if jnp.dtype(dtype) in _HALF else jnp.dtype(dtype)
+
+
+class _Solver:
+    """A module's constants and JAX routines for one threshold rule (static under jit: hashed by identity)."""
+
+    def __init__(self, module: ModuleType, threshold: str):
+        self.module = module
+        self.table = _table(module)
+        self.names = tuple(module.PARAMETERS)
+        self.method = threshold
+
+    def routines(self, params) -> tensor_rules.Routines:
+        return tensor_rules.Routines(self.module, self.table, params)
+
+    def forward(self, x, params):
+        """``p`` for the rows of the 2-D ``x``."""
+        p, _ = tensor_rules.solve(ops_for(x.dtype), self.routines(params), x, method=self.method)
+        return p
+
+    def direction(self, p, params, name):
+        """``c = omega_prime_d_name(p)`` on the support, 0 elsewhere (in float64 for float32 ``p`` where JAX has it)."""
+        wide = p.dtype == jnp.float32 and jax.config.jax_enable_x64
+        pw = p.astype(jnp.float64) if wide else p
+        qs = tuple(q.astype(pw.dtype) for q in params)
+        pos = ops_for(pw.dtype).support(pw)
+        c = getattr(self.routines(qs), f"omega_prime_d_{name}")(pw + (1 - pos)) * pos
+        return c.astype(p.dtype)
+
+
+@lru_cache(maxsize=None)
+def _solver(module: ModuleType, threshold: str) -> _Solver:
+    return _Solver(module, threshold)
+
+
+@partial(jax.custom_jvp, nondiff_argnums=(0,))
+def _map_rows(solver: _Solver, x, params: tuple):
+    """``p = m(x)`` on rows ``x`` (2-D), parameters of shape ``(rows, 1)`` or ``()``."""
+    return solver.forward(x, params)
+
+
+@_map_rows.defjvp
+def _map_rows_jvp(solver, primals, tangents):
+    x, params = primals
+    dx, dparams = tangents
+    p = _map_rows(solver, x, params)
+    v = dx
+    for name, dq in zip(solver.names, dparams):
+        v = v - solver.direction(p, params, name) * dq  # dp/dq = -J c
+    return p, tensor_rules.jvp(ops_for(p.dtype), solver.routines(params), p, v)
+
+
+@partial(jax.tree_util.register_pytree_node_class)
+class JaxMap:
+    """A regularized-argmax map on JAX arrays, from a generated module, with bound parameter values.
+
+    ``mapping``: a built-in name (``"softmax"``, ``"sparsemax"``, ``"entmax15"``,
+    ``"entmax"``), the name of an importable generated module, the module itself, or a
+    :class:`JaxMap`.  ``threshold``: ``"auto"`` (the module's rule), ``"sort"`` (a sort
+    map's rule on fully sorted rows) or ``"root"`` (the root rule, for any map).
+    ``params``: values of the module's parameters, numbers or arrays (traced ones
+    too: a map built inside a differentiated function passes gradients to them);
+    those not bound here are given at the call.  A JaxMap is a pytree (its
+    parameter values are the leaves), so it can be an argument of a jitted function.
+
+    >>> import jax.numpy as jnp
+    >>> m = JaxMap("entmax", alpha=1.5)
+    >>> m(jnp.array([[-2.0, 0.0, 0.5]]))
+    Array([[0.        , 0.32600737, 0.67399263]], dtype=float32)
+    >>> m(jnp.array([-2.0, 0.0, 0.5]), alpha=2.0)
+    Array([0.  , 0.25, 0.75], dtype=float32)
+    """
+
+    def __init__(self, mapping, *, threshold: str = "auto", **params):
+        module = _module(mapping)
+        if threshold not in _THRESHOLDS:
+            raise ValueError(f"threshold must be one of {_THRESHOLDS}, got {threshold!r}")
+        if threshold == "sort" and module.THRESHOLD != "sort":
+            raise ValueError(f"map {module.NAME!r} has a {module.THRESHOLD} threshold; 'sort' needs a link of degree 1 or 2")
+        self.module = module
+        self.threshold = threshold
+        bound = dict(mapping.params) if isinstance(mapping, JaxMap) else {}
+        self.params = {**bound, **self._checked(params)}
+
+    # pytree: the parameter values are the children
+    def tree_flatten(self):
+        names = tuple(self.params)
+        return tuple(self.params[n] for n in names), (self.module, self.threshold, names)
+
+    @classmethod
+    def tree_unflatten(cls, aux, children):
+        m = object.__new__(cls)
+        m.module, m.threshold, names = aux
+        m.params = dict(zip(names, children))
+        return m
+
+    def _checked(self, params: dict) -> dict:
+        names = tuple(self.module.PARAMETERS)
+        unknown = set(params) - set(names)
+        if unknown:
+            raise ValueError(f"map {self.module.NAME!r} has no parameter(s) {sorted(unknown)}; it has {list(names)}")
+        return {name: _check_param(self.module, name, value) for name, value in params.items()}
+
+    @property
+    def name(self) -> str:
+        return self.module.NAME
+
+    def __repr__(self) -> str:
+        extra = "".join(f", {k}={v!r}" if isinstance(v, float) else f", {k}=<array {tuple(jnp.shape(v))}>"
+                        for k, v in self.params.items())
+        return f"JaxMap({self.name!r}, threshold={self.threshold!r}{extra})"
+
+    def values(self, params: dict | None = None) -> dict:
+        """The bound parameter values updated with ``params`` (checked), all of the module's parameters present."""
+        values = {**self.params, **self._checked(params)} if params else self.params
+        missing = [n for n in self.module.PARAMETERS if n not in values]
+        if missing:
+            raise ValueError(f"map {self.name!r} needs a value for {', '.join(missing)}")
+        return values
+
+    def param_rows(self, name, value, shape: tuple, axis: int, dtype):
+        """A parameter as an array of ``dtype``: shape ``()`` for a single value, else ``(rows, 1)`` in the rows' order."""
+        if isinstance(value, float):
+            return jnp.asarray(value, dtype)
+        value = jnp.asarray(value)
+        if value.ndim > len(shape):
+            raise ValueError(f"parameter {name} of shape {tuple(value.shape)} has more dimensions than the scores {shape}")
+        padded = (1,) * (len(shape) - value.ndim) + tuple(value.shape)
+        if padded[axis] != 1:
+            raise ValueError(f"parameter {name} of shape {tuple(value.shape)} must have size 1 along axis "
+                             f"{axis - len(shape)} of the scores {shape} (e.g. shape (H, 1) for scores (H, n))")
+        rows = shape[:axis] + (1,) + shape[axis + 1:]
+        try:
+            ok = tuple(jnp.broadcast_shapes(padded, rows)) == rows
+        except ValueError:
+            ok = False
+        if not ok:
+            raise ValueError(f"parameter {name} of shape {tuple(value.shape)} does not broadcast to the scores {shape}")
+        value = value.astype(dtype)
+        if value.size == 1:
+            return value.reshape(())
+        return jnp.moveaxis(jnp.broadcast_to(value.reshape(padded), rows), axis, -1).reshape(-1, 1)
+
+    def __call__(self, x, axis: int = -1, **params):
+        """``p*(x)`` along ``axis``: same shape and dtype as ``x``."""
+        x = _scores(x)
+        axis = _check_axis(x, axis)
+        values = self.values(params)
+        dtype = _compute_dtype(x.dtype)
+        moved = jnp.moveaxis(x.astype(dtype), axis, -1)
+        flat = moved.reshape(-1, x.shape[axis])
+        tensors = tuple(self.param_rows(n, values[n], tuple(x.shape), axis, dtype) for n in self.module.PARAMETERS)
+        p = _map_rows(_solver(self.module, self.threshold), flat, tensors)
+        return jnp.moveaxis(p.reshape(moved.shape), -1, axis).astype(x.dtype)
+
+
+def get_map(mapping, *, threshold: str = "auto", **params) -> JaxMap:
+    """The :class:`JaxMap` for a name, a generated module or a :class:`JaxMap` (rebound with ``params``).
+
+    >>> import jax.numpy as jnp
+    >>> get_map("sparsemax")(jnp.array([-2.0, 0.0, 0.5]))
+    Array([0.  , 0.25, 0.75], dtype=float32)
+    """
+    if isinstance(mapping, JaxMap) and not params and threshold == "auto":
+        return mapping
+    if isinstance(mapping, JaxMap) and threshold == "auto":
+        threshold = mapping.threshold
+    return JaxMap(mapping, threshold=threshold, **params)
+
+
+_BUILTIN: dict = {}
+
+
+def _builtin(name: str) -> JaxMap:
+    m = _BUILTIN.get(name)
+    if m is None:
+        m = _BUILTIN[name] = JaxMap(name)
+    return m
+
+
+def softmax(x, axis: int = -1):
+    """Softmax ``p_i = exp(s_i) / sum_j exp(s_j)``: the map of ``p log p``.
+
+    >>> import jax.numpy as jnp
+    >>> softmax(jnp.array([0.0, 0.0, math.log(2.0)]))
+    Array([0.25, 0.25, 0.5 ], dtype=float32)
+    """
+    return _builtin("softmax")(x, axis=axis)
+
+
+def sparsemax(x, axis: int = -1):
+    """Sparsemax ``p = [s - tau]_+``: the map of ``p**2 / 2``.
+
+    >>> import jax.numpy as jnp
+    >>> sparsemax(jnp.array([[1.0, 0.5, -1.0]]), axis=1)
+    Array([[0.75, 0.25, 0.  ]], dtype=float32)
+    """
+    return _builtin("sparsemax")(x, axis=axis)
+
+
+def entmax15(x, axis: int = -1):
+    """1.5-entmax ``p = [s/2 - tau]_+**2``: Tsallis alpha = 3/2.
+
+    >>> import jax.numpy as jnp
+    >>> entmax15(jnp.array([-2.0, 0.0, 0.5]))
+    Array([0.        , 0.32600737, 0.67399263], dtype=float32)
+    """
+    return _builtin("entmax15")(x, axis=axis)
+
+
+def entmax(x, alpha, axis: int = -1):
+    """alpha-entmax ``p = [(alpha - 1) s - tau]_+**(1/(alpha - 1))``, alpha > 1: a number or an array
+    broadcasting to ``x`` with size 1 along ``axis`` (differentiable).
+
+    >>> import jax, jax.numpy as jnp
+    >>> x = jnp.array([[-2.0, 0.0, 0.5], [-2.0, 0.0, 0.5]])
+    >>> entmax(x, jnp.array([[1.5], [2.0]]))
+    Array([[0.        , 0.32600737, 0.67399263],
+           [0.        , 0.25      , 0.75      ]], dtype=float32)
+    >>> jax.grad(lambda a: entmax(x, a)[:, 2].sum())(jnp.array([[1.5], [2.0]])).shape
+    (2, 1)
+    """
+    return _builtin("entmax")(x, axis=axis, alpha=alpha)
+
+
+# ------------------------------------------------------------------ the loss
+def _omega_terms(module, x, p, y, params):
+    """Per row ``sum_i [omega(y_i) - omega(p_i)] - (y_i - p_i) s_i`` (numeric.Map.loss_and_grad's terms), rows 2-D.
+
+    ``s`` is the scores shifted by their row maximum (masked scores left out); a target with mass on a masked
+    score gives ``+inf``, a NaN score NaN.
+    """
+    table = _table(module)
+    omega = table["omega"]
+    finite = jnp.isfinite(x)
+    m = jnp.max(jnp.where(finite, x, -jnp.inf), axis=-1, keepdims=True)
+    s = jnp.where(finite, x - jnp.where(jnp.isfinite(m), m, 0), 0)
+    zero = jnp.asarray(table["omega_zero"](*params), dtype=x.dtype)
+    infinite_at_zero = jnp.isinf(zero)
+
+    def omega_of(q):
+        pos = q > 0
+        val = omega(jnp.where(pos, q, 1), *params)
+        return jnp.where(pos, val, zero), jnp.where(pos, q * s, 0)
+
+    om_p, ps = omega_of(p)
+    om_y, ys = omega_of(y)
+    term = (om_y - om_p) - (ys - ps)
+    # p_i = 0 on a finite score of a dense map (underflow far below the maximum) with y_i > 0: +inf
+    term = jnp.where((p == 0) & (y > 0) & infinite_at_zero, jnp.inf, term)
+    value = jnp.sum(jnp.where(finite & (y != p), term, 0), axis=-1)
+    value = jnp.where(jnp.any(jnp.where(finite, 0, y) > 0, axis=-1), jnp.inf, value)
+    return jnp.where(jnp.any(jnp.isnan(x), axis=-1), jnp.nan, value)
+
+
+@partial(jax.custom_jvp, nondiff_argnums=(0,))
+def _loss_rows(solver: _Solver, x, y, params: tuple):
+    """The Fenchel-Young loss of each row of ``x`` (2-D) against the distributions ``y``."""
+    return _omega_terms(solver.module, x, _map_rows(solver, x, params), y, params)
+
+
+@_loss_rows.defjvp
+def _loss_rows_jvp(solver, primals, tangents):
+    x, y, params = primals
+    dx, _, dparams = tangents  # (the target is a constant: its tangent is not used)
+    p = _map_rows(solver, x, params)
+    if params:  # the envelope theorem: d/dq at the optimum p, held fixed
+        value, dvalue = jax.jvp(lambda *q: _omega_terms(solver.module, x, p, y, q), params, tuple(dparams))
+    else:
+        value, dvalue = _omega_terms(solver.module, x, p, y, params), 0
+    return value, dvalue + jnp.sum((p - y) * dx, axis=-1)
+
+
+def _target(x, target, axis: int):
+    """``target`` as distributions like ``x`` (compute dtype; integer labels become one-hot), checked where concrete."""
+    if not hasattr(target, "dtype") and not isinstance(target, (list, tuple)):
+        raise TypeError(f"target must be an array of integer labels or distributions, got {type(target).__name__}")
+    target = jnp.asarray(target)
+    n = x.shape[axis]
+    if jnp.issubdtype(target.dtype, jnp.integer):
+        batch = tuple(x.shape[:axis] + x.shape[axis + 1:])
+        if tuple(target.shape) != batch:
+            raise ValueError(f"integer labels must have shape {batch} for scores {tuple(x.shape)} along axis {axis}, "
+                             f"got {tuple(target.shape)}")
+        if target.size and _concrete(target) and (int(target.min()) < 0 or int(target.max()) >= n):
+            raise ValueError(f"target labels must lie in [0, {n}) for axis {axis} of length {n}")
+        return jnp.moveaxis(jax.nn.one_hot(target, n, dtype=x.dtype), -1, axis)
+    if not (jnp.issubdtype(target.dtype, jnp.floating) or target.dtype == jnp.bool_):
+        raise TypeError(f"target must be integer labels or real distributions, got dtype {target.dtype}")
+    if tuple(target.shape) != tuple(x.shape):
+        raise ValueError(f"target of shape {tuple(target.shape)} does not match scores of shape {tuple(x.shape)}")
+    target = jax.lax.stop_gradient(target.astype(x.dtype))
+    if target.size and _concrete(target):
+        t = np.asarray(target, dtype=np.float64)
+        total = t.sum(axis=axis)
+        slack = math.sqrt(float(jnp.finfo(x.dtype).eps))
+        negative = bool((t < 0).any())
+        off = np.abs(total - 1)
+        if negative or not off.max() <= slack:  # (NaN fails too)
+            what = "a negative entry" if negative else f"a row summing to {float(total.reshape(-1)[np.argmax(off)])!r}"
+            raise ValueError(f"target must be a distribution along axis {axis} (non-negative, summing to 1 within "
+                             f"{slack:.1e}); it has {what}")
+    return target
+
+
+def fenchel_young_loss(scores, target, mapping="softmax", reduction: str = "mean", axis: int = -1):
+    """The Fenchel-Young loss ``Omega*(s) + Omega(y) - <s, y>`` of ``mapping`` (a name, a generated module or a
+    :class:`JaxMap` with its parameters bound, traced or not).
+
+    ``target``: integer labels (the batch shape: ``scores`` without ``axis``) or
+    distributions like ``scores`` (a constant: no gradient flows into it).
+    ``reduction``: ``"none"`` (one value per row, batch shape), ``"sum"`` or ``"mean"``
+    (over rows).  The conventions are :meth:`numeric.Map.loss_and_grad`'s.  Gradients:
+    ``p*(s) - y`` for the scores (so the Hessian is the map's Jacobian), and for a map
+    parameter ``q`` the envelope theorem's ``sum_i d omega(y_i)/dq - d omega(p_i)/dq`` at
+    fixed ``p``.
+
+    >>> import jax, jax.numpy as jnp
+    >>> s = jnp.array([[1.0, 0.5, -1.0]])
+    >>> fenchel_young_loss(s, jnp.array([0]), "sparsemax")
+    Array(0.0625, dtype=float32)
+    >>> jax.grad(fenchel_young_loss)(s, jnp.array([0]), "sparsemax")
+    Array([[-0.25,  0.25,  0.  ]], dtype=float32)
+    """
+    if reduction not in _REDUCTIONS:
+        raise ValueError(f"reduction must be 'none', 'sum' or 'mean', got {reduction!r}")
+    m = get_map(mapping)
+    x = _scores(scores)
+    axis = _check_axis(x, axis)
+    missing = [n for n in m.module.PARAMETERS if n not in m.params]
+    if missing:
+        raise ValueError(f"map {m.name!r} needs a value for {', '.join(missing)}: bind it, e.g. "
+                         f"get_map({m.name!r}, {missing[0]}=...)")
+    dtype = _compute_dtype(x.dtype)
+    xc = x.astype(dtype)
+    y = _target(xc, target, axis)
+    n = x.shape[axis]
+    rows = lambda a: jnp.moveaxis(a, axis, -1).reshape(-1, n)  # noqa: E731
+    params = tuple(m.param_rows(name, m.params[name], tuple(x.shape), axis, dtype) for name in m.module.PARAMETERS)
+    value = _loss_rows(_solver(m.module, m.threshold), rows(xc), rows(y), params)
+    value = value.reshape(x.shape[:axis] + x.shape[axis + 1:])
+    if reduction == "sum":
+        value = value.sum()
+    elif reduction == "mean":
+        value = value.sum() / max(1, value.size)
+    return value.astype(x.dtype)
