@@ -185,6 +185,10 @@ def _map_rows_jvp(solver, primals, tangents):
     return p, tensor_rules.jvp(ops_for(p.dtype), solver.routines(params), p, v)
 
 
+# eager calls run compiled (one compilation per solver, shapes and dtypes); inside a traced function they inline
+_map_rows_jit = jax.jit(_map_rows, static_argnums=0)
+
+
 @partial(jax.tree_util.register_pytree_node_class)
 class JaxMap:
     """A regularized-argmax map on JAX arrays, from a generated module, with bound parameter values.
@@ -285,7 +289,7 @@ class JaxMap:
         moved = jnp.moveaxis(x.astype(dtype), axis, -1)
         flat = moved.reshape(-1, x.shape[axis])
         tensors = tuple(self.param_rows(n, values[n], tuple(x.shape), axis, dtype) for n in self.module.PARAMETERS)
-        p = _map_rows(_solver(self.module, self.threshold), flat, tensors)
+        p = _map_rows_jit(_solver(self.module, self.threshold), flat, tensors)
         return jnp.moveaxis(p.reshape(moved.shape), -1, axis).astype(x.dtype)
 
 
@@ -406,6 +410,9 @@ def _loss_rows_jvp(solver, primals, tangents):
     return value, dvalue + jnp.sum((p - y) * dx, axis=-1)
 
 
+_loss_rows_jit = jax.jit(_loss_rows, static_argnums=0)
+
+
 def _target(x, target, axis: int):
     """``target`` as distributions like ``x`` (compute dtype; integer labels become one-hot), checked where concrete."""
     if not hasattr(target, "dtype") and not isinstance(target, (list, tuple)):
@@ -417,7 +424,7 @@ def _target(x, target, axis: int):
         if tuple(target.shape) != batch:
             raise ValueError(f"integer labels must have shape {batch} for scores {tuple(x.shape)} along axis {axis}, "
                              f"got {tuple(target.shape)}")
-        if target.size and _concrete(target) and (int(target.min()) < 0 or int(target.max()) >= n):
+        if target.size and _concrete(target) and (int(np.min(target)) < 0 or int(np.max(target)) >= n):  # (NumPy: no tracing)
             raise ValueError(f"target labels must lie in [0, {n}) for axis {axis} of length {n}")
         return jnp.moveaxis(jax.nn.one_hot(target, n, dtype=x.dtype), -1, axis)
     if not (jnp.issubdtype(target.dtype, jnp.floating) or target.dtype == jnp.bool_):
@@ -472,7 +479,7 @@ def fenchel_young_loss(scores, target, mapping="softmax", reduction: str = "mean
     n = x.shape[axis]
     rows = lambda a: jnp.moveaxis(a, axis, -1).reshape(-1, n)  # noqa: E731
     params = tuple(m.param_rows(name, m.params[name], tuple(x.shape), axis, dtype) for name in m.module.PARAMETERS)
-    value = _loss_rows(_solver(m.module, m.threshold), rows(xc), rows(y), params)
+    value = _loss_rows_jit(_solver(m.module, m.threshold), rows(xc), rows(y), params)
     value = value.reshape(x.shape[:axis] + x.shape[axis + 1:])
     if reduction == "sum":
         value = value.sum()

@@ -37,3 +37,17 @@ def test_getting_started_runs(tmp_path):
 @pytest.mark.parametrize("page", ["README.md", "docs/getting_started.md"])
 def test_pages_have_snippets(page):
     assert _blocks(ROOT / page)
+
+
+def test_frameworks_page_runs(tmp_path):
+    """docs/frameworks.md's snippets (PyTorch, then JAX) run as written where both frameworks are installed."""
+    pytest.importorskip("torch")
+    pytest.importorskip("jax")
+    # the page uses `shannon_gini`, generated with the CLI as docs/getting_started.md tells the reader
+    proc = subprocess.run([sys.executable, "-m", "derive.cli", "generate", "--expr", "p*log(p) + p**2/2", "--name",
+                           "shannon_gini", "--out", str(tmp_path)], capture_output=True, text=True, timeout=300)
+    assert proc.returncode == 0, proc.stderr
+    blocks = _blocks(ROOT / "docs" / "frameworks.md")
+    assert len(blocks) >= 2
+    proc = subprocess.run([sys.executable, "-c", "\n".join(blocks)], cwd=tmp_path, capture_output=True, text=True, timeout=300)
+    assert proc.returncode == 0, proc.stderr

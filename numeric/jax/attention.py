@@ -1,0 +1,225 @@
+"""Attention with any regattn map for JAX, in the shapes and conventions of :func:`jax.nn.dot_product_attention`.
+
+``attention(query, key, value, mask, is_causal, scale, mapping)`` computes
+``mapping(scale * query key^T)`` along the keys and averages ``value`` with
+those weights:
+
+* ``query`` is ``(B, T, N, H)``, ``key`` ``(B, S, K, H)``, ``value``
+  ``(B, S, K, Hv)``, or the same without ``B`` (one example); ``K`` must divide
+  ``N`` (grouped-query attention: query head ``n`` reads key/value head
+  ``n // (N // K)``, as ``jax.nn``); the output is ``(B, T, N, Hv)``;
+* ``mask`` is boolean, broadcastable to the scores' shape ``(B, N, T, S)``,
+  True where a query may attend; ``bias`` (keyword) is added to the scores;
+* ``is_causal=True`` lets query ``t`` see the keys ``s <= t`` (top-left
+  aligned, also for ``T != S``, as ``jax.nn``); it combines with ``mask``;
+* ``scale`` defaults to ``1 / sqrt(H)``.
+
+``mapping`` is a map name (``"softmax"``, ``"sparsemax"``, ``"entmax15"``,
+``"entmax"``, a generated module's name), a generated module, or a
+:class:`~numeric.jax.maps.JaxMap` with its parameters bound, e.g. one
+``alpha`` per head as an array of shape ``(N, 1, 1)`` (broadcasting to the
+scores ``(B, N, T, S)``; any shape that broadcasts with size 1 along ``S``
+works), traced or not: its gradient flows.
+
+**Fully masked rows.**  A query that may attend to no key gets weights 0 and
+output 0 (and zero gradients), for every mapping.  ``jax.nn.dot_product_attention``
+(its XLA implementation) fills masked scores with a large negative number
+instead of ``-inf``, so such a row gets uniform softmax weights there: the
+mean of the values.  Every other row agrees with it.
+
+**Memory.**  The queries are taken in blocks of rows so that no more than
+about :data:`BLOCK_ENTRIES` scores (``B x N x rows x S``) exist at once:
+:func:`jax.lax.map` runs the blocks one after the other, each under
+:func:`jax.checkpoint`, so the backward pass recomputes a block's scores and
+weights instead of storing ``T x S`` of them.  A call whose scores fit in one
+block runs without the loop.  ``block_size`` (keyword) sets the rows a block.
+
+    >>> import jax.numpy as jnp
+    >>> q = k = jnp.array([[[1.0], [0.0]], [[0.0], [1.0]]]).reshape(2, 1, 2)  # (T, N, H)
+    >>> v = jnp.array([[[1.0]], [[2.0]]])
+    >>> attention(q, k, v, scale=10.0, mapping="sparsemax")[:, 0]
+    Array([[1.],
+           [2.]], dtype=float32)
+    >>> attention(q, k, v, is_causal=True, mapping="sparsemax")[:, 0]
+    Array([[1.       ],
+           [1.8535535]], dtype=float32)
+"""
+
+from __future__ import annotations
+
+import math
+from types import ModuleType
+
+import jax
+import jax.numpy as jnp
+from jax import lax
+
+from .maps import JaxMap, _compute_dtype, get_map
+
+__all__ = ["attention", "BLOCK_ENTRIES"]
+
+#: Query blocks hold at most about this many score entries (B x N x rows x S; at least one row a block).
+BLOCK_ENTRIES = 1 << 20
+
+
+def _array(x, name: str):
+    if not hasattr(x, "dtype") or not hasattr(x, "shape"):
+        raise TypeError(f"{name} must be an array, got {type(x).__name__}")
+    x = jnp.asarray(x)
+    if not jnp.issubdtype(x.dtype, jnp.floating):
+        raise TypeError(f"{name} must be a floating-point array, got dtype {x.dtype}")
+    return x
+
+
+def _check_inputs(query, key, value):
+    query, key, value = _array(query, "query"), _array(key, "key"), _array(value, "value")
+    if not query.ndim == key.ndim == value.ndim or query.ndim not in (3, 4):
+        raise ValueError(f"query, key and value must all be (B, T|S, heads, features) or all (T|S, heads, features); "
+                         f"got shapes {tuple(query.shape)}, {tuple(key.shape)} and {tuple(value.shape)}")
+    if not query.dtype == key.dtype == value.dtype:
+        raise TypeError(f"query, key and value must have the same dtype, got {query.dtype}, {key.dtype} and {value.dtype}")
+    unbatched = query.ndim == 3
+    if unbatched:
+        query, key, value = query[None], key[None], value[None]
+    B, T, N, H = query.shape
+    if key.shape[0] != B or value.shape[0] != B:
+        raise ValueError(f"query, key and value must have the same batch size B: {tuple(query.shape)}, "
+                         f"{tuple(key.shape)}, {tuple(value.shape)}")
+    if key.shape[-1] != H:
+        raise ValueError(f"query and key must have the same feature size H: query {tuple(query.shape)}, "
+                         f"key {tuple(key.shape)}")
+    if key.shape[1:3] != value.shape[1:3]:
+        raise ValueError(f"key and value must have the same length S and heads K: key {tuple(key.shape)}, "
+                         f"value {tuple(value.shape)}")
+    K = key.shape[2]
+    if N % K:
+        raise ValueError(f"the key/value heads K = {K} must divide the query heads N = {N}")
+    return query, key, value, unbatched
+
+
+def _scores_shaped(a, name: str, shape: tuple, boolean: bool):
+    """``mask`` or ``bias`` checked and given 4 dimensions (broadcasting to ``shape`` = (B, N, T, S))."""
+    if not hasattr(a, "dtype") or not hasattr(a, "shape"):
+        raise TypeError(f"{name} must be an array, got {type(a).__name__}")
+    a = jnp.asarray(a)
+    if boolean and a.dtype != jnp.bool_:
+        raise TypeError(f"mask must be boolean (True = may attend), got dtype {a.dtype}; pass additive scores as bias")
+    if not boolean and not jnp.issubdtype(a.dtype, jnp.floating):
+        raise TypeError(f"bias must be a floating-point array, got dtype {a.dtype}")
+    if a.ndim > 4:
+        raise ValueError(f"{name} of shape {tuple(a.shape)} has more dimensions than the scores (B, N, T, S) = {shape}")
+    a = a.reshape((1,) * (4 - a.ndim) + tuple(a.shape))
+    try:
+        ok = tuple(jnp.broadcast_shapes(a.shape, shape)) == shape
+    except ValueError:
+        ok = False
+    if not ok:
+        raise ValueError(f"{name} of shape {tuple(a.shape)} does not broadcast to the scores' shape (B, N, T, S) = {shape}")
+    return a
+
+
+def _resolve(mapping) -> JaxMap:
+    if isinstance(mapping, (str, ModuleType, JaxMap)):
+        m = get_map(mapping)
+    else:
+        raise TypeError(f"mapping must be a map name, a generated map module or a JaxMap, got {mapping!r}")
+    missing = [n for n in m.module.PARAMETERS if n not in m.params]
+    if missing:
+        raise ValueError(f"map {m.name!r} needs a value for {', '.join(missing)}: bind it, e.g. "
+                         f"get_map({m.name!r}, {missing[0]}=jnp.full((N, 1, 1), ...))")
+    return m
+
+
+def attention(query, key, value, mask=None, is_causal: bool = False, scale=None, mapping="softmax", *,
+              bias=None, block_size: int | None = None):
+    """``mapping(scale * query key^T + bias, masked) value`` with :func:`jax.nn.dot_product_attention`'s shapes.
+
+    See the module's description.  Returns ``(B, T, N, Hv)`` (``(T, N, Hv)`` for
+    unbatched inputs) in the query's dtype; float16 and bfloat16 compute in float32.
+    """
+    query, key, value, unbatched = _check_inputs(query, key, value)
+    B, T, N, H = query.shape
+    S, K = key.shape[1], key.shape[2]
+    G = N // K
+    shape = (B, N, T, S)
+    if not isinstance(is_causal, (bool, type(None))):
+        raise TypeError(f"is_causal must be True or False, got {is_causal!r}")
+    if scale is None:
+        scale = 1.0 / math.sqrt(H)
+    m = _resolve(mapping)
+    mask = None if mask is None else _scores_shaped(mask, "mask", shape, boolean=True)
+    bias = None if bias is None else _scores_shaped(bias, "bias", shape, boolean=False)
+    if block_size is not None and (isinstance(block_size, bool) or not isinstance(block_size, int) or block_size < 1):
+        raise ValueError(f"block_size must be a positive integer, got {block_size!r}")
+    out_dtype = query.dtype
+    dtype = _compute_dtype(out_dtype)
+    query, key, value = query.astype(dtype), key.astype(dtype), value.astype(dtype)
+    params = {}
+    for name in m.module.PARAMETERS:
+        v = m.params[name]
+        if not isinstance(v, float):
+            v = jnp.asarray(v)
+            if v.ndim > 4:
+                raise ValueError(f"parameter {name} of shape {tuple(v.shape)} has more dimensions than the scores {shape}")
+            v = v.reshape((1,) * (4 - v.ndim) + tuple(v.shape))
+            m.param_rows(name, v, shape, 3, dtype)  # (checks the shape against the scores)
+        params[name] = v
+    # per query row (T > 1 along the rows' axis): sliced with the blocks; the rest is shared by every block
+    rowwise = {"mask": mask, "bias": bias, **{n: v for n, v in params.items() if not isinstance(v, float)}}
+    rowwise = {n: a for n, a in rowwise.items() if a is not None and a.shape[2] > 1}
+
+    def block(q, start, rows):
+        """Output rows ``start...`` for the query block ``q`` (B, tb, N, H); ``rows`` the row-wise arrays' blocks."""
+        tb = q.shape[1]
+        s = jnp.einsum("btkgh,bskh->bkgts", q.reshape(B, tb, K, G, H), key).reshape(B, N, tb, S)
+        s = s * jnp.asarray(scale, dtype)
+        b = rows.get("bias", bias)
+        if b is not None:
+            s = s + b.astype(dtype)
+        keep = rows.get("mask", mask)
+        if is_causal:
+            causal = (start + jnp.arange(tb))[:, None] >= jnp.arange(S)[None, :]
+            keep = causal if keep is None else keep & causal
+        if keep is not None:
+            s = jnp.where(keep, s, -jnp.inf)
+        values = {n: rows.get(n, v) for n, v in params.items()}
+        p = m(s, axis=-1, **values) if values else m(s, axis=-1)
+        out = jnp.einsum("bkgts,bskh->btkgh", p.reshape(B, K, G, tb, S), value)
+        return out.reshape(B, tb, N, value.shape[-1])
+
+    tb = block_size or max(1, BLOCK_ENTRIES // max(1, B * N * S))
+    if tb >= T:
+        out = block(query, 0, rowwise)
+    else:
+        nb = -(-T // tb)
+        pad = nb * tb - T
+
+        def blocks(a, axis, fill):
+            """``a`` padded to ``nb * tb`` along ``axis`` and split into ``(nb, ..., tb, ...)``."""
+            if pad:
+                widths = [(0, 0)] * a.ndim
+                widths[axis] = (0, pad)
+                a = jnp.pad(a, widths, constant_values=fill)
+            a = a.reshape(a.shape[:axis] + (nb, tb) + a.shape[axis + 1:])
+            return jnp.moveaxis(a, axis, 0)
+
+        # (a parameter's padding rows take a value inside its domain: their output rows are dropped)
+        fills = {"mask": True, "bias": 0, **{n: _padding_value(m, n) for n in params}}
+        xs = (blocks(query, 1, 0), jnp.arange(nb) * tb, {n: blocks(a, 2, fills[n]) for n, a in rowwise.items()})
+        out = lax.map(jax.checkpoint(lambda x: block(*x)), xs)
+        out = jnp.moveaxis(out, 0, 1).reshape(B, nb * tb, N, value.shape[-1])[:, :T]
+    out = out.astype(out_dtype)
+    return out[0] if unbatched else out
+
+
+def _padding_value(m: JaxMap, name: str) -> float:
+    """A value inside the parameter's domain, for the padding rows of a last query block."""
+    lo, hi = m.module.PARAMETER_DOMAINS[name]
+    if math.isinf(lo) and math.isinf(hi):
+        return 0.0
+    if math.isinf(hi):
+        return lo + 1.0
+    if math.isinf(lo):
+        return hi - 1.0
+    return 0.5 * (lo + hi)
+
