@@ -101,6 +101,8 @@ def worker(rank: int, world: int, init_file: str, steps: int, out: str, dtype) -
             grads = {name: p.grad.detach().clone() for name, p in model.module.named_parameters()}
             alpha = model.module.attn.alpha.detach().clone() if steps else None
             torch.save({"history": history, "grads": grads, "alpha": alpha}, out)
+        dist.barrier()  # no process leaves while another still talks to it (gloo aborts a peer that exits early)
+        del model, opt  # DDP's reducer (and its communication hooks) goes before the process group it uses
     finally:
         dist.destroy_process_group()
 
