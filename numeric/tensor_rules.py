@@ -342,14 +342,80 @@ def root_rule(ops: TensorOps, r: Routines, y, steps: int = ROOT_STEPS):
     wide.  ``p = g_+(y - t) / F(t)``; a row whose ``F`` jumps across 1 at a kink
     (a link with an infinite slope at ``omega'(0+)``) takes the combination of ``p`` at
     the two ends of its final bracket with sum 1 (as :func:`numeric.root.root_probabilities`).
+
+    A link of the power form with ``k >= 1`` on every row takes :func:`_power_newton`
+    instead (plain Newton from a lower bound: no bracket, fewer operations a step).
     """
     clip = r.clip()
     n = y.shape[-1]
     count = ops.full(y[..., :1], float(n))  # (masked scores make -reach(1/n) a looser upper end, still one)
     power = r.module.LINK_FORM == "power" and r.has("link_scale")
-    if power:
-        # the variable t = tau - m - clip = -c / a, c = p_max**(1/k): base = max(a y - a t, 0), p = base**k
-        a, k, b, reach = _power_parts(ops, r, y)
+    if not power:
+        return _root_halley(ops, r, y, steps, None, -r.omega_prime(ops.full(count, 1.0)), -r.omega_prime(1 / count))
+    # the variable t = tau - m - clip = -c / a, c = p_max**(1/k): base = max(a y - a t, 0), p = base**k
+    a, k, b, reach = _power_parts(ops, r, y)
+    lo = -reach(ops.full(count, 1.0))
+    hi = -reach(1 / count)
+    # g_+ convex (k >= 1): F(t) >= n g(mean(y) - t) (Jensen), so t >= mean(y) - reach(1/n)
+    jensen = ops.row_sum(y) / n - reach(1 / count)  # -inf where a score is masked
+    jensen = ops.where(jensen < hi, jensen, hi)
+    start = ops.where(jensen > lo, jensen, lo)  # a lower bound of t* where k >= 1
+
+    def newton():
+        p, t = _power_newton(ops, a, k, b, start, steps)
+        return p, t - clip  # tau - m = t - clip
+
+    if isinstance(k, (int, float)):  # a number: the rule is chosen here
+        return newton() if k >= 1 else _root_halley(ops, r, y, steps, (a, k, b), lo, hi)
+    return ops.branch(k < 1, lambda: _root_halley(ops, r, y, steps, (a, k, b), ops.where(k >= 1, start, lo), hi), newton)
+
+
+def _power_newton(ops, a, k, b, t, steps):
+    """``(p, t*)`` for a link of the power form with ``k >= 1`` on every row: Newton on ``phi(t) = F(t)**(1/k)``.
+
+    ``b = a y``; ``t`` is a lower bound of ``t*`` (``F(t) >= 1``).  ``phi(t) = ||(b - a t)_+||_k``
+    is convex and decreasing for ``k >= 1`` (a norm, increasing on the nonnegative orthant,
+    of convex functions of ``t``), so Newton's steps from the left stay left of ``t*`` and
+    increase: no bracket or safeguard.  (``omega'`` is affine in ``p**(1/k)``, so this is
+    Newton on :func:`root_rule`'s ``h``; a support of one score is solved in one step.)  The
+    step is ``(phi - 1) / -phi' = (F - F**(1 - 1/k)) / (a S)``, ``S = sum base**(k - 1)``.
+    ``base**(k - 1)`` is ``exp((k - 1) log base)``, one log and one exp per score and step
+    (``p = base**(k - 1) * base``, ``S = sum p / base``), with ``base`` at least ``tiny``
+    under log and the exponent at least ``0.9 log(tiny)``: no zero, infinity or subnormal
+    number reaches log and exp (their slow paths); ``p`` is exactly 0 off the support
+    (``base = 0`` there).  A row stops where ``F - 1 <= 4 eps`` (``F < 1``: past ``t*`` by
+    rounding) or its step is below ``4 eps |t|``, and keeps its ``t``: the loop's last
+    evaluation is at every row's final ``t`` and gives ``p / F``.
+    """
+    tol = 4 * ops.eps
+    floor = 0.9 * ops.log_tiny
+    km1 = k - 1
+    shrink = 1 - 1 / k
+
+    def body(state):
+        t, _, _, active = state
+        base = ops.pos_part(b - a * t)
+        safe = ops.clamp_min(base, ops.tiny)
+        p = ops.exp(ops.clamp_min(km1 * ops.log(safe), floor)) * base
+        f = ops.row_sum(p)
+        s = ops.row_sum(p / safe)
+        step = (f - ops.exp(ops.log(f) * shrink)) / (a * s)
+        done = (f - 1 <= tol) | (step <= tol * abs(t))
+        t = ops.where(active & ops.not_(done), t + step, t)
+        active = active & ops.not_(done)
+        return (t, p, f, active), active
+
+    going = ops.full(t, True)
+    t, p, f, _ = ops.repeat(steps, body, (t, ops.full(b, 0.0), ops.full(t, 1.0), going), going)
+    return p / f, t
+
+
+def _root_halley(ops, r, y, steps, power, lo, hi):
+    """:func:`root_rule`'s safeguarded Halley from the bracket ``[lo, hi]``; ``power``: ``(a, k, b)`` of the link's power form, or ``None``."""
+    clip = r.clip()
+    count = ops.full(y[..., :1], float(y.shape[-1]))
+    if power is not None:
+        a, k, b = power
         scale = 0  # t has no offset: the bracket's width is judged relative to t
 
         def probabilities(t):
@@ -373,9 +439,6 @@ def root_rule(ops: TensorOps, r: Routines, y, steps: int = ROOT_STEPS):
     else:
         scale = 1
 
-        def reach(q):
-            return r.omega_prime(q)
-
         def probabilities(t):
             z = y - t
             pos = z > clip
@@ -397,13 +460,6 @@ def root_rule(ops: TensorOps, r: Routines, y, steps: int = ROOT_STEPS):
 
         offset = 0
     one = _reach_one(ops, r, count)
-    lo = -reach(ops.full(count, 1.0))
-    hi = -reach(1 / count)
-    if power:
-        # g_+ convex (k >= 1): F(t) >= n g(mean(y) - t) (Jensen), so t >= mean(y) - reach(1/n)
-        jensen = ops.row_sum(y) / n - reach(1 / count)  # -inf where a score is masked
-        jensen = ops.where(jensen < hi, jensen, hi)
-        lo = ops.where((k >= 1) & (jensen > lo), jensen, lo)
     tol = 4 * ops.eps
     false = ops.full(count, False)
     width = hi - lo
@@ -469,14 +525,21 @@ def _weights(ops, r: Routines, p, at_zero=None):
     parameters): ``"zero"`` (softmax ``p``, 1.5-entmax ``sqrt(p)``): ``weight(p)`` as it is;
     ``"finite"`` (sparsemax ``1``): times the support's indicator; otherwise (or for
     a derivative of the JVP, whose ``weight'`` may be infinite at 0) the weight is
-    evaluated at ``p + 1`` off the support and masked.
+    evaluated at ``p + 1`` off the support and masked.  There a link of the power form
+    ``(a (z - clip))**k`` has ``weight(p) = g'(z) = a k p**(1 - 1/k)``, evaluated as
+    ``a k exp((1 - 1/k) log p)`` (a printed power of a tensor exponent costs several
+    times a log and an exp).
     """
     if at_zero == "zero":
         return r.weight(p)
     pos = ops.support(p)
     if at_zero == "finite":
         return r.weight(p) * pos
-    return r.weight(p + (1 - pos)) * pos
+    safe = p + (1 - pos)
+    if r.module.LINK_FORM == "power" and r.has("link_scale"):
+        a, k = r.link_scale(), r.link_exponent()
+        return ops.exp((1 - 1 / k) * ops.log(safe)) * (pos * (a * k))
+    return r.weight(safe) * pos
 
 
 def jvp(ops: TensorOps, r: Routines, p, v, at_zero=None):
