@@ -43,6 +43,7 @@ NaN of an unused branch reaches a result or a gradient.
 
 from __future__ import annotations
 
+import math
 from typing import Any, Callable
 
 from .newton import Ops, invert_link
@@ -380,33 +381,35 @@ def _power_newton(ops, a, k, b, t, steps):
     Newton on :func:`root_rule`'s ``h``; a support of one score is solved in one step.)  The
     step is ``(phi - 1) / -phi' = (F - F**(1 - 1/k)) / (a S)``, ``S = sum base**(k - 1)``.
     ``base**(k - 1)`` is ``exp((k - 1) log base)``, one log and one exp per score and step
-    (``p = base**(k - 1) * base``, ``S = sum p / base``), with ``base`` at least ``tiny``
-    under log and the exponent at least ``0.9 log(tiny)``: no zero, infinity or subnormal
-    number reaches log and exp (their slow paths); ``p`` is exactly 0 off the support
-    (``base = 0`` there).  A row stops where ``F - 1 <= 4 eps`` (``F < 1``: past ``t*`` by
-    rounding) or its step is below ``4 eps |t|``, and keeps its ``t``: the loop's last
-    evaluation is at every row's final ``t`` and gives ``p / F``.
+    (``p = base**(k - 1) * base``, ``S = sum p / base``), with ``base`` at least
+    ``floor = tiny**(0.9 / max(k - 1, 0.9))`` under log, so that the exponent is at least
+    ``0.9 log(tiny)``: no zero, infinity or subnormal number reaches log and exp (their
+    slow paths; a ``base`` below ``floor`` has ``p`` below ``tiny**0.9 floor`` either way);
+    ``p`` is exactly 0 off the support (``base = 0`` there).  A row stops where
+    ``F - 1 <= (4 + log2(n)) eps`` (about the rounding of ``F``'s sum; ``F < 1``: past ``t*``
+    by rounding) or its step is below ``4 eps |t|``, and keeps its ``t`` (evaluated again
+    it stops again): the loop's last evaluation is at every row's final ``t`` and gives ``p / F``.
     """
-    tol = 4 * ops.eps
-    floor = 0.9 * ops.log_tiny
+    tol = (4 + math.log2(b.shape[-1])) * ops.eps
+    tol_t = -4 * ops.eps  # t < 0
     km1 = k - 1
     shrink = 1 - 1 / k
+    if isinstance(km1, (int, float)):
+        floor = math.exp(0.9 * ops.log_tiny / max(km1, 0.9))
+    else:
+        floor = ops.exp(0.9 * ops.log_tiny / ops.clamp_min(km1, 0.9))
 
     def body(state):
-        t, _, _, active = state
+        t, _, _ = state
         base = ops.pos_part(b - a * t)
-        safe = ops.clamp_min(base, ops.tiny)
-        p = ops.exp(ops.clamp_min(km1 * ops.log(safe), floor)) * base
+        safe = ops.clamp_min(base, floor)
+        p = ops.exp(km1 * ops.log(safe)) * base
         f = ops.row_sum(p)
-        s = ops.row_sum(p / safe)
-        step = (f - ops.exp(ops.log(f) * shrink)) / (a * s)
-        done = (f - 1 <= tol) | (step <= tol * abs(t))
-        t = ops.where(active & ops.not_(done), t + step, t)
-        active = active & ops.not_(done)
-        return (t, p, f, active), active
+        step = (f - ops.exp(ops.log(f) * shrink)) / (a * ops.row_sum(p / safe))
+        going = (f - 1 > tol) & (step > tol_t * t)
+        return (ops.where(going, t + step, t), p, f), going
 
-    going = ops.full(t, True)
-    t, p, f, _ = ops.repeat(steps, body, (t, ops.full(b, 0.0), ops.full(t, 1.0), going), going)
+    t, p, f = ops.repeat(steps, body, (t, ops.full(b, 0.0), ops.full(t, 1.0)), ops.full(t, True))
     return p / f, t
 
 

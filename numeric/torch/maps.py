@@ -18,8 +18,9 @@ the scores with size 1 along ``dim`` (one value per row, e.g. per head), on
 the scores' device.
 
 Where the module's ``TERM_IS_EXP`` says the closed threshold's term is ``exp``
-itself (softmax), the normalisation is :func:`torch.softmax`'s; its backward
-is still the derived JVP (``w = p``).
+itself (softmax), a call is :func:`torch.softmax` with torch's own backward
+``p * (v - p.v)`` (the derived JVP with ``w = p``, ``sum(w) = 1``); only a call
+with a NaN or fully masked row takes the rules and the derived backward.
 """
 
 from __future__ import annotations
@@ -230,6 +231,14 @@ class TorchMap:
         if not x.is_floating_point():
             raise TypeError(f"scores must be a floating tensor, got dtype {x.dtype}")
         dim = _check_dim(x, dim)
+        if self._solver.softmax and not params:
+            # torch.softmax along dim, its own autograd (its backward p * (v - p.v) is the derived JVP with
+            # w = p, sum(w) = 1); a row with a NaN (or +inf) score or fully masked comes out NaN in every
+            # entry, so one column tells whether there is one: then the rules below solve the call
+            xc = x.to(torch.float32) if x.dtype in _HALF else x
+            p = torch.softmax(xc, dim)
+            if not math.isnan(p.select(dim, 0).sum().item()):
+                return p if p.dtype == x.dtype else p.to(x.dtype)
         for name, value in params.items():  # (before the domain check, which reads the values)
             if isinstance(value, torch.Tensor) and value.device != x.device:
                 raise ValueError(f"parameter {name} is on {value.device}, the scores on {x.device}")
@@ -320,5 +329,3 @@ def _builtin(name: str) -> TorchMap:
         m = _BUILTIN[name] = TorchMap(name)
     return m
 
-
-_ = math  # (used by the doctest of softmax)
