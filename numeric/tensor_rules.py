@@ -394,10 +394,12 @@ def _power_newton(ops, a, k, b, t, steps):
     tol_t = -4 * ops.eps  # t < 0
     km1 = k - 1
     shrink = 1 - 1 / k
+    # at least tiny: the exponent rounds below log(tiny) for k - 1 <= 0.9, and a subnormal floor
+    # is 0 where subnormals are flushed (XLA on CPU): log(0) would give 0 * inf
     if isinstance(km1, (int, float)):
-        floor = math.exp(0.9 * ops.log_tiny / max(km1, 0.9))
+        floor = max(math.exp(0.9 * ops.log_tiny / max(km1, 0.9)), ops.tiny)
     else:
-        floor = ops.exp(0.9 * ops.log_tiny / ops.clamp_min(km1, 0.9))
+        floor = ops.clamp_min(ops.exp(0.9 * ops.log_tiny / ops.clamp_min(km1, 0.9)), ops.tiny)
 
     def body(state):
         t, _, _ = state
