@@ -74,6 +74,10 @@ class TensorOps(Ops):
     * ``sort_desc(x)`` and ``cumsum(x)`` along the last axis;
     * ``branch(pred, fn, otherwise)``: ``fn()`` if any entry of the boolean array
       ``pred`` is true, else ``otherwise()`` (both give arrays of the same shapes).
+
+    Two operations on row-wise computations have defaults here, which a target may
+    replace by ones that compute only the rows concerned (:meth:`repeat_rows`,
+    :meth:`on_rows`); ``pos_diff(y, c)`` is ``pos_part(y - c)``.
     """
 
     tiny: Any
@@ -113,6 +117,26 @@ class TensorOps(Ops):
 
     def branch(self, pred, fn: Callable, otherwise: Callable):  # pragma: no cover - interface
         raise NotImplementedError
+
+    def pos_diff(self, y, c):
+        return self.pos_part(y - c)
+
+    def repeat_rows(self, n: int, body: Callable, state: tuple, going, rows: tuple = ()):
+        """:meth:`repeat` of ``body(state, rows) -> (state, going)`` that computes each row from that row alone.
+
+        ``state`` holds arrays of shape ``(R, ...)``; ``rows`` holds arrays of shape
+        ``(R, ...)`` and numbers or 0-d arrays (the same for every row).  A target may
+        run a round on the rows still going only, with those rows of ``state`` and
+        ``rows``; the rows that stopped keep their state.
+        """
+        return self.repeat(n, lambda state: body(state, rows), state, going)
+
+    def on_rows(self, mask, fn: Callable, rows: tuple, otherwise):
+        """``fn(*rows)`` where the ``(R, 1)`` boolean ``mask`` is true, ``otherwise`` elsewhere (``fn`` works row by row).
+
+        ``rows`` as in :meth:`repeat_rows`; a target may evaluate ``fn`` on the masked rows only.
+        """
+        return self.branch(mask, lambda: self.where(mask, fn(*rows), otherwise), lambda: otherwise)
 
 
 class Routines:
@@ -243,7 +267,6 @@ def support_rule(ops: TensorOps, r: Routines, y, steps: int = SUPPORT_STEPS):
     ``tau_S`` itself (Michelot's algorithm).  Rows still open after ``steps`` steps
     take :func:`sort_rule`.
     """
-    clip = r.clip()
     power = _small_power(r)
     n = y.shape[-1]
     lo = -_reach_one(ops, r, y[..., :1])
@@ -252,22 +275,21 @@ def support_rule(ops: TensorOps, r: Routines, y, steps: int = SUPPORT_STEPS):
     t = ops.where(jensen > lo, jensen, lo)
     result = lo * float("nan")
     active = ops.isfinite(lo)
+    rows = (y, *r.params)  # what a row's rounds read: its scores and parameters
+
+    def bound(rows):
+        return rows[0], Routines(r.module, r.table, rows[1:])
+
     if power is None:
-        return _support_generic(ops, r, y, t, result, active, steps)
-    a, k = power
-
-    def sums(t):
-        c = t + clip  # the support at t: y > c
-        u = ops.pos_part(y - c)
-        kk = ops.row_sum(ops.support(u))
-        su = ops.row_sum(u)
-        return c, u, kk, su
-
-    if k == 1:  # F is piecewise linear: the Newton step is the candidate (Michelot), exact once S repeats
-        def body(state):
+        t, result, active = _support_generic(ops, bound, rows, t, result, active, steps)
+    elif power[1] == 1:  # F is piecewise linear: the Newton step is the candidate (Michelot), exact once S repeats
+        def body(state, rows):
+            y, r = bound(rows)
             t, result, size, active = state
-            c, u, kk, su = sums(t)
-            cand = r.tau_candidate(kk, su + kk * c, 0 * su)
+            c = t + r.clip()  # the support at t: y > c
+            u = ops.pos_diff(y, c)
+            kk = ops.row_sum(ops.support(u))
+            cand = r.tau_candidate(kk, ops.row_sum(u) + kk * c, 0 * kk)
             exact = kk == size
             result = ops.where(active & exact, cand, result)
             t = ops.where(active & (cand > t), cand, t)
@@ -275,16 +297,21 @@ def support_rule(ops: TensorOps, r: Routines, y, steps: int = SUPPORT_STEPS):
             active = active & ops.not_(exact)
             return (t, result, size, active), active
 
-        t, result, _, active = ops.repeat(steps + 1, body, (t, result, lo * 0 + (n + 1), active), active)
+        t, result, _, active = ops.repeat_rows(steps + 1, body, (t, result, lo * 0 + (n + 1), active), active, rows)
     else:
-        def body(state):
+        def body(state, rows):
+            y, r = bound(rows)
             t, result, active = state
-            c, u, kk, su = sums(t)
+            a, clip = r.link_scale(), r.clip()
+            c = t + clip
+            u = ops.pos_diff(y, c)
+            kk = ops.row_sum(ops.support(u))
+            su = ops.row_sum(u)
             su2 = ops.row_sum(u * u)
             s1 = su + kk * c
             s2 = su2 + 2 * c * su + kk * c * c  # sum_S y**2 with y = u + c
             cand = r.tau_candidate(kk, s1, s2)
-            exact = (r.discriminant(kk, s1, s2) >= 0) & (ops.row_sum(ops.support(ops.pos_part(y - (cand + clip)))) == kk)
+            exact = (r.discriminant(kk, s1, s2) >= 0) & (ops.row_sum(ops.support(ops.pos_diff(y, cand + clip))) == kk)
             # Newton on F = a**2 sum u**2, F' = -2 a**2 sum u, from below (F is convex)
             nxt = t + (a * a * su2 - 1) / (2 * a * a * su)
             result = ops.where(active & exact, cand, result)
@@ -292,25 +319,26 @@ def support_rule(ops: TensorOps, r: Routines, y, steps: int = SUPPORT_STEPS):
             active = active & ops.not_(exact)
             return (t, result, active), active
 
-        t, result, active = ops.repeat(steps, body, (t, result, active), active)
-    return ops.branch(active, lambda: ops.where(active, sort_rule(ops, r, y), result), lambda: result)
+        t, result, active = ops.repeat_rows(steps, body, (t, result, active), active, rows)
+    return ops.on_rows(active, lambda *rows: sort_rule(ops, bound(rows)[1], rows[0]), rows, result)
 
 
-def _support_generic(ops, r, y, t, result, active, steps):
-    """:func:`support_rule` with the printed link (a sort map whose link is not of the power form)."""
-    clip = r.clip()
-    quadratic = r.has("discriminant")
-    live = y > -float("inf")
-    y2 = ops.where(live, y * y, 0) if quadratic else None
-
-    def body(state):
+def _support_generic(ops, bound, rows, t, result, active, steps):
+    """:func:`support_rule`'s rounds with the printed link (a sort map whose link is not of the power form): ``(t, result, active)``."""
+    def body(state, rows):
+        y, r = bound(rows)
         t, result, active = state
+        clip = r.clip()
         z = y - t
         pos = z > clip
         k = ops.row_sum(ops.float_(pos))
         s1 = ops.row_sum(ops.where(pos, y, 0))
-        s2 = ops.row_sum(ops.where(pos, y2, 0)) if quadratic else 0 * s1
-        valid = r.discriminant(k, s1, s2) >= 0 if quadratic else k > 0
+        if r.has("discriminant"):
+            live = y > -float("inf")
+            s2 = ops.row_sum(ops.where(pos & live, y * y, 0))
+            valid = r.discriminant(k, s1, s2) >= 0
+        else:
+            s2, valid = 0 * s1, k > 0
         cand = r.tau_candidate(k, s1, s2)
         exact = valid & (ops.row_sum(ops.float_(y - cand > clip)) == k)
         safe = ops.where(pos, z, -t)
@@ -322,8 +350,7 @@ def _support_generic(ops, r, y, t, result, active, steps):
         active = active & ops.not_(exact)
         return (t, result, active), active
 
-    t, result, active = ops.repeat(steps, body, (t, result, active), active)
-    return ops.branch(active, lambda: ops.where(active, sort_rule(ops, r, y), result), lambda: result)
+    return ops.repeat_rows(steps, body, (t, result, active), active, rows)
 
 
 def _power_parts(ops, r, y):
@@ -393,7 +420,6 @@ def _power_newton(ops, a, k, b, t, steps):
     tol = (4 + math.log2(b.shape[-1])) * ops.eps
     tol_t = -4 * ops.eps  # t < 0
     km1 = k - 1
-    shrink = 1 - 1 / k
     # at least tiny: the exponent rounds below log(tiny) for k - 1 <= 0.9, and a subnormal floor
     # is 0 where subnormals are flushed (XLA on CPU): log(0) would give 0 * inf
     if isinstance(km1, (int, float)):
@@ -401,17 +427,18 @@ def _power_newton(ops, a, k, b, t, steps):
     else:
         floor = ops.clamp_min(ops.exp(0.9 * ops.log_tiny / ops.clamp_min(km1, 0.9)), ops.tiny)
 
-    def body(state):
+    def body(state, rows):
         t, _, _ = state
-        base = ops.pos_part(b - a * t)
+        a, k, b, floor = rows
+        base = ops.pos_diff(b, a * t)
         safe = ops.clamp_min(base, floor)
-        p = ops.exp(km1 * ops.log(safe)) * base
+        p = ops.exp((k - 1) * ops.log(safe)) * base
         f = ops.row_sum(p)
-        step = (f - ops.exp(ops.log(f) * shrink)) / (a * ops.row_sum(p / safe))
+        step = (f - ops.exp(ops.log(f) * (1 - 1 / k))) / (a * ops.row_sum(p / safe))
         going = (f - 1 > tol) & (step > tol_t * t)
         return (ops.where(going, t + step, t), p, f), going
 
-    t, p, f = ops.repeat(steps, body, (t, ops.full(b, 0.0), ops.full(t, 1.0)), ops.full(t, True))
+    t, p, f = ops.repeat_rows(steps, body, (t, ops.full(b, 0.0), ops.full(t, 1.0)), ops.full(t, True), (a, k, b, floor))
     return p / f, t
 
 

@@ -80,6 +80,52 @@ class TorchOps(TensorOps):
     def branch(pred, fn, otherwise):
         return fn() if bool(pred.any()) else otherwise()
 
+    @staticmethod
+    def pos_diff(y, c):
+        return torch.sub(y, c).relu_()  # (one new tensor instead of two)
+
+    @staticmethod
+    def repeat_rows(n, body, state, going, rows=()):
+        # a round runs on the rows still going once they are at most half of those of the round
+        # before (a gather of their state and rows); the others' state is written back then
+        state = tuple(state)
+        done = list(state)
+        where = None  # the original index of each row in the rounds, None: all of them in order
+        for _ in range(n):
+            live = int(going.sum())
+            if live == 0:
+                break
+            count = going.shape[0]
+            if 2 * live <= count:
+                keep = going.reshape(-1).nonzero().squeeze(1)
+                done = _put(done, where, state)
+                where = keep if where is None else where[keep]
+                state, rows, going = _take(state, keep, count), _take(rows, keep, count), going[keep]
+            state, going = body(state, rows)
+        return tuple(_put(done, where, state))
+
+    @staticmethod
+    def on_rows(mask, fn, rows, otherwise):
+        keep = mask.reshape(-1).nonzero().squeeze(1)
+        if keep.numel() == 0:
+            return otherwise
+        if keep.numel() == mask.shape[0]:
+            return fn(*rows)
+        return otherwise.index_copy(0, keep, fn(*_take(rows, keep, mask.shape[0])).to(otherwise.dtype))
+
+
+def _take(values, keep, count):
+    """The rows ``keep`` of each tensor with ``count`` rows; other values (numbers, 0-d tensors) as they are."""
+    return tuple(v.index_select(0, keep) if isinstance(v, torch.Tensor) and v.ndim and v.shape[0] == count else v
+                 for v in values)
+
+
+def _put(done, where, state):
+    """``done`` with the rows ``where`` (all where ``None``) set to ``state``."""
+    if where is None:
+        return list(state)
+    return [d.index_copy(0, where, s) for d, s in zip(done, state)]
+
 
 _OPS: dict = {}
 
