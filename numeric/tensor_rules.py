@@ -121,6 +121,11 @@ class TensorOps(Ops):
     def pos_diff(self, y, c):
         return self.pos_part(y - c)
 
+    def support_sums(self, y, c, squares: bool):
+        """``(count, sum, sum of squares or None)`` per row of ``u = (y - c)_+`` over ``u > 0``."""
+        u = self.pos_diff(y, c)
+        return self.row_sum(self.support(u)), self.row_sum(u), self.row_sum(u * u) if squares else None
+
     def repeat_rows(self, n: int, body: Callable, state: tuple, going, rows: tuple = ()):
         """:meth:`repeat` of ``body(state, rows) -> (state, going)`` that computes each row from that row alone.
 
@@ -287,9 +292,8 @@ def support_rule(ops: TensorOps, r: Routines, y, steps: int = SUPPORT_STEPS):
             y, r = bound(rows)
             t, result, size, active = state
             c = t + r.clip()  # the support at t: y > c
-            u = ops.pos_diff(y, c)
-            kk = ops.row_sum(ops.support(u))
-            cand = r.tau_candidate(kk, ops.row_sum(u) + kk * c, 0 * kk)
+            kk, su, _ = ops.support_sums(y, c, False)
+            cand = r.tau_candidate(kk, su + kk * c, 0 * kk)
             exact = kk == size
             result = ops.where(active & exact, cand, result)
             t = ops.where(active & (cand > t), cand, t)
@@ -304,14 +308,11 @@ def support_rule(ops: TensorOps, r: Routines, y, steps: int = SUPPORT_STEPS):
             t, result, active = state
             a, clip = r.link_scale(), r.clip()
             c = t + clip
-            u = ops.pos_diff(y, c)
-            kk = ops.row_sum(ops.support(u))
-            su = ops.row_sum(u)
-            su2 = ops.row_sum(u * u)
+            kk, su, su2 = ops.support_sums(y, c, True)
             s1 = su + kk * c
             s2 = su2 + 2 * c * su + kk * c * c  # sum_S y**2 with y = u + c
             cand = r.tau_candidate(kk, s1, s2)
-            exact = (r.discriminant(kk, s1, s2) >= 0) & (ops.row_sum(ops.support(ops.pos_diff(y, cand + clip))) == kk)
+            exact = (r.discriminant(kk, s1, s2) >= 0) & (ops.support_sums(y, cand + clip, False)[0] == kk)
             # Newton on F = a**2 sum u**2, F' = -2 a**2 sum u, from below (F is convex)
             nxt = t + (a * a * su2 - 1) / (2 * a * a * su)
             result = ops.where(active & exact, cand, result)

@@ -85,6 +85,13 @@ class TorchOps(TensorOps):
         return torch.sub(y, c).relu_()  # (one new tensor instead of two)
 
     @staticmethod
+    def support_sums(y, c, squares):
+        u = torch.sub(y, c).relu_()  # in place after the one new tensor (allocating costs as much as a pass)
+        total = u.sum(dim=-1, keepdim=True)
+        total2 = torch.linalg.vecdot(u, u).unsqueeze(-1) if squares else None
+        return u.sign_().sum(dim=-1, keepdim=True), total, total2
+
+    @staticmethod
     def repeat_rows(n, body, state, going, rows=()):
         # a round runs on the rows still going once they are at most half of those of the round
         # before (a gather of their state and rows); the others' state is written back then
