@@ -424,7 +424,10 @@ def _target(x, target, axis: int):
         if tuple(target.shape) != batch:
             raise ValueError(f"integer labels must have shape {batch} for scores {tuple(x.shape)} along axis {axis}, "
                              f"got {tuple(target.shape)}")
-        if target.size and _concrete(target) and (int(np.min(target)) < 0 or int(np.max(target)) >= n):  # (NumPy: no tracing)
+        # (read as a NumPy array: inside a trace jnp operations, np.min's target.min() included, would be staged
+        # out even on a concrete array closed over, and int() of their tracer fails)
+        labels = np.asarray(target) if target.size and _concrete(target) else None
+        if labels is not None and (int(labels.min()) < 0 or int(labels.max()) >= n):
             raise ValueError(f"target labels must lie in [0, {n}) for axis {axis} of length {n}")
         return jnp.moveaxis(jax.nn.one_hot(target, n, dtype=x.dtype), -1, axis)
     if not (jnp.issubdtype(target.dtype, jnp.floating) or target.dtype == jnp.bool_):
