@@ -170,11 +170,14 @@ class Routines:
 
 
 # ------------------------------------------------------------------ forward
-def solve(ops: TensorOps, r: Routines, x, *, method: str = "auto"):
+def solve(ops: TensorOps, r: Routines, x, *, method: str = "auto", relative: bool = False):
     """``(p, tau)`` for the rows of ``x`` (2-D), ``tau`` of shape ``(rows, 1)``.
 
     ``method``: ``"auto"`` (the module's rule; a sort map takes :func:`support_rule`),
     or ``"sort"`` / ``"root"`` to force one (``"root"`` applies to every map).
+    ``relative``: ``tau`` less each row's maximum score, as the rules find it (the
+    absolute ``tau`` rounds at the scale of the scores, which may be far larger than
+    their spread); ``inf`` for a fully masked row and NaN for a NaN one either way.
     """
     m = ops.row_max(x)  # NaN with a NaN in the row, -inf when fully masked, +inf with a +inf score
     bad = ops.not_(ops.isfinite(m))
@@ -189,7 +192,7 @@ def solve(ops: TensorOps, r: Routines, x, *, method: str = "auto"):
     else:
         t = sort_rule(ops, r, y) if method == "sort" else support_rule(ops, r, y)
         p = sort_link(ops, r, y - t)
-    tau = m0 + t
+    tau = t if relative else m0 + t
 
     def overwrite():
         invalid = ops.isnan(m) | (m > 0) & bad
@@ -198,6 +201,40 @@ def solve(ops: TensorOps, r: Routines, x, *, method: str = "auto"):
                 ops.where(bad, ops.where(invalid, nan, float("inf")), tau))
 
     return ops.branch(bad, overwrite, lambda: (p, tau))
+
+
+def recomputable(r: Routines) -> bool:
+    """Whether a map's ``p`` is :func:`at_threshold` of its ``tau``: a sort or closed map, or a link of the power form.
+
+    (Other maps' root rule combines the two ends of a bracket across a kink of ``F``.)
+    """
+    module = r.module
+    return (module.THRESHOLD == "sort" or module.THRESHOLD == "closed" and r.has("link")
+            or module.LINK_FORM == "power" and r.has("link_scale"))
+
+
+def at_threshold(ops: TensorOps, r: Routines, x, t):
+    """``p = g_+(x - tau) / sum g_+(x - tau)`` for rows ``x`` and the relative threshold ``t = tau - max(x)``
+    that :func:`solve` gave them with ``relative=True`` (a :func:`recomputable` map): a maximum and one
+    pass instead of a solve, e.g. for the weights of attention's backward pass.
+
+    ``x - tau`` is computed as ``(x - max(x)) - t``, as the solve did.  The sum is 1 to
+    rounding; dividing by it gives the solved ``p`` to rounding.  A fully masked row
+    (``t = inf``) gives 0, a NaN row (``t`` NaN) NaN.
+    """
+    m = ops.row_max(x)
+    z = x - ops.where(ops.isfinite(m), m, 0) - t
+    if r.module.THRESHOLD == "sort":
+        g = sort_link(ops, r, z)
+    elif r.module.LINK_FORM == "power" and r.has("link_scale"):
+        g, _, _ = _power_link(ops, r.link_exponent(), r.link_scale() * (z - r.clip()))
+    else:
+        clip = r.clip()
+        live = z > clip
+        g = r.link(ops.where(live, z, clip))
+        g = ops.where(live & (g > 0), g, 0)
+    total = ops.row_sum(g)
+    return ops.where(total == 0, 0, g / total)
 
 
 def closed_rule(ops: TensorOps, r: Routines, y):
@@ -443,6 +480,18 @@ def _power_newton(ops, a, k, b, t, steps):
     return p / f, t
 
 
+def _power_link(ops, k, raw):
+    """``(p, base, mask)``: ``p = raw_+**k`` for a link of the power form (``raw = a (z - clip)``).
+
+    ``p = base**k = exp(k log base)`` with ``base >= tiny`` and ``k log base >= 0.9 log(tiny)``: no
+    zero, infinity, underflow or subnormal number reaches log and exp (their slow paths; ``p`` below
+    ``tiny**0.9`` is off by less than that); off the support (``mask``) ``p`` is then exactly 0.
+    """
+    base = ops.clamp_min(raw, ops.tiny)
+    mask = ops.support(ops.pos_part(raw))
+    return ops.exp(ops.clamp_min(k * ops.log(base), 0.9 * ops.log_tiny)) * mask, base, mask
+
+
 def _root_halley(ops, r, y, steps, power, lo, hi):
     """:func:`root_rule`'s safeguarded Halley from the bracket ``[lo, hi]``; ``power``: ``(a, k, b)`` of the link's power form, or ``None``."""
     clip = r.clip()
@@ -452,13 +501,7 @@ def _root_halley(ops, r, y, steps, power, lo, hi):
         scale = 0  # t has no offset: the bracket's width is judged relative to t
 
         def probabilities(t):
-            # p = base**k = exp(k log base) with base >= tiny and k log base >= 0.9 log(tiny): no zero, infinity,
-            # underflow or subnormal number reaches log and exp (their slow paths; p below tiny**0.9 is off by
-            # less than that); off the support p is then masked to exactly 0
-            raw = b - a * t
-            base = ops.clamp_min(raw, ops.tiny)
-            mask = ops.support(ops.pos_part(raw))
-            return ops.exp(ops.clamp_min(k * ops.log(base), 0.9 * ops.log_tiny)) * mask, base, mask
+            return _power_link(ops, k, b - a * t)
 
         def sums(t):
             p, base, _ = probabilities(t)

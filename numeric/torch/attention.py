@@ -182,17 +182,27 @@ class _Spec:
             stop = min(self.L, start + self.block)
             yield start, stop, (min(self.S, stop) if self.causal else self.S)
 
-    def weights(self, a, params, start: int, stop: int):
-        """The (dropped-out) weights of the scores ``a`` of rows ``start:stop``; ``params`` full-size tensors."""
+    def weights(self, a, params, start: int, stop: int, tau=None, keep_tau=False):
+        """The (dropped-out) weights of the scores ``a`` of rows ``start:stop``; ``params`` full-size tensors.
+
+        A map's weights can come from the thresholds ``tau`` it gave these scores before (one
+        pass instead of a solve); ``keep_tau``: return ``(weights, tau)`` (``tau`` ``None`` where
+        there is none to keep).
+        """
         kw = {n: _rows(t, start, stop) for n, t in zip(self.names, params)}
+        kept = None
         if self.guard:  # a plain callable: rows with no key get weights 0 (and it sees finite scores there)
             dead = torch.isneginf(a).all(dim=-1, keepdim=True)
             p = self.fn(a.masked_fill(dead, 0.0), dim=-1).masked_fill(dead, 0.0)
+        elif self.is_map and (keep_tau or tau is not None):
+            p = self.fn._run(a, -1, kw, tau=tau, keep_tau=keep_tau)
+            if keep_tau:
+                p, kept = p
         else:
             p = self.fn(a, dim=-1, **kw)
         if self.dropout_p > 0:
             p = F.dropout(p, self.dropout_p, training=True)
-        return p
+        return (p, kept) if keep_tau else p
 
 
 def _rng_state(device):
@@ -220,19 +230,24 @@ class _BlockedAttention(torch.autograd.Function):
         batch = tuple(torch.broadcast_shapes(qs.shape[:-2], key.shape[:-2], value.shape[:-2]))
         out = qs.new_empty(batch + (spec.L, value.shape[-1]))
         ctx.rng = _rng_state(qs.device) if spec.dropout_p > 0 else None
+        taus = None  # the map's thresholds, (batch, L, 1): the backward pass's weights without a solve
         for start, stop, keys in spec.blocks():
             a = _scores(qs[..., start:stop, :], key[..., :keys, :], _mask_block(mask, start, stop, keys), start, spec.causal)
-            p = spec.weights(a, params, start, stop)
+            p, tau = spec.weights(a, params, start, stop, keep_tau=True)
+            if tau is not None:
+                if taus is None:
+                    taus = tau.new_empty(tau.shape[:-2] + (spec.L, 1))
+                taus[..., start:stop, :] = tau
             del a
             out[..., start:stop, :] = torch.matmul(p, value[..., :keys, :])
         ctx.spec = spec
-        ctx.save_for_backward(qs, key, value, mask, *params)
+        ctx.save_for_backward(qs, key, value, mask, taus, *params)
         return out
 
     @staticmethod
     @once_differentiable
     def backward(ctx, dout):
-        qs, key, value, mask, *params = ctx.saved_tensors
+        qs, key, value, mask, taus, *params = ctx.saved_tensors
         spec = ctx.spec
         need_q, need_k, need_v, need_m = ctx.needs_input_grad[:4]
         need_p = ctx.needs_input_grad[5:]
@@ -254,7 +269,7 @@ class _BlockedAttention(torch.autograd.Function):
                 a = _scores(q_b, k_b, _mask_block(mask, start, stop, keys), start, spec.causal)
                 with torch.enable_grad():
                     a.requires_grad_()
-                    w = spec.weights(a, leaves, start, stop)
+                    w = spec.weights(a, leaves, start, stop, tau=None if taus is None else taus[..., start:stop, :])
                 if need_v:
                     dv[..., :keys, :] += torch.matmul(w.detach().transpose(-2, -1), g)
                 if not (need_q or need_k or need_m or wanted):

@@ -117,13 +117,25 @@ class _Solver:
         p, _ = tensor_rules.solve(ops_for(x.dtype), self.routines(params), x, method=self.method)
         return p
 
+    def solve(self, x, params):
+        """``(p, t)`` for the rows of the 2-D ``x`` (no graph): ``t = tau - max(x)``, or ``None`` where :meth:`at`
+        cannot use it."""
+        r = self.routines(params)
+        if self.softmax or not tensor_rules.recomputable(r):
+            return self.forward(x, params), None
+        return tensor_rules.solve(ops_for(x.dtype), r, x, method=self.method, relative=True)
+
+    def at(self, x, tau, params):
+        """``p`` for the rows of the 2-D ``x`` from the ``t`` of :meth:`solve` (no graph)."""
+        return tensor_rules.at_threshold(ops_for(x.dtype), self.routines(params), x, tau)
+
 
 class _MapFunction(torch.autograd.Function):
     """``p = m(x)`` on rows ``x`` (2-D) with parameter tensors of shape ``(rows, 1)`` or ``()``."""
 
     @staticmethod
-    def forward(ctx, x, solver, *params):
-        p = solver.forward(x, params)
+    def forward(ctx, x, solver, tau, *params):
+        p = solver.forward(x, params) if tau is None else solver.at(x, tau, params)
         ctx.solver = solver
         ctx.save_for_backward(p, *params)
         return p
@@ -137,9 +149,9 @@ class _MapFunction(torch.autograd.Function):
         # first order: weight(p) unmasked where weight(0) allows; a graph for double backward masks it
         # (weight' may be infinite at 0)
         jg = tensor_rules.jvp(ops, r, p, grad, None if torch.is_grad_enabled() else solver.at_zero)
-        out = [jg if ctx.needs_input_grad[0] else None, None]
+        out = [jg if ctx.needs_input_grad[0] else None, None, None]
         for i, (name, q) in enumerate(zip(solver.names, params)):
-            if not ctx.needs_input_grad[2 + i]:
+            if not ctx.needs_input_grad[3 + i]:
                 out.append(None)
                 continue
             if p.dtype == torch.float64:
@@ -226,19 +238,26 @@ class TorchMap:
 
     def __call__(self, x, dim: int = -1, **params):
         """``p*(x)`` along ``dim``: same shape, dtype and device as ``x``."""
+        return self._run(x, dim, params)
+
+    def _run(self, x, dim, params, tau=None, keep_tau=False):
+        """``p``, or ``(p, tau)`` with ``keep_tau`` (``tau`` of size 1 along ``dim``, the threshold less the row's
+        maximum, or ``None`` where the map cannot use it), or ``p`` from a ``tau`` kept before: one pass instead
+        of a solve, the same gradient."""
         if not isinstance(x, torch.Tensor):
             raise TypeError(f"scores must be a torch tensor, got {type(x).__name__}")
         if not x.is_floating_point():
             raise TypeError(f"scores must be a floating tensor, got dtype {x.dtype}")
         dim = _check_dim(x, dim)
-        if self._solver.softmax and not params:
+        if self._solver.softmax and not params and tau is None:
             # torch.softmax along dim, its own autograd (its backward p * (v - p.v) is the derived JVP with
             # w = p, sum(w) = 1); a row with a NaN (or +inf) score or fully masked comes out NaN in every
             # entry, so one column tells whether there is one: then the rules below solve the call
             xc = x.to(torch.float32) if x.dtype in _HALF else x
             p = torch.softmax(xc, dim)
             if not math.isnan(p.select(dim, 0).sum().item()):
-                return p if p.dtype == x.dtype else p.to(x.dtype)
+                p = p if p.dtype == x.dtype else p.to(x.dtype)
+                return (p, None) if keep_tau else p
         for name, value in params.items():  # (before the domain check, which reads the values)
             if isinstance(value, torch.Tensor) and value.device != x.device:
                 raise ValueError(f"parameter {name} is on {value.device}, the scores on {x.device}")
@@ -252,13 +271,26 @@ class TorchMap:
         moved = xc if last else xc.movedim(dim, -1)
         flat = moved.reshape(-1, x.shape[dim])
         tensors = tuple(self._param_rows(n, values[n], x, dim, dtype) for n in self.module.PARAMETERS)
+        if tau is not None:
+            tau = (tau if last else tau.movedim(dim, -1)).to(dtype).reshape(-1, 1)
+        kept = None
         if torch.is_grad_enabled() and (x.requires_grad or any(t.requires_grad for t in tensors)):
-            p = _MapFunction.apply(flat, self._solver, *tensors)
+            p = _MapFunction.apply(flat, self._solver, tau, *tensors)
+        elif tau is not None:
+            p = self._solver.at(flat, tau, tensors)
+        elif keep_tau:
+            p, kept = self._solver.solve(flat, tensors)
         else:
             p = self._solver.forward(flat, tensors)
         p = p.reshape(moved.shape)
         p = p if last else p.movedim(-1, dim)
-        return p if p.dtype == x.dtype else p.to(x.dtype)
+        p = p if p.dtype == x.dtype else p.to(x.dtype)
+        if not keep_tau:
+            return p
+        if kept is not None:
+            kept = kept.reshape(moved.shape[:-1] + (1,))
+            kept = kept if last else kept.movedim(-1, dim)
+        return p, kept
 
 
 def get_map(mapping, *, threshold: str = "auto", **params) -> TorchMap:

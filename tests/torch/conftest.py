@@ -6,6 +6,11 @@ import sys
 
 import pytest
 
+try:
+    from numeric.torch.maps import TorchMap
+except ImportError:  # (torch absent: the tests of this folder skip)
+    TorchMap = object
+
 from derive import generate_module
 from tests.numeric.conftest import USER, derivation
 
@@ -24,3 +29,16 @@ def torch_user_modules(tmp_path_factory):
     sys.path.insert(0, str(folder))
     yield folder
     sys.path.remove(str(folder))
+
+
+class RecordingMap(TorchMap):
+    """A TorchMap that records the shape of every block of scores it is given (attention calls ``_run``, through
+    which every call of a map goes)."""
+
+    def __init__(self, *args, **kwargs):
+        super().__init__(*args, **kwargs)
+        self.calls = []
+
+    def _run(self, x, dim, params, **kw):
+        self.calls.append(tuple(x.shape))
+        return super()._run(x, dim, params, **kw)

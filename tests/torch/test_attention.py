@@ -18,7 +18,9 @@ from hypothesis import strategies as st  # noqa: E402
 
 import numeric as nm  # noqa: E402
 from numeric.torch.attention import BLOCK_ENTRIES, attention  # noqa: E402
-from numeric.torch.maps import TorchMap, get_map  # noqa: E402
+from numeric.torch.maps import get_map  # noqa: E402
+
+from .conftest import RecordingMap  # noqa: E402
 
 INF = math.inf
 F64 = torch.float64
@@ -296,18 +298,6 @@ def test_weights_on_the_simplex(seed, L, S, name, causal, block):
 
 
 # ------------------------------------------------------------------ memory: the blocks
-class _Recording(TorchMap):
-    """A TorchMap that records the shape of every block of scores it is given, and whether autograd runs it."""
-
-    def __init__(self, *args, **kwargs):
-        super().__init__(*args, **kwargs)
-        self.calls = []
-
-    def __call__(self, x, dim=-1, **params):
-        self.calls.append(tuple(x.shape))
-        return super().__call__(x, dim=dim, **params)
-
-
 def _max_saved(fn):
     """``(out, largest number of elements among the tensors autograd saves while fn runs)``."""
     sizes = [0]
@@ -328,7 +318,7 @@ def test_blocks_bound_the_scores_forward_and_backward(kind, causal):
     block = 8
     q, k, v = _qkv(80, batch=(2,), L=L, S=S, E=4, Ev=4)
     mask = _bool_mask(81, (L, S), p=0.1)
-    rec = _Recording("entmax15")
+    rec = RecordingMap("entmax15")
     calls = []
 
     def recording_callable(s, dim):
@@ -353,7 +343,7 @@ def test_blocks_bound_the_scores_forward_and_backward(kind, causal):
 def test_default_block_holds_block_entries():
     L, S = 300, 1 << 12
     q, k, v = _qkv(90, batch=(2,), L=L, S=S, E=2, Ev=1, dtype=torch.float32, grad=False)
-    rec = _Recording("softmax")
+    rec = RecordingMap("softmax")
     attention(q, k, v, mapping=rec)
     rows = BLOCK_ENTRIES // (2 * S)
     assert {shape for shape in rec.calls} == {(2, rows, S), (2, L % rows, S)}

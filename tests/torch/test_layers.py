@@ -9,7 +9,9 @@ import pytest
 torch = pytest.importorskip("torch")
 
 from numeric.torch.layers import MultiheadAttention  # noqa: E402
-from numeric.torch.maps import TorchMap, get_map  # noqa: E402
+from numeric.torch.maps import get_map  # noqa: E402
+
+from .conftest import RecordingMap  # noqa: E402
 
 F64 = torch.float64
 E, H = 8, 2
@@ -222,20 +224,10 @@ def test_per_head_alpha_matches_a_map_with_those_alphas():
 
 
 # ------------------------------------------------------------------ other maps, long sequences
-class _Recording(TorchMap):
-    def __init__(self, *args, **kwargs):
-        super().__init__(*args, **kwargs)
-        self.calls = []
-
-    def __call__(self, x, dim=-1, **params):
-        self.calls.append(tuple(x.shape))
-        return super().__call__(x, dim=dim, **params)
-
-
 def test_without_weights_the_layer_attends_in_blocks():
     from numeric.torch.attention import BLOCK_ENTRIES
 
-    rec = _Recording("sparsemax")
+    rec = RecordingMap("sparsemax")
     layer = MultiheadAttention(E, H, batch_first=True, mapping=rec)
     L = 1500
     rows = BLOCK_ENTRIES // (H * L)
