@@ -20,7 +20,9 @@ the scores' device.
 Where the module's ``TERM_IS_EXP`` says the closed threshold's term is ``exp``
 itself (softmax), a call is :func:`torch.softmax` with torch's own backward
 ``p * (v - p.v)`` (the derived JVP with ``w = p``, ``sum(w) = 1``); only a call
-with a NaN or fully masked row takes the rules and the derived backward.
+with a NaN or fully masked row takes the rules and the derived backward.  Under
+:func:`torch.compile` such a call is traced without a branch on values (no graph
+break): fully masked rows are masked to 0 around :func:`torch.softmax`.
 """
 
 from __future__ import annotations
@@ -254,8 +256,17 @@ class TorchMap:
             # w = p, sum(w) = 1); a row with a NaN (or +inf) score or fully masked comes out NaN in every
             # entry, so one column tells whether there is one: then the rules below solve the call
             xc = x.to(torch.float32) if x.dtype in _HALF else x
-            p = torch.softmax(xc, dim)
-            if not math.isnan(p.select(dim, 0).sum().item()):
+            p = None
+            if torch.compiler.is_compiling():
+                # traced, so no branch on values: the fully masked rows, the only ones where torch.softmax
+                # (NaN) and the rules (0) differ, are set to 0 and see scores 0 (gradient 0, not NaN); the
+                # compiler fuses the masks into the softmax's kernel
+                dead = torch.isneginf(xc).all(dim, keepdim=True)
+                p = torch.softmax(xc.masked_fill(dead, 0.0), dim).masked_fill(dead, 0.0)
+            else:
+                p = torch.softmax(xc, dim)
+                p = None if math.isnan(p.select(dim, 0).sum().item()) else p
+            if p is not None:
                 p = p if p.dtype == x.dtype else p.to(x.dtype)
                 return (p, None) if keep_tau else p
         for name, value in params.items():  # (before the domain check, which reads the values)

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import math
 import warnings
 
 import pytest
@@ -34,3 +35,32 @@ def test_compiled_map_forward_and_backward():
     assert not ours, [str(w.message) for w in ours]
     torch.testing.assert_close(vc, ve, rtol=1e-12, atol=1e-12)
     torch.testing.assert_close(xc.grad, xe.grad, rtol=1e-12, atol=1e-12)
+
+
+def test_compiled_softmax_is_one_graph_with_the_rules_on_hard_rows():
+    """softmax under torch.compile(fullgraph=True): no graph break (no value read on the host), and the rules'
+    values on fully masked (0), NaN and +inf (NaN) rows; gradients equal eager's, 0 on the fully masked row."""
+    pytest.importorskip("torch._dynamo")
+    m = TorchMap("softmax")
+    x = torch.randn(6, 7, dtype=torch.float64, generator=torch.Generator().manual_seed(1))
+    x[1, 2] = -math.inf  # a masked score
+    x[2] = -math.inf  # a fully masked row
+    x[3, 4] = math.nan
+    x[4, 0] = math.inf
+    w = torch.randn(6, 7, dtype=torch.float64, generator=torch.Generator().manual_seed(2))
+
+    def f(x):
+        return m(x)
+
+    xe, xc = x.clone().requires_grad_(), x.clone().requires_grad_()
+    pe = f(xe)
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")  # (torch's own tracing warnings; see the test above)
+        pc = torch.compile(f, backend="inductor", fullgraph=True)(xc)
+    torch.testing.assert_close(pc, pe, rtol=1e-14, atol=1e-15, equal_nan=True)
+    assert bool((pc[2] == 0).all()) and bool(pc[3].isnan().all()) and bool(pc[4].isnan().all())
+    live = [0, 1, 2, 5]
+    (ge,) = torch.autograd.grad((pe[live] * w[live]).sum(), xe)
+    (gc,) = torch.autograd.grad((pc[live] * w[live]).sum(), xc)
+    torch.testing.assert_close(gc[live], ge[live], rtol=1e-13, atol=1e-15)
+    assert bool((gc[2] == 0).all())
