@@ -126,6 +126,14 @@ class TensorOps(Ops):
         u = self.pos_diff(y, c)
         return self.row_sum(self.support(u)), self.row_sum(u), self.row_sum(u * u) if squares else None
 
+    def power_sums(self, b, c, km1, floor):
+        """``(p, sum p, sum p / max(u, floor))`` per row of ``u = (b - c)_+``, ``p = max(u, floor)**km1 * u``
+        (the power-form Newton's values; ``km1 = k - 1``, ``floor`` a number or ``(R, 1)``)."""
+        u = self.pos_diff(b, c)
+        safe = self.clamp_min(u, floor)
+        p = self.exp(km1 * self.log(safe)) * u
+        return p, self.row_sum(p), self.row_sum(p / safe)
+
     def repeat_rows(self, n: int, body: Callable, state: tuple, going, rows: tuple = ()):
         """:meth:`repeat` of ``body(state, rows) -> (state, going)`` that computes each row from that row alone.
 
@@ -468,11 +476,8 @@ def _power_newton(ops, a, k, b, t, steps):
     def body(state, rows):
         t, _, _ = state
         a, k, b, floor = rows
-        base = ops.pos_diff(b, a * t)
-        safe = ops.clamp_min(base, floor)
-        p = ops.exp((k - 1) * ops.log(safe)) * base
-        f = ops.row_sum(p)
-        step = (f - ops.exp(ops.log(f) * (1 - 1 / k))) / (a * ops.row_sum(p / safe))
+        p, f, total = ops.power_sums(b, a * t, k - 1, floor)
+        step = (f - ops.exp(ops.log(f) * (1 - 1 / k))) / (a * total)
         going = (f - 1 > tol) & (step > tol_t * t)
         return (ops.where(going, t + step, t), p, f), going
 

@@ -92,6 +92,14 @@ class TorchOps(TensorOps):
         return u.sign_().sum(dim=-1, keepdim=True), total, total2
 
     @staticmethod
+    def power_sums(b, c, km1, floor):
+        # three new tensors instead of seven: u, safe (then p / safe in place) and p
+        u = torch.sub(b, c).relu_()
+        safe = torch.clamp_min(u, floor)
+        p = safe.log().mul_(km1).exp_().mul_(u)
+        return p, p.sum(dim=-1, keepdim=True), torch.div(p, safe, out=safe).sum(dim=-1, keepdim=True)
+
+    @staticmethod
     def repeat_rows(n, body, state, going, rows=()):
         # a round runs on the rows still going once they are at most half of those of the round
         # before (a gather of their state and rows); the others' state is written back then
