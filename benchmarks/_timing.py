@@ -4,12 +4,13 @@ import statistics
 import time
 
 
-def median_seconds(fn, repeat: int = 5, warmup: bool = True) -> float:
-    """Median wall time of ``fn()`` over ``repeat`` runs (one untimed warm-up run first)."""
+def median_seconds(fn, repeat: int = 5, warmup: bool = True, min_seconds: float = 0.0) -> float:
+    """Median wall time of ``fn()`` over ``repeat`` runs (one untimed warm-up run first), or over as
+    many more runs (up to 1000) as fill ``min_seconds``: short calls get enough runs for a stable median."""
     if warmup:
         fn()
     times = []
-    for _ in range(repeat):
+    while len(times) < repeat or sum(times) < min_seconds and len(times) < 1000:
         start = time.perf_counter()
         fn()
         times.append(time.perf_counter() - start)

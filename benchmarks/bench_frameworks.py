@@ -7,7 +7,9 @@ Run (torch's CPU wheel first, then the peers):
 
 * maps, forward and forward+backward, n = 64 / 1024 / 16384 (2**17 scores in all):
   ``numeric.torch`` against the entmax package (``entmax_bisect``, ``sparsemax``,
-  ``entmax15``) and ``torch.softmax``; softmax also under ``torch.compile``;
+  ``entmax15``) and ``torch.softmax``; softmax also under ``torch.compile``
+  against ``torch.softmax`` under ``torch.compile`` (the cost of tracing the
+  derived map's branches, against the same compiler's softmax);
 * attention, N = 2, H = 4, L = S = 1024, E = 64: ``numeric.torch.attention`` with
   entmax15 against SDPA-shaped attention built from ``entmax.entmax15``, and
   with softmax against ``scaled_dot_product_attention``;
@@ -18,7 +20,16 @@ Run (torch's CPU wheel first, then the peers):
   the bracket ``[max - 1, max - n**(1 - alpha)]`` on the scaled scores).
 
 Every figure is a ratio of medians measured in this run; goals (issue 14) are
-reported met or missed.  A missing peer is reported, not fatal.  Writes
+reported met or missed.
+
+The maps' tensors are 512 KiB.  glibc's malloc, which torch's CPU allocator
+calls, returns freed blocks that size to the system (``mmap`` / heap trimming),
+so every temporary tensor is page-faulted in again when it is allocated (about
+0.3 us per 4 KiB page, and worse on two threads, which fault in parallel).  That
+cost grows with the number of temporaries, not with the arithmetic; a caching
+allocator (jemalloc, tcmalloc, or glibc told to keep freed memory) removes it.
+``--keep-freed-memory`` runs the same measurements under
+``GLIBC_TUNABLES`` that keep freed blocks in the process, for both sides.  A missing peer is reported, not fatal.  Writes
 ``frameworks.json`` and ``frameworks.md`` to ``--out``.
 """
 
@@ -36,17 +47,21 @@ from pathlib import Path
 from _timing import median_seconds
 
 SIZES = (64, 1024, 16384)
+#: each figure's runs fill at least this long (a median over hundreds of runs for the fast calls)
+MIN_SECONDS = 0.25
 
 
 def _torch_maps(torch, rt, entmax, sizes, repeat):
     rows = []
     compiled_softmax = torch.compile(rt.softmax)
+    compiled_torch_softmax = torch.compile(torch.softmax)
     for n in sizes:
         x = torch.randn(max(1, 2**17 // n), n, generator=torch.Generator().manual_seed(n))
         dy = torch.randn_like(x)
         pairs = {
             "softmax": (lambda t: rt.softmax(t, dim=-1), "torch.softmax", lambda t: torch.softmax(t, -1)),
-            "softmax (compiled)": (lambda t: compiled_softmax(t, dim=-1), "torch.softmax", lambda t: torch.softmax(t, -1)),
+            "softmax (compiled)": (lambda t: compiled_softmax(t, dim=-1), "torch.softmax (compiled)",
+                                   lambda t: compiled_torch_softmax(t, -1)),
             "sparsemax": (lambda t: rt.sparsemax(t, dim=-1), "entmax.sparsemax", entmax and (lambda t: entmax.sparsemax(t, dim=-1))),
             "entmax15": (lambda t: rt.entmax15(t, dim=-1), "entmax.entmax15", entmax and (lambda t: entmax.entmax15(t, dim=-1))),
             "entmax(1.3)": (lambda t: rt.entmax(t, 1.3, dim=-1), "entmax.entmax_bisect",
@@ -65,14 +80,14 @@ def _torch_maps(torch, rt, entmax, sizes, repeat):
 def _time_torch(torch, fn, x, dy, mode, repeat):
     if mode == "forward":
         with torch.no_grad():
-            return median_seconds(lambda: fn(x), repeat)
+            return median_seconds(lambda: fn(x), repeat, min_seconds=MIN_SECONDS)
     leaf = x.detach().requires_grad_()
 
     def step():
         leaf.grad = None
         fn(leaf).backward(dy)
 
-    return median_seconds(step, repeat)
+    return median_seconds(step, repeat, min_seconds=MIN_SECONDS)
 
 
 def _torch_attention(torch, rt, entmax, repeat, shape=(2, 4, 1024, 64)):
@@ -109,23 +124,29 @@ def _time_attention(torch, fn, q, k, v, dout, mode, repeat):
             t.grad = None
         fn(*leaves).backward(dout)
 
-    return median_seconds(step, repeat)
+    return median_seconds(step, repeat, min_seconds=MIN_SECONDS)
 
 
 _MEMORY_CHILD = """
-import resource, sys, torch
+import sys, torch
 from numeric import torch as rt
+
+
+def status(key):  # MiB
+    with open("/proc/self/status") as f:
+        return next(int(line.split()[1]) for line in f if line.startswith(key)) / 1024
+
+
 torch.set_num_threads(int(sys.argv[3]))
 L, mapping = int(sys.argv[1]), sys.argv[2]
 g = torch.Generator().manual_seed(0)
 q, k, v = (torch.randn(1, 1, L, 64, generator=g).requires_grad_() for _ in range(3))
 dout = torch.randn(1, 1, L, 64, generator=g)
-with open("/proc/self/statm") as f:
-    before = int(f.read().split()[1]) * resource.getpagesize()
-peak_before = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024
+before = status("VmRSS")
+with open("/proc/self/clear_refs", "w") as f:  # the high-water mark restarts here (imports' peaks forgotten)
+    f.write("5")
 rt.attention(q, k, v, is_causal=True, mapping=mapping).backward(dout)
-peak = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024
-print(max(0, peak - max(before, peak_before)) / 2**20)
+print(status("VmHWM") - before)
 """
 
 
@@ -181,9 +202,13 @@ def _jax_maps(sizes, repeat):
         for mode, ours, peer in (("forward", lambda: ours_fn(x), lambda: peer_fn(x)),
                                  ("forward+backward", lambda: ours_grad(x, d), lambda: peer_grad(x, d))):
             rows.append(dict(what=f"jax entmax(1.3) {mode}", n=n, peer="jnp bisection (entmax's algorithm), jit",
-                             ours_ms=median_seconds(lambda: ours().block_until_ready(), repeat) * 1e3,
-                             peer_ms=median_seconds(lambda: peer().block_until_ready(), repeat) * 1e3))
+                             ours_ms=median_seconds(lambda: ours().block_until_ready(), repeat, min_seconds=MIN_SECONDS) * 1e3,
+                             peer_ms=median_seconds(lambda: peer().block_until_ready(), repeat, min_seconds=MIN_SECONDS) * 1e3))
     return rows
+
+
+#: glibc's malloc keeps freed blocks of up to 256 MiB in the process instead of returning them to the system
+_KEEP_FREED = "glibc.malloc.mmap_threshold=268435456:glibc.malloc.trim_threshold=1073741824"
 
 
 def _goals(rows, memory):
@@ -200,7 +225,7 @@ def _goals(rows, memory):
             out.append((f"sparsemax {mode} n={n}: >= 2x entmax.sparsemax", ratio(f"sparsemax {mode}", n, "entmax"), 2.0))
             out.append((f"entmax15 {mode} n={n}: >= 2x entmax.entmax15", ratio(f"entmax15 {mode}", n, "entmax"), 2.0))
             out.append((f"softmax {mode} n={n}: >= 0.8x torch.softmax", ratio(f"softmax {mode}", n, "torch"), 0.8))
-            out.append((f"softmax (compiled) {mode} n={n}: >= 0.8x torch.softmax",
+            out.append((f"softmax (compiled) {mode} n={n}: >= 0.8x torch.softmax (compiled)",
                         ratio(f"softmax (compiled) {mode}", n, "torch"), 0.8))
     for mode in ("forward", "forward+backward"):
         out.append((f"attention entmax15 {mode} L=1024: >= 3x SDPA-shaped entmax.entmax15",
@@ -217,7 +242,11 @@ def main(argv=None) -> int:
     parser.add_argument("--quick", action="store_true", help="fewer repeats, no L = 16384 memory run")
     parser.add_argument("--threads", type=int, default=2)
     parser.add_argument("--out", type=Path, default=Path(__file__).resolve().parent / "results")
+    parser.add_argument("--keep-freed-memory", action="store_true",
+                        help=f"run again under GLIBC_TUNABLES={_KEEP_FREED} (see the docstring)")
     args = parser.parse_args(argv)
+    if args.keep_freed_memory and os.environ.get("GLIBC_TUNABLES") != _KEEP_FREED:
+        os.execve(sys.executable, [sys.executable, *sys.argv], {**os.environ, "GLIBC_TUNABLES": _KEEP_FREED})
     repeat = 3 if args.quick else 7
     rows, missing, memory = [], [], None
     try:
@@ -246,11 +275,12 @@ def main(argv=None) -> int:
         rows += _jax_maps(SIZES, repeat)
     checked = _goals(rows, memory)
     meta = dict(machine=f"{platform.machine()}, {os.cpu_count()} cores", python=platform.python_version(),
-                threads=args.threads, missing_peers=missing, load_average=os.getloadavg()[0],
+                threads=args.threads, glibc_tunables=os.environ.get("GLIBC_TUNABLES"), missing_peers=missing, load_average=os.getloadavg()[0],
                 max_rss_mib=resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024)
     args.out.mkdir(parents=True, exist_ok=True)
     (args.out / "frameworks.json").write_text(json.dumps(dict(meta=meta, rows=rows, targets=checked), indent=2) + "\n")
-    lines = ["| what | n | peer | regattn ms | peer ms | speed-up |", "|---|---:|---|---:|---:|---:|"]
+    lines = [f"{args.threads} thread(s); GLIBC_TUNABLES={meta['glibc_tunables'] or '(unset)'}", "",
+             "| what | n | peer | regattn ms | peer ms | speed-up |", "|---|---:|---|---:|---:|---:|"]
     lines += [f"| {r['what']} | {r['n']} | {r['peer']} | {r['ours_ms']:.3f} | {r['peer_ms']:.3f} | "
               f"{r['peer_ms'] / r['ours_ms']:.2f}x |" for r in rows]
     lines += ["", "| goal | measured | met |", "|---|---:|---|"]

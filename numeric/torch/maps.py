@@ -22,7 +22,7 @@ itself (softmax), a call is :func:`torch.softmax` with torch's own backward
 ``p * (v - p.v)`` (the derived JVP with ``w = p``, ``sum(w) = 1``); only a call
 with a NaN or fully masked row takes the rules and the derived backward.  Under
 :func:`torch.compile` such a call is traced without a branch on values (no graph
-break): fully masked rows are masked to 0 around :func:`torch.softmax`.
+break): softmax written out, fully masked rows divided by 1 instead of 0.
 """
 
 from __future__ import annotations
@@ -31,6 +31,7 @@ import math
 from functools import lru_cache
 from types import ModuleType
 
+import numpy as np
 import torch
 
 from .. import _trust, contract, tensor_rules
@@ -104,7 +105,10 @@ class _Solver:
         self.softmax = bool(module.TERM_IS_EXP) and not self.names and threshold == "auto"
         self.at_zero = None  # weight(0) of a map without parameters (see numeric.tensor_rules._weights)
         if not self.names:
-            w0 = float(self.table["weight"](torch.zeros((), dtype=torch.float64)))
+            # (the module's NumPy weight: a torch tensor read back would break a torch.compile graph that
+            # builds the first map of a module)
+            with np.errstate(all="ignore"):
+                w0 = float(module.weight(np.float64(0.0)))
             self.at_zero = "zero" if w0 == 0 else "finite" if math.isfinite(w0) else None
 
     def routines(self, params) -> tensor_rules.Routines:
@@ -258,14 +262,20 @@ class TorchMap:
             xc = x.to(torch.float32) if x.dtype in _HALF else x
             p = None
             if torch.compiler.is_compiling():
-                # traced, so no branch on values: the fully masked rows, the only ones where torch.softmax
-                # (NaN) and the rules (0) differ, are set to 0 and see scores 0 (gradient 0, not NaN); the
-                # compiler fuses the masks into the softmax's kernel
-                dead = torch.isneginf(xc).all(dim, keepdim=True)
-                p = torch.softmax(xc.masked_fill(dead, 0.0), dim).masked_fill(dead, 0.0)
+                # traced, so no branch on values: softmax written out as the compiler decomposes it, with
+                # fully masked rows (maximum -inf), the only ones where torch.softmax (NaN) and the rules
+                # (0) differ, shifted by 0 (exp gives 0) and divided by 1; the maximum is a constant shift
+                # (p does not depend on it: no gradient through it)
+                m = xc.detach().amax(dim, keepdim=True)
+                e = torch.exp(xc - torch.where(m == -math.inf, 0.0, m))
+                total = e.sum(dim, keepdim=True)
+                p = e / torch.where(total == 0, 1.0, total)
             else:
                 p = torch.softmax(xc, dim)
-                p = None if math.isnan(p.select(dim, 0).sum().item()) else p
+                # one column, or every entry when rows are short and contiguous: the column then reads a cache
+                # line per row, most written by the other threads of the softmax (slower than a parallel sum)
+                short = p.stride(dim) == 1 and p.shape[dim] < 512
+                p = None if math.isnan((p.sum() if short else p.select(dim, 0).sum()).item()) else p
             if p is not None:
                 p = p if p.dtype == x.dtype else p.to(x.dtype)
                 return (p, None) if keep_tau else p
@@ -363,12 +373,11 @@ def entmax(x, alpha, dim: int = -1):
     return _builtin("entmax")(x, dim=dim, alpha=alpha)
 
 
-_BUILTIN: dict = {}
+#: the built-in maps, built on import (4 ms): building a map loads and checks its module, which torch.compile
+#: cannot trace, so a compiled function calling softmax(...) first would break its graph there
+_BUILTIN = {name: TorchMap(name) for name in ("softmax", "sparsemax", "entmax15", "entmax")}
 
 
 def _builtin(name: str) -> TorchMap:
-    m = _BUILTIN.get(name)
-    if m is None:
-        m = _BUILTIN[name] = TorchMap(name)
-    return m
+    return _BUILTIN[name]
 

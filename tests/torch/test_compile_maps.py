@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import math
+import subprocess
+import sys
 import warnings
 
 import pytest
@@ -64,3 +66,28 @@ def test_compiled_softmax_is_one_graph_with_the_rules_on_hard_rows():
     (gc,) = torch.autograd.grad((pc[live] * w[live]).sum(), xc)
     torch.testing.assert_close(gc[live], ge[live], rtol=1e-13, atol=1e-15)
     assert bool((gc[2] == 0).all())
+
+
+
+_FIRST_CALL = """
+import warnings
+import torch
+from numeric import torch as rt
+warnings.simplefilter("ignore")
+x = torch.randn(3, 5, dtype=torch.float64, generator=torch.Generator().manual_seed(3))
+f = lambda x: rt.softmax(x, dim=0) * 2
+got = torch.compile(f, backend="eager", fullgraph=True)(x)
+torch.testing.assert_close(got, f(x), rtol=1e-14, atol=1e-15)
+others = lambda x: rt.sparsemax(x) + rt.entmax15(x) + rt.entmax(x, 1.5)  # (their solvers branch on values)
+torch.testing.assert_close(torch.compile(others, backend="eager")(x), others(x), rtol=1e-14, atol=1e-15)
+print("ok")
+"""
+
+
+def test_the_built_in_maps_first_called_inside_a_compiled_function():
+    """The built-in maps are built when numeric.torch is imported: a compiled function that calls softmax first
+    is one graph (building a map loads and checks its module, which dynamo cannot trace: fullgraph=True raised).
+    The other maps' solvers branch on values (graph breaks) and agree with eager."""
+    pytest.importorskip("torch._dynamo")
+    run = subprocess.run([sys.executable, "-c", _FIRST_CALL], capture_output=True, text=True, timeout=300)
+    assert run.returncode == 0 and run.stdout.strip() == "ok", run.stderr[-3000:]
