@@ -26,6 +26,7 @@ import numeric as nm  # noqa: E402
 from numeric.jax import JaxMap, entmax, entmax15, fenchel_young_loss, get_map, softmax, sparsemax  # noqa: E402
 
 from .conftest import IDS, MAPS  # noqa: E402
+from tests.numeric.conftest import hard_rows  # noqa: E402
 
 INF = math.inf
 #: the shape of (almost) every test's rows: one compiled program per map and derivative serves them all
@@ -43,15 +44,7 @@ def _scores(seed, shape=ROWS, scale=3.0):
 
 
 def _hard_rows(seed=0):
-    x = _scores(seed)
-    x[1, 3] = -INF  # a masked score
-    x[2] = -INF  # a fully masked row
-    x[3, 0] = math.nan  # a NaN row
-    x[4] = 1.0  # a constant row
-    x[5, :4] = 2.0  # ties at the top
-    x[6] *= 100  # wide spread
-    x[7] = x[7] * 1e-3 + 1e6  # large offset, tiny spread
-    return x
+    return hard_rows(_scores(seed))
 
 
 def _close(a, b, atol=1e-12):

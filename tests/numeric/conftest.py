@@ -2,7 +2,9 @@
 
 from __future__ import annotations
 
+import math
 import sys
+from contextlib import contextmanager
 from functools import lru_cache
 
 import pytest
@@ -13,6 +15,11 @@ from derive.codegen.builtins import BUILTIN_MAPS
 
 USER = {"shannon_gini": "p*log(p) + p**2/2", "cube": "p**3"}
 PARAMS = {"entmax": {"alpha": 1.3}}
+#: (name, parameters) of every map the torch and JAX backends are tested with: the built-ins, alpha-entmax at a
+#: few alphas, the user maps
+MAPS = [("softmax", {}), ("sparsemax", {}), ("entmax15", {}), ("entmax", {"alpha": 1.3}), ("entmax", {"alpha": 1.01}),
+        ("entmax", {"alpha": 5.0}), ("shannon_gini", {}), ("cube", {})]
+IDS = [name + "".join(f"-{k}{v}" for k, v in params.items()) for name, params in MAPS]
 
 
 @lru_cache(maxsize=None)
@@ -22,15 +29,37 @@ def derivation(name: str):
     return derive_map(Regularizer.from_string(USER[name], name=name))
 
 
-@pytest.fixture(scope="session", autouse=True)
-def user_modules(tmp_path_factory):
-    """Write the user maps with the same generator as `regattn generate --expr` and make them importable."""
-    folder = tmp_path_factory.mktemp("usermaps")
+@contextmanager
+def importable_user_maps(folder):
+    """Write the user maps into ``folder`` with the same generator as `regattn generate --expr` and make them
+    importable while the context lasts."""
     for name in USER:
         (folder / f"{name}.py").write_text(generate_module(derivation(name), name))
     sys.path.insert(0, str(folder))
-    yield folder
-    sys.path.remove(str(folder))
+    try:
+        yield folder
+    finally:
+        sys.path.remove(str(folder))
+
+
+@pytest.fixture(scope="session", autouse=True)
+def user_modules(tmp_path_factory):
+    with importable_user_maps(tmp_path_factory.mktemp("usermaps")) as folder:
+        yield folder
+
+
+def hard_rows(x):
+    """``x`` (at least 8 rows of at least 4 scores, a NumPy or torch array) with hard rows written in: row 1 a
+    masked score, 2 fully masked, 3 a NaN, 4 constant, 5 ties at the top, 6 a wide spread, 7 a large offset
+    with a tiny spread.  Returns ``x``."""
+    x[1, 3] = -math.inf
+    x[2] = -math.inf
+    x[3, 0] = math.nan
+    x[4] = 1.0
+    x[5, :4] = 2.0
+    x[6] *= 100
+    x[7] = x[7] * 1e-3 + 1e6
+    return x
 
 
 def reference(name: str, row, digits: int = 30, **params):

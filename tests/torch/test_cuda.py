@@ -13,6 +13,7 @@ torch = pytest.importorskip("torch")
 from numeric.torch import MultiheadAttention, TorchMap, attention, fenchel_young_loss, get_map  # noqa: E402
 
 from .conftest import IDS, MAPS  # noqa: E402
+from tests.numeric.conftest import hard_rows  # noqa: E402
 
 pytestmark = pytest.mark.skipif(not torch.cuda.is_available(), reason="no CUDA device")
 
@@ -21,14 +22,7 @@ CUDA = "cuda"
 
 
 def _hard_rows(seed=0, shape=(12, 9)):
-    x = torch.randn(*shape, generator=torch.Generator().manual_seed(seed), dtype=torch.float64) * 3
-    x[1, 3] = -INF  # a masked score
-    x[2] = -INF  # a fully masked row
-    x[3, 0] = math.nan  # a NaN row
-    x[4] = 1.0  # a constant row
-    x[5, :4] = 2.0  # ties at the top
-    x[7] = x[7] * 1e-3 + 1e6  # large offset, tiny spread
-    return x
+    return hard_rows(torch.randn(*shape, generator=torch.Generator().manual_seed(seed), dtype=torch.float64) * 3)
 
 
 @pytest.mark.parametrize(("name", "params"), MAPS, ids=IDS)

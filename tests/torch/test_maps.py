@@ -17,6 +17,7 @@ import numeric as nm  # noqa: E402
 from numeric.torch import TorchMap, entmax, entmax15, get_map, softmax, sparsemax  # noqa: E402
 
 from .conftest import IDS, MAPS  # noqa: E402
+from tests.numeric.conftest import hard_rows  # noqa: E402
 
 INF = math.inf
 
@@ -36,14 +37,7 @@ def test_values_match_numpy(name, params, threshold):
     m = nm.get_map(name, **params)
     if threshold == "sort" and m.module.THRESHOLD != "sort":
         pytest.skip("sort rule only for sort maps")
-    x = _scores(0)
-    x[1, 3] = -INF  # a masked score
-    x[2] = -INF  # a fully masked row
-    x[3, 0] = math.nan  # a NaN row
-    x[4] = 1.0  # a constant row
-    x[5, :4] = 2.0  # ties at the top
-    x[6] *= 100  # wide spread
-    x[7] = x[7] * 1e-3 + 1e6  # large offset, tiny spread
+    x = hard_rows(_scores(0))
     p = TorchMap(name, threshold=threshold, **params)(x)
     ref = m(x.numpy())
     assert p.dtype == torch.float64 and p.shape == x.shape

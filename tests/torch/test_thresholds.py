@@ -14,21 +14,14 @@ from numeric.torch.attention import attention  # noqa: E402
 from numeric.torch.maps import get_map  # noqa: E402
 
 from .conftest import IDS, MAPS  # noqa: E402
+from tests.numeric.conftest import hard_rows  # noqa: E402
 
 INF = math.inf
 F64 = torch.float64
 
 
 def _hard_rows(seed=0, n=9):
-    x = torch.randn(10, n, generator=torch.Generator().manual_seed(seed), dtype=F64) * 3
-    x[1, 3] = -INF  # a masked score
-    x[2] = -INF  # a fully masked row
-    x[3, 0] = math.nan  # a NaN row
-    x[4] = 1.0  # a constant row
-    x[5, :4] = 2.0  # ties at the top
-    x[6] *= 100  # wide spread
-    x[7] = x[7] * 1e-3 + 1e6  # large offset, tiny spread
-    return x
+    return hard_rows(torch.randn(10, n, generator=torch.Generator().manual_seed(seed), dtype=F64) * 3)
 
 
 @pytest.mark.parametrize(("name", "params"), MAPS, ids=IDS)
