@@ -94,6 +94,17 @@ def test_float32_close_to_float64(name, params):
     np.testing.assert_allclose(np.asarray(p32.sum(-1), np.float64), 1, atol=1e-5)
 
 
+@pytest.mark.parametrize(("name", "params"), MAPS, ids=IDS)
+def test_float32_far_rows(name, params):
+    """Scores far from 0 in float32 (a grid of 1/4 shifted, exact in float32): the map of the unshifted scores,
+    to float32's rounding (the solvers shift each row by its maximum first)."""
+    x = np.round(_scores(4) * 4) / 4
+    want = nm.get_map(name, **params)(x)
+    for shift in (1e3, 1e5, -1e5):
+        p32 = JaxMap(name, **params)(jnp.asarray(x + shift, jnp.float32))
+        np.testing.assert_allclose(np.asarray(p32, np.float64), want, rtol=0, atol=2e-6)
+
+
 @pytest.mark.parametrize("dtype", [jnp.float16, jnp.bfloat16])
 @pytest.mark.parametrize(("name", "params"), MAPS[:4], ids=IDS[:4])
 def test_half_precision_computes_in_float32(name, params, dtype):

@@ -63,6 +63,16 @@ def test_float32_close_to_float64(name, params):
     np.testing.assert_allclose(p32.sum(-1).double().numpy(), 1, atol=1e-5)
 
 
+@pytest.mark.parametrize(("name", "params"), MAPS, ids=IDS)
+@pytest.mark.parametrize("shift", [1e3, 1e5, -1e5])
+def test_float32_far_rows(name, params, shift):
+    """Scores far from 0 in float32 (a grid of 1/4 shifted, exact in float32): the map of the unshifted scores,
+    to float32's rounding (the solvers shift each row by its maximum first)."""
+    x = torch.round(_scores(4) * 4) / 4
+    p32 = TorchMap(name, **params)((x + shift).float())
+    np.testing.assert_allclose(p32.double().numpy(), _numpy(name, params, x), rtol=0, atol=2e-6)
+
+
 @pytest.mark.parametrize("dtype", [torch.float16, torch.bfloat16])
 @pytest.mark.parametrize(("name", "params"), MAPS[:4], ids=IDS[:4])
 def test_half_precision_computes_in_float32(name, params, dtype):
