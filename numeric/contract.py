@@ -13,7 +13,8 @@ map's parameters (``PARAMETERS``, e.g. ``alpha``), and are NumPy functions
 return the same routines printed for PyTorch and JAX; ``CUDA_DEVICE_SOURCE`` holds each as a
 ``template <typename T> __device__`` function ``NAME_routine``, and
 ``CUDA_SOURCE`` adds the kernels named in ``CUDA_KERNELS``, launched with
-:data:`CUDA_THREADS` threads per block.
+:data:`CUDA_THREADS` threads per block; ``TRITON_SOURCE`` is a Python module of
+fused Triton attention kernels calling the map's link and weight.
 
 This module uses only the standard library: ``derive`` reads it too.
 """
@@ -27,7 +28,7 @@ __all__ = ["FORMAT_VERSION", "CUDA_THREADS", "Routine", "ROUTINES", "PER_PARAMET
            "SECTIONS", "routine_names", "required_names", "missing_names", "check_map_module"]
 
 #: Version of the contract, written into every generated map module as ``FORMAT_VERSION`` (and its header).
-FORMAT_VERSION = 4
+FORMAT_VERSION = 5
 #: Threads per block of every generated CUDA kernel.
 CUDA_THREADS = 256
 
@@ -75,8 +76,9 @@ CONSTANTS: tuple[str, ...] = (
     "NAME", "REGULARIZER", "SPARSE", "THRESHOLD", "THRESHOLD_DEGREE", "LINK_METHOD", "LINK_FORM", "TERM_IS_EXP",
     "PARAMETERS", "PARAMETER_DOMAINS", "FORMAT_VERSION", "CUDA_THREADS", "CUDA_KERNELS",
 )
-#: The CUDA sources of a map module.
-SOURCES: tuple[str, ...] = ("CUDA_DEVICE_SOURCE", "CUDA_SOURCE")
+#: The kernel sources of a map module: CUDA C++, and ``TRITON_SOURCE``, the text of a Python module of Triton
+#: attention kernels (:mod:`derive.codegen.triton`), ``None`` for a map whose link has no closed form.
+SOURCES: tuple[str, ...] = ("CUDA_DEVICE_SOURCE", "CUDA_SOURCE", "TRITON_SOURCE")
 #: The array frameworks with a section in every map module: framework -> the module's function that imports
 #: it and returns ``{routine: function or None}`` for all of :func:`routine_names`, printed for its arrays.
 SECTIONS: dict[str, str] = {"torch": "torch_routines", "jax": "jax_routines"}

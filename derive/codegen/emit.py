@@ -41,6 +41,7 @@ from ..symbols import S, S1, S2, k, score
 from ..errors import DerivationError
 from ..regularizers import p, z
 from . import cuda
+from . import triton as triton_code
 from .printers import CudaPrinter, JaxPrinter, PyPrinter, TorchPrinter, print_block, stable_form
 
 __all__ = ["generate_module", "assemble", "check_name", "HEADER_MARK", "content_hash"]
@@ -297,6 +298,13 @@ def generate_module(dv: Derivation, name: str) -> str:
         body += ["", " = ".join(absent) + " = None" + why, ""]
     for target in contract.SECTIONS:
         body += ["", _section(target, pieces, params), ""]
+    by_name = {pc.name: pc for pc in pieces}
+    triton_text = triton_code.triton_source(
+        {n: (by_name[n].args, by_name[n].body, _symbols_for(by_name[n].args)[by_name[n].args[0]] if by_name[n].args
+             else None) for n in triton_code.PIECES if n in by_name}, params)
+    body += ["", "#: Triton attention kernels of this map (derive.codegen.triton; None: its link has no closed form)"]
+    body += ["TRITON_SOURCE = None", ""] if triton_text is None else ['TRITON_SOURCE = r"""', triton_text.rstrip("\n"),
+                                                                     '"""', ""]
     return assemble(doc, body, device_source, kernel_source,
                     [f"map: {name}", f"regularizer: omega(p) = {reg_text}", f"format: {contract.FORMAT_VERSION}"])
 

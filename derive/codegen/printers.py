@@ -465,6 +465,33 @@ class JaxPrinter(PyPrinter):
         return f"erf({self._print(expr.args[0])})"  # the JAX section imports jax.scipy.special.erf
 
 
+class TritonPrinter(PyPrinter):
+    """:class:`PyPrinter` for ``triton.language`` (as ``tl``) inside ``@triton.jit`` functions.
+
+    Triton has no power, cube root, ``expm1`` or ``log1p`` of its own: they print as
+    the helpers ``_pow``, ``_cbrt``, ``_expm1`` and ``_log1p`` that every Triton
+    source defines (:mod:`derive.codegen.triton`).
+    """
+
+    _module = "tl"
+    _helpers = {"power": "_pow", "cbrt": "_cbrt", "expm1": "_expm1", "log1p": "_log1p"}
+
+    def _call(self, name: str) -> str:
+        return self._helpers.get(name) or super()._call(name)
+
+    def _cbrt(self) -> str:
+        return "_cbrt"
+
+    def _print_erf(self, expr):
+        return f"tl.erf({self._print(expr.args[0])})"
+
+    def _print_Infinity(self, expr):
+        return 'float("inf")'
+
+    def _print_NegativeInfinity(self, expr):
+        return 'float("-inf")'
+
+
 class CudaPrinter(_PowerMixin, C99CodePrinter):
     """Type-generic CUDA C++: ``T(...)`` literals and ``rg_*`` math overloads."""
 

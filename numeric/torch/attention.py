@@ -70,6 +70,7 @@ import torch.nn.functional as F
 from torch.autograd.function import once_differentiable
 from torch.utils.checkpoint import checkpoint
 
+from . import fused
 from .maps import TorchMap, get_map
 
 __all__ = ["attention", "BLOCK_ENTRIES"]
@@ -303,7 +304,7 @@ def _closure_grads(spec, qs, key, mask) -> bool:
     with torch.enable_grad():
         return spec.weights(a.detach(), (), 0, 1).requires_grad
 def attention(query, key, value, attn_mask=None, is_causal=False, scale=None, mapping="softmax", *, dropout_p=0.0,
-              block=None):
+              block=None, backend="auto"):
     """``mapping(scale * query @ key^T + attn_mask) @ value``, SDPA's semantics (module docstring).
 
     Parameters
@@ -326,6 +327,12 @@ def attention(query, key, value, attn_mask=None, is_causal=False, scale=None, ma
     block:
         Query rows per block (a positive integer); ``None``: as many rows as
         keep a block's scores within :data:`BLOCK_ENTRIES` entries (at least one).
+    backend:
+        ``"torch"``: the blocked torch path; ``"triton"``: the map's fused Triton
+        kernels (:mod:`numeric.torch.fused`; CPU tensors through Triton's
+        interpreter), or the torch path after a warning that says why not;
+        ``"auto"`` (default): ``"triton"`` on CUDA tensors when Triton is
+        installed and the call is one the kernels cover, the torch path otherwise.
 
     Returns
     -------
@@ -344,7 +351,15 @@ def attention(query, key, value, attn_mask=None, is_causal=False, scale=None, ma
         raise ValueError(f"dropout_p must be a number in [0, 1), got {dropout_p!r}")
     if block is not None and (isinstance(block, bool) or not isinstance(block, numbers.Integral) or block < 1):
         raise ValueError(f"block must be a positive integer or None, got {block!r}")
+    if backend not in ("auto", "torch", "triton"):
+        raise ValueError(f"backend must be 'auto', 'torch' or 'triton', got {backend!r}")
     fn, is_map = _resolve(mapping)
+    if backend == "triton" or backend == "auto" and query.is_cuda and block is None:
+        why = fused.unsupported(query, key, value, attn_mask, fn, is_map, float(dropout_p))
+        if why is None and L and S:
+            return fused.fused_attention(query, key, value, attn_mask, bool(is_causal), float(scale), fn, batch)
+        if why is not None and backend == "triton":
+            fused.warn_fallback(why)
     names = tuple(n for n in fn.params if isinstance(fn.params[n], torch.Tensor)) if is_map else ()
     params = tuple(fn.params[n] for n in names)
     qs = query * scale

@@ -27,7 +27,8 @@ it for: it needs ``attn_mask`` (torch's error otherwise), and without
 ``key_padding_mask`` and ``need_weights`` the causal mask is applied by the
 attention itself (blocked, no ``L x S`` mask).  Dropout acts on the weights in
 training mode.  With ``need_weights=False`` the attention runs through
-:func:`~numeric.torch.attention` (memory-efficient for long sequences);
+:func:`~numeric.torch.attention` (memory-efficient for long sequences; with
+``backend`` as there: the fused Triton kernels by default on CUDA);
 ``need_weights=True`` materialises the weights to return them (after dropout,
 averaged over the heads or not, as torch does).  A query with no key to
 attend to gets weights 0 and attention output 0 (torch gives NaN with
@@ -103,7 +104,7 @@ class MultiheadAttention(nn.MultiheadAttention):
 
     def __init__(self, embed_dim, num_heads, dropout=0.0, bias=True, add_bias_kv=False, add_zero_attn=False, kdim=None,
                  vdim=None, batch_first=False, device=None, dtype=None, *, mapping="softmax", learn_alpha=False,
-                 alpha_range=(1.0, 2.0)):
+                 alpha_range=(1.0, 2.0), backend="auto"):
         super().__init__(embed_dim, num_heads, dropout=dropout, bias=bias, add_bias_kv=add_bias_kv,
                          add_zero_attn=add_zero_attn, kdim=kdim, vdim=vdim, batch_first=batch_first, device=device,
                          dtype=dtype)
@@ -113,6 +114,9 @@ class MultiheadAttention(nn.MultiheadAttention):
             raise TypeError("mapping must be a map name, a generated map module, a TorchMap or a callable (scores, dim) "
                             f"-> weights, got {mapping!r}")
         self.mapping = mapping
+        if backend not in ("auto", "torch", "triton"):
+            raise ValueError(f"backend must be 'auto', 'torch' or 'triton', got {backend!r}")
+        self.backend = backend
         self.learn_alpha = bool(learn_alpha)
         self.alpha_range = None
         if not self.learn_alpha:
@@ -252,7 +256,8 @@ class MultiheadAttention(nn.MultiheadAttention):
             if not batched:
                 weights = weights.squeeze(0)
         else:
-            heads = attention(q, k, v, attn_mask=mask, is_causal=causal, mapping=mapping, dropout_p=dropout_p)
+            heads = attention(q, k, v, attn_mask=mask, is_causal=causal, mapping=mapping, dropout_p=dropout_p,
+                              backend=self.backend)
         out = self.out_proj(heads.permute(2, 0, 1, 3).reshape(L, N, self.embed_dim))
         if not batched:
             out = out.squeeze(1)

@@ -1,0 +1,196 @@
+"""Fused attention through a map's generated Triton kernels (``TRITON_SOURCE``, :mod:`derive.codegen.triton`).
+
+:func:`numeric.torch.attention` runs here with ``backend="triton"`` (and by default
+on CUDA tensors when Triton is installed): one forward kernel computes each query
+block's weights and output without writing the weights to memory, and two
+backward kernels recompute them from each row's threshold.  On CPU tensors the
+kernels run in Triton's interpreter, which needs ``TRITON_INTERPRET=1`` in the
+environment before Triton is first imported.
+
+A call the kernels do not cover runs the blocked torch path instead, after a
+warning (once per reason) that says why: see :func:`unsupported`.
+"""
+
+from __future__ import annotations
+
+import atexit
+import hashlib
+import importlib.util
+import math
+import shutil
+import sys
+import tempfile
+import threading
+import warnings
+from pathlib import Path
+
+import torch
+
+__all__ = ["unsupported", "fused_attention", "BLOCK"]
+
+#: Query and key rows per block: (on CUDA, in Triton's interpreter).
+BLOCK = {"cuda": 64, "cpu": 16}
+#: Newton / bisection steps of the threshold at most (float32 converges in far fewer; bisection alone halves a
+#: bracket of width <= omega'(1) - omega'(1/n) to float32's resolution within ~40).
+MAX_STEPS = 60
+
+_lock = threading.Lock()
+_loaded: dict = {}
+_folder: Path | None = None
+_warned: set = set()
+
+
+def _triton():
+    try:
+        import triton
+    except ImportError:
+        return None
+    return triton
+
+
+def unsupported(query, key, value, attn_mask, fn, is_map: bool, dropout_p: float) -> str | None:
+    """Why the Triton kernels cannot run this call (``None``: they can)."""
+    triton = _triton()
+    if triton is None:
+        return "Triton is not installed (pip install triton)"
+    if not is_map:
+        return "the mapping is a plain callable: the kernels need a generated map"
+    if fn.module.TRITON_SOURCE is None:
+        return f"map {fn.module.NAME!r} has no Triton kernels (its link has no closed form)"
+    if query.device.type == "cpu" and not triton.knobs.runtime.interpret:
+        return "CPU tensors need Triton's interpreter: set TRITON_INTERPRET=1 before Triton is imported"
+    if query.device.type not in ("cpu", "cuda"):
+        return f"device {query.device.type!r} has no Triton kernels"
+    if query.dtype not in (torch.float32, torch.float16, torch.bfloat16):
+        return f"dtype {query.dtype}: the kernels compute in float32 and take float32, float16 and bfloat16"
+    if dropout_p > 0:
+        return "dropout is not fused"
+    if attn_mask is not None and attn_mask.dtype != torch.bool and attn_mask.requires_grad:
+        return "a float attn_mask that requires grad (its gradient is not computed by the kernels)"
+    for name, value in fn.params.items():
+        if isinstance(value, torch.Tensor) and value.requires_grad and torch.is_grad_enabled():
+            return f"parameter {name} requires grad (the kernels give no parameter gradients)"
+        if isinstance(value, torch.Tensor) and value.dim() >= 2 and value.shape[-2] != 1:
+            return f"parameter {name} varies along the queries (the kernels take one value per batch and head)"
+    return None
+
+
+def warn_fallback(reason: str) -> None:
+    """One warning per reason: this call runs the blocked torch path."""
+    if reason not in _warned:
+        _warned.add(reason)
+        warnings.warn(f"numeric.torch.attention: backend 'triton' falls back to the torch path: {reason}",
+                      RuntimeWarning, stacklevel=3)
+
+
+def kernels(module):
+    """The module of ``module.TRITON_SOURCE``, imported from a file (Triton reads its kernels' source)."""
+    global _folder
+    text = module.TRITON_SOURCE
+    key = hashlib.sha256(text.encode()).hexdigest()[:16]
+    with _lock:
+        if key in _loaded:
+            return _loaded[key]
+        if _folder is None:
+            _folder = Path(tempfile.mkdtemp(prefix="regattn-triton-"))
+            atexit.register(shutil.rmtree, _folder, True)
+        name = f"regattn_triton_{module.NAME}_{key}"
+        path = _folder / f"{name}.py"
+        path.write_text(text)
+        spec = importlib.util.spec_from_file_location(name, path)
+        mod = importlib.util.module_from_spec(spec)
+        sys.modules[name] = mod
+        spec.loader.exec_module(mod)
+        _loaded[key] = mod
+        return mod
+
+
+def _heads(t, batch, rows, cols):
+    """``t`` expanded to ``batch + (rows, cols)`` as ``(B, H, rows, cols)`` (a view where the strides allow)."""
+    t = t.expand(batch + (rows, cols))
+    if len(batch) == 0:
+        return t.reshape(1, 1, rows, cols)
+    return t.reshape(-1, batch[-1], rows, cols)
+
+
+def _param_values(fn, batch, B, H, device):
+    """The map's parameters, one value per (batch, head): a ``(B * H, n)`` float32 tensor."""
+    values = []
+    for name in fn.module.PARAMETERS:
+        value = fn.params[name]
+        t = torch.as_tensor(value, dtype=torch.float32, device=device)
+        t = t.reshape(t.shape[:-2] if t.dim() >= 2 else ()).expand(batch) if t.dim() else t.expand(batch)
+        values.append(t.reshape(B * H))
+    if not values:
+        return torch.zeros(B * H, 1, dtype=torch.float32, device=device)
+    return torch.stack(values, dim=1).contiguous()
+
+
+class _Fused(torch.autograd.Function):
+    @staticmethod
+    def forward(ctx, q, k, v, mask, scale, causal, fn, mod, params, shapes):
+        B, H, L, S, E, EV = shapes
+        block = BLOCK["cuda" if q.is_cuda else "cpu"]
+        nq, nk = math.ceil(L / block), math.ceil(S / block)
+        out = torch.empty(B, H, L, EV, dtype=q.dtype, device=q.device)
+        tau = torch.empty(B * H, L, dtype=torch.float32, device=q.device)
+        fsum = torch.empty_like(tau)
+        support = torch.zeros(B * H, nq, nk, dtype=torch.int8, device=q.device)
+        m, ms = _mask_args(mask, q)
+        be, bev = max(16, triton_next_pow2(E)), max(16, triton_next_pow2(EV))
+        exp_link = bool(fn.module.TERM_IS_EXP) and fn.module.LINK_FORM == "exp"
+        mod.attention_forward[(nq, B * H)](
+            q, k, v, out, tau, fsum, support, m, params, H, L, S, E, EV, float(scale), nk, params.shape[1],
+            *q.stride(), *k.stride(), *v.stride(), *out.stride(), *ms,
+            HAS_MASK=mask is not None, MASK_BOOL=mask is None or mask.dtype == torch.bool, CAUSAL=causal,
+            EXP_LINK=exp_link, MAX_STEPS=MAX_STEPS, BLOCK_M=block, BLOCK_N=block, BLOCK_E=be, BLOCK_EV=bev)
+        ctx.save_for_backward(q, k, v, mask, params, tau, fsum, support)
+        ctx.args = (scale, causal, mod, shapes, block, be, bev)
+        return out
+
+    @staticmethod
+    def backward(ctx, dout):
+        q, k, v, mask, params, tau, fsum, support = ctx.saved_tensors
+        scale, causal, mod, (B, H, L, S, E, EV), block, be, bev = ctx.args
+        nq, nk = math.ceil(L / block), math.ceil(S / block)
+        do = dout.contiguous()
+        dq = torch.empty(B * H, L, E, dtype=torch.float32, device=q.device)
+        dk = torch.empty(B * H, S, E, dtype=torch.float32, device=q.device)
+        dv = torch.empty(B * H, S, EV, dtype=torch.float32, device=q.device)
+        c = torch.empty_like(tau)
+        m, ms = _mask_args(mask, q)
+        flags = dict(HAS_MASK=mask is not None, MASK_BOOL=mask is None or mask.dtype == torch.bool, CAUSAL=causal,
+                     BLOCK_M=block, BLOCK_N=block, BLOCK_E=be, BLOCK_EV=bev)
+        common = (H, L, S, E, EV, float(scale))
+        strides = (*q.stride(), *k.stride(), *v.stride(), *do.stride(), *ms)
+        mod.attention_backward_rows[(nq, B * H)](q, k, v, do, dq, tau, fsum, c, support, m, params, *common, nk,
+                                                 params.shape[1], *strides, **flags)
+        mod.attention_backward_keys[(nk, B * H)](q, k, v, do, dk, dv, tau, fsum, c, support, m, params, *common, nk,
+                                                 nq, params.shape[1], *strides, **flags)
+        shape = (B, H)
+        return (dq.reshape(shape + (L, E)).to(q.dtype), dk.reshape(shape + (S, E)).to(q.dtype),
+                dv.reshape(shape + (S, EV)).to(q.dtype), None, None, None, None, None, None, None)
+
+
+def triton_next_pow2(n: int) -> int:
+    return 1 << max(0, (int(n) - 1).bit_length())
+
+
+def _mask_args(mask, q):
+    """The mask as the kernels read it (bool as uint8, the same memory) and its four strides."""
+    if mask is None:
+        return q, (0, 0, 0, 0)
+    m = mask.view(torch.uint8) if mask.dtype == torch.bool else mask
+    return m, tuple(m.stride())
+
+
+def fused_attention(query, key, value, attn_mask, is_causal: bool, scale: float, fn, batch: tuple):
+    """``fn(scale q k^T + mask) v`` through the map's Triton kernels (:func:`unsupported` returned ``None``)."""
+    L, S, E, EV = query.shape[-2], key.shape[-2], query.shape[-1], value.shape[-1]
+    q, k, v = (_heads(t, batch, t.shape[-2], t.shape[-1]) for t in (query, key, value))
+    B, H = q.shape[0], q.shape[1]
+    mask = None if attn_mask is None else _heads(attn_mask, batch, L, S)
+    params = _param_values(fn, batch, B, H, query.device)
+    mod = kernels(fn.module)
+    out = _Fused.apply(q, k, v, mask, scale, is_causal, fn, mod, params, (B, H, L, S, E, EV))
+    return out.reshape(batch + (L, EV))

@@ -1,0 +1,276 @@
+"""The generated Triton attention kernels, run in Triton's interpreter, against numeric's NumPy attention (float64).
+
+Forward and backward, several block layouts (L and S below, equal to and above
+the 16-row blocks, ragged), causal, boolean and float masks, fully masked rows,
+for softmax, sparsemax, entmax15, alpha-entmax (alpha = 1.3, 1.7, and one alpha per
+head) and a map generated from ``--expr`` (``p**3``).
+
+Tolerances: a first-order float32 error bound per output entry
+(:func:`_bounds`), computed from the float64 solution; see its docstring.
+"""
+
+from __future__ import annotations
+
+import math
+import warnings
+
+import numpy as np
+import pytest
+
+from .conftest import interpreter_reason
+
+pytestmark = pytest.mark.skipif(interpreter_reason() is not None, reason=str(interpreter_reason()))
+
+if interpreter_reason() is None:
+    import torch
+
+    import numeric as nm
+    from numeric.torch import attention, get_map
+
+U = 2.0**-24  # float32's unit roundoff
+
+
+def _gamma(n):
+    return n * U / (1 - n * U)
+
+
+MAPS = [("softmax", {}), ("sparsemax", {}), ("entmax15", {}), ("entmax", {"alpha": 1.3}), ("entmax", {"alpha": 1.7}),
+        ("cube", {})]
+IDS = ["softmax", "sparsemax", "entmax15", "entmax-1.3", "entmax-1.7", "cube-expr"]
+
+
+def _inputs(seed, B=2, H=2, L=21, S=19, E=8, EV=4):
+    g = torch.Generator().manual_seed(seed)
+    q, k = torch.randn(B, H, L, E, generator=g), torch.randn(B, H, S, E, generator=g)
+    v, do = torch.randn(B, H, S, EV, generator=g), torch.randn(B, H, L, EV, generator=g)
+    return q, k, v, do
+
+
+def _mask(kind, L, S, seed=3):
+    if kind is None:
+        return None
+    g = torch.Generator().manual_seed(seed)
+    if kind == "bool":
+        m = torch.rand(L, S, generator=g) > 0.3
+        m[min(2, L - 1)] = False  # a fully masked row
+        return m
+    m = torch.randn(2, 1, L, S, generator=g)  # float, per batch, added
+    m[0, 0, min(1, L - 1)] = -math.inf  # a fully masked row in one batch
+    m[1, 0, :, 0] = -math.inf
+    return m
+
+
+def _dense(name, params, q, k, v, do, mask, causal, scale):
+    """Float64 scores, weights p, w = weight(p) and the gradients, densely (small shapes)."""
+    q, k, v, do = (t.double().numpy() for t in (q, k, v, do))
+    s = scale * q @ np.swapaxes(k, -1, -2)
+    L, S = s.shape[-2:]
+    if mask is not None:
+        m = mask.numpy()
+        s = np.where(m, s, -np.inf) if m.dtype == bool else s + m
+    if causal:
+        s = np.where(np.tril(np.ones((L, S), bool)), s, -np.inf)
+    nmap = nm.get_map(name, **{n: np.asarray(p, float) for n, p in params.items()})
+    p = nmap(s)
+    live = p > 0
+    safe = np.where(live, p, 1.0)
+    module = nmap.module
+    pv = [nmap.params[n] for n in module.PARAMETERS]
+    w = np.where(live, module.weight(safe, *pv), 0.0)
+    wprime = np.where(live, np.abs(module.weight_d2(safe, *pv) / module.weight(safe, *pv)), 0.0)
+    dp = do @ np.swapaxes(v, -1, -2)
+    wsum = w.sum(-1, keepdims=True)
+    c = np.where(wsum > 0, (w * dp).sum(-1, keepdims=True) / np.where(wsum > 0, wsum, 1), 0.0)
+    ds = w * (dp - c)
+    grads = (scale * ds @ k, scale * np.swapaxes(ds, -1, -2) @ q, np.swapaxes(p, -1, -2) @ do)
+    return dict(q=q, k=k, v=v, do=do, s=s, p=p, w=w, wprime=wprime, dp=dp, c=c, ds=ds, wsum=wsum, out=p @ v,
+                grads=grads, module=module, pv=pv, mask=None if mask is None else mask.double().numpy())
+
+
+def _bounds(d, scale):
+    """First-order float32 error bounds of the output and of dq, dk, dv, entry by entry.
+
+    The kernels compute in float32 (unit roundoff ``u``; ``gamma_n = n u / (1 - n u)``
+    bounds the rounding of a sum of ``n`` terms relative to the sum of their
+    absolute values).  To first order in ``u``:
+
+    * scores: ``|ds_ij| <= gamma_(E+1) scale sum_e |q_ie k_je| + u |mask_ij|``;
+    * weights: ``dp = J ds + (rounding of g) + (threshold)``, with
+      ``|J| <= diag(w) + w w^T / sum(w)`` (``J = diag(w) - w w^T / sum(w)``), a
+      relative error ``rho = (16 + 2 |ln p|) u`` of each link value (exp, log, a few
+      products; ``exp(k log base)`` for powers), and the threshold's stopping
+      error ``dtau <= 4 u / sum(w) + 4 u (|m| + |omega'(1)| + |omega'(1/n)|)``
+      (``|F - 1| <= 2u`` or ``tau`` still at ``u`` of the bracket's scale), which moves
+      ``p_j = g(s_j - tau) / F`` by ``(w_j + p_j sum(w)) dtau``;
+    * output: ``sum_j |dp_ij| |v_j| + gamma_S sum_j p_ij |v_j| + u |o_i|``;
+    * backward: ``dP = dO v^T`` with ``gamma_Ev sum |dO v|``; ``w`` moves by
+      ``|w'(p)| |dp| + rho w``; ``c = sum w dP / sum w``, ``dS = w (dP - c)``, and the
+      products ``dq = scale dS k``, ``dk = scale dS^T q``, ``dv = p^T dO`` add
+      ``gamma`` of their lengths.
+
+    Returns ``(out bound, (dq, dk, dv) bounds)``.
+    """
+    q, k, v, do, s, p, w, wp = (d[n] for n in ("q", "k", "v", "do", "s", "p", "w", "wprime"))
+    L, S, E, EV = q.shape[-2], k.shape[-2], q.shape[-1], v.shape[-1]
+    finite = np.isfinite(s)
+    ds = _gamma(E + 1) * scale * np.abs(q) @ np.swapaxes(np.abs(k), -1, -2)
+    if d["mask"] is not None and d["mask"].dtype != bool:
+        ds = ds + U * np.abs(np.where(np.isfinite(d["mask"]), d["mask"], 0))
+    ds = np.where(finite, ds, 0.0)
+    wsum = w.sum(-1, keepdims=True)
+    safe_wsum = np.where(wsum > 0, wsum, 1.0)
+    rho = np.where(p > 0, (16 + 2 * np.abs(np.log(np.where(p > 0, p, 1.0)))) * U, 0.0)
+    m = np.where(finite.any(-1, keepdims=True), np.where(finite, s, -np.inf).max(-1, keepdims=True), 0.0)
+    n = np.maximum(finite.sum(-1, keepdims=True), 1)
+    op = d["module"].omega_prime
+    ends = np.abs(op(1.0, *d["pv"])) + np.abs(op(1.0 / n, *d["pv"]))
+    dtau = 4 * U / safe_wsum + 4 * U * (np.abs(m) + ends)
+    dp = w * ds + w * (w * ds).sum(-1, keepdims=True) / safe_wsum + rho * p + (w + p * wsum) * dtau
+    out = dp @ np.abs(v) + _gamma(S) * p @ np.abs(v) + U * np.abs(d["out"])
+    ddp = _gamma(EV) * np.abs(do) @ np.swapaxes(np.abs(v), -1, -2)
+    dw = wp * dp + rho * w
+    r = np.abs(d["dp"] - d["c"])
+    dc = ((dw * r + w * ddp).sum(-1, keepdims=True) + _gamma(S) * (w * np.abs(d["dp"])).sum(-1, keepdims=True)) / safe_wsum
+    dds = dw * r + w * (ddp + dc) + 2 * U * np.abs(d["ds"])
+    dq = scale * (dds + _gamma(S) * np.abs(d["ds"])) @ np.abs(k) + U * np.abs(d["grads"][0])
+    dk = scale * np.swapaxes(dds + _gamma(L) * np.abs(d["ds"]), -1, -2) @ np.abs(q) + U * np.abs(d["grads"][1])
+    dv = np.swapaxes(dp + _gamma(L) * p, -1, -2) @ np.abs(do) + U * np.abs(d["grads"][2])
+    return out, (dq, dk, dv)
+
+
+def _check(name, params, L, S, causal, mask_kind, seed=0, dtype=None):
+    q, k, v, do = _inputs(seed, L=L, S=S)
+    mask = _mask(mask_kind, L, S)
+    scale = 1 / math.sqrt(q.shape[-1])
+    mapping = get_map(name, **{n: torch.as_tensor(p, dtype=torch.float32) if isinstance(p, np.ndarray) else p
+                               for n, p in params.items()})
+    leaves = [t.clone().requires_grad_() for t in (q, k, v)]
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")  # no fallback: the kernels ran
+        out = attention(*leaves, attn_mask=mask, is_causal=causal, mapping=mapping, backend="triton")
+        grads = torch.autograd.grad(out, leaves, do)
+    d = _dense(name, params, q, k, v, do, mask, causal, scale)
+    # the dense float64 reference is numeric's NumPy attention
+    np_mask = None if mask is None else mask.numpy()
+    np_map = nm.get_map(name, **{n: np.asarray(p, float) for n, p in params.items()})
+    ref = nm.attention(d["q"], d["k"], d["v"], mapping=np_map, mask=np_mask, causal=causal)
+    np.testing.assert_allclose(d["out"], ref, rtol=0, atol=1e-12)
+    ref_grads = nm.attention_backward(d["q"], d["k"], d["v"], d["do"], mapping=np_map, mask=np_mask, causal=causal)
+    for a, b in zip(d["grads"], ref_grads):
+        np.testing.assert_allclose(a, b, rtol=0, atol=1e-12)
+    out_bound, grad_bounds = _bounds(d, scale)
+    worst = []
+    for got, want, bound in zip((out, *grads), (d["out"], *d["grads"]), (out_bound, *grad_bounds)):
+        err = np.abs(got.detach().double().numpy() - want)
+        assert np.all(err <= bound), (float((err / np.maximum(bound, 1e-300)).max()), float(err.max()))
+        worst.append(float((err / np.maximum(bound, 1e-300)).max()))
+    dead = d["wsum"][..., 0] == 0  # fully masked rows: output and dq exactly 0
+    assert np.all(out.detach().numpy()[dead] == 0) and np.all(grads[0].numpy()[dead] == 0)
+    return worst
+
+
+@pytest.mark.parametrize(("name", "params"), MAPS, ids=IDS)
+@pytest.mark.parametrize(("L", "S", "causal", "mask"), [
+    (21, 19, False, None), (21, 19, True, "bool"), (16, 16, True, None), (7, 40, False, "float"), (33, 5, True, "float"),
+], ids=["ragged", "causal-bool", "one-block-causal", "L<S-float", "L>S-causal-float"])
+def test_forward_and_backward_against_numpy(name, params, L, S, causal, mask):
+    _check(name, params, L, S, causal, mask)
+
+
+def test_one_alpha_per_head():
+    _check("entmax", {"alpha": np.array([1.3, 1.7]).reshape(2, 1, 1)}, 21, 19, True, "bool")
+
+
+@pytest.mark.parametrize("dtype", ["float16", "bfloat16"])
+def test_half_inputs_compute_in_float32(dtype):
+    """Half inputs: the output is the float32 computation of the rounded inputs, rounded once to the half format."""
+    dt = getattr(torch, dtype)
+    q, k, v, _ = _inputs(5, L=20, S=18)
+    q, k, v = (t.to(dt) for t in (q, k, v))
+    out = attention(q, k, v, is_causal=True, mapping="entmax15", backend="triton")
+    assert out.dtype == dt
+    want = attention(q.float(), k.float(), v.float(), is_causal=True, mapping="entmax15", backend="triton")
+    np.testing.assert_allclose(out.float().numpy(), want.numpy(), rtol=0,
+                               atol=float(torch.finfo(dt).eps) * float(want.abs().max()))
+
+
+def test_support_skips_blocks_and_backward_reuses_it():
+    """Sparse weights: the forward records which key blocks hold a weight above 0 (per query block), and the
+    backward, which skips the others, gives the reference gradients within the bound."""
+    from numeric.torch import fused
+
+    q, _, v, do = _inputs(7, B=1, H=1, L=48, S=48)
+    q = k = q * 3  # each query's largest score is with its own key: support in the diagonal blocks
+    leaves = [t.clone().requires_grad_() for t in (q, k, v)]
+    out = attention(*leaves, mapping="sparsemax", backend="triton")
+    node = out.grad_fn
+    while not hasattr(node, "saved_tensors") or len(node.saved_tensors) < 8:
+        node = node.next_functions[0][0]
+    support = node.saved_tensors[7]
+    assert fused.BLOCK["cpu"] == 16 and support.dtype == torch.int8 and support.shape == (1, 3, 3)
+    d = _dense("sparsemax", {}, q, k, v, do, None, False, 1 / math.sqrt(8))
+    blocks = d["p"][0, 0].reshape(3, 16, 3, 16).max(axis=(1, 3)) > 0
+    assert 0 < blocks.sum() < blocks.size  # some blocks are skipped
+    assert np.array_equal(support[0].numpy() != 0, blocks)
+    grads = torch.autograd.grad(out, leaves, do)
+    _, bounds = _bounds(d, 1 / math.sqrt(8))
+    for got, want, bound in zip(grads, d["grads"], bounds):
+        assert np.all(np.abs(got.double().numpy() - want) <= bound)
+
+
+def test_fallbacks_warn_once_and_say_why():
+    from numeric.torch import fused
+
+    q, k, v, _ = _inputs(9, L=5, S=6)
+    fused._warned.clear()
+    with pytest.warns(RuntimeWarning, match="dropout is not fused"):
+        attention(q, k, v, mapping="entmax15", dropout_p=0.1, backend="triton")
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")  # the same reason again: no second warning
+        attention(q, k, v, mapping="entmax15", dropout_p=0.1, backend="triton")
+    with pytest.warns(RuntimeWarning, match="has no Triton kernels"):
+        attention(q, k, v, mapping="shannon_gini", backend="triton")
+    with pytest.warns(RuntimeWarning, match="dtype torch.float64"):
+        attention(q.double(), k.double(), v.double(), mapping="entmax15", backend="triton")
+    with pytest.warns(RuntimeWarning, match="plain callable"):
+        attention(q, k, v, mapping=lambda s, dim: torch.softmax(s, dim), backend="triton")
+    alpha = torch.tensor(1.5, requires_grad=True)
+    with pytest.warns(RuntimeWarning, match="parameter alpha requires grad"):
+        attention(q, k, v, mapping=get_map("entmax", alpha=alpha), backend="triton")
+    with pytest.raises(ValueError, match="backend must be"):
+        attention(q, k, v, backend="cuda")
+    # on CPU tensors "auto" takes the torch path, silently
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        torch.testing.assert_close(attention(q, k, v, mapping="entmax15"),
+                                   attention(q, k, v, mapping="entmax15", backend="torch"))
+
+
+def test_multihead_attention_layer_runs_the_kernels(monkeypatch):
+    """numeric.torch.MultiheadAttention with backend="triton" and need_weights=False runs the kernels (once per
+    call), and its output and input gradient equal the layer's on the torch path in float64 to float32's rounding
+    (projections: sums of 16 products of size ~1, about 16 u ~ 1e-6 each; the attention within its bound above)."""
+    from numeric.torch import MultiheadAttention, fused
+
+    calls = []
+    run = fused.fused_attention
+    monkeypatch.setattr(fused, "fused_attention", lambda *a, **kw: calls.append(1) or run(*a, **kw))
+    torch.manual_seed(0)
+    fused_layer = MultiheadAttention(16, 2, batch_first=True, mapping="entmax15", backend="triton")
+    ref_layer = MultiheadAttention(16, 2, batch_first=True, mapping="entmax15", backend="torch").double()
+    ref_layer.load_state_dict({n: t.double() for n, t in fused_layer.state_dict().items()})
+    x = torch.randn(2, 12, 16, requires_grad=True)
+    xd = x.detach().double().requires_grad_()
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        out, _ = fused_layer(x, x, x, need_weights=False, is_causal=True,
+                             attn_mask=torch.ones(12, 12, dtype=torch.bool).triu(1))
+    ref, _ = ref_layer(xd, xd, xd, need_weights=False, is_causal=True,
+                       attn_mask=torch.ones(12, 12, dtype=torch.bool).triu(1))
+    assert calls == [1]
+    torch.testing.assert_close(out.double(), ref, rtol=0, atol=2e-5)
+    (g,) = torch.autograd.grad(out.sum(), x)
+    (gd,) = torch.autograd.grad(ref.sum(), xd)
+    torch.testing.assert_close(g.double(), gd, rtol=0, atol=1e-4)
+    with pytest.raises(ValueError, match="backend must be"):
+        MultiheadAttention(16, 2, backend="gpu")
