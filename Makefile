@@ -13,7 +13,7 @@ $(BIN)/regattn: pyproject.toml
 	$(PYTHON) -m venv $(VENV)
 	$(BIN)/python -m pip install --quiet --upgrade pip
 	$(BIN)/python -m pip install --quiet torch==2.13.0
-	$(BIN)/python -m pip install --quiet -e '.[test,torch,jax]'
+	$(BIN)/python -m pip install --quiet -e '.[test,torch,jax,triton]'
 	touch $@
 
 setup: $(BIN)/regattn
