@@ -2,7 +2,7 @@
 # map: sparsemax
 # regularizer: omega(p) = p**2/2
 # format: 5
-# content-hash: sha256:f6287fb3ce6e1a3534097f506bf839195d048a177e5667053425539c61cc57fc
+# content-hash: sha256:9c30752c503db019e2e2791450c8d893e9c245dcd35f15bde464e848b0bb37aa
 """The sparsemax map, generated from omega(p) = p**2/2.
 
 Regularizer: gini; link: closed (SymPy's solve gives an elementary inverse);
@@ -302,16 +302,26 @@ def _link_plus(z, z_one):
 
 
 @triton.jit
-def _scores(q, K, Mask, k_base, m_base, offs_m, start, L, S, E, stride_ks, stride_ke, stride_ml, stride_ms,
+def _mm(a, b, UPCAST: tl.constexpr):
+    # a @ b accumulated in float32 (float32 operands with IEEE precision, not TF32); UPCAST: float32 operands
+    # (half-type products are exact in float32, so the values are those of the half-type product; Triton's
+    # interpreter multiplies bfloat16 operands wrongly)
+    if UPCAST:
+        return tl.dot(a.to(tl.float32), b.to(tl.float32), input_precision="ieee")
+    return tl.dot(a, b, input_precision="ieee")
+
+
+@triton.jit
+def _scores(q, scale, K, Mask, k_base, m_base, offs_m, start, L, S, E, stride_ks, stride_ke, stride_ml, stride_ms,
             HAS_MASK: tl.constexpr, MASK_BOOL: tl.constexpr, CAUSAL: tl.constexpr,
-            BLOCK_N: tl.constexpr, BLOCK_E: tl.constexpr):
+            BLOCK_N: tl.constexpr, BLOCK_E: tl.constexpr, UPCAST: tl.constexpr):
     # the scaled scores of the query block (q already scaled) against the keys start:start+BLOCK_N, -inf where
     # masked (key out of range, masked, above the diagonal); float masks are added
     offs_n = start + tl.arange(0, BLOCK_N)
     offs_e = tl.arange(0, BLOCK_E)
     k = tl.load(K + k_base + offs_n[:, None] * stride_ks + offs_e[None, :] * stride_ke,
-                mask=(offs_n[:, None] < S) & (offs_e[None, :] < E), other=0.0).to(tl.float32)
-    s = tl.dot(q, tl.trans(k), input_precision="ieee")
+                mask=(offs_n[:, None] < S) & (offs_e[None, :] < E), other=0.0)
+    s = _mm(q, tl.trans(k), UPCAST) * scale
     keep = (offs_m[:, None] < L) & (offs_n[None, :] < S)
     if CAUSAL:
         keep = keep & (offs_n[None, :] <= offs_m[:, None])
@@ -332,7 +342,8 @@ def attention_forward(Q, K, V, Out, Tau, Fsum, Support, Mask, Params,
                       so_b, so_h, so_l, so_e, sm_b, sm_h, sm_l, sm_s,
                       HAS_MASK: tl.constexpr, MASK_BOOL: tl.constexpr, CAUSAL: tl.constexpr,
                       EXP_LINK: tl.constexpr, MAX_STEPS: tl.constexpr,
-                      BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_E: tl.constexpr, BLOCK_EV: tl.constexpr):
+                      BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_E: tl.constexpr, BLOCK_EV: tl.constexpr,
+                      UPCAST: tl.constexpr):
     qb = tl.program_id(0)
     bh = tl.program_id(1)
     b = bh // H
@@ -342,7 +353,7 @@ def attention_forward(Q, K, V, Out, Tau, Fsum, Support, Mask, Params,
     offs_e = tl.arange(0, BLOCK_E)
     offs_v = tl.arange(0, BLOCK_EV)
     q = tl.load(Q + b * sq_b + h * sq_h + offs_m[:, None] * sq_l + offs_e[None, :] * sq_e,
-                mask=(offs_m[:, None] < L) & (offs_e[None, :] < E), other=0.0).to(tl.float32) * scale
+                mask=(offs_m[:, None] < L) & (offs_e[None, :] < E), other=0.0)
     k_base = b * sk_b + h * sk_h
     v_base = b * sv_b + h * sv_h
     m_base = b * sm_b + h * sm_h
@@ -358,16 +369,16 @@ def attention_forward(Q, K, V, Out, Tau, Fsum, Support, Mask, Params,
         f = tl.zeros([BLOCK_M], tl.float32)
         acc = tl.zeros([BLOCK_M, BLOCK_EV], tl.float32)
         for start in range(0, n_keys, BLOCK_N):
-            s = _scores(q, K, Mask, k_base, m_base, offs_m, start, L, S, E, sk_s, sk_e, sm_l, sm_s,
-                        HAS_MASK, MASK_BOOL, CAUSAL, BLOCK_N, BLOCK_E)
+            s = _scores(q, scale, K, Mask, k_base, m_base, offs_m, start, L, S, E, sk_s, sk_e, sm_l, sm_s,
+                        HAS_MASK, MASK_BOOL, CAUSAL, BLOCK_N, BLOCK_E, UPCAST)
             m_new = tl.maximum(m, tl.max(s, 1))
             shift = tl.where(m_new == float("-inf"), 0.0, m_new)
             p = tl.exp(s - shift[:, None])
             rescale = tl.exp(tl.where(m == float("-inf"), float("-inf"), m - shift))
             offs_n = start + tl.arange(0, BLOCK_N)
             v = tl.load(V + v_base + offs_n[:, None] * sv_s + offs_v[None, :] * sv_e,
-                        mask=(offs_n[:, None] < S) & (offs_v[None, :] < EV), other=0.0).to(tl.float32)
-            acc = acc * rescale[:, None] + tl.dot(p, v, input_precision="ieee")
+                        mask=(offs_n[:, None] < S) & (offs_v[None, :] < EV), other=0.0)
+            acc = acc * rescale[:, None] + _mm(p.to(v.dtype), v, UPCAST)
             f = f * rescale + tl.sum(p, 1)
             m = m_new
             tl.store(Support + (bh * tl.num_programs(0) + qb) * n_kblocks + start // BLOCK_N,
@@ -381,8 +392,8 @@ def attention_forward(Q, K, V, Out, Tau, Fsum, Support, Mask, Params,
         m = tl.full([BLOCK_M], float("-inf"), tl.float32)
         n = tl.zeros([BLOCK_M], tl.float32)
         for start in range(0, n_keys, BLOCK_N):
-            s = _scores(q, K, Mask, k_base, m_base, offs_m, start, L, S, E, sk_s, sk_e, sm_l, sm_s,
-                        HAS_MASK, MASK_BOOL, CAUSAL, BLOCK_N, BLOCK_E)
+            s = _scores(q, scale, K, Mask, k_base, m_base, offs_m, start, L, S, E, sk_s, sk_e, sm_l, sm_s,
+                        HAS_MASK, MASK_BOOL, CAUSAL, BLOCK_N, BLOCK_E, UPCAST)
             m = tl.maximum(m, tl.max(s, 1))
             n += tl.sum((s > float("-inf")).to(tl.float32), 1)
         dead = m == float("-inf")
@@ -396,8 +407,8 @@ def attention_forward(Q, K, V, Out, Tau, Fsum, Support, Mask, Params,
             f = tl.zeros([BLOCK_M], tl.float32)
             wsum = tl.zeros([BLOCK_M], tl.float32)
             for start in range(0, n_keys, BLOCK_N):
-                s = _scores(q, K, Mask, k_base, m_base, offs_m, start, L, S, E, sk_s, sk_e, sm_l, sm_s,
-                            HAS_MASK, MASK_BOOL, CAUSAL, BLOCK_N, BLOCK_E)
+                s = _scores(q, scale, K, Mask, k_base, m_base, offs_m, start, L, S, E, sk_s, sk_e, sm_l, sm_s,
+                            HAS_MASK, MASK_BOOL, CAUSAL, BLOCK_N, BLOCK_E, UPCAST)
                 p = _link_plus(s - tau[:, None], z_one)
                 f += tl.sum(p, 1)
                 wsum += tl.sum(tl.where(p > 0, _weight(tl.where(p > 0, p, 1.0)), 0.0), 1)
@@ -416,14 +427,14 @@ def attention_forward(Q, K, V, Out, Tau, Fsum, Support, Mask, Params,
         f = tl.zeros([BLOCK_M], tl.float32)
         acc = tl.zeros([BLOCK_M, BLOCK_EV], tl.float32)
         for start in range(0, n_keys, BLOCK_N):
-            s = _scores(q, K, Mask, k_base, m_base, offs_m, start, L, S, E, sk_s, sk_e, sm_l, sm_s,
-                        HAS_MASK, MASK_BOOL, CAUSAL, BLOCK_N, BLOCK_E)
+            s = _scores(q, scale, K, Mask, k_base, m_base, offs_m, start, L, S, E, sk_s, sk_e, sm_l, sm_s,
+                        HAS_MASK, MASK_BOOL, CAUSAL, BLOCK_N, BLOCK_E, UPCAST)
             p = _link_plus(s - tau[:, None], z_one)
             p = tl.where(dead[:, None], 0.0, p)
             offs_n = start + tl.arange(0, BLOCK_N)
             v = tl.load(V + v_base + offs_n[:, None] * sv_s + offs_v[None, :] * sv_e,
-                        mask=(offs_n[:, None] < S) & (offs_v[None, :] < EV), other=0.0).to(tl.float32)
-            acc += tl.dot(p, v, input_precision="ieee")
+                        mask=(offs_n[:, None] < S) & (offs_v[None, :] < EV), other=0.0)
+            acc += _mm(p.to(v.dtype), v, UPCAST)
             f += tl.sum(p, 1)
             tl.store(Support + (bh * tl.num_programs(0) + qb) * n_kblocks + start // BLOCK_N,
                      (tl.max(tl.max(p, 1), 0) > 0).to(tl.int8))
@@ -451,7 +462,7 @@ def attention_backward_rows(Q, K, V, DO, DQ, Tau, Fsum, C, Support, Mask, Params
                             sd_b, sd_h, sd_l, sd_e, sm_b, sm_h, sm_l, sm_s,
                             HAS_MASK: tl.constexpr, MASK_BOOL: tl.constexpr, CAUSAL: tl.constexpr,
                             BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_E: tl.constexpr,
-                            BLOCK_EV: tl.constexpr):
+                            BLOCK_EV: tl.constexpr, UPCAST: tl.constexpr):
     qb = tl.program_id(0)
     bh = tl.program_id(1)
     b = bh // H
@@ -463,9 +474,9 @@ def attention_backward_rows(Q, K, V, DO, DQ, Tau, Fsum, C, Support, Mask, Params
     offs_v = tl.arange(0, BLOCK_EV)
     row_live = offs_m < L
     q = tl.load(Q + b * sq_b + h * sq_h + offs_m[:, None] * sq_l + offs_e[None, :] * sq_e,
-                mask=row_live[:, None] & (offs_e[None, :] < E), other=0.0).to(tl.float32) * scale
+                mask=row_live[:, None] & (offs_e[None, :] < E), other=0.0)
     do = tl.load(DO + b * sd_b + h * sd_h + offs_m[:, None] * sd_l + offs_v[None, :] * sd_e,
-                 mask=row_live[:, None] & (offs_v[None, :] < EV), other=0.0).to(tl.float32)
+                 mask=row_live[:, None] & (offs_v[None, :] < EV), other=0.0)
     tau = tl.load(Tau + bh * L + offs_m, mask=row_live, other=float("inf"))
     f = tl.load(Fsum + bh * L + offs_m, mask=row_live, other=1.0)
     k_base = b * sk_b + h * sk_h
@@ -480,13 +491,13 @@ def attention_backward_rows(Q, K, V, DO, DQ, Tau, Fsum, C, Support, Mask, Params
     wdp = tl.zeros([BLOCK_M], tl.float32)
     for start in range(0, n_keys, BLOCK_N):
         if tl.load(support + start // BLOCK_N) != 0:
-            s = _scores(q, K, Mask, k_base, m_base, offs_m, start, L, S, E, sk_s, sk_e, sm_l, sm_s,
-                        HAS_MASK, MASK_BOOL, CAUSAL, BLOCK_N, BLOCK_E)
+            s = _scores(q, scale, K, Mask, k_base, m_base, offs_m, start, L, S, E, sk_s, sk_e, sm_l, sm_s,
+                        HAS_MASK, MASK_BOOL, CAUSAL, BLOCK_N, BLOCK_E, UPCAST)
             p, w = _weights_at(s, tau, f, z_one)
             offs_n = start + tl.arange(0, BLOCK_N)
             v = tl.load(V + v_base + offs_n[:, None] * sv_s + offs_v[None, :] * sv_e,
-                        mask=(offs_n[:, None] < S) & (offs_v[None, :] < EV), other=0.0).to(tl.float32)
-            dp = tl.dot(do, tl.trans(v), input_precision="ieee")
+                        mask=(offs_n[:, None] < S) & (offs_v[None, :] < EV), other=0.0)
+            dp = _mm(do, tl.trans(v), UPCAST)
             wsum += tl.sum(w, 1)
             wdp += tl.sum(w * dp, 1)
     c = wdp / tl.where(wsum > 0, wsum, 1.0)
@@ -494,16 +505,16 @@ def attention_backward_rows(Q, K, V, DO, DQ, Tau, Fsum, C, Support, Mask, Params
     dq = tl.zeros([BLOCK_M, BLOCK_E], tl.float32)
     for start in range(0, n_keys, BLOCK_N):
         if tl.load(support + start // BLOCK_N) != 0:
-            s = _scores(q, K, Mask, k_base, m_base, offs_m, start, L, S, E, sk_s, sk_e, sm_l, sm_s,
-                        HAS_MASK, MASK_BOOL, CAUSAL, BLOCK_N, BLOCK_E)
+            s = _scores(q, scale, K, Mask, k_base, m_base, offs_m, start, L, S, E, sk_s, sk_e, sm_l, sm_s,
+                        HAS_MASK, MASK_BOOL, CAUSAL, BLOCK_N, BLOCK_E, UPCAST)
             p, w = _weights_at(s, tau, f, z_one)
             offs_n = start + tl.arange(0, BLOCK_N)
             v = tl.load(V + v_base + offs_n[:, None] * sv_s + offs_v[None, :] * sv_e,
-                        mask=(offs_n[:, None] < S) & (offs_v[None, :] < EV), other=0.0).to(tl.float32)
+                        mask=(offs_n[:, None] < S) & (offs_v[None, :] < EV), other=0.0)
             k = tl.load(K + k_base + offs_n[:, None] * sk_s + offs_e[None, :] * sk_e,
-                        mask=(offs_n[:, None] < S) & (offs_e[None, :] < E), other=0.0).to(tl.float32)
-            ds = w * (tl.dot(do, tl.trans(v), input_precision="ieee") - c[:, None])
-            dq += tl.dot(ds, k, input_precision="ieee")
+                        mask=(offs_n[:, None] < S) & (offs_e[None, :] < E), other=0.0)
+            ds = w * (_mm(do, tl.trans(v), UPCAST) - c[:, None])
+            dq += _mm(ds.to(k.dtype), k, UPCAST)
     tl.store(DQ + bh * L * E + offs_m[:, None] * E + offs_e[None, :], dq * scale,
              mask=row_live[:, None] & (offs_e[None, :] < E))
 
@@ -515,7 +526,7 @@ def attention_backward_keys(Q, K, V, DO, DK, DV, Tau, Fsum, C, Support, Mask, Pa
                             sd_b, sd_h, sd_l, sd_e, sm_b, sm_h, sm_l, sm_s,
                             HAS_MASK: tl.constexpr, MASK_BOOL: tl.constexpr, CAUSAL: tl.constexpr,
                             BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_E: tl.constexpr,
-                            BLOCK_EV: tl.constexpr):
+                            BLOCK_EV: tl.constexpr, UPCAST: tl.constexpr):
     kb = tl.program_id(0)
     bh = tl.program_id(1)
     b = bh // H
@@ -530,9 +541,9 @@ def attention_backward_keys(Q, K, V, DO, DK, DV, Tau, Fsum, C, Support, Mask, Pa
     v_base = b * sv_b + h * sv_h
     m_base = b * sm_b + h * sm_h
     k = tl.load(K + k_base + offs_n[:, None] * sk_s + offs_e[None, :] * sk_e,
-                mask=(offs_n[:, None] < S) & (offs_e[None, :] < E), other=0.0).to(tl.float32)
+                mask=(offs_n[:, None] < S) & (offs_e[None, :] < E), other=0.0)
     v = tl.load(V + v_base + offs_n[:, None] * sv_s + offs_v[None, :] * sv_e,
-                mask=(offs_n[:, None] < S) & (offs_v[None, :] < EV), other=0.0).to(tl.float32)
+                mask=(offs_n[:, None] < S) & (offs_v[None, :] < EV), other=0.0)
     dk = tl.zeros([BLOCK_N, BLOCK_E], tl.float32)
     dv = tl.zeros([BLOCK_N, BLOCK_EV], tl.float32)
     if CAUSAL:
@@ -544,19 +555,19 @@ def attention_backward_keys(Q, K, V, DO, DK, DV, Tau, Fsum, C, Support, Mask, Pa
             offs_m = qb * BLOCK_M + tl.arange(0, BLOCK_M)
             row_live = offs_m < L
             q = tl.load(Q + b * sq_b + h * sq_h + offs_m[:, None] * sq_l + offs_e[None, :] * sq_e,
-                        mask=row_live[:, None] & (offs_e[None, :] < E), other=0.0).to(tl.float32) * scale
+                        mask=row_live[:, None] & (offs_e[None, :] < E), other=0.0)
             do = tl.load(DO + b * sd_b + h * sd_h + offs_m[:, None] * sd_l + offs_v[None, :] * sd_e,
-                         mask=row_live[:, None] & (offs_v[None, :] < EV), other=0.0).to(tl.float32)
+                         mask=row_live[:, None] & (offs_v[None, :] < EV), other=0.0)
             tau = tl.load(Tau + bh * L + offs_m, mask=row_live, other=float("inf"))
             f = tl.load(Fsum + bh * L + offs_m, mask=row_live, other=1.0)
             c = tl.load(C + bh * L + offs_m, mask=row_live, other=0.0)
-            s = _scores(q, K, Mask, k_base, m_base, offs_m, start, L, S, E, sk_s, sk_e, sm_l, sm_s,
-                        HAS_MASK, MASK_BOOL, CAUSAL, BLOCK_N, BLOCK_E)
+            s = _scores(q, scale, K, Mask, k_base, m_base, offs_m, start, L, S, E, sk_s, sk_e, sm_l, sm_s,
+                        HAS_MASK, MASK_BOOL, CAUSAL, BLOCK_N, BLOCK_E, UPCAST)
             p, w = _weights_at(s, tau, f, z_one)
-            dv += tl.dot(tl.trans(p), do, input_precision="ieee")
-            ds = w * (tl.dot(do, tl.trans(v), input_precision="ieee") - c[:, None])
-            dk += tl.dot(tl.trans(ds), q, input_precision="ieee")
-    tl.store(DK + bh * S * E + offs_n[:, None] * E + offs_e[None, :], dk,
+            dv += _mm(tl.trans(p).to(do.dtype), do, UPCAST)
+            ds = w * (_mm(do, tl.trans(v), UPCAST) - c[:, None])
+            dk += _mm(tl.trans(ds).to(q.dtype), q, UPCAST)
+    tl.store(DK + bh * S * E + offs_n[:, None] * E + offs_e[None, :], dk * scale,
              mask=(offs_n[:, None] < S) & (offs_e[None, :] < E))
     tl.store(DV + bh * S * EV + offs_n[:, None] * EV + offs_v[None, :], dv,
              mask=(offs_n[:, None] < S) & (offs_v[None, :] < EV))

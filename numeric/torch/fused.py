@@ -143,7 +143,8 @@ class _Fused(torch.autograd.Function):
             q, k, v, out, tau, fsum, support, m, params, H, L, S, E, EV, float(scale), nk, params.shape[1],
             *q.stride(), *k.stride(), *v.stride(), *out.stride(), *ms,
             HAS_MASK=mask is not None, MASK_BOOL=mask is None or mask.dtype == torch.bool, CAUSAL=causal,
-            EXP_LINK=exp_link, MAX_STEPS=MAX_STEPS, BLOCK_M=block, BLOCK_N=block, BLOCK_E=be, BLOCK_EV=bev)
+            EXP_LINK=exp_link, MAX_STEPS=MAX_STEPS, BLOCK_M=block, BLOCK_N=block, BLOCK_E=be, BLOCK_EV=bev,
+            UPCAST=not q.is_cuda, **_options(q))
         ctx.save_for_backward(q, k, v, mask, params, tau, fsum, support)
         ctx.args = (scale, causal, mod, shapes, block, be, bev)
         return out
@@ -160,7 +161,7 @@ class _Fused(torch.autograd.Function):
         c = torch.empty_like(tau)
         m, ms = _mask_args(mask, q)
         flags = dict(HAS_MASK=mask is not None, MASK_BOOL=mask is None or mask.dtype == torch.bool, CAUSAL=causal,
-                     BLOCK_M=block, BLOCK_N=block, BLOCK_E=be, BLOCK_EV=bev)
+                     BLOCK_M=block, BLOCK_N=block, BLOCK_E=be, BLOCK_EV=bev, UPCAST=not q.is_cuda, **_options(q))
         common = (H, L, S, E, EV, float(scale))
         strides = (*q.stride(), *k.stride(), *v.stride(), *do.stride(), *ms)
         mod.attention_backward_rows[(nq, B * H)](q, k, v, do, dq, tau, fsum, c, support, m, params, *common, nk,
@@ -170,6 +171,12 @@ class _Fused(torch.autograd.Function):
         shape = (B, H)
         return (dq.reshape(shape + (L, E)).to(q.dtype), dk.reshape(shape + (S, E)).to(q.dtype),
                 dv.reshape(shape + (S, EV)).to(q.dtype), None, None, None, None, None, None, None)
+
+
+def _options(q) -> dict:
+    """Compiler options of a launch on CUDA (contracted multiply-adds: one rounding instead of two; stated, so
+    that Triton does not warn about its changing default); none in the interpreter."""
+    return {"enable_fp_fusion": True} if q.is_cuda else {}
 
 
 def triton_next_pow2(n: int) -> int:

@@ -183,15 +183,21 @@ def test_one_alpha_per_head():
 
 @pytest.mark.parametrize("dtype", ["float16", "bfloat16"])
 def test_half_inputs_compute_in_float32(dtype):
-    """Half inputs: the output is the float32 computation of the rounded inputs, rounded once to the half format."""
+    """Half inputs: the float32 computation of the rounded inputs except that the weights are rounded to the half
+    type before their product with v (as FlashAttention does), and the output once more: |error| <= u_h sum p |v|
+    + u_h |o| <= eps_h max |v| (u_h = eps_h / 2, the weights summing to 1 and |o| <= max |v|), the float32 terms
+    being far below; the gradients are finite and of the input's dtype."""
     dt = getattr(torch, dtype)
-    q, k, v, _ = _inputs(5, L=20, S=18)
-    q, k, v = (t.to(dt) for t in (q, k, v))
-    out = attention(q, k, v, is_causal=True, mapping="entmax15", backend="triton")
+    q, k, v, do = _inputs(5, L=20, S=18)
+    q, k, v, do = (t.to(dt) for t in (q, k, v, do))
+    leaves = [t.clone().requires_grad_() for t in (q, k, v)]
+    out = attention(*leaves, is_causal=True, mapping="entmax15", backend="triton")
     assert out.dtype == dt
     want = attention(q.float(), k.float(), v.float(), is_causal=True, mapping="entmax15", backend="triton")
-    np.testing.assert_allclose(out.float().numpy(), want.numpy(), rtol=0,
-                               atol=float(torch.finfo(dt).eps) * float(want.abs().max()))
+    np.testing.assert_allclose(out.detach().float().numpy(), want.numpy(), rtol=0,
+                               atol=float(torch.finfo(dt).eps) * float(v.float().abs().max()))
+    grads = torch.autograd.grad(out, leaves, do)
+    assert all(g.dtype == dt and bool(torch.isfinite(g).all()) for g in grads)
 
 
 def test_support_skips_blocks_and_backward_reuses_it():

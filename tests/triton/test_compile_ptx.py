@@ -1,0 +1,75 @@
+"""The generated Triton kernels compile for NVIDIA GPUs (PTX for sm_80 and sm_90) with Triton's own compiler, no GPU
+needed: what the interpreter does not check (types of loop-carried values, constexpr branches, tensor-core dots of
+half inputs with 64-row blocks) is checked here.  The CI profile compiles two maps, the thorough one all."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+
+import pytest
+from hypothesis import settings
+
+from .conftest import interpreter_reason
+
+pytestmark = pytest.mark.skipif(interpreter_reason() is not None, reason=str(interpreter_reason()))
+
+_SCRIPT = r"""
+import json, sys, warnings
+import triton
+from triton.backends.compiler import GPUTarget
+from triton.compiler import ASTSource
+import numeric as nm
+from numeric.torch import fused
+
+POINTERS = {"Tau": "fp32", "Fsum": "fp32", "C": "fp32", "Params": "fp32", "DQ": "fp32", "DK": "fp32", "DV": "fp32",
+            "Support": "i8", "Mask": "u8"}
+INPUTS = {"Q", "K", "V", "Out", "DO"}
+name, params, dtype, arch = json.loads(sys.argv[1])
+module = nm.get_map(name, **params).module
+kernels = fused.kernels(module)
+constexprs = dict(HAS_MASK=True, MASK_BOOL=True, CAUSAL=True, MAX_STEPS=60, BLOCK_M=64, BLOCK_N=64, BLOCK_E=64,
+                  BLOCK_EV=64, UPCAST=False, EXP_LINK=bool(module.TERM_IS_EXP) and module.LINK_FORM == "exp")
+out = {}
+for kernel in ("attention_forward", "attention_backward_rows", "attention_backward_keys"):
+    fn = getattr(kernels, kernel)
+    signature, values = {}, {}
+    for i, p in enumerate(fn.params):
+        if p.is_constexpr:
+            signature[p.name] = "constexpr"
+            values[(i,)] = constexprs[p.name]
+        elif p.name in INPUTS:
+            signature[p.name] = "*" + dtype
+        elif p.name in POINTERS:
+            signature[p.name] = "*" + POINTERS[p.name]
+        else:
+            signature[p.name] = "fp32" if p.name == "scale" else "i32"
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", DeprecationWarning)
+        compiled = triton.compile(ASTSource(fn=fn, signature=signature, constexprs=values),
+                                  target=GPUTarget("cuda", arch, 32), options={"enable_fp_fusion": True})
+    out[kernel] = compiled.asm["ptx"]
+print(json.dumps(out))
+"""
+
+THOROUGH = settings._current_profile == "thorough"  # (set from --hypothesis-profile before collection)
+CASES = [("softmax", {}, "fp16", 80), ("entmax", {"alpha": 1.5}, "bf16", 90)]
+if THOROUGH:
+    CASES += [("sparsemax", {}, "fp16", 80), ("entmax15", {}, "bf16", 80), ("softmax", {}, "fp32", 90)]
+
+
+@pytest.mark.parametrize(("name", "params", "dtype", "arch"), CASES, ids=[f"{c[0]}-{c[2]}-sm{c[3]}" for c in CASES])
+def test_kernels_compile_to_ptx(name, params, dtype, arch):
+    """Each kernel compiles to PTX for the architecture (in a process of its own: this one runs Triton's
+    interpreter, whose functions the compiler does not take); half inputs multiply on tensor cores (mma)."""
+    env = {k: v for k, v in os.environ.items() if k != "TRITON_INTERPRET"}
+    run = subprocess.run([sys.executable, "-c", _SCRIPT, json.dumps([name, params, dtype, arch])], env=env,
+                         capture_output=True, text=True, timeout=600)
+    assert run.returncode == 0, run.stderr[-4000:]
+    ptx = json.loads(run.stdout.strip().splitlines()[-1])
+    for kernel, text in ptx.items():
+        assert f".target sm_{arch}" in text and f".entry {kernel}" in text
+        if dtype != "fp32":
+            assert "mma" in text, kernel
