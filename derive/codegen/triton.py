@@ -120,7 +120,7 @@ def _scores(q, scale, K, Mask, k_base, m_base, offs_m, start, L, S, E, stride_ks
 
 
 @triton.jit
-def attention_forward(Q, K, V, Out, Tau, Fsum, Support, Mask, Params,
+def attention_forward(Q, K, V, Out, Tau, Fsum, Support, Bmax, Mask, Params,
                       H, L, S, E, EV, scale, n_kblocks, n_params,
                       sq_b, sq_h, sq_l, sq_e, sk_b, sk_h, sk_s, sk_e, sv_b, sv_h, sv_s, sv_e,
                       so_b, so_h, so_l, so_e, sm_b, sm_h, sm_l, sm_s,
@@ -173,17 +173,29 @@ __PARAMS_LOAD__
         out = tl.where(dead[:, None], 0.0, acc / tl.where(dead, 1.0, f)[:, None])
         f = tl.full([BLOCK_M], 1.0, tl.float32)  # p = exp(s - tau) sums to 1
     else:
+        # pass 1: each row's maximum m and number of keys n, and per key block an upper bound of
+        # max_i (max_j s_ij - m_i) (the running maximum is at most the final one), starting at the diagonal block
+        gap = Bmax + (bh * tl.num_programs(0) + qb) * n_kblocks
         m = tl.full([BLOCK_M], float("-inf"), tl.float32)
         n = tl.zeros([BLOCK_M], tl.float32)
-        for start in range(0, n_keys, BLOCK_N):
-            s = _scores(q, scale, K, Mask, k_base, m_base, offs_m, start, L, S, E, sk_s, sk_e, sm_l, sm_s,
+        n_blocks = tl.cdiv(n_keys, BLOCK_N)
+        first = tl.minimum((qb * BLOCK_M) // BLOCK_N, n_blocks - 1)
+        for j in range(0, n_blocks):
+            kb = (j + first) % n_blocks
+            s = _scores(q, scale, K, Mask, k_base, m_base, offs_m, kb * BLOCK_N, L, S, E, sk_s, sk_e, sm_l, sm_s,
                         HAS_MASK, MASK_BOOL, CAUSAL, BLOCK_N, BLOCK_E, UPCAST)
-            m = tl.maximum(m, tl.max(s, 1))
+            top = tl.max(s, 1)
+            m = tl.maximum(m, top)
             n += tl.sum((s > float("-inf")).to(tl.float32), 1)
+            tl.store(gap + kb, tl.max(tl.where(top > float("-inf"), top - tl.where(top > float("-inf"), m, 0.0),
+                                               float("-inf")), 0))
         dead = m == float("-inf")
         m0 = tl.where(dead, 0.0, m)
         lo = m0 - z_one
         hi = m0 - _omega_prime(1.0 / tl.maximum(n, 1.0)__PARAMS_CALL__)
+        # tau never falls below lo = m - omega'(1): a key block with s_ij - m_i <= clip - omega'(1) for every row
+        # has weights 0 at every step, and the passes below skip it
+        floor = _clip(__PARAMS_CALL_ONLY__) - z_one
         tau = lo
         step = tl.zeros([], tl.int32)
         going = tl.max(row_live.to(tl.int32), 0) > 0
@@ -191,16 +203,18 @@ __PARAMS_LOAD__
             f = tl.zeros([BLOCK_M], tl.float32)
             wsum = tl.zeros([BLOCK_M], tl.float32)
             for start in range(0, n_keys, BLOCK_N):
-                s = _scores(q, scale, K, Mask, k_base, m_base, offs_m, start, L, S, E, sk_s, sk_e, sm_l, sm_s,
-                            HAS_MASK, MASK_BOOL, CAUSAL, BLOCK_N, BLOCK_E, UPCAST)
-                p = _link_plus(s - tau[:, None], z_one__PARAMS_CALL__)
-                f += tl.sum(p, 1)
-                wsum += tl.sum(tl.where(p > 0, _weight(tl.where(p > 0, p, 1.0)__PARAMS_CALL__), 0.0), 1)
+                if tl.load(gap + start // BLOCK_N) > floor:
+                    s = _scores(q, scale, K, Mask, k_base, m_base, offs_m, start, L, S, E, sk_s, sk_e, sm_l, sm_s,
+                                HAS_MASK, MASK_BOOL, CAUSAL, BLOCK_N, BLOCK_E, UPCAST)
+                    p = _link_plus(s - tau[:, None], z_one__PARAMS_CALL__)
+                    f += tl.sum(p, 1)
+                    wsum += tl.sum(tl.where(p > 0, _weight(tl.where(p > 0, p, 1.0)__PARAMS_CALL__), 0.0), 1)
             excess = f - 1.0
             lo = tl.where(excess >= 0, tau, lo)
             hi = tl.where(excess < 0, tau, hi)
             newton = tau + excess / tl.where(wsum > 0, wsum, 1.0)
-            inside = (newton > lo) & (newton < hi) & (wsum > 0)
+            # (a Newton point on an end of the bracket is the root to rounding: it stops the row below)
+            inside = (newton >= lo) & (newton <= hi) & (wsum > 0)
             new_tau = tl.where(inside, newton, 0.5 * (lo + hi))
             # a row is done when F is 1 to a few roundings or tau moves by less than the resolution of s - tau
             done = (tl.abs(excess) <= 2.4e-7) | (tl.abs(new_tau - tau) <= 1.2e-7 * (tl.abs(new_tau) + tl.abs(m0)))
@@ -211,17 +225,19 @@ __PARAMS_LOAD__
         f = tl.zeros([BLOCK_M], tl.float32)
         acc = tl.zeros([BLOCK_M, BLOCK_EV], tl.float32)
         for start in range(0, n_keys, BLOCK_N):
-            s = _scores(q, scale, K, Mask, k_base, m_base, offs_m, start, L, S, E, sk_s, sk_e, sm_l, sm_s,
-                        HAS_MASK, MASK_BOOL, CAUSAL, BLOCK_N, BLOCK_E, UPCAST)
-            p = _link_plus(s - tau[:, None], z_one__PARAMS_CALL__)
-            p = tl.where(dead[:, None], 0.0, p)
-            offs_n = start + tl.arange(0, BLOCK_N)
-            v = tl.load(V + v_base + offs_n[:, None] * sv_s + offs_v[None, :] * sv_e,
-                        mask=(offs_n[:, None] < S) & (offs_v[None, :] < EV), other=0.0)
-            acc += _mm(p.to(v.dtype), v, UPCAST)
-            f += tl.sum(p, 1)
-            tl.store(Support + (bh * tl.num_programs(0) + qb) * n_kblocks + start // BLOCK_N,
-                     (tl.max(tl.max(p, 1), 0) > 0).to(tl.int8))
+            has = False
+            if tl.load(gap + start // BLOCK_N) > floor:
+                s = _scores(q, scale, K, Mask, k_base, m_base, offs_m, start, L, S, E, sk_s, sk_e, sm_l, sm_s,
+                            HAS_MASK, MASK_BOOL, CAUSAL, BLOCK_N, BLOCK_E, UPCAST)
+                p = _link_plus(s - tau[:, None], z_one__PARAMS_CALL__)
+                p = tl.where(dead[:, None], 0.0, p)
+                offs_n = start + tl.arange(0, BLOCK_N)
+                v = tl.load(V + v_base + offs_n[:, None] * sv_s + offs_v[None, :] * sv_e,
+                            mask=(offs_n[:, None] < S) & (offs_v[None, :] < EV), other=0.0)
+                acc += _mm(p.to(v.dtype), v, UPCAST)
+                f += tl.sum(p, 1)
+                has = tl.max(tl.max(p, 1), 0) > 0
+            tl.store(Support + (bh * tl.num_programs(0) + qb) * n_kblocks + start // BLOCK_N, has.to(tl.int8))
         tau = tl.where(dead, float("inf"), tau)
         f = tl.where(dead, 1.0, f)
         out = tl.where(dead[:, None], 0.0, acc / f[:, None])

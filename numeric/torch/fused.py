@@ -136,11 +136,12 @@ class _Fused(torch.autograd.Function):
         tau = torch.empty(B * H, L, dtype=torch.float32, device=q.device)
         fsum = torch.empty_like(tau)
         support = torch.zeros(B * H, nq, nk, dtype=torch.int8, device=q.device)
+        bmax = torch.empty(B * H, nq, nk, dtype=torch.float32, device=q.device)  # (a scratch of the forward)
         m, ms = _mask_args(mask, q)
         be, bev = max(16, triton_next_pow2(E)), max(16, triton_next_pow2(EV))
         exp_link = bool(fn.module.TERM_IS_EXP) and fn.module.LINK_FORM == "exp"
         mod.attention_forward[(nq, B * H)](
-            q, k, v, out, tau, fsum, support, m, params, H, L, S, E, EV, float(scale), nk, params.shape[1],
+            q, k, v, out, tau, fsum, support, bmax, m, params, H, L, S, E, EV, float(scale), nk, params.shape[1],
             *q.stride(), *k.stride(), *v.stride(), *out.stride(), *ms,
             HAS_MASK=mask is not None, MASK_BOOL=mask is None or mask.dtype == torch.bool, CAUSAL=causal,
             EXP_LINK=exp_link, MAX_STEPS=MAX_STEPS, BLOCK_M=block, BLOCK_N=block, BLOCK_E=be, BLOCK_EV=bev,

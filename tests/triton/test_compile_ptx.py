@@ -25,7 +25,7 @@ import numeric as nm
 from numeric.torch import fused
 
 POINTERS = {"Tau": "fp32", "Fsum": "fp32", "C": "fp32", "Params": "fp32", "DQ": "fp32", "DK": "fp32", "DV": "fp32",
-            "Support": "i8", "Mask": "u8"}
+            "Support": "i8", "Mask": "u8", "Bmax": "fp32"}
 INPUTS = {"Q", "K", "V", "Out", "DO"}
 name, params, dtype, arch = json.loads(sys.argv[1])
 module = nm.get_map(name, **params).module

@@ -280,3 +280,32 @@ def test_multihead_attention_layer_runs_the_kernels(monkeypatch):
     torch.testing.assert_close(g.double(), gd, rtol=0, atol=1e-4)
     with pytest.raises(ValueError, match="backend must be"):
         MultiheadAttention(16, 2, backend="gpu")
+
+
+def test_threshold_passes_skip_blocks_without_weight(monkeypatch):
+    """The forward's threshold and output passes skip a key block where s_ij - m_i <= clip - omega'(1) for every
+    row i of the query block (tau_i >= m_i - omega'(1)): with queries and keys of block b near 4 e_b, the scores of
+    the other blocks are computed once (the first pass), those of the diagonal blocks in every pass, and the output
+    is within its bound.  (Newton from the left stops in a few steps: a step landing on the bracket's end by
+    rounding is the root; with strict ends it fell back to halving and took 16 to 19 steps on these rows.)"""
+    import numeric as nm_
+    from numeric.torch import fused
+
+    g = torch.Generator().manual_seed(8)
+    blocks = torch.arange(64) // 16
+    x = (4 * torch.nn.functional.one_hot(blocks, 8).float() + 0.1 * torch.randn(64, 8, generator=g))[None, None]
+    v = torch.randn(1, 1, 64, 4, generator=g)
+    mod = fused.kernels(nm_.get_map("sparsemax").module)
+    calls = []
+    scores = mod._scores
+    monkeypatch.setattr(mod, "_scores", lambda *a: calls.append((int(a[6].handle.data.ravel()[0]) // 16,
+                                                                 int(a[7]) // 16)) or scores(*a))
+    out = attention(x, x, v, mapping="sparsemax", backend="triton")
+    counts = {(i, j): calls.count((i, j)) for i in range(4) for j in range(4)}
+    assert all(counts[i, j] == 1 for i in range(4) for j in range(4) if i != j), counts
+    # the first pass, Newton's steps (from the left on a convex piecewise-linear F: at most one per key that
+    # enters the support, 16 in a block, and the step that stops) and the output pass
+    assert all(3 <= counts[i, i] <= 1 + 17 + 1 for i in range(4)), counts
+    d = _dense("sparsemax", {}, x, x, v, torch.zeros(1, 1, 64, 4), None, False, 1 / math.sqrt(8))
+    bound, _ = _bounds(d, 1 / math.sqrt(8))
+    assert np.all(np.abs(out.double().numpy() - d["out"]) <= bound)
