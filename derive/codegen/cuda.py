@@ -283,14 +283,15 @@ extern "C" __global__ void {name}_jvp_{suffix}(const {T}* p, const {T}* v, {T}* 
         const {T}* pr = p + row * cols; const {T}* vr = v + row * cols; {T}* outr = out + row * cols;
         {T} sw = 0, swv = 0;
         for (long long j = threadIdx.x; j < cols; j += blockDim.x) {{
-            {T} w = pr[j] > {T}(0) ? {name}_weight<{T}>(pr[j]{params_call}) : {T}(0);
+            // off the support w = 0; a NaN p (a NaN row) gives w NaN, so the whole row comes out NaN
+            {T} w = pr[j] > {T}(0) ? {name}_weight<{T}>(pr[j]{params_call}) : (pr[j] == pr[j] ? {T}(0) : pr[j]);
             sw += w; swv += w * vr[j];
         }}
         sw = rg_block_sum(sw, shared);
         swv = rg_block_sum(swv, shared);
-        {T} mean = sw > {T}(0) ? swv / sw : {T}(0);
+        {T} mean = sw > {T}(0) ? swv / sw : (sw == sw ? {T}(0) : sw);
         for (long long j = threadIdx.x; j < cols; j += blockDim.x) {{
-            {T} w = pr[j] > {T}(0) ? {name}_weight<{T}>(pr[j]{params_call}) : {T}(0);
+            {T} w = pr[j] > {T}(0) ? {name}_weight<{T}>(pr[j]{params_call}) : (pr[j] == pr[j] ? {T}(0) : pr[j]);
             outr[j] = w * (vr[j] - mean);
         }}
     }}
@@ -350,7 +351,9 @@ FORWARD_ROWS_ROOT = r"""
                 if (f == {T}(0)) break;
                 if (f > {T}(0)) lo = tau; else hi = tau;
                 {T} next = df > {T}(0) ? tau + f / df : lo - {T}(1);
-                if (next > lo && next < hi && rg_fabs(next - tau) < {T}(0.5) * rg_fabs(step_old)) {{
+                // (a Newton point on an end of the bracket is the root to rounding: accepted, it stops the
+                // loop; taken for outside, it made every later step a bisection)
+                if (next >= lo && next <= hi && rg_fabs(next - tau) < {T}(0.5) * rg_fabs(step_old)) {{
                     step_old = step; step = next - tau; tau = next;
                 }} else {{
                     step_old = step; step = (hi - lo) / {T}(2); tau = lo + step;
@@ -424,7 +427,8 @@ FORWARD_ROWS_POWER = r"""
                 if (phi < {T}(0)) lo = rho; else hi = rho;  // F >= 1 where phi <= 0
                 if (k * rg_fabs(phi) <= {T}(2) * rg_eps<{T}>()) break;
                 {T} next = rho - phi / ({T}(1) + slope / q_sum);
-                if (next > lo && next < hi && rg_fabs(next - rho) < {T}(0.5) * rg_fabs(step_old)) {{
+                if (next == rho) break;  // the root to rounding (a point on the bracket's end included)
+                if (next >= lo && next <= hi && rg_fabs(next - rho) < {T}(0.5) * rg_fabs(step_old)) {{
                     step_old = step; step = next - rho; rho = next;
                 }} else {{
                     step_old = step; step = (hi - lo) / {T}(2); rho = lo + step;

@@ -2,7 +2,7 @@
 # map: entmax
 # regularizer: omega(p) = (-p + p**alpha)/(alpha*(alpha - 1))
 # format: 5
-# content-hash: sha256:be91e4fa18fa52aa6009fd13ca1e4a32fcfd4cabf2e7b55656e303224fa7d590
+# content-hash: sha256:2109ea916187f11490c8e7311af78c48082ec17e9ac0a5ff57cc04877209a034
 """The entmax map, generated from omega(p) = (-p + p**alpha)/(alpha*(alpha - 1)).
 
 Regularizer: tsallis; link: closed (SymPy's solve gives an elementary inverse);
@@ -874,7 +874,8 @@ extern "C" __global__ void entmax_forward_rows_f32(const float* s, float* p, flo
                 if (phi < float(0)) lo = rho; else hi = rho;  // F >= 1 where phi <= 0
                 if (k * rg_fabs(phi) <= float(2) * rg_eps<float>()) break;
                 float next = rho - phi / (float(1) + slope / q_sum);
-                if (next > lo && next < hi && rg_fabs(next - rho) < float(0.5) * rg_fabs(step_old)) {
+                if (next == rho) break;  // the root to rounding (a point on the bracket's end included)
+                if (next >= lo && next <= hi && rg_fabs(next - rho) < float(0.5) * rg_fabs(step_old)) {
                     step_old = step; step = next - rho; rho = next;
                 } else {
                     step_old = step; step = (hi - lo) / float(2); rho = lo + step;
@@ -954,14 +955,15 @@ extern "C" __global__ void entmax_jvp_f32(const float* p, const float* v, float*
         const float* pr = p + row * cols; const float* vr = v + row * cols; float* outr = out + row * cols;
         float sw = 0, swv = 0;
         for (long long j = threadIdx.x; j < cols; j += blockDim.x) {
-            float w = pr[j] > float(0) ? entmax_weight<float>(pr[j], alpha) : float(0);
+            // off the support w = 0; a NaN p (a NaN row) gives w NaN, so the whole row comes out NaN
+            float w = pr[j] > float(0) ? entmax_weight<float>(pr[j], alpha) : (pr[j] == pr[j] ? float(0) : pr[j]);
             sw += w; swv += w * vr[j];
         }
         sw = rg_block_sum(sw, shared);
         swv = rg_block_sum(swv, shared);
-        float mean = sw > float(0) ? swv / sw : float(0);
+        float mean = sw > float(0) ? swv / sw : (sw == sw ? float(0) : sw);
         for (long long j = threadIdx.x; j < cols; j += blockDim.x) {
-            float w = pr[j] > float(0) ? entmax_weight<float>(pr[j], alpha) : float(0);
+            float w = pr[j] > float(0) ? entmax_weight<float>(pr[j], alpha) : (pr[j] == pr[j] ? float(0) : pr[j]);
             outr[j] = w * (vr[j] - mean);
         }
     }
@@ -1025,7 +1027,8 @@ extern "C" __global__ void entmax_forward_rows_f64(const double* s, double* p, d
                 if (phi < double(0)) lo = rho; else hi = rho;  // F >= 1 where phi <= 0
                 if (k * rg_fabs(phi) <= double(2) * rg_eps<double>()) break;
                 double next = rho - phi / (double(1) + slope / q_sum);
-                if (next > lo && next < hi && rg_fabs(next - rho) < double(0.5) * rg_fabs(step_old)) {
+                if (next == rho) break;  // the root to rounding (a point on the bracket's end included)
+                if (next >= lo && next <= hi && rg_fabs(next - rho) < double(0.5) * rg_fabs(step_old)) {
                     step_old = step; step = next - rho; rho = next;
                 } else {
                     step_old = step; step = (hi - lo) / double(2); rho = lo + step;
@@ -1105,14 +1108,15 @@ extern "C" __global__ void entmax_jvp_f64(const double* p, const double* v, doub
         const double* pr = p + row * cols; const double* vr = v + row * cols; double* outr = out + row * cols;
         double sw = 0, swv = 0;
         for (long long j = threadIdx.x; j < cols; j += blockDim.x) {
-            double w = pr[j] > double(0) ? entmax_weight<double>(pr[j], alpha) : double(0);
+            // off the support w = 0; a NaN p (a NaN row) gives w NaN, so the whole row comes out NaN
+            double w = pr[j] > double(0) ? entmax_weight<double>(pr[j], alpha) : (pr[j] == pr[j] ? double(0) : pr[j]);
             sw += w; swv += w * vr[j];
         }
         sw = rg_block_sum(sw, shared);
         swv = rg_block_sum(swv, shared);
-        double mean = sw > double(0) ? swv / sw : double(0);
+        double mean = sw > double(0) ? swv / sw : (sw == sw ? double(0) : sw);
         for (long long j = threadIdx.x; j < cols; j += blockDim.x) {
-            double w = pr[j] > double(0) ? entmax_weight<double>(pr[j], alpha) : double(0);
+            double w = pr[j] > double(0) ? entmax_weight<double>(pr[j], alpha) : (pr[j] == pr[j] ? double(0) : pr[j]);
             outr[j] = w * (vr[j] - mean);
         }
     }

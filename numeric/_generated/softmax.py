@@ -2,7 +2,7 @@
 # map: softmax
 # regularizer: omega(p) = p*log(p)
 # format: 5
-# content-hash: sha256:941ca5a26e63b7e60a8885100ad0744ffacfb6511c13f5251bfeb24b456da065
+# content-hash: sha256:a65af375de1fa87299f14e348099605b4a104da26304a6a9717c163a9077d6bd
 """The softmax map, generated from omega(p) = p*log(p).
 
 Regularizer: shannon; link: closed (SymPy's solve gives an elementary inverse);
@@ -789,14 +789,15 @@ extern "C" __global__ void softmax_jvp_f32(const float* p, const float* v, float
         const float* pr = p + row * cols; const float* vr = v + row * cols; float* outr = out + row * cols;
         float sw = 0, swv = 0;
         for (long long j = threadIdx.x; j < cols; j += blockDim.x) {
-            float w = pr[j] > float(0) ? softmax_weight<float>(pr[j]) : float(0);
+            // off the support w = 0; a NaN p (a NaN row) gives w NaN, so the whole row comes out NaN
+            float w = pr[j] > float(0) ? softmax_weight<float>(pr[j]) : (pr[j] == pr[j] ? float(0) : pr[j]);
             sw += w; swv += w * vr[j];
         }
         sw = rg_block_sum(sw, shared);
         swv = rg_block_sum(swv, shared);
-        float mean = sw > float(0) ? swv / sw : float(0);
+        float mean = sw > float(0) ? swv / sw : (sw == sw ? float(0) : sw);
         for (long long j = threadIdx.x; j < cols; j += blockDim.x) {
-            float w = pr[j] > float(0) ? softmax_weight<float>(pr[j]) : float(0);
+            float w = pr[j] > float(0) ? softmax_weight<float>(pr[j]) : (pr[j] == pr[j] ? float(0) : pr[j]);
             outr[j] = w * (vr[j] - mean);
         }
     }
@@ -857,14 +858,15 @@ extern "C" __global__ void softmax_jvp_f64(const double* p, const double* v, dou
         const double* pr = p + row * cols; const double* vr = v + row * cols; double* outr = out + row * cols;
         double sw = 0, swv = 0;
         for (long long j = threadIdx.x; j < cols; j += blockDim.x) {
-            double w = pr[j] > double(0) ? softmax_weight<double>(pr[j]) : double(0);
+            // off the support w = 0; a NaN p (a NaN row) gives w NaN, so the whole row comes out NaN
+            double w = pr[j] > double(0) ? softmax_weight<double>(pr[j]) : (pr[j] == pr[j] ? double(0) : pr[j]);
             sw += w; swv += w * vr[j];
         }
         sw = rg_block_sum(sw, shared);
         swv = rg_block_sum(swv, shared);
-        double mean = sw > double(0) ? swv / sw : double(0);
+        double mean = sw > double(0) ? swv / sw : (sw == sw ? double(0) : sw);
         for (long long j = threadIdx.x; j < cols; j += blockDim.x) {
-            double w = pr[j] > double(0) ? softmax_weight<double>(pr[j]) : double(0);
+            double w = pr[j] > double(0) ? softmax_weight<double>(pr[j]) : (pr[j] == pr[j] ? double(0) : pr[j]);
             outr[j] = w * (vr[j] - mean);
         }
     }

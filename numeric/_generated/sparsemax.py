@@ -2,7 +2,7 @@
 # map: sparsemax
 # regularizer: omega(p) = p**2/2
 # format: 5
-# content-hash: sha256:eead5f4f56f749978cd2b7649ee8c8455eceb8176aa32d3fbcb160375147f890
+# content-hash: sha256:8218eeaa0f0e2b1d7f04048a6b0a8b42d25f9f2e8d68cc5f9e89a38b5583bbe8
 """The sparsemax map, generated from omega(p) = p**2/2.
 
 Regularizer: gini; link: closed (SymPy's solve gives an elementary inverse);
@@ -797,7 +797,9 @@ extern "C" __global__ void sparsemax_forward_rows_f32(const float* s, float* p, 
                 if (f == float(0)) break;
                 if (f > float(0)) lo = tau; else hi = tau;
                 float next = df > float(0) ? tau + f / df : lo - float(1);
-                if (next > lo && next < hi && rg_fabs(next - tau) < float(0.5) * rg_fabs(step_old)) {
+                // (a Newton point on an end of the bracket is the root to rounding: accepted, it stops the
+                // loop; taken for outside, it made every later step a bisection)
+                if (next >= lo && next <= hi && rg_fabs(next - tau) < float(0.5) * rg_fabs(step_old)) {
                     step_old = step; step = next - tau; tau = next;
                 } else {
                     step_old = step; step = (hi - lo) / float(2); tau = lo + step;
@@ -833,14 +835,15 @@ extern "C" __global__ void sparsemax_jvp_f32(const float* p, const float* v, flo
         const float* pr = p + row * cols; const float* vr = v + row * cols; float* outr = out + row * cols;
         float sw = 0, swv = 0;
         for (long long j = threadIdx.x; j < cols; j += blockDim.x) {
-            float w = pr[j] > float(0) ? sparsemax_weight<float>(pr[j]) : float(0);
+            // off the support w = 0; a NaN p (a NaN row) gives w NaN, so the whole row comes out NaN
+            float w = pr[j] > float(0) ? sparsemax_weight<float>(pr[j]) : (pr[j] == pr[j] ? float(0) : pr[j]);
             sw += w; swv += w * vr[j];
         }
         sw = rg_block_sum(sw, shared);
         swv = rg_block_sum(swv, shared);
-        float mean = sw > float(0) ? swv / sw : float(0);
+        float mean = sw > float(0) ? swv / sw : (sw == sw ? float(0) : sw);
         for (long long j = threadIdx.x; j < cols; j += blockDim.x) {
-            float w = pr[j] > float(0) ? sparsemax_weight<float>(pr[j]) : float(0);
+            float w = pr[j] > float(0) ? sparsemax_weight<float>(pr[j]) : (pr[j] == pr[j] ? float(0) : pr[j]);
             outr[j] = w * (vr[j] - mean);
         }
     }
@@ -893,7 +896,9 @@ extern "C" __global__ void sparsemax_forward_rows_f64(const double* s, double* p
                 if (f == double(0)) break;
                 if (f > double(0)) lo = tau; else hi = tau;
                 double next = df > double(0) ? tau + f / df : lo - double(1);
-                if (next > lo && next < hi && rg_fabs(next - tau) < double(0.5) * rg_fabs(step_old)) {
+                // (a Newton point on an end of the bracket is the root to rounding: accepted, it stops the
+                // loop; taken for outside, it made every later step a bisection)
+                if (next >= lo && next <= hi && rg_fabs(next - tau) < double(0.5) * rg_fabs(step_old)) {
                     step_old = step; step = next - tau; tau = next;
                 } else {
                     step_old = step; step = (hi - lo) / double(2); tau = lo + step;
@@ -929,14 +934,15 @@ extern "C" __global__ void sparsemax_jvp_f64(const double* p, const double* v, d
         const double* pr = p + row * cols; const double* vr = v + row * cols; double* outr = out + row * cols;
         double sw = 0, swv = 0;
         for (long long j = threadIdx.x; j < cols; j += blockDim.x) {
-            double w = pr[j] > double(0) ? sparsemax_weight<double>(pr[j]) : double(0);
+            // off the support w = 0; a NaN p (a NaN row) gives w NaN, so the whole row comes out NaN
+            double w = pr[j] > double(0) ? sparsemax_weight<double>(pr[j]) : (pr[j] == pr[j] ? double(0) : pr[j]);
             sw += w; swv += w * vr[j];
         }
         sw = rg_block_sum(sw, shared);
         swv = rg_block_sum(swv, shared);
-        double mean = sw > double(0) ? swv / sw : double(0);
+        double mean = sw > double(0) ? swv / sw : (sw == sw ? double(0) : sw);
         for (long long j = threadIdx.x; j < cols; j += blockDim.x) {
-            double w = pr[j] > double(0) ? sparsemax_weight<double>(pr[j]) : double(0);
+            double w = pr[j] > double(0) ? sparsemax_weight<double>(pr[j]) : (pr[j] == pr[j] ? double(0) : pr[j]);
             outr[j] = w * (vr[j] - mean);
         }
     }

@@ -3,9 +3,9 @@
 :func:`build` compiles ``block_semantics.h`` (one OS thread per CUDA thread, ``__syncthreads`` a
 barrier, ``__shfl_down_sync`` per warp of 32, ``__shared__`` per block), a CUDA source exactly as
 given, and one ``extern "C" int NAME_launch(grid, block, args...)`` wrapper per ``extern "C"
-__global__`` kernel (made from the kernel's own signature) into a shared library, cached in
-``$TMPDIR/regattn-cuda-host`` under the SHA-256 of the text, the flags and the compiler, and loads
-it with :mod:`ctypes`.  :class:`Kernel` runs one kernel at a grid and block size on NumPy arrays
+__global__`` kernel (made from the kernel's own signature) into a shared library, cached under the
+SHA-256 of the text, the flags and the compiler (in ``$REGATTN_HOST_CACHE`` if set, kept between
+runs; else in a folder of this process, removed at exit), and loads it with :mod:`ctypes`.  :class:`Kernel` runs one kernel at a grid and block size on NumPy arrays
 (one launch at a time per library).  :func:`run_tsan` builds the same text with a C++ ``main``
 under ThreadSanitizer and reports the data races between CUDA threads.  See README.md for what
 is emulated and what is not.
@@ -13,6 +13,7 @@ is emulated and what is not.
 
 from __future__ import annotations
 
+import atexit
 import ctypes
 import hashlib
 import os
@@ -34,7 +35,19 @@ CXXFLAGS = ("-std=c++20", "-pthread", "-O2", "-fPIC", "-shared", "-Wall", "-Werr
             "-Wno-unused-function", "-Wno-unused-but-set-variable")
 TSAN_FLAGS = ("-std=c++20", "-pthread", "-O1", "-g", "-fsanitize=thread", "-Wall", "-Werror", "-Wno-unused-variable",
               "-Wno-unused-function", "-Wno-unused-but-set-variable")
-CACHE = Path(tempfile.gettempdir()) / "regattn-cuda-host"
+_cache: Path | None = None
+
+
+def _cache_folder() -> Path:
+    """``$REGATTN_HOST_CACHE`` (as tests/derive/test_kernels_host.py), or a folder of this process removed at exit."""
+    global _cache
+    if _cache is None:
+        if os.environ.get("REGATTN_HOST_CACHE"):
+            _cache = Path(os.environ["REGATTN_HOST_CACHE"])
+        else:
+            _cache = Path(tempfile.mkdtemp(prefix="regattn-cuda-host-"))
+            atexit.register(shutil.rmtree, _cache, True)
+    return _cache
 
 # C type -> (NumPy dtype, ctypes type) of the scalar types a kernel argument may have
 _TYPES = {
@@ -115,6 +128,7 @@ def _compile(text: str, name: str, flags=CXXFLAGS, suffix: str = ".so") -> Path:
     if not gxx_available():
         raise CompileError("g++ is not on PATH")
     digest = hashlib.sha256("\0".join([text, *flags, _gxx_version()]).encode()).hexdigest()
+    CACHE = _cache_folder()
     CACHE.mkdir(parents=True, exist_ok=True)
     out = CACHE / f"{name}-{digest}{suffix}"
     if out.exists():
