@@ -23,7 +23,9 @@ device's dense float16 peak (``--peak-tflops``, default from the device name:
 A100 312, H100 SXM 989, H200 989), peak memory (``torch.cuda.max_memory_allocated``
 above the inputs), and the fraction of key blocks the fused forward skipped.
 Writes ``gpu_attention.json`` and ``gpu_attention.md`` to ``--out``.  Without a CUDA
-device it says so and measures nothing.
+device it says so and measures nothing; ``--cpu-smoke`` runs the same script on CPU
+tensors through Triton's interpreter at L = 32, float16, causal (wall-clock times, no
+memory figures: a check of the script, not a measurement).
 """
 
 from __future__ import annotations
@@ -31,8 +33,10 @@ from __future__ import annotations
 import argparse
 import json
 import math
+import os
 import statistics
 import sys
+import time
 from pathlib import Path
 
 PEAKS = {"A100": 312.0, "H100": 989.0, "H200": 989.0, "L40S": 362.0, "RTX 4090": 165.0}
@@ -45,8 +49,15 @@ def _peak(torch, given):
     return next((v for k, v in PEAKS.items() if k in name), None)
 
 
-def _time_ms(torch, fn, repeat):
+def _time_ms(torch, fn, repeat, cuda=True):
     fn()
+    if not cuda:
+        times = []
+        for _ in range(repeat):
+            start = time.perf_counter()
+            fn()
+            times.append((time.perf_counter() - start) * 1e3)
+        return statistics.median(times)
     torch.cuda.synchronize()
     times = []
     for _ in range(repeat):
@@ -73,6 +84,8 @@ def _run(torch, fn, q, k, v, dout, backward, repeat):
         if backward:
             out.backward(dout)
 
+    if not q.is_cuda:
+        return _time_ms(torch, step, repeat, cuda=False), None
     torch.cuda.reset_peak_memory_stats()
     base = torch.cuda.memory_allocated()
     ms = _time_ms(torch, step, repeat)
@@ -85,12 +98,17 @@ def main(argv=None) -> int:
     parser.add_argument("--quick", action="store_true")
     parser.add_argument("--peak-tflops", type=float, default=None)
     parser.add_argument("--out", type=Path, default=Path(__file__).resolve().parent / "results")
+    parser.add_argument("--cpu-smoke", action="store_true", help="run the script on CPU tensors in Triton's interpreter")
     args = parser.parse_args(argv)
+    if args.cpu_smoke:
+        os.environ.setdefault("TRITON_INTERPRET", "1")  # (before Triton is imported)
+        args.lengths, args.quick = [32], True
     import torch
 
-    if not torch.cuda.is_available():
+    if not args.cpu_smoke and not torch.cuda.is_available():
         print("no CUDA device: nothing measured (see docs/benchmarks.md for the expected figures)")
         return 0
+    device = "cpu" if args.cpu_smoke else "cuda"
     import torch.nn.functional as F
 
     from numeric.torch import attention, get_map
@@ -99,16 +117,17 @@ def main(argv=None) -> int:
         import entmax
     except ImportError:
         entmax = None
-    repeat = 3 if args.quick else 10
-    peak = _peak(torch, args.peak_tflops)
+    repeat = 1 if args.cpu_smoke else 3 if args.quick else 10
+    peak = None if args.cpu_smoke else _peak(torch, args.peak_tflops)
     N, H, E = 2, 8, 64
     rows = []
-    alpha = torch.full((H, 1, 1), 1.5, device="cuda")
+    alpha = torch.full((H, 1, 1), 1.5, device=device)
     for L in args.lengths:
-        g = torch.Generator(device="cuda").manual_seed(L)
-        for dtype in (torch.float16, torch.bfloat16):
-            q, k, v, dout = (torch.randn(N, H, L, E, device="cuda", dtype=dtype, generator=g) for _ in range(4))
-            dense_fits = N * H * L * L * 4 * 3 < torch.cuda.get_device_properties(0).total_memory // 2
+        g = torch.Generator(device=device).manual_seed(L)
+        for dtype in (torch.float16,) if args.cpu_smoke else (torch.float16, torch.bfloat16):
+            q, k, v, dout = (torch.randn(N, H, L, E, device=device, dtype=dtype, generator=g) for _ in range(4))
+            memory = 2**40 if args.cpu_smoke else torch.cuda.get_device_properties(0).total_memory
+            dense_fits = N * H * L * L * 4 * 3 < memory // 2
             cases = {
                 "softmax": (lambda q, k, v, c: attention(q, k, v, is_causal=c, backend="triton"),
                             "SDPA", lambda q, k, v, c: F.scaled_dot_product_attention(q, k, v, is_causal=c)),
@@ -122,7 +141,7 @@ def main(argv=None) -> int:
                                "entmax.entmax_bisect (dense)",
                                entmax and dense_fits and _dense(torch, lambda s, dim: entmax.entmax_bisect(s, 1.5, dim))),
             }
-            for causal in (False, True):
+            for causal in (True,) if args.cpu_smoke else (False, True):
                 for what, (ours, peer_name, peer) in cases.items():
                     if not peer:
                         continue
@@ -136,8 +155,8 @@ def main(argv=None) -> int:
                                          mib=mem, peer_mib=pmem))
     # the sparse case: peaked scores, most key blocks without weight (goal: faster than softmax SDPA at 32k)
     L = max(args.lengths)
-    g = torch.Generator(device="cuda").manual_seed(1)
-    q, k, v, dout = (torch.randn(N, H, L, E, device="cuda", dtype=torch.float16, generator=g) for _ in range(4))
+    g = torch.Generator(device=device).manual_seed(1)
+    q, k, v, dout = (torch.randn(N, H, L, E, device=device, dtype=torch.float16, generator=g) for _ in range(4))
     q = q * 4
     out = attention(q, k, v, mapping="entmax15", backend="triton")
     sparse_ms, _ = _run(torch, lambda q, k, v: attention(q, k, v, mapping="entmax15", backend="triton"), q, k, v, dout,
@@ -148,7 +167,8 @@ def main(argv=None) -> int:
                      peer="SDPA softmax", peer_ms=sdpa_ms, ratio=sdpa_ms / sparse_ms, tflops=None, of_peak=None,
                      mib=None, peer_mib=None))
     args.out.mkdir(parents=True, exist_ok=True)
-    meta = dict(device=torch.cuda.get_device_name(), peak_tflops=peak, torch=torch.__version__)
+    meta = dict(device="cpu (Triton's interpreter: a smoke run, not a measurement)" if args.cpu_smoke
+                else torch.cuda.get_device_name(), peak_tflops=peak, torch=torch.__version__)
     (args.out / "gpu_attention.json").write_text(json.dumps(dict(meta=meta, rows=rows), indent=2) + "\n")
     lines = [f"{meta['device']}, peak {peak} TFLOP/s (float16 dense)", "",
              "| what | L | dtype | causal | mode | ms | peer | peer ms | speed-up | TFLOP/s | of peak | MiB | peer MiB |",
