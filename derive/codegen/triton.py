@@ -256,6 +256,22 @@ def _weights_at(s, tau, f, z_one__PARAMS_SIG__):
 
 
 @triton.jit
+def _weights_and_dp(q, scale, do, K, V, Mask, k_base, v_base, m_base, offs_m, start, L, S, E, EV,
+                    sk_s, sk_e, sv_s, sv_e, sm_l, sm_s, tau, f, z_one__PARAMS_SIG__,
+                    HAS_MASK: tl.constexpr, MASK_BOOL: tl.constexpr, CAUSAL: tl.constexpr, BLOCK_N: tl.constexpr,
+                    BLOCK_E: tl.constexpr, BLOCK_EV: tl.constexpr, UPCAST: tl.constexpr):
+    # (w, dP) of the query block against the keys start:start+BLOCK_N: weight(p) on the support and dO v^T
+    s = _scores(q, scale, K, Mask, k_base, m_base, offs_m, start, L, S, E, sk_s, sk_e, sm_l, sm_s,
+                HAS_MASK, MASK_BOOL, CAUSAL, BLOCK_N, BLOCK_E, UPCAST)
+    p, w = _weights_at(s, tau, f, z_one__PARAMS_CALL__)
+    offs_n = start + tl.arange(0, BLOCK_N)
+    offs_v = tl.arange(0, BLOCK_EV)
+    v = tl.load(V + v_base + offs_n[:, None] * sv_s + offs_v[None, :] * sv_e,
+                mask=(offs_n[:, None] < S) & (offs_v[None, :] < EV), other=0.0)
+    return w, _mm(do, tl.trans(v), UPCAST)
+
+
+@triton.jit
 def attention_backward_rows(Q, K, V, DO, DQ, Tau, Fsum, C, Support, Mask, Params,
                             H, L, S, E, EV, scale, n_kblocks, n_params,
                             sq_b, sq_h, sq_l, sq_e, sk_b, sk_h, sk_s, sk_e, sv_b, sv_h, sv_s, sv_e,
@@ -291,13 +307,9 @@ __PARAMS_LOAD__
     wdp = tl.zeros([BLOCK_M], tl.float32)
     for start in range(0, n_keys, BLOCK_N):
         if tl.load(support + start // BLOCK_N) != 0:
-            s = _scores(q, scale, K, Mask, k_base, m_base, offs_m, start, L, S, E, sk_s, sk_e, sm_l, sm_s,
-                        HAS_MASK, MASK_BOOL, CAUSAL, BLOCK_N, BLOCK_E, UPCAST)
-            p, w = _weights_at(s, tau, f, z_one__PARAMS_CALL__)
-            offs_n = start + tl.arange(0, BLOCK_N)
-            v = tl.load(V + v_base + offs_n[:, None] * sv_s + offs_v[None, :] * sv_e,
-                        mask=(offs_n[:, None] < S) & (offs_v[None, :] < EV), other=0.0)
-            dp = _mm(do, tl.trans(v), UPCAST)
+            w, dp = _weights_and_dp(q, scale, do, K, V, Mask, k_base, v_base, m_base, offs_m, start, L, S, E, EV,
+                                    sk_s, sk_e, sv_s, sv_e, sm_l, sm_s, tau, f, z_one__PARAMS_CALL__,
+                                    HAS_MASK, MASK_BOOL, CAUSAL, BLOCK_N, BLOCK_E, BLOCK_EV, UPCAST)
             wsum += tl.sum(w, 1)
             wdp += tl.sum(w * dp, 1)
     c = wdp / tl.where(wsum > 0, wsum, 1.0)
@@ -305,16 +317,13 @@ __PARAMS_LOAD__
     dq = tl.zeros([BLOCK_M, BLOCK_E], tl.float32)
     for start in range(0, n_keys, BLOCK_N):
         if tl.load(support + start // BLOCK_N) != 0:
-            s = _scores(q, scale, K, Mask, k_base, m_base, offs_m, start, L, S, E, sk_s, sk_e, sm_l, sm_s,
-                        HAS_MASK, MASK_BOOL, CAUSAL, BLOCK_N, BLOCK_E, UPCAST)
-            p, w = _weights_at(s, tau, f, z_one__PARAMS_CALL__)
+            w, dp = _weights_and_dp(q, scale, do, K, V, Mask, k_base, v_base, m_base, offs_m, start, L, S, E, EV,
+                                    sk_s, sk_e, sv_s, sv_e, sm_l, sm_s, tau, f, z_one__PARAMS_CALL__,
+                                    HAS_MASK, MASK_BOOL, CAUSAL, BLOCK_N, BLOCK_E, BLOCK_EV, UPCAST)
             offs_n = start + tl.arange(0, BLOCK_N)
-            v = tl.load(V + v_base + offs_n[:, None] * sv_s + offs_v[None, :] * sv_e,
-                        mask=(offs_n[:, None] < S) & (offs_v[None, :] < EV), other=0.0)
             k = tl.load(K + k_base + offs_n[:, None] * sk_s + offs_e[None, :] * sk_e,
                         mask=(offs_n[:, None] < S) & (offs_e[None, :] < E), other=0.0)
-            ds = w * (_mm(do, tl.trans(v), UPCAST) - c[:, None])
-            dq += _mm(ds.to(k.dtype), k, UPCAST)
+            dq += _mm((w * (dp - c[:, None])).to(k.dtype), k, UPCAST)
     tl.store(DQ + bh * L * E + offs_m[:, None] * E + offs_e[None, :], dq * scale,
              mask=row_live[:, None] & (offs_e[None, :] < E))
 

@@ -2,7 +2,7 @@
 # map: entmax15
 # regularizer: omega(p) = 4*p**(3/2)/3 - 4*p/3
 # format: 5
-# content-hash: sha256:a6e2244b7575663c10fab5df19b22f481b288842fb41490e29b5173485552a70
+# content-hash: sha256:7b7f20e34ac202c6db2cf9a9234d9a8ec8bb08487256bd8c999c9672a73a878d
 """The entmax15 map, generated from omega(p) = 4*p**(3/2)/3 - 4*p/3.
 
 Regularizer: tsallis(alpha=3/2); link: closed (SymPy's solve gives an elementary inverse);
@@ -493,6 +493,22 @@ def _weights_at(s, tau, f, z_one):
 
 
 @triton.jit
+def _weights_and_dp(q, scale, do, K, V, Mask, k_base, v_base, m_base, offs_m, start, L, S, E, EV,
+                    sk_s, sk_e, sv_s, sv_e, sm_l, sm_s, tau, f, z_one,
+                    HAS_MASK: tl.constexpr, MASK_BOOL: tl.constexpr, CAUSAL: tl.constexpr, BLOCK_N: tl.constexpr,
+                    BLOCK_E: tl.constexpr, BLOCK_EV: tl.constexpr, UPCAST: tl.constexpr):
+    # (w, dP) of the query block against the keys start:start+BLOCK_N: weight(p) on the support and dO v^T
+    s = _scores(q, scale, K, Mask, k_base, m_base, offs_m, start, L, S, E, sk_s, sk_e, sm_l, sm_s,
+                HAS_MASK, MASK_BOOL, CAUSAL, BLOCK_N, BLOCK_E, UPCAST)
+    p, w = _weights_at(s, tau, f, z_one)
+    offs_n = start + tl.arange(0, BLOCK_N)
+    offs_v = tl.arange(0, BLOCK_EV)
+    v = tl.load(V + v_base + offs_n[:, None] * sv_s + offs_v[None, :] * sv_e,
+                mask=(offs_n[:, None] < S) & (offs_v[None, :] < EV), other=0.0)
+    return w, _mm(do, tl.trans(v), UPCAST)
+
+
+@triton.jit
 def attention_backward_rows(Q, K, V, DO, DQ, Tau, Fsum, C, Support, Mask, Params,
                             H, L, S, E, EV, scale, n_kblocks, n_params,
                             sq_b, sq_h, sq_l, sq_e, sk_b, sk_h, sk_s, sk_e, sv_b, sv_h, sv_s, sv_e,
@@ -528,13 +544,9 @@ def attention_backward_rows(Q, K, V, DO, DQ, Tau, Fsum, C, Support, Mask, Params
     wdp = tl.zeros([BLOCK_M], tl.float32)
     for start in range(0, n_keys, BLOCK_N):
         if tl.load(support + start // BLOCK_N) != 0:
-            s = _scores(q, scale, K, Mask, k_base, m_base, offs_m, start, L, S, E, sk_s, sk_e, sm_l, sm_s,
-                        HAS_MASK, MASK_BOOL, CAUSAL, BLOCK_N, BLOCK_E, UPCAST)
-            p, w = _weights_at(s, tau, f, z_one)
-            offs_n = start + tl.arange(0, BLOCK_N)
-            v = tl.load(V + v_base + offs_n[:, None] * sv_s + offs_v[None, :] * sv_e,
-                        mask=(offs_n[:, None] < S) & (offs_v[None, :] < EV), other=0.0)
-            dp = _mm(do, tl.trans(v), UPCAST)
+            w, dp = _weights_and_dp(q, scale, do, K, V, Mask, k_base, v_base, m_base, offs_m, start, L, S, E, EV,
+                                    sk_s, sk_e, sv_s, sv_e, sm_l, sm_s, tau, f, z_one,
+                                    HAS_MASK, MASK_BOOL, CAUSAL, BLOCK_N, BLOCK_E, BLOCK_EV, UPCAST)
             wsum += tl.sum(w, 1)
             wdp += tl.sum(w * dp, 1)
     c = wdp / tl.where(wsum > 0, wsum, 1.0)
@@ -542,16 +554,13 @@ def attention_backward_rows(Q, K, V, DO, DQ, Tau, Fsum, C, Support, Mask, Params
     dq = tl.zeros([BLOCK_M, BLOCK_E], tl.float32)
     for start in range(0, n_keys, BLOCK_N):
         if tl.load(support + start // BLOCK_N) != 0:
-            s = _scores(q, scale, K, Mask, k_base, m_base, offs_m, start, L, S, E, sk_s, sk_e, sm_l, sm_s,
-                        HAS_MASK, MASK_BOOL, CAUSAL, BLOCK_N, BLOCK_E, UPCAST)
-            p, w = _weights_at(s, tau, f, z_one)
+            w, dp = _weights_and_dp(q, scale, do, K, V, Mask, k_base, v_base, m_base, offs_m, start, L, S, E, EV,
+                                    sk_s, sk_e, sv_s, sv_e, sm_l, sm_s, tau, f, z_one,
+                                    HAS_MASK, MASK_BOOL, CAUSAL, BLOCK_N, BLOCK_E, BLOCK_EV, UPCAST)
             offs_n = start + tl.arange(0, BLOCK_N)
-            v = tl.load(V + v_base + offs_n[:, None] * sv_s + offs_v[None, :] * sv_e,
-                        mask=(offs_n[:, None] < S) & (offs_v[None, :] < EV), other=0.0)
             k = tl.load(K + k_base + offs_n[:, None] * sk_s + offs_e[None, :] * sk_e,
                         mask=(offs_n[:, None] < S) & (offs_e[None, :] < E), other=0.0)
-            ds = w * (_mm(do, tl.trans(v), UPCAST) - c[:, None])
-            dq += _mm(ds.to(k.dtype), k, UPCAST)
+            dq += _mm((w * (dp - c[:, None])).to(k.dtype), k, UPCAST)
     tl.store(DQ + bh * L * E + offs_m[:, None] * E + offs_e[None, :], dq * scale,
              mask=row_live[:, None] & (offs_e[None, :] < E))
 
