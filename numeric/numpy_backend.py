@@ -131,6 +131,9 @@ class NumpyBackend(Backend):
     def jvp(self, mapping, y: np.ndarray, dx: np.ndarray) -> np.ndarray:
         """``J dx`` along the last axis at ``y = m(x)``: ``w*dx - w (w.dx) / sum(w)``, ``w = w(y)`` on the support."""
         w = mapping._on_support(mapping.module.weight, y, np)
+        nan = np.isnan(y[..., :1])  # a NaN row (NaN in every entry): its JVP is NaN, whatever the weight's form
+        if nan.any():
+            w = np.where(nan, np.nan, w)
         total = w.sum(axis=-1, keepdims=True)
         dot = (w * dx).sum(axis=-1, keepdims=True)
         mean = np.where(total > 0, dot / np.where(total > 0, total, 1), 0)

@@ -615,7 +615,8 @@ def _weights(ops, r: Routines, p, at_zero=None):
         return r.weight(p)
     pos = ops.support(p)
     if at_zero == "finite":
-        return r.weight(p) * pos
+        # (+ 0 p: a constant weight such as sparsemax's 1 would drop a NaN p, and a NaN row's JVP must stay NaN)
+        return r.weight(p) * pos + 0 * p
     safe = p + (1 - pos)
     if r.module.LINK_FORM == "power" and r.has("link_scale"):
         a, k = r.link_scale(), r.link_exponent()
