@@ -232,15 +232,10 @@ def at_threshold(ops: TensorOps, r: Routines, x, t):
     """
     m = ops.row_max(x)
     z = x - ops.where(ops.isfinite(m), m, 0) - t
-    if r.module.THRESHOLD == "sort":
-        g = sort_link(ops, r, z)
-    elif r.module.LINK_FORM == "power" and r.has("link_scale"):
+    if r.module.LINK_FORM == "power" and r.has("link_scale") and _small_power(r) is None:
         g, _, _ = _power_link(ops, r.link_exponent(), r.link_scale() * (z - r.clip()))
-    else:
-        clip = r.clip()
-        live = z > clip
-        g = r.link(ops.where(live, z, clip))
-        g = ops.where(live & (g > 0), g, 0)
+    else:  # the clipped link, as the sort rule evaluates it
+        g = sort_link(ops, r, z)
     total = ops.row_sum(g)
     return ops.where(total == 0, 0, g / total)
 
@@ -261,7 +256,8 @@ def _small_power(r):
 
 
 def sort_link(ops: TensorOps, r: Routines, z):
-    """``g_+(z)`` of a sort map (degree 1 or 2): the link where ``z > clip``, else 0.
+    """``g_+(z)`` of a sort map (degree 1 or 2), or of any map with a printed link: the link where ``z > clip``,
+    else 0.
 
     A link of the power form ``(a (z - clip))**k``, ``k`` 1 or 2, is evaluated as
     ``u = max(a (z - clip), 0)``, ``u`` or ``u * u``; other links are the printed ones.

@@ -170,29 +170,31 @@ def _default_cache() -> Path:
         return _DEFAULT_CACHE[0]
 
 
-def _build(text: str, prefix: str, cache_dir) -> Path:
-    """g++ ``text`` into a shared library named by its hash (reused when present)."""
+#: g++ flags of the host builds of generated CUDA (a shared library)
+HOST_FLAGS = ("-O2", "-std=c++17", "-fPIC", "-shared", "-Wall", "-Werror", "-Wno-unused-variable",
+              "-Wno-unused-function")
+
+
+def _build(text: str, prefix: str, cache_dir, flags=HOST_FLAGS, suffix: str = ".so") -> Path:
+    """g++ ``text`` with ``flags`` into a file named by the hash of both (reused when present); ``suffix``
+    names the output (a shared library, or a program where ``flags`` make one)."""
     if shutil.which("g++") is None:
         raise RuntimeError("g++ is not on PATH; the host build of generated CUDA needs it")
-    digest = hashlib.sha256(text.encode()).hexdigest()[:16]
+    digest = hashlib.sha256("\0".join([text, *flags]).encode()).hexdigest()[:16]
     folder = Path(cache_dir) if cache_dir is not None else _default_cache()
     folder.mkdir(parents=True, exist_ok=True)
-    lib_path = folder / f"{prefix}-{digest}.so"
+    lib_path = folder / f"{prefix}-{digest}{suffix}"
     if not lib_path.exists():
-        # per-process names for the source and the library being built: processes sharing a folder never
+        # per-process names for the source and the output being built: processes sharing a folder never
         # read each other's half-written files
         src = folder / f"{prefix}-{digest}.{os.getpid()}.cpp"
         src.write_text(text)
-        tmp = folder / f"{prefix}-{digest}.{os.getpid()}.so"
-        proc = subprocess.run(
-            ["g++", "-O2", "-std=c++17", "-fPIC", "-shared", "-Wall", "-Werror", "-Wno-unused-variable",
-             "-Wno-unused-function", "-o", str(tmp), str(src)],
-            capture_output=True,
-            text=True,
-        )
+        tmp = folder / f"{prefix}-{digest}.{os.getpid()}{suffix}"
+        proc = subprocess.run(["g++", *flags, "-o", str(tmp), str(src)], capture_output=True, text=True)
         if proc.returncode != 0:  # the source stays for the error's line numbers
             tmp.unlink(missing_ok=True)
-            raise RuntimeError(f"g++ failed on the generated CUDA of {prefix}:\n{proc.stderr}")
+            raise RuntimeError(f"g++ {' '.join(flags)} failed on {prefix} (source kept at {src}):\n"
+                               f"{proc.stdout}{proc.stderr}")
         src.unlink(missing_ok=True)
         os.replace(tmp, lib_path)
     return lib_path

@@ -351,11 +351,10 @@ def attention(query, key, value, attn_mask=None, is_causal=False, scale=None, ma
         raise ValueError(f"dropout_p must be a number in [0, 1), got {dropout_p!r}")
     if block is not None and (isinstance(block, bool) or not isinstance(block, numbers.Integral) or block < 1):
         raise ValueError(f"block must be a positive integer or None, got {block!r}")
-    if backend not in ("auto", "torch", "triton"):
-        raise ValueError(f"backend must be 'auto', 'torch' or 'triton', got {backend!r}")
+    fused.check_backend(backend)
     fn, is_map = _resolve(mapping)
     if backend == "triton" or backend == "auto" and query.is_cuda and block is None:
-        why = fused.unsupported(query, key, value, attn_mask, fn, is_map, float(dropout_p))
+        why = fused.unsupported(query, attn_mask, fn, is_map, float(dropout_p))
         if why is None and L and S:
             return fused.fused_attention(query, key, value, attn_mask, bool(is_causal), float(scale), fn, batch)
         if why is not None and backend == "triton":

@@ -26,7 +26,7 @@ from pathlib import Path
 
 import torch
 
-__all__ = ["unsupported", "fused_attention", "BLOCK"]
+__all__ = ["unsupported", "check_backend", "fused_attention", "BACKENDS", "BLOCK"]
 
 #: Query and key rows per block: (on CUDA, in Triton's interpreter).
 BLOCK = {"cuda": 64, "cpu": 16}
@@ -48,7 +48,17 @@ def _triton():
     return triton
 
 
-def unsupported(query, key, value, attn_mask, fn, is_map: bool, dropout_p: float) -> str | None:
+#: the values of ``backend`` (numeric.torch.attention, MultiheadAttention)
+BACKENDS = ("auto", "torch", "triton")
+
+
+def check_backend(backend) -> str:
+    if backend not in BACKENDS:
+        raise ValueError(f"backend must be 'auto', 'torch' or 'triton', got {backend!r}")
+    return backend
+
+
+def unsupported(query, attn_mask, fn, is_map: bool, dropout_p: float) -> str | None:
     """Why the Triton kernels cannot run this call (``None``: they can)."""
     triton = _triton()
     if triton is None:
@@ -87,10 +97,13 @@ def kernels(module):
     """The module of ``module.TRITON_SOURCE``, imported from a file (Triton reads its kernels' source)."""
     global _folder
     text = module.TRITON_SOURCE
-    key = hashlib.sha256(text.encode()).hexdigest()[:16]
+    found = _loaded.get(text)  # (by the text itself: a str caches its hash, so a call hashes nothing)
+    if found is not None:
+        return found
     with _lock:
-        if key in _loaded:
-            return _loaded[key]
+        if text in _loaded:
+            return _loaded[text]
+        key = hashlib.sha256(text.encode()).hexdigest()[:16]
         if _folder is None:
             _folder = Path(tempfile.mkdtemp(prefix="regattn-triton-"))
             atexit.register(shutil.rmtree, _folder, True)
@@ -101,7 +114,7 @@ def kernels(module):
         mod = importlib.util.module_from_spec(spec)
         sys.modules[name] = mod
         spec.loader.exec_module(mod)
-        _loaded[key] = mod
+        _loaded[text] = mod
         return mod
 
 
@@ -138,7 +151,7 @@ class _Fused(torch.autograd.Function):
         support = torch.zeros(B * H, nq, nk, dtype=torch.int8, device=q.device)
         bmax = torch.empty(B * H, nq, nk, dtype=torch.float32, device=q.device)  # (a scratch of the forward)
         m, ms = _mask_args(mask, q)
-        be, bev = max(16, triton_next_pow2(E)), max(16, triton_next_pow2(EV))
+        be, bev = max(16, _triton().next_power_of_2(E)), max(16, _triton().next_power_of_2(EV))
         exp_link = bool(fn.module.TERM_IS_EXP) and fn.module.LINK_FORM == "exp"
         mod.attention_forward[(nq, B * H)](
             q, k, v, out, tau, fsum, support, bmax, m, params, H, L, S, E, EV, float(scale), nk, params.shape[1],
@@ -178,10 +191,6 @@ def _options(q) -> dict:
     """Compiler options of a launch on CUDA (contracted multiply-adds: one rounding instead of two; stated, so
     that Triton does not warn about its changing default); none in the interpreter."""
     return {"enable_fp_fusion": True} if q.is_cuda else {}
-
-
-def triton_next_pow2(n: int) -> int:
-    return 1 << max(0, (int(n) - 1).bit_length())
 
 
 def _mask_args(mask, q):

@@ -56,6 +56,7 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
+from . import fused
 from .attention import _scores, _Spec, attention
 from .maps import TorchMap, get_map
 
@@ -114,9 +115,7 @@ class MultiheadAttention(nn.MultiheadAttention):
             raise TypeError("mapping must be a map name, a generated map module, a TorchMap or a callable (scores, dim) "
                             f"-> weights, got {mapping!r}")
         self.mapping = mapping
-        if backend not in ("auto", "torch", "triton"):
-            raise ValueError(f"backend must be 'auto', 'torch' or 'triton', got {backend!r}")
-        self.backend = backend
+        self.backend = fused.check_backend(backend)
         self.learn_alpha = bool(learn_alpha)
         self.alpha_range = None
         if not self.learn_alpha:

@@ -4,8 +4,9 @@
 barrier, ``__shfl_down_sync`` per warp of 32, ``__shared__`` per block), a CUDA source exactly as
 given, and one ``extern "C" int NAME_launch(grid, block, args...)`` wrapper per ``extern "C"
 __global__`` kernel (made from the kernel's own signature) into a shared library, cached under the
-SHA-256 of the text, the flags and the compiler (in ``$REGATTN_HOST_CACHE`` if set, kept between
-runs; else in a folder of this process, removed at exit), and loads it with :mod:`ctypes`.  :class:`Kernel` runs one kernel at a grid and block size on NumPy arrays
+hash of the text and the flags (by :func:`derive.codegen.compilers._build`, as the one-thread host
+builds: in ``$REGATTN_HOST_CACHE`` if set, else in a folder of this process removed at exit), and
+loads it with :mod:`ctypes`.  :class:`Kernel` runs one kernel at a grid and block size on NumPy arrays
 (one launch at a time per library).  :func:`run_tsan` builds the same text with a C++ ``main``
 under ThreadSanitizer and reports the data races between CUDA threads.  See README.md for what
 is emulated and what is not.
@@ -13,17 +14,15 @@ is emulated and what is not.
 
 from __future__ import annotations
 
-import atexit
 import ctypes
-import hashlib
 import os
 import re
 import shutil
 import subprocess
-import tempfile
 from dataclasses import dataclass
-from functools import lru_cache
 from pathlib import Path
+
+from derive.codegen.compilers import _build
 
 import numpy as np
 
@@ -35,20 +34,6 @@ CXXFLAGS = ("-std=c++20", "-pthread", "-O2", "-fPIC", "-shared", "-Wall", "-Werr
             "-Wno-unused-function", "-Wno-unused-but-set-variable")
 TSAN_FLAGS = ("-std=c++20", "-pthread", "-O1", "-g", "-fsanitize=thread", "-Wall", "-Werror", "-Wno-unused-variable",
               "-Wno-unused-function", "-Wno-unused-but-set-variable")
-_cache: Path | None = None
-
-
-def _cache_folder() -> Path:
-    """``$REGATTN_HOST_CACHE`` (as tests/derive/test_kernels_host.py), or a folder of this process removed at exit."""
-    global _cache
-    if _cache is None:
-        if os.environ.get("REGATTN_HOST_CACHE"):
-            _cache = Path(os.environ["REGATTN_HOST_CACHE"])
-        else:
-            _cache = Path(tempfile.mkdtemp(prefix="regattn-cuda-host-"))
-            atexit.register(shutil.rmtree, _cache, True)
-    return _cache
-
 # C type -> (NumPy dtype, ctypes type) of the scalar types a kernel argument may have
 _TYPES = {
     "float": (np.float32, ctypes.c_float),
@@ -117,35 +102,15 @@ def gxx_available() -> bool:
     return shutil.which("g++") is not None
 
 
-@lru_cache(maxsize=None)
-def _gxx_version() -> str:
-    return subprocess.run(["g++", "--version"], capture_output=True, text=True, check=True).stdout
-
-
 def _compile(text: str, name: str, flags=CXXFLAGS, suffix: str = ".so") -> Path:
-    """g++ ``text`` with ``flags`` into ``CACHE/NAME-SHA256{suffix}`` unless it is there (the hash covers the
-    flags and the compiler)."""
+    """g++ ``text`` with ``flags`` by :func:`derive.codegen.compilers._build` (cached under the hash of both, in
+    ``$REGATTN_HOST_CACHE`` if set, else in a folder of this process removed at exit)."""
     if not gxx_available():
         raise CompileError("g++ is not on PATH")
-    digest = hashlib.sha256("\0".join([text, *flags, _gxx_version()]).encode()).hexdigest()
-    CACHE = _cache_folder()
-    CACHE.mkdir(parents=True, exist_ok=True)
-    out = CACHE / f"{name}-{digest}{suffix}"
-    if out.exists():
-        return out
-    # files of this process only, renamed into place: processes sharing the cache never see half a build
-    src = CACHE / f"{name}-{digest}.{os.getpid()}.cpp"
-    tmp = CACHE / f"{name}-{digest}.{os.getpid()}{suffix}"
-    src.write_text(text)
-    proc = subprocess.run(["g++", *flags, "-o", str(tmp), str(src)], capture_output=True, text=True)
-    if proc.returncode != 0:
-        tmp.unlink(missing_ok=True)
-        kept = CACHE / f"{name}-{digest}.failed.cpp"  # one per text: the error's line numbers refer to it
-        os.replace(src, kept)
-        raise CompileError(f"g++ {' '.join(flags)} failed on {name} (source kept at {kept}):\n{proc.stdout}{proc.stderr}")
-    src.unlink()
-    os.replace(tmp, out)
-    return out
+    try:
+        return _build(text, name, os.environ.get("REGATTN_HOST_CACHE") or None, flags, suffix)
+    except RuntimeError as exc:
+        raise CompileError(str(exc)) from None
 
 
 class Kernel:
