@@ -42,7 +42,7 @@ from ..errors import DerivationError
 from ..regularizers import p, z
 from . import cuda
 from . import triton as triton_code
-from .printers import CudaPrinter, JaxPrinter, PyPrinter, TorchPrinter, print_block, stable_form
+from .printers import POINTS, CudaPrinter, JaxPrinter, PyPrinter, TorchPrinter, print_block, stable_form
 
 __all__ = ["generate_module", "assemble", "check_name", "HEADER_MARK", "content_hash"]
 
@@ -72,10 +72,20 @@ class _Piece:
     ``body`` after the assignments ``given`` (default: ``expr`` itself).
     """
 
-    def __init__(self, name: str, args: list[str], expr: sp.Expr, doc: str, body: sp.Expr | None = None, given=()):
+    def __init__(self, name: str, args: list[str], expr: sp.Expr, doc: str, body: sp.Expr | None = None, given=(),
+                 points=POINTS):
         self.name, self.args, self.expr, self.doc = name, args, expr, doc
         self.body = expr if body is None else body
         self.given = tuple(given)
+        self.points = points  # where the routine is evaluated (printers.stable_form)
+
+
+def evaluation_points(dv: Derivation) -> tuple:
+    """Where ``dv``'s routines are evaluated, for :func:`~derive.codegen.printers.stable_form`: ``p`` near 0 and 1,
+    and link arguments ``z`` near ``omega'(0+)`` where that is a finite number."""
+    clip = dv.clip
+    at_clip = ((z, (clip,)),) if clip.is_number and clip.is_finite else ()
+    return ((p, (0, 1)),) + at_clip
 
 
 def _pieces(dv: Derivation) -> list[_Piece]:
@@ -84,9 +94,11 @@ def _pieces(dv: Derivation) -> list[_Piece]:
     w = dv.weight
     routines = {r.name: r for r in contract.ROUTINES}
 
+    points = evaluation_points(dv)
+
     def piece(name, expr, body=None, given=(), doc=None):
         r = routines[name]
-        return _Piece(name, list(r.args), expr, doc or r.doc, body, given)
+        return _Piece(name, list(r.args), expr, doc or r.doc, body, given, points)
 
     pieces = [
         piece("omega", dv.omega),
@@ -102,12 +114,12 @@ def _pieces(dv: Derivation) -> list[_Piece]:
     for q in dv.parameters:
         name = q.symbol.name
         pieces.append(_Piece(per.name.format(name), list(per.args), sp.simplify(sp.diff(dv.omega_prime, q.symbol)),
-                             per.doc.format(name)))
+                             per.doc.format(name), points=points))
     if dv.inversion.method == "closed":
         # Where SymPy's link cancels in floating point (stable_form rewrites it), its
         # derivatives in z inherit the cancellation: they are computed in p = g(z)
         # instead, as -w(p) and w'(p) w(p), whose condition numbers multiply to theirs.
-        in_p = stable_form(dv.link) != dv.link
+        in_p = stable_form(dv.link, points) != dv.link
         given = [(p, dv.link)] if in_p else []
         in_p_doc = lambda name, tail: routines[name].doc.rstrip(".") + tail if in_p else None  # noqa: E731
         pieces += [
@@ -140,7 +152,8 @@ def _symbols_for(args: list[str]) -> dict[str, sp.Symbol]:
 
 def _python_function(piece: _Piece, params: list[str], printer: PyPrinter, doc: bool = True) -> str:
     args = piece.args + params
-    assigns, (result,) = print_block(printer, [piece.body], f"{piece.name}(...) = {piece.expr}", given=piece.given)
+    assigns, (result,) = print_block(printer, [piece.body], f"{piece.name}(...) = {piece.expr}", given=piece.given,
+                                  points=piece.points)
     lines = [f"def {piece.name}({', '.join(args)}):"]
     if doc:
         lines += [f'    """{piece.doc}', "", f"    {piece.name} = {sp.sstr(piece.expr)}", '    """']
@@ -192,7 +205,8 @@ def _section(target: str, pieces: list[_Piece], params: list[str]) -> str:
 
 def _cuda_function(piece: _Piece, params: list[str], printer: CudaPrinter, name: str) -> str:
     args = [f"T {a}" for a in piece.args + params]
-    assigns, (result,) = print_block(printer, [piece.body], f"{piece.name}(...) = {piece.expr}", given=piece.given)
+    assigns, (result,) = print_block(printer, [piece.body], f"{piece.name}(...) = {piece.expr}", given=piece.given,
+                                  points=piece.points)
     body = [f"    const T {lhs} = {rhs};" for lhs, rhs in assigns]
     body.append(f"    return {result};")
     head = f"template <typename T> __device__ __forceinline__ T {name}_{piece.name}({', '.join(args)}) {{"
@@ -301,7 +315,7 @@ def generate_module(dv: Derivation, name: str) -> str:
     by_name = {pc.name: pc for pc in pieces}
     triton_text = triton_code.triton_source(
         {n: (by_name[n].args, by_name[n].body, _symbols_for(by_name[n].args)[by_name[n].args[0]] if by_name[n].args
-             else None) for n in triton_code.PIECES if n in by_name}, params)
+             else None) for n in triton_code.PIECES if n in by_name}, params, evaluation_points(dv))
     body += ["", "#: Triton attention kernels of this map (derive.codegen.triton; None: its link has no closed form)"]
     body += ["TRITON_SOURCE = None", ""] if triton_text is None else ['TRITON_SOURCE = r"""', triton_text.rstrip("\n"),
                                                                      '"""', ""]

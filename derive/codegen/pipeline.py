@@ -20,17 +20,30 @@ and a framework's name, ``"torch"`` or ``"jax"`` (its section's routines in
 float64: the map is usable, but not with that framework), or that name and
 ``" float"`` (the same in float32).  A framework that is not
 installed is reported and not checked.
+
+A failure also names the parts it affects (:func:`part_of`): a routine that
+fails matters only where it is used.  ``omega`` and ``omega(0+)`` serve the
+Fenchel-Young loss alone, the weight the JVP, ``d omega'/d q`` the gradient in
+a parameter ``q``, and everything else the map itself.  The verdict judges the
+map on the failures that reach it (the scopes above) and says for each other
+part how many digits it loses, where, and in which precision, so that a map
+whose loss cancels reads "the map and its JVP are within tolerance; the
+Fenchel-Young loss (omega) loses up to 2.2 digits in float32 near p = 0.017
+(device (g++), torch, jax): compute the loss in float64" rather than "do not
+use the map".
 """
 
 from __future__ import annotations
 
 import dataclasses
+import math
 import random
 import tempfile
 import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import NamedTuple
 
 import mpmath
 import numpy as np
@@ -42,16 +55,65 @@ from ..reference import kkt_residual
 from ..regularizers import Parameter
 from numeric import contract
 
-__all__ = ["Step", "Verification", "verify_map", "verify_continuous_map", "parameter_value", "verdict"]
+__all__ = ["Step", "Failure", "Lost", "Verification", "verify_map", "verify_continuous_map", "parameter_value", "verdict",
+           "part_of"]
+
+
+class Lost(NamedTuple):
+    """The worst error of one failed routine of a part other than the map: ``digits`` lost beyond its
+    conditioning (``log10`` of the error over the type's unit roundoff) ``at`` a point such as ``p = 1.2e-06``."""
+
+    part: str
+    routine: str
+    ctype: str
+    where: str
+    digits: float
+    at: str
+
+
+@dataclass(frozen=True)
+class Failure:
+    """What failed, its scope (see the module docstring), the parts of the map it affects and, for the parts
+    other than the map, the digits each routine lost.  It unpacks as the ``(what, scope)`` pair."""
+
+    what: str
+    scope: str
+    parts: tuple[str, ...] = ("map",)
+    lost: tuple[Lost, ...] = ()
+
+    def __iter__(self):
+        return iter((self.what, self.scope))
+
+
+#: The unit roundoff of each type: digits lost are counted against it.
+UNIT = {"double": 2.0**-53, "float": 2.0**-24}
+#: The parts of a map other than the map itself, in the verdict's order, and how the verdict names them.
+PART_NAMES = {"JVP": "the JVP", "loss": "the Fenchel-Young loss"}
+
+
+def part_of(routine: str) -> str:
+    """The part of a map that uses a generated routine: ``"loss"`` for ``omega`` and ``omega_zero`` (used by the
+    Fenchel-Young loss only), ``"JVP"`` for ``weight`` (the Jacobian's diagonal; the root threshold's Newton steps
+    take it as a slope only, which moves the steps, not the root), ``"gradient in q"`` for
+    ``omega_prime_d_q``, and ``"map"`` for every other routine (they compute ``p*(s)``)."""
+    if routine in ("omega", "omega_zero"):
+        return "loss"
+    if routine == "weight":
+        return "JVP"
+    prefix = contract.PER_PARAMETER.name.format("")
+    if routine.startswith(prefix):
+        return f"gradient in {routine[len(prefix):]}"
+    return "map"
 
 
 @dataclass(frozen=True)
 class Step:
-    """One check: ``label`` and ``text`` make its line; ``failures`` are ``(what failed, scope)`` pairs."""
+    """One check: ``label`` and ``text`` make its line; ``failures`` hold a :class:`Failure` each (or a plain
+    ``(what failed, scope)`` pair, which affects the map)."""
 
     label: str
     text: str
-    failures: tuple[tuple[str, str], ...] = ()
+    failures: tuple[Failure | tuple[str, str], ...] = ()
     log: str = ""
 
     @property
@@ -84,25 +146,77 @@ class Verification:
         return "\n".join([step.line() for step in self.steps] + [f"{'verdict':<12} {self.verdict()}"]) + "\n"
 
 
-def verdict(failures: Sequence[tuple[str, str]]) -> str:
-    """The verdict from ``(what failed, its scope)`` pairs (see the module docstring for scopes)."""
+def verdict(failures: Sequence[Failure | tuple[str, str]]) -> str:
+    """The verdict from failures (see the module docstring for scopes and parts).
+
+    The failures that reach the map decide where it is usable, as before; those confined to other parts
+    (the loss, the JVP, a parameter's gradient) are named each with the digits it loses, where and in which
+    precision, and what to do: not to use it, or to compute it in float64 or without a framework.
+    """
     if not failures:
         return "all checks passed"
-    scopes = {scope for _, scope in failures}
+    failures = [f if isinstance(f, Failure) else Failure(*f) for f in failures]
+    head = "FAIL: " + "; ".join(f.what for f in failures)
+    scopes = {f.scope for f in failures if "map" in f.parts}
+    if "all" in scopes:
+        return head + "; do not use the map"
+    others = [part for f in failures for part in f.parts if part != "map"]
+    others = sorted(set(others), key=lambda q: (list(PART_NAMES).index(q) if q in PART_NAMES else len(PART_NAMES), q))
+    if scopes:
+        statements = [_map_usable(scopes)]
+    else:
+        statements = ["the map and its JVP are within tolerance" if "JVP" not in others else "the map is within tolerance"]
+    statements += [_part_statement(part, [f for f in failures if part in f.parts]) for part in others]
+    return head + "; " + "; ".join(statements)
+
+
+def _map_usable(scopes: set[str]) -> str:
+    """Where the map is usable given the scopes of the failures that reach it (none of them ``"all"``)."""
     frameworks = [t for t in contract.SECTIONS if t in scopes]
     float64_only = [t for t in contract.SECTIONS if f"{t} float" in scopes and t not in scopes]
-    if "all" in scopes:
-        usable = "do not use the map"
-    elif "device" in scopes:
+    if "device" in scopes:
         usable = "the map is usable in NumPy only (not with CuPy on a GPU)"
     elif "float" in scopes:
         usable = "the map is usable in NumPy, and with CuPy on a GPU in float64 only"
     else:
         usable = "the map is usable in NumPy and with CuPy on a GPU"
-    if "all" not in scopes:
-        usable += f", not with {' or '.join(frameworks)}" if frameworks else ""
-        usable += f", with {' and '.join(float64_only)} in float64 only" if float64_only else ""
-    return "FAIL: " + "; ".join(what for what, _ in failures) + "; " + usable
+    usable += f", not with {' or '.join(frameworks)}" if frameworks else ""
+    usable += f", with {' and '.join(float64_only)} in float64 only" if float64_only else ""
+    return usable
+
+
+def _part_statement(part: str, failures: list[Failure]) -> str:
+    """``the Fenchel-Young loss (omega) loses up to 4.9 digits in float32 near p = 1.2e-06 (device (g++), torch):
+    compute the loss in float64``."""
+    name = PART_NAMES.get(part, f"the {part}")
+    short = name.replace("the Fenchel-Young loss", "the loss")
+    lost = [lo for f in failures for lo in f.lost if lo.part == part]
+    routines = sorted({lo.routine for lo in lost})
+    text = name + (f" ({', '.join(routines)})" if routines else "")
+    amounts = []
+    for ctype, label in (("double", "float64"), ("float", "float32")):
+        here = [lo for lo in lost if lo.ctype == ctype]
+        if here:
+            worst = max(here, key=lambda lo: lo.digits)
+            checks = ", ".join(dict.fromkeys(lo.where for lo in here))
+            near = f" near {worst.at}" if worst.at else ""
+            everything = worst.digits >= -math.log10(UNIT[ctype])  # an error as large as the value, or inf
+            amount = "all its digits" if everything else f"up to {worst.digits:.1f} digits"
+            amounts.append(f"{amount} in {label}{near} ({checks})")
+    text += " loses " + " and ".join(amounts) if amounts else " exceeds its bound"
+    scopes = {f.scope for f in failures}
+    if "all" in scopes:
+        return f"{text}: do not use {short}"
+    names = {"device": "CuPy", **{t: t for t in contract.SECTIONS}}
+    bad64 = [names[s] for s in ("device", *contract.SECTIONS) if s in scopes]
+    # float device code rounds as NumPy and CuPy do on float32 arrays (the same printed expression): with it
+    # the advice is general, else it names the frameworks
+    in_float = [t for t in contract.SECTIONS if f"{t} float" in scopes]
+    advice = [f"do not compute {short} with {' or '.join(bad64)}"] if bad64 else []
+    if "float" in scopes or in_float:
+        where = "" if "float" in scopes else f" with {' and '.join(in_float)}"
+        advice.append(f"elsewhere in float64 only{where}" if bad64 else f"compute {short} in float64{where}")
+    return f"{text}: {', '.join(advice)}"
 
 
 def parameter_value(q: Parameter) -> sp.Rational:
@@ -193,9 +307,21 @@ def _check_steps(reports, measure: str, bound: Callable[[str], str]) -> list[Ste
         failures = ()
         if not rep.ok:
             verb = "exceeds its bound" if len(names) == 1 else "exceed their bound"
-            failures = ((f"{', '.join(names)} ({rep.ctype}, {rep.where}) {verb}", _scope(rep)),)
+            parts = tuple(dict.fromkeys(part_of(n) for n in names))
+            lost = tuple(_lost(rep, n) for n in names if part_of(n) != "map")
+            failures = (Failure(f"{', '.join(names)} ({rep.ctype}, {rep.where}) {verb}", _scope(rep), parts, lost),)
         steps.append(Step(rep.where, text, failures))
     return steps
+
+
+def _lost(rep, routine: str) -> Lost:
+    """How many digits ``routine`` lost in ``rep``, and at which of its arguments."""
+    args = {r.name: r.args for r in contract.ROUTINES}.get(routine, contract.PER_PARAMETER.args)
+    at = getattr(rep, "at", {}).get(routine, ())
+    near = ", ".join(f"{a} = {v:.2g}" for a, v in zip(args, at))
+    error = rep.worst[routine]
+    digits = math.inf if not math.isfinite(error) else math.log10(max(error, UNIT[rep.ctype]) / UNIT[rep.ctype])
+    return Lost(part_of(routine), routine, rep.ctype, rep.where, digits, near)
 
 
 def _nvrtc_step(source: str) -> Step:

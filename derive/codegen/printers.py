@@ -19,10 +19,14 @@ floating point into equivalent forms that do not (see its docstring):
 ``log(A + sqrt(A**2 + c))`` becomes ``asinh``, ``A + sqrt(B)`` whose square
 terms cancel becomes a sign select between ``|A| + sqrt(B)`` and its
 conjugate ``(B - A**2)/(|A| + sqrt(B))``, ``log(1 + x)`` becomes ``log1p`` and
-``exp(x) - 1`` becomes ``expm1``.  Numeric subexpressions (``exp(3)``,
-``log(10)``) print as their value, and integers and rationals too large for
-an exact literal print as floating literals; a constant outside the float64
-range raises :class:`DerivationError` naming it.
+``exp(x) - 1`` becomes ``expm1``; a sum that cancels near a point where the
+function is evaluated (``p`` near 0 or 1, ``z`` near ``omega'(0+)``) is found
+by its series there and rewritten by an identity (``cosh(u) - 1 = 2
+sinh(u/2)**2``) or, where none applies, by a series switch
+``Select(r - |h|, P(h), sum)`` that every printer prints.  Numeric
+subexpressions (``exp(3)``, ``log(10)``) print as their value, and integers
+and rationals too large for an exact literal print as floating literals; a
+constant outside the float64 range raises :class:`DerivationError` naming it.
 
 Neither prints ``Heaviside``, ``DiracDelta`` or ``Piecewise``: the support is
 applied by the templates, and the derivation is differentiated on its smooth
@@ -35,14 +39,18 @@ from __future__ import annotations
 import sys
 from functools import lru_cache
 
+import mpmath
 import sympy as sp
 from sympy.codegen.cfunctions import expm1, log1p
 from sympy.printing.c import C99CodePrinter
 from sympy.printing.numpy import NumPyPrinter
 
 from ..errors import DerivationError
+from ..regularizers import p as _p
+from ..regularizers import z as _z
 
-__all__ = ["PyPrinter", "TorchPrinter", "JaxPrinter", "CudaPrinter", "blocks", "stable_form", "Select", "MAX_PRODUCT"]
+__all__ = ["PyPrinter", "TorchPrinter", "JaxPrinter", "CudaPrinter", "blocks", "stable_form", "Select", "MAX_PRODUCT",
+           "POINTS", "cancelling_points", "series_switch"]
 
 #: Largest integer power printed as a product.
 MAX_PRODUCT = 8
@@ -238,11 +246,335 @@ def _power_difference(expr: sp.Add) -> sp.Expr | None:
     return -t2 * _expm1_of_logs(sp.expand_log(sp.log(r), force=True))
 
 
+# --------------------------------------------------- sums that cancel where they are evaluated
+
+#: The points where generated functions are evaluated, ``(symbol, points)`` pairs: probabilities ``p`` near 0
+#: and near 1, link arguments ``z`` near ``omega'(0+)`` (0 here; the emitter passes the map's own clip).  A sum
+#: that vanishes at one of them to a higher order than its terms cancels there (:func:`cancelling_points`).
+POINTS = ((_p, (0, 1)), (_z, (0,)))
+#: Radii tried for the series switch, and the largest factor by which the direct form may amplify rounding
+#: where the series hands over to it: ``SWITCH_GOOD`` is preferred (the fewest terms among those radii),
+#: ``SWITCH_LIMIT`` accepted when nothing better converges; at most ``SWITCH_TERMS`` terms.
+SWITCH_RADII = tuple(sp.Rational(2) ** k for k in range(-4, 2))
+SWITCH_GOOD, SWITCH_LIMIT, SWITCH_TERMS = 5, 16, 30
+#: Relative truncation error of the switch's series at its radius: an eighth of float64's unit roundoff.
+SWITCH_TRUNCATION = 2.0**-56
+
+_H = sp.Dummy("h", positive=True)
+_U = sp.Dummy("u", real=True)
+
+
+def _plain(expr: sp.Expr) -> sp.Expr:
+    """``expr`` in SymPy's own functions (``expm1``, ``log1p`` written out; a :class:`Select` as its second
+    branch, which every rewrite makes equal to the first), for series and for mpmath."""
+    return expr.replace(lambda e: isinstance(e, Select), lambda e: e.args[2]).replace(
+        lambda e: isinstance(e, expm1), lambda e: sp.exp(e.args[0]) - 1).replace(
+        lambda e: isinstance(e, log1p), lambda e: sp.log(1 + e.args[0]))
+
+
+@lru_cache(maxsize=1 << 14)
+def _order(expr: sp.Expr, x: sp.Symbol, x0) -> sp.Expr | None:
+    """The exponent ``m`` of the leading term ``c h**m`` (``h = x - x0 -> 0+``, powers of ``log h`` aside) of
+    ``expr``; ``oo`` for 0, ``None`` where SymPy cannot tell or the exponent is not a number."""
+    e = _plain(expr).subs(x, x0 + _H)
+    if e == 0:
+        return sp.oo
+    try:
+        lead = e.as_leading_term(_H)
+    except Exception:  # noqa: BLE001 - SymPy raises many kinds here: no leading term means no rewrite
+        return None
+    order = sp.S.Zero
+    for factor in sp.Mul.make_args(lead):
+        if not factor.has(_H):
+            continue
+        base, exponent = factor.as_base_exp()
+        if base == _H and exponent.is_Rational:
+            order += exponent
+        elif not (base == sp.log(_H) and exponent.is_number):
+            return None
+    return order
+
+
+def cancelling_points(expr: sp.Expr, points=POINTS) -> list[tuple[sp.Symbol, sp.Expr]]:
+    """The points ``(x, x0)`` of ``points`` where the sum ``expr`` cancels in floating point.
+
+    The sum cancels at ``x0`` when it vanishes there to a higher order ``m`` than its largest term (read off
+    their series in ``h = x - x0``): its terms agree to more digits the closer ``x`` is to ``x0``.  At
+    ``x0 = 0`` any such sum loses digits its condition number does not explain (the condition number of
+    ``c x**m`` is ``m``); away from 0 a simple zero is as ill-conditioned as the cancellation it causes
+    (the condition number grows like ``x0/h``), so only ``m >= 2`` counts there.
+    """
+    if not expr.is_Add:
+        return []
+    out = []
+    for x, xs in points:
+        if x not in expr.free_symbols:
+            continue
+        for x0 in xs:
+            total = _order(expr, x, x0)
+            orders = [_order(t, x, x0) for t in expr.args]
+            if total is None or None in orders or total is sp.oo:
+                continue
+            if total > min(orders) and (x0 == 0 or total >= 2):
+                out.append((x, sp.sympify(x0)))
+    return out
+
+
+def _mp(expr: sp.Expr, x: sp.Symbol):
+    return sp.lambdify([x], _plain(expr), "mpmath")
+
+
+def _at(f, v):
+    """``f(v)`` at mpmath's precision, or ``None`` where it is not a finite real number."""
+    try:
+        value = f(v)
+        if isinstance(value, mpmath.mpc):
+            if abs(value.imag) > mpmath.mpf(10) ** -40 * (1 + abs(value.real)):
+                return None
+            value = value.real
+        value = mpmath.mpf(value)
+    except (ZeroDivisionError, OverflowError, ValueError, TypeError):
+        return None
+    return value if mpmath.isfinite(value) else None
+
+
+@lru_cache(maxsize=256)
+def series_switch(expr: sp.Expr, x: sp.Symbol, x0=0) -> tuple[sp.Expr, sp.Expr, float] | None:
+    """``(r, P, F)`` for the sum ``expr`` that cancels at ``x = x0``: the Taylor polynomial ``P(h)`` of
+    ``expr`` in ``h = x - x0`` (Horner form, in a dummy symbol ``h``) to use for ``|h| <= r``, and the factor ``F``
+    by which ``expr`` as written amplifies rounding at ``|h| = r``, where it takes over; ``None`` when no
+    radius of :data:`SWITCH_RADII` has both (a polynomial of at most :data:`SWITCH_TERMS` terms within
+    :data:`SWITCH_TRUNCATION` relative, and ``F <= SWITCH_LIMIT``).
+
+    Written once for every target: ``Select(r - |h|, P(h), expr)`` prints in NumPy, CUDA C, torch, JAX and
+    Triton alike.
+    """
+    plain = _plain(expr)
+    try:
+        series = sp.series(plain, x, x0, SWITCH_TERMS + 1).removeO()
+    except Exception:  # noqa: BLE001 - no series (a branch point at x0): no switch
+        return None
+    poly = sp.expand(series.subs(x, x0 + _H))
+    if not poly.is_polynomial(_H) or poly == 0:
+        return None
+    coeffs = [poly.coeff(_H, k) for k in range(SWITCH_TERMS + 1)]
+    if not all(c.is_number and c.is_real for c in coeffs):
+        return None
+    low = next(k for k, c in enumerate(coeffs) if c != 0)
+    whole, terms = _mp(expr, x), [_mp(t, x) for t in sp.Add.make_args(expr)]
+    found = []
+    with mpmath.workdps(40):
+        cs = [mpmath.mpf(sp.Float(c, 45)) for c in coeffs]
+        for r in SWITCH_RADII:
+            sides = []
+            for h in (mpmath.mpf(r), -mpmath.mpf(r)):
+                value = _at(whole, x0 + h)
+                parts = [_at(t, x0 + h) for t in terms]
+                if value is None or value == 0 or None in parts:
+                    continue
+                sides.append((h, value, mpmath.fsum(abs(v) for v in parts) / abs(value)))
+            if not sides:
+                continue
+            amplification = max(a for _, _, a in sides)
+            for n in range(low, SWITCH_TERMS + 1):
+                good = True
+                for h, value, _ in sides:
+                    parts = [c * h**k for k, c in enumerate(cs[: n + 1])]
+                    approx = mpmath.fsum(parts)
+                    if abs(approx - value) > SWITCH_TRUNCATION * abs(value) or \
+                            mpmath.fsum(abs(v) for v in parts) > SWITCH_LIMIT * abs(approx):
+                        good = False
+                        break
+                if good:
+                    found.append((r, amplification, n))
+                    break
+    usable = [f for f in found if f[1] <= SWITCH_LIMIT]
+    if not usable:
+        return None
+    preferred = [f for f in usable if f[1] <= SWITCH_GOOD]
+    r, amplification, n = preferred[0] if preferred else min(usable, key=lambda f: f[1])
+    poly = sp.Add(*[c * _H**k for k, c in enumerate(coeffs[: n + 1])])
+    return r, sp.horner(poly, wrt=_H), float(amplification)
+
+
+def _switch(h: sp.Expr, switch, direct: sp.Expr) -> sp.Expr:
+    """``Select(r - |h|, P(h), direct)`` for ``series_switch``'s ``(r, P, F)``."""
+    r, poly, _ = switch
+    return Select(r - sp.Abs(h), poly.subs(_H, h), direct)
+
+
+@lru_cache(maxsize=1)
+def _phi_switch():
+    """The switch of ``phi(u) = expm1(u) - u = u**2/2 + u**3/6 + ...``, which no identity writes without a
+    difference: ``exp(u) - 1 - u`` and, through ``u - log1p(u) = phi(log1p(u))``, ``u - log(1 + u)``."""
+    return series_switch(expm1(_U) - _U, _U, 0)
+
+
+def _phi(u: sp.Expr, direct: sp.Expr) -> sp.Expr:
+    return _switch(u, _phi_switch(), direct)
+
+
+def _matching(terms: list[sp.Expr], wanted: sp.Expr) -> list[int] | None:
+    """Indices of ``terms`` whose sum is ``wanted`` term by term (each term of ``expand(wanted)`` once)."""
+    out = []
+    for part in sp.Add.make_args(sp.expand(wanted)):
+        hit = next((i for i, t in enumerate(terms) if i not in out and sp.expand(t) == part), None)
+        if hit is None:
+            return None
+        out.append(hit)
+    return out
+
+
+def _pair_identities(expr: sp.Add) -> sp.Expr:
+    """``expr`` with each pair of terms rewritten by an identity of the table below (scaled by any ``c``):
+
+    * ``c cosh(u) - c`` -> ``2 c sinh(u/2)**2``;  ``c cos(u) - c`` -> ``-2 c sin(u/2)**2``;
+    * ``c expm1(u) - c u`` -> ``c phi(u)`` (``exp(u) - 1 - u``, once ``expm1`` is in);
+    * ``c log1p(u) - c u`` -> ``-c phi(log1p(u))`` (``u - log(1 + u) = expm1(w) - w``, ``w = log1p(u)``),
+
+    where ``phi`` is :func:`_phi_switch`'s series switch.
+    """
+    terms = sorted(expr.args, key=sp.default_sort_key)
+    changed = True
+    while changed:
+        changed = False
+        for i, term in enumerate(terms):
+            for f in sorted(sp.Mul.make_args(term), key=sp.default_sort_key):
+                if not isinstance(f, (sp.cosh, sp.cos, expm1, log1p)):
+                    continue
+                c, u = term / f, f.args[0]
+                partner = -c if isinstance(f, (sp.cosh, sp.cos)) else -c * u
+                others = terms[:i] + terms[i + 1:]
+                hits = _matching(others, partner)
+                if hits is None:
+                    continue
+                if isinstance(f, sp.cosh):
+                    new = 2 * c * sp.sinh(u / 2) ** 2
+                elif isinstance(f, sp.cos):
+                    new = -2 * c * sp.sin(u / 2) ** 2
+                elif isinstance(f, expm1):
+                    if _phi_switch() is None:
+                        continue
+                    new = c * _phi(u, f - u)
+                else:
+                    if _phi_switch() is None:
+                        continue
+                    new = -c * _phi(f, u - f)
+                terms = [t for k, t in enumerate(others) if k not in hits] + [new]
+                changed = True
+                break
+            if changed:
+                break
+    return sp.Add(*terms)
+
+
+def _constant_conjugate(expr: sp.Add, points) -> sp.Expr | None:
+    """``A + T`` with ``T`` the one term holding a square root -> ``(T**2 - A**2)/(T - A)``, the numerator
+    expanded: ``sqrt(1 + u) - 1`` -> ``u/(sqrt(1 + u) + 1)`` (where ``A + T`` cancels, ``T`` and ``-A``
+    have one sign, so the denominator does not cancel)."""
+    rooted = [t for t in expr.args if _has_root(t)]
+    if len(rooted) != 1:
+        return None
+    (term,) = rooted
+    rest = expr - term
+    numerator = sp.expand(term**2 - rest**2)
+    if _has_root(numerator) or cancelling_points(numerator, points):
+        return None
+    denominator = term - rest
+    if denominator.could_extract_minus_sign():
+        numerator, denominator = -numerator, -denominator
+    return numerator / denominator
+
+
+def _rational_sum(expr: sp.Add, points) -> sp.Expr | None:
+    """A rational function as one fraction of factored polynomials: ``1 - 1/(1 + p)`` -> ``p/(p + 1)``."""
+    symbols = sorted(expr.free_symbols, key=sp.default_sort_key)
+    if not symbols or not expr.is_rational_function(*symbols):
+        return None
+    better = sp.factor(sp.cancel(sp.together(expr)))
+    if better == expr or _cancels(better, points):
+        return None
+    return better
+
+
+def _cancels(expr: sp.Expr, points) -> bool:
+    """Whether a sum in ``expr`` cancels at one of ``points`` (a series switch's direct branch aside: it is used
+    away from the point)."""
+    if isinstance(expr, Select):
+        return _cancels(expr.args[1], points)
+    if expr.is_Add and cancelling_points(expr, points):
+        return True
+    return any(_cancels(a, points) for a in expr.args)
+
+
+def _one_fraction(expr: sp.Add, points) -> sp.Expr | None:
+    """A sum with denominators as one fraction whose numerator is made stable: ``1 - 1/sqrt(1 + 2p)`` ->
+    ``(sqrt(1 + 2p) - 1)/sqrt(1 + 2p)`` -> ``2p/((sqrt(1 + 2p) + 1) sqrt(1 + 2p))``."""
+    numerator, denominator = sp.fraction(sp.together(expr))
+    if denominator == 1 or not numerator.is_Add:
+        return None
+    better = _stable(numerator, points)
+    if _cancels(better, points):
+        return None
+    return better / denominator
+
+
+def _cancelling_sum(expr: sp.Add, points) -> sp.Expr:
+    """``expr`` rewritten where it cancels at a point of evaluation (see :func:`stable_form`)."""
+    if not cancelling_points(expr, points):
+        return expr
+    new = _pair_identities(expr)
+    if not new.is_Add:
+        return new
+    where = cancelling_points(new, points)
+    if not where:
+        return new
+    for rule in (_constant_conjugate, _rational_sum, _one_fraction):
+        better = rule(new, points)
+        if better is not None:
+            return better
+    for x, x0 in where:
+        better = _series_fallback(new, x, x0, points)
+        if better is not None:
+            return better
+    return new
+
+
+_W = sp.Dummy("w", real=True)
+
+
+def _series_fallback(expr: sp.Add, x: sp.Symbol, x0, points) -> sp.Expr | None:
+    """The series switch of a sum in ``x`` alone that cancels at ``x0``: in ``h = x - x0`` or, where the sum
+    holds ``log(a x + b)``, in ``w = log(a x + b)`` about ``log(a x0 + b)`` (the sum as a function of ``w`` has no
+    logarithm, and often a series that converges everywhere: ``p log p - p + 1 = w e^w - e^w + 1``)."""
+    if expr.free_symbols != {x}:
+        return None
+    plain = _plain(expr)
+    candidates = [(x - x0, expr, x, x0)]
+    for lg in sorted(plain.atoms(sp.log), key=sp.default_sort_key):
+        arg = lg.args[0]
+        if not arg.is_polynomial(x) or sp.degree(arg, x) != 1:
+            continue
+        a, b = sp.Poly(arg, x).all_coeffs()
+        if not (a * x0 + b).is_positive:
+            continue
+        in_w = plain.subs(x, (sp.exp(_W) - b) / a)
+        if in_w.has(sp.log) or in_w.free_symbols != {_W}:
+            continue
+        w0 = sp.log(a * x0 + b)
+        candidates.append((_stable(lg, points) - w0, in_w, _W, w0))
+    for h, e, var, at in candidates:
+        switch = series_switch(e, var, at)
+        if switch is not None:
+            return _switch(h, switch, expr)
+    return None
+
+
 def _stable_add_or_same(expr: sp.Expr) -> sp.Expr:
     return _stable_add(expr) if expr.is_Add else expr
 
 
-def stable_form(expr: sp.Expr) -> sp.Expr:
+def stable_form(expr: sp.Expr, points=POINTS) -> sp.Expr:
     """``expr`` rewritten so that no subtraction of nearly equal values is left in it.
 
     SymPy's closed forms often hold differences that cancel in floating point
@@ -261,28 +593,55 @@ def stable_form(expr: sp.Expr) -> sp.Expr:
       ``t = |A| + sqrt(B)``: no cancellation for either sign of ``A``
       (``A - sqrt(B)`` likewise, with the signs flipped).
 
-    Other expressions come back unchanged, so an already stable form prints
-    as before.
+    Then every sum that cancels at one of ``points`` (``(symbol, values)``
+    pairs, :data:`POINTS` by default: ``p`` near 0 and 1, ``z`` near 0; the
+    emitter gives ``z`` the map's ``omega'(0+)``), that is, vanishes there to
+    a higher order than its largest term (:func:`cancelling_points`), is
+    rewritten by the first of these that applies:
+
+    * pairs of terms, by identities (``c`` any factor):
+      ``c cosh(u) - c`` -> ``2 c sinh(u/2)**2``, ``c - c cos(u)`` ->
+      ``2 c sin(u/2)**2``, ``c expm1(u) - c u`` (``exp(u) - 1 - u``) ->
+      ``c phi(u)`` and ``c u - c log1p(u)`` (``u - log(1 + u)``) ->
+      ``c phi(log1p(u))``, ``phi`` the series switch of ``expm1(w) - w``;
+    * ``A + T`` with ``T`` a square root and ``A`` free of roots ->
+      ``(T**2 - A**2)/(T - A)``: ``sqrt(1 + u) - 1`` -> ``u/(sqrt(1 + u) + 1)``;
+    * a rational function -> one fraction of factored polynomials:
+      ``1 - 1/(1 + p)`` -> ``p/(p + 1)``;
+    * a sum with denominators -> one fraction whose numerator goes through
+      these rules: ``1 - 1/sqrt(1 + 2p)`` -> ``2p/((sqrt(1 + 2p) + 1) sqrt(1 + 2p))``;
+    * a sum in one symbol ``x``: the series switch (:func:`series_switch`)
+      ``Select(r - |h|, P(h), sum)``, ``P`` its Taylor polynomial in
+      ``h = x - x0`` or, where it holds ``log(a x + b)``, in
+      ``h = log(a x + b) - log(a x0 + b)`` (``p log p - p + 1`` near 1,
+      ``(1 + p) log(1 + p) - p`` near 0).
+
+    A sum none of these fixes (``tanh(p) - p``, whose series converges too
+    slowly where the sum stops cancelling) is left as it is.  Other
+    expressions come back unchanged, so an already stable form prints as
+    before.
     """
-    return _stable(expr)
+    return _stable(expr, tuple((x, tuple(xs)) for x, xs in points))
 
 
 @lru_cache(maxsize=1 << 16)
-def _stable(expr: sp.Expr) -> sp.Expr:
-    if expr.is_Atom:
+def _stable(expr: sp.Expr, points) -> sp.Expr:
+    if expr.is_Atom or isinstance(expr, Select):  # a Select is a stable form already
         return expr
     if isinstance(expr, sp.log):
         better = _stable_log(expr.args[0])
         if better is not None:
-            return _stable(better)
-    args = tuple(_stable(a) for a in expr.args)
+            return _stable(better, points)
+    args = tuple(_stable(a, points) for a in expr.args)
     new = expr.func(*args) if args != expr.args else expr
     if new.is_Add:
         better = _power_difference(new)
         if better is not None:
-            return _stable(better)
+            return _stable(better, points)
     if new.is_Add and (_has_root(new) or new.has(sp.exp)):
         new = _stable_add(new)
+    if new.is_Add:
+        new = _cancelling_sum(new, points)
     return new
 
 
@@ -548,26 +907,27 @@ class CudaPrinter(_PowerMixin, C99CodePrinter):
         return "T(3.141592653589793)"
 
 
-def print_block(printer, exprs: list[sp.Expr], where: str, prefix: str = "t", given=()):
+def print_block(printer, exprs: list[sp.Expr], where: str, prefix: str = "t", given=(), points=POINTS):
     """Assignments and results of ``exprs`` as strings, checked for printability.
 
     ``given``: ``(symbol, expr)`` pairs assigned first, in order, each as a
     block of its own; ``exprs`` may use the symbols.  Every expression goes
-    through :func:`stable_form` and numeric subexpressions print as values.
+    through :func:`stable_form` (with the evaluation ``points``) and numeric
+    subexpressions print as values.
     """
     counter = sp.numbered_symbols(prefix, real=True)
     out: list[tuple[str, str]] = []
     for sym, value in given:
-        (text,) = _print_block_part(printer, [value], where, counter, out)
+        (text,) = _print_block_part(printer, [value], where, counter, out, points)
         out.append((printer._print(sym), text))
-    results = _print_block_part(printer, exprs, where, counter, out)
+    results = _print_block_part(printer, exprs, where, counter, out, points)
     return out, results
 
 
-def _print_block_part(printer, exprs, where, counter, out):
+def _print_block_part(printer, exprs, where, counter, out, points):
     for e in exprs:
         _check_printable(e, where)
-    exprs = [_fold_constants(stable_form(e)) for e in exprs]
+    exprs = [_fold_constants(stable_form(e, points)) for e in exprs]
     assignments, results = blocks(exprs, counter=counter)
     out += [(printer._print(s), printer._print(v)) for s, v in assignments]
     return [printer._print(r) for r in results]

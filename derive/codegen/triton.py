@@ -41,7 +41,7 @@ from __future__ import annotations
 
 import sympy as sp
 
-from .printers import TritonPrinter, print_block
+from .printers import POINTS, TritonPrinter, print_block
 
 __all__ = ["triton_source", "KERNELS", "PIECES"]
 
@@ -383,10 +383,11 @@ __PARAMS_LOAD__
 '''
 
 
-def _function(name: str, args: list[str], expr: sp.Expr, arg: sp.Symbol | None, printer: TritonPrinter) -> str:
+def _function(name: str, args: list[str], expr: sp.Expr, arg: sp.Symbol | None, printer: TritonPrinter,
+              points=POINTS) -> str:
     """``@triton.jit def name(args): return expr``; an expression without its first argument ``arg`` is broadcast to
-    that argument's shape (the kernels call the functions on blocks)."""
-    assigns, (result,) = print_block(printer, [expr], f"triton {name}(...) = {expr}")
+    that argument's shape (the kernels call the functions on blocks); ``points``: where it is evaluated."""
+    assigns, (result,) = print_block(printer, [expr], f"triton {name}(...) = {expr}", points=points)
     lines = ["@triton.jit", f"def {name}({', '.join(args)}):"]
     lines += [f"    {lhs} = {rhs}" for lhs, rhs in assigns]
     if expr.is_number:
@@ -397,14 +398,15 @@ def _function(name: str, args: list[str], expr: sp.Expr, arg: sp.Symbol | None, 
     return "\n".join(lines)
 
 
-def triton_source(pieces: dict, params: list[str]) -> str | None:
+def triton_source(pieces: dict, params: list[str], points=POINTS) -> str | None:
     """The Triton module's text for a map with the pieces :data:`PIECES` (``{name: (args, expr, first argument's
-    symbol or None)}``), or ``None`` when the link has no closed form (``"link"`` missing)."""
+    symbol or None)}``), or ``None`` when the link has no closed form (``"link"`` missing); ``points``: where the
+    pieces are evaluated (:func:`~derive.codegen.printers.stable_form`)."""
     if pieces.get("link") is None:
         return None
     printer = TritonPrinter()
     sig = "".join(f", {q}" for q in params)
-    fns = [_function(f"_{name}", list(pieces[name][0]) + params, pieces[name][1], pieces[name][2], printer)
+    fns = [_function(f"_{name}", list(pieces[name][0]) + params, pieces[name][1], pieces[name][2], printer, points)
            for name in PIECES]
     loads = "\n".join(f"    {q} = tl.load(Params + bh * n_params + {i})" for i, q in enumerate(params))
     text = "\n".join([

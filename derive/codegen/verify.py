@@ -15,7 +15,7 @@ from __future__ import annotations
 
 import math
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 import mpmath
 import numpy as np
@@ -165,6 +165,8 @@ class Report:
     ctype: str
     points: int
     worst: dict[str, float]
+    #: the arguments (before the parameters) where each function's worst error was found
+    at: dict[str, tuple[float, ...]] = field(default_factory=dict, compare=False)
 
     @property
     def ok(self) -> bool:
@@ -180,9 +182,10 @@ def check(dv: Derivation, call: Callable[[str, list[float], list[float]], float]
     rng = np.random.default_rng(seed)
     uniform = lambda lo, hi: float(rng.uniform(lo, hi))  # noqa: E731
     integer = lambda lo, hi: int(rng.integers(lo, hi + 1))  # noqa: E731
-    worst = {}
+    worst, at = {}, {}
     for fname in functions(dv):
         errors: list[float] = []
+        where_worst: tuple[float, ...] = ()
         for _ in range(20 * points):
             if len(errors) == points:
                 break
@@ -197,5 +200,8 @@ def check(dv: Derivation, call: Callable[[str, list[float], list[float]], float]
             if exact is None or not representable(exact, ctype) or TOLERANCE[ctype] * kappa >= 1:
                 continue  # rounding left the domain, or the type cannot resolve the value: not judged
             errors.append(scaled_error(call(fname, args, params), exact, kappa))
+            if errors[-1] >= max(errors):
+                where_worst = tuple(args)
         worst[fname] = max(errors, default=0.0)
-    return Report(where, ctype, points, worst)
+        at[fname] = where_worst
+    return Report(where, ctype, points, worst, at)

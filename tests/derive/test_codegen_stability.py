@@ -46,7 +46,7 @@ CANCELLING = {
     "xlogx1": "(1 + p)*log(1 + p) - p",  # link exp(z) - 1 = expm1(z)
 }
 #: the maps whose every generated function must pass verify in both types
-VERIFIED = ["cosh", "quadlog", "explin"]
+VERIFIED = ["cosh", "quadlog", "explin", "xlogx1"]
 LINK_FUNCTIONS = ["link", "link_dtau", "link_dtau2"]
 TOL = {"double": 1e-13, "float": 1e-6}
 
