@@ -1,10 +1,12 @@
 # regattn: two commands do all set-up on a fresh machine.
 #   make demo   derive a map and verify it (the main job)
-#   make test   run the test suite (PROFILE=ci by default; PROFILE=thorough for long local runs)
+#   make test   run the test suite (PROFILE=ci by default; PROFILE=thorough for long local runs) in JOBS
+#               pytest-xdist worker processes (2 by default; JOBS=auto: one per core; JOBS=0: one process)
 #   make docs   build the documentation (warnings are errors) into docs/_build/html
 PYTHON ?= python3
 VENV ?= .venv
 PROFILE ?= ci
+JOBS ?= 2
 BIN := $(VENV)/bin
 
 .PHONY: setup demo test docs clean
@@ -26,7 +28,7 @@ demo: setup
 test: setup
 	$(BIN)/regattn generate --check
 	$(BIN)/ruff check derive numeric tests benchmarks examples
-	$(BIN)/python -m pytest --hypothesis-profile=$(PROFILE) -q -rs
+	$(BIN)/python -m pytest --hypothesis-profile=$(PROFILE) -q -rs -n $(JOBS) --dist worksteal
 
 docs: setup
 	$(BIN)/python -m pip install --quiet -e '.[test,docs]'
