@@ -21,6 +21,7 @@ from functools import lru_cache
 
 import numpy as np
 
+from . import contract, numpy_ops, tensor_rules
 from .backend import Backend
 from .parallel import run_tasks
 from .root import root_probabilities
@@ -53,6 +54,25 @@ def _on_two_threads(solve, rows: int, size: int, chunks: int | None = None) -> N
     chunks = min(rows, chunks or CHUNKS)
     bounds = [rows * i // chunks for i in range(chunks + 1)]
     run_tasks(lambda i: solve(bounds[i], bounds[i + 1]), chunks)
+
+
+@lru_cache(maxsize=64)
+def _numpy_table(module) -> dict:
+    """A module's routines by name (:func:`numeric.contract.routine_names`), for :class:`numeric.tensor_rules.Routines`."""
+    return {name: getattr(module, name, None) for name in contract.routine_names(module.PARAMETERS)}
+
+
+def _kkt_probabilities(module, y: np.ndarray, params: tuple, out: np.ndarray) -> np.ndarray:
+    """``p`` into ``out`` for rows ``y = s - max(s)`` of a map whose link has no closed form; returns ``tau - max(s)``.
+
+    :func:`numeric.tensor_rules.kkt_rule`, the text torch and JAX run, on NumPy arrays.
+    """
+    ops = numpy_ops.ops_for(y.dtype)
+    routines = tensor_rules.Routines(module, _numpy_table(module), params)
+    with np.errstate(all="ignore"):  # off-support branches are evaluated and masked
+        p, t = tensor_rules.kkt_rule(ops, routines, y)
+    out[...] = p
+    return t[:, 0]
 
 
 class NumpyBackend(Backend):
@@ -124,6 +144,8 @@ class NumpyBackend(Backend):
         if kind == "closed":
             _, t = closed_threshold(module, y, params, shifted=True, out=out)
             return m + t
+        if kind == "root" and module.link is None:  # Newton on the KKT system (p with sum 1)
+            return m + _kkt_probabilities(module, y, params, out)
         if kind == "root":  # p with sum 1 (also where F jumps across 1 at a kink)
             return m + root_probabilities(module, y, params, out)
         return m + sort_probabilities(module, y, params, out)

@@ -48,13 +48,19 @@ from typing import Any, Callable
 
 from .newton import Ops, invert_link
 
-__all__ = ["TensorOps", "Routines", "solve", "closed_rule", "sort_rule", "support_rule", "root_rule", "jvp", "param_vjp",
-           "ROOT_STEPS", "SUPPORT_STEPS"]
+__all__ = ["TensorOps", "Routines", "solve", "closed_rule", "sort_rule", "support_rule", "root_rule", "kkt_rule", "jvp",
+           "param_vjp", "ROOT_STEPS", "SUPPORT_STEPS", "KKT_STEPS", "KKT_FREE_STEPS"]
 
 #: Iteration budget of the root rule's safeguarded Halley solve.
 ROOT_STEPS = 100
 #: Newton steps of :func:`support_rule` before its remaining rows take the sort rule.
 SUPPORT_STEPS = 12
+#: Iteration budget of :func:`kkt_rule` before its remaining rows take the safeguarded Halley solve.
+KKT_STEPS = 40
+#: Steps of :func:`kkt_rule` that need only land in the bracket; later ones must also halve the step before last.
+KKT_FREE_STEPS = 8
+#: The largest step of :func:`kkt_rule` in ``log p`` (``p`` grows at most by ``e`` a step there).
+KKT_LOG_STEP = 1.0
 
 
 class TensorOps(Ops):
@@ -70,7 +76,8 @@ class TensorOps(Ops):
     * ``log(x)`` (``log(0) = -inf``), ``isfinite(x)``, ``isnan(x)``, and ``tiny``, the
       smallest positive normal number of the format;
     * ``row_sum(x)``, ``row_max(x)`` (NaN where the row has one): reductions along the
-      last axis keeping it, shape ``(rows, 1)``;
+      last axis keeping it, shape ``(rows, 1)``; ``cat(a, b)``: ``a`` and ``b`` side by side
+      along the last axis;
     * ``sort_desc(x)`` and ``cumsum(x)`` along the last axis;
     * ``branch(pred, fn, otherwise)``: ``fn()`` if any entry of the boolean array
       ``pred`` is true, else ``otherwise()`` (both give arrays of the same shapes).
@@ -104,6 +111,9 @@ class TensorOps(Ops):
         raise NotImplementedError
 
     def row_sum(self, x):  # pragma: no cover - interface
+        raise NotImplementedError
+
+    def cat(self, a, b):  # pragma: no cover - interface
         raise NotImplementedError
 
     def row_max(self, x):  # pragma: no cover - interface
@@ -414,12 +424,16 @@ def root_rule(ops: TensorOps, r: Routines, y, steps: int = ROOT_STEPS):
     the two ends of its final bracket with sum 1 (as :func:`numeric.root.root_probabilities`).
 
     A link of the power form with ``k >= 1`` on every row takes :func:`_power_newton`
-    instead (plain Newton from a lower bound: no bracket, fewer operations a step).
+    instead (plain Newton from a lower bound: no bracket, fewer operations a step), and
+    a link with no closed form :func:`kkt_rule` (no inversion of the link inside the
+    threshold's iteration).
     """
     clip = r.clip()
     n = y.shape[-1]
     count = ops.full(y[..., :1], float(n))  # (masked scores make -reach(1/n) a looser upper end, still one)
     power = r.module.LINK_FORM == "power" and r.has("link_scale")
+    if not power and not r.has("link"):
+        return kkt_rule(ops, r, y)
     if not power:
         return _root_halley(ops, r, y, steps, None, -r.omega_prime(ops.full(count, 1.0)), -r.omega_prime(1 / count))
     # the variable t = tau - m - clip = -c / a, c = p_max**(1/k): base = max(a y - a t, 0), p = base**k
@@ -438,6 +452,132 @@ def root_rule(ops: TensorOps, r: Routines, y, steps: int = ROOT_STEPS):
     if isinstance(k, (int, float)):  # a number: the rule is chosen here
         return newton() if k >= 1 else _root_halley(ops, r, y, steps, (a, k, b), lo, hi)
     return ops.branch(k < 1, lambda: _root_halley(ops, r, y, steps, (a, k, b), ops.where(k >= 1, start, lo), hi), newton)
+
+
+def kkt_rule(ops: TensorOps, r: Routines, y, steps: int = KKT_STEPS):
+    """``(p, tau - m)`` for shifted rows ``y`` of a map whose link has no closed form: Newton on the KKT system.
+
+    The unknowns are the threshold ``t = tau - m`` and every ``p_i`` together:
+    ``omega'(p_i) = y_i - t`` on the support ``y_i - t > omega'(0+)`` (``p_i = 0`` off it)
+    and ``omega'(sum p) = omega'(1)`` (the constraint ``sum p = 1`` in the form whose
+    Newton step is exact for Shannon's ``log``, as :func:`root_rule`'s ``h``).  With
+    ``r_i = omega'(p_i) - y_i + t``, ``w_i = 1/omega''(p_i)`` and ``P = sum p`` the step is
+
+        ``dt = -(D + sum w r) / sum w``, ``D = (omega'(1) - omega'(P)) / omega''(P)``,
+        ``dp_i = -w_i (r_i + dt)``:
+
+    one evaluation of ``omega'``, ``omega''`` and ``omega'''`` and of the weight per score
+    and step, and no inversion of the link (an iteration inside the iteration).
+
+    * Start: the link is replaced by ``exp(c (z - omega'(1)))``, the exponential through
+      ``g(omega'(1)) = 1`` and ``g(omega'(1/n)) = 1/n``, whose threshold has a closed form (a
+      log-sum-exp); ``t`` starts there (inside the bracket) and ``p`` at that link's values.
+      For Shannon the start is exact, for maps near it (``p log p + p**3``) a few steps off.
+    * ``p`` stays in the domain: each score steps in ``p`` or in ``log p``, whichever
+      linearisation of ``omega'`` curves less there (``omega'''`` against
+      ``omega''/p + omega'''``: ``log p`` for Shannon, ``p`` for Gini), in ``log p``
+      wherever ``p + dp <= 0``, and there up by a factor of at most ``e``
+      (:data:`KKT_LOG_STEP`).  A score entering the support (``p = 0``) starts from
+      ``w(0) (z - omega'(0+))`` where ``w(0)`` is finite and positive, else from the
+      start's exponential; a score whose ``p`` underflowed to 0 stays there where ``g(z)``
+      is below the smallest normal number (``z <= omega'(tiny)``).
+    * ``t`` stays in the bracket ``[-omega'(1), -omega'(1/n)]``, which shrinks where the
+      first-order value ``F(t) ~ P - sum w r`` is farther from 1 than twice its own
+      correction; a step leaving the bracket, or after :data:`KKT_FREE_STEPS` steps one
+      not halving the step before last, bisects it (``rtsafe``'s safeguard).
+    * A row stops where its step is within rounding: ``t`` moves by at most
+      ``4 eps (1 + |t| + sum w e / sum w)`` and every ``p_i`` by at most ``16 eps (p_i + w_i e_i) + tiny``,
+      with ``e_i = |z_i| + |t| + |omega'(p_i)|`` the scale of the rounding of ``r_i``; ``p`` is then
+      divided by its sum.  Rows that do
+      not (the budget of ``steps`` runs out, or the bracket closes on a kink of ``F``)
+      are solved by :func:`_root_halley` with the link inverted by
+      :func:`numeric.newton.invert_link`.
+    """
+    n = y.shape[-1]
+    live = ops.isfinite(y)
+    count = ops.row_sum(ops.float_(live))
+    one = r.omega_prime(ops.full(count, 1.0))
+    lo = -one
+    hi = -r.omega_prime(1 / count)
+    span = one + hi  # omega'(1) - omega'(1/n)
+    c = ops.where(span > 0, ops.log(count) / ops.where(span > 0, span, 1), 0)
+    a = ops.where(live, c * y, float("-inf"))
+    t = ops.where(c > 0, ops.log(ops.row_sum(ops.exp(a))) / ops.where(c > 0, c, 1) - one, lo)
+    t = ops.where(t < lo, lo, ops.where(t > hi, hi, t))
+    u = c * (y - t - one)
+    p = ops.where(live, ops.exp(ops.where(u < 0, u, 0)), 0)
+    rows = (y, c, one, *r.params)  # what a row's steps read
+    tol_p = 16 * ops.eps
+    tol_t = 4 * ops.eps
+    width = hi - lo
+
+    def body(state, rows):
+        y, c, one, *params = rows
+        rr = Routines(r.module, r.table, params)
+        t, p, lo, hi, step, step_old, k, settled, active = state
+        clip = rr.clip()
+        z = y - t
+        sup = ops.isfinite(y) & (z > clip)
+        w0 = rr.weight(ops.full(t, 0.0))
+        linear0 = ops.isfinite(w0) & (w0 > 0)
+        e = c * (z - one)
+        enter = ops.where(linear0, w0 * ops.where(sup, z - clip, 0), ops.exp(ops.where(e < 0, e, 0)))
+        # a score at 0 whose p is below the smallest normal number stays there (a dense map's p underflows)
+        edge = rr.omega_prime(ops.full(t, ops.tiny))
+        p = ops.where(sup, ops.where((p > 0) | (z <= edge), p, enter), 0)
+        sup = p > 0
+        ps = ops.where(sup, p, 1)
+        o1 = rr.omega_prime(ps)
+        res = ops.where(sup, o1 - z, 0)
+        w = ops.where(sup, rr.weight(ps), 0)
+        noise = w * ops.where(sup, abs(z) + abs(t) + abs(o1), 0)  # w times the scale of res's rounding
+        wr = w * res
+        corr = ops.row_sum(wr)
+        total = ops.row_sum(p)
+        f = total - corr  # F(t) to first order
+        sure = abs(f - 1) > 2 * ops.row_sum(abs(wr))
+        lo = ops.where(sure & (f > 1), t, lo)
+        hi = ops.where(sure & (f < 1), t, hi)
+        safe = ops.where(total > 0, total, 1)
+        sum_w = ops.row_sum(w)
+        # Newton on omega'(F) = omega'(1) or on F = 1: the longer step where F > 1, the shorter
+        # where F < 1 (the larger dt either way; see the docstring)
+        dt = -((one - rr.omega_prime(safe)) / rr.omega_second(safe) + corr) / sum_w
+        plain = (f - 1) / sum_w
+        dt = ops.where(dt > plain, dt, plain)
+        new = t + dt
+        ok = ops.isfinite(new) & (new >= lo) & (new <= hi) & ((k < KKT_FREE_STEPS) | (abs(dt) <= 0.5 * abs(step_old)))
+        new = ops.where(ok, new, 0.5 * (lo + hi))
+        dt = new - t
+        dp = -w * (res + dt)
+        o3 = rr.omega_third(ps)
+        in_p = (abs(o3) <= abs(rr.omega_second(ps) / ps + o3)) & (p + dp > 0)
+        du = dp / ps
+        p_new = ops.where(sup, ops.where(in_p, p + dp, p * ops.exp(ops.where(du < KKT_LOG_STEP, du, KKT_LOG_STEP))), 0)
+        # steps within the rounding of the residuals: eps (|z| + |omega'(p)|) in each r_i
+        small_t = abs(dt) <= tol_t * (1 + abs(t) + ops.row_sum(noise) / sum_w)
+        small_p = ops.row_sum(ops.float_(abs(dp) > tol_p * (ps + noise) + ops.tiny)) == 0  # (tiny: subnormal p carry few digits)
+        now = small_t & small_p
+        # a row that stopped keeps its state (the rounds may go on over every row)
+        going = active & ops.not_(now) & (hi - lo > tol_t * (1 + abs(new)))
+        keep = lambda a, b: ops.where(active, a, b)  # noqa: E731
+        return (keep(new, t), keep(p_new, p), keep(lo, state[2]), keep(hi, state[3]), keep(dt, step), keep(step, step_old),
+                k + 1, keep(now, settled), going), going
+
+    true = ops.full(count, True)
+    state = (t, p, lo, hi, width, width, ops.full(count, 0.0), ops.not_(true), true)
+    t, p, _, _, _, _, _, settled, _ = ops.repeat_rows(steps, body, state, true, rows)
+    p = ops.where(live & (y - t > r.clip()), p, 0)
+    p = p / ops.row_sum(p)
+
+    def halley(y, c, one, *params):
+        rr = Routines(r.module, r.table, params)
+        size = ops.full(y[..., :1], float(n))
+        q, s = _root_halley(ops, rr, y, ROOT_STEPS, None, -rr.omega_prime(ops.full(size, 1.0)), -rr.omega_prime(1 / size))
+        return ops.cat(q, s)
+
+    both = ops.on_rows(ops.not_(settled), halley, rows, ops.cat(p, t))
+    return both[..., :n], both[..., n:]
 
 
 def _power_newton(ops, a, k, b, t, steps):

@@ -82,6 +82,10 @@ class JaxOps(TensorOps):
         return jnp.sum(x, axis=-1, keepdims=True)
 
     @staticmethod
+    def cat(a, b):
+        return jnp.concatenate((a, b), axis=-1)
+
+    @staticmethod
     def row_max(x):
         return jnp.max(x, axis=-1, keepdims=True)  # NaN where the row has one
 

@@ -57,6 +57,10 @@ class TorchOps(TensorOps):
         return x.sum(dim=-1, keepdim=True)
 
     @staticmethod
+    def cat(a, b):
+        return torch.cat((a, b), dim=-1)
+
+    @staticmethod
     def row_max(x):
         return x.amax(dim=-1, keepdim=True)
 

@@ -1,4 +1,5 @@
-"""Maps under test: the built-ins and two user regularizers generated into a temporary package."""
+"""Maps under test: the built-ins and three user regularizers generated into a temporary package (two of them with
+no closed-form link: one dense, one sparse)."""
 
 from __future__ import annotations
 
@@ -13,12 +14,12 @@ import sympy as sp
 from derive import Regularizer, derive_map, generate_module
 from derive.codegen.builtins import BUILTIN_MAPS
 
-USER = {"shannon_gini": "p*log(p) + p**2/2", "cube": "p**3"}
+USER = {"shannon_gini": "p*log(p) + p**2/2", "cube": "p**3", "gini_log1p": "p**2/2 + p*log(1 + p)"}
 PARAMS = {"entmax": {"alpha": 1.3}}
 #: (name, parameters) of every map the torch and JAX backends are tested with: the built-ins, alpha-entmax at a
 #: few alphas, the user maps
 MAPS = [("softmax", {}), ("sparsemax", {}), ("entmax15", {}), ("entmax", {"alpha": 1.3}), ("entmax", {"alpha": 1.01}),
-        ("entmax", {"alpha": 5.0}), ("shannon_gini", {}), ("cube", {})]
+        ("entmax", {"alpha": 5.0}), ("shannon_gini", {}), ("cube", {}), ("gini_log1p", {})]
 IDS = [name + "".join(f"-{k}{v}" for k, v in params.items()) for name, params in MAPS]
 
 
