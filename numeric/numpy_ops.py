@@ -60,6 +60,17 @@ class NumpyRowOps(NumpyOps, TensorOps):
         return np.cumsum(x, axis=-1)
 
     @staticmethod
+    def top(x, k):
+        index = np.argpartition(x, x.shape[-1] - k, axis=-1)[..., x.shape[-1] - k:]
+        return np.take_along_axis(x, index, axis=-1), index
+
+    @staticmethod
+    def put(values, index, like):
+        out = np.zeros(like.shape, dtype=values.dtype)
+        np.put_along_axis(out, index, values, axis=-1)
+        return out
+
+    @staticmethod
     def branch(pred, fn, otherwise):
         return fn() if np.any(pred) else otherwise()
 

@@ -49,7 +49,7 @@ from typing import Any, Callable
 from .newton import Ops, invert_link
 
 __all__ = ["TensorOps", "Routines", "solve", "closed_rule", "sort_rule", "support_rule", "root_rule", "kkt_rule", "jvp",
-           "param_vjp", "ROOT_STEPS", "SUPPORT_STEPS", "KKT_STEPS", "KKT_FREE_STEPS"]
+           "param_vjp", "ROOT_STEPS", "SUPPORT_STEPS", "KKT_STEPS", "KKT_FREE_STEPS", "KKT_CANDIDATES"]
 
 #: Iteration budget of the root rule's safeguarded Halley solve.
 ROOT_STEPS = 100
@@ -61,6 +61,8 @@ KKT_STEPS = 40
 KKT_FREE_STEPS = 8
 #: The largest step of :func:`kkt_rule` in ``log p`` (``p`` grows at most by ``e`` a step there).
 KKT_LOG_STEP = 1.0
+#: The largest scores a sparse map's :func:`kkt_rule` solves first (then four times as many on the rows that need more).
+KKT_CANDIDATES = 31
 
 
 class TensorOps(Ops):
@@ -79,6 +81,9 @@ class TensorOps(Ops):
       last axis keeping it, shape ``(rows, 1)``; ``cat(a, b)``: ``a`` and ``b`` side by side
       along the last axis;
     * ``sort_desc(x)`` and ``cumsum(x)`` along the last axis;
+    * ``top(x, k)``: ``(values, index)`` of the ``k`` largest entries of each row, in any
+      order; ``put(values, index, like)``: an array of ``like``'s shape, 0 but for ``values``
+      at ``index`` in each row;
     * ``branch(pred, fn, otherwise)``: ``fn()`` if any entry of the boolean array
       ``pred`` is true, else ``otherwise()`` (both give arrays of the same shapes).
 
@@ -123,6 +128,12 @@ class TensorOps(Ops):
         raise NotImplementedError
 
     def cumsum(self, x):  # pragma: no cover - interface
+        raise NotImplementedError
+
+    def top(self, x, k: int):  # pragma: no cover - interface
+        raise NotImplementedError
+
+    def put(self, values, index, like):  # pragma: no cover - interface
         raise NotImplementedError
 
     def branch(self, pred, fn: Callable, otherwise: Callable):  # pragma: no cover - interface
@@ -454,8 +465,39 @@ def root_rule(ops: TensorOps, r: Routines, y, steps: int = ROOT_STEPS):
     return ops.branch(k < 1, lambda: _root_halley(ops, r, y, steps, (a, k, b), ops.where(k >= 1, start, lo), hi), newton)
 
 
-def kkt_rule(ops: TensorOps, r: Routines, y, steps: int = KKT_STEPS):
+def kkt_rule(ops: TensorOps, r: Routines, y, steps: int = KKT_STEPS, candidates: int = KKT_CANDIDATES):
     """``(p, tau - m)`` for shifted rows ``y`` of a map whose link has no closed form: Newton on the KKT system.
+
+    A sparse map (``omega'(0+)`` a finite number) whose rows are longer than twice
+    ``candidates`` solves each row's ``candidates + 1`` largest scores first: where the
+    smallest of them is off that solution's support, every other score is too, and the
+    solution is the row's.  The rows where it is not take four times as many candidates,
+    and so on up to the whole row (:func:`_kkt_newton` on it).
+    """
+    n = y.shape[-1]
+    clip = r.clip()
+    if not isinstance(clip, (int, float)) or not math.isfinite(clip) or n <= 2 * candidates:
+        return _kkt_newton(ops, r, y, steps)
+    values, index = ops.top(y, candidates + 1)
+    p, t = _kkt_newton(ops, r, values, steps)
+    # the smallest candidate off the support (masked scores are): the excluded scores are too
+    ok = -ops.row_max(-values) - t <= clip
+    both = ops.cat(ops.put(p, index, y), t)
+
+    def more(y, *params):
+        q, s = kkt_rule(ops, Routines(r.module, r.table, params), y, steps, 4 * candidates)
+        return ops.cat(q, s)
+
+    return _split(ops.on_rows(ops.not_(ok), more, (y, *r.params), both), n)
+
+
+def _split(both, n):
+    """``(p, t)`` from ``p`` and ``t`` side by side."""
+    return both[..., :n], both[..., n:]
+
+
+def _kkt_newton(ops: TensorOps, r: Routines, y, steps: int):
+    """:func:`kkt_rule` on whole rows: Newton in ``(p, tau)`` together.
 
     The unknowns are the threshold ``t = tau - m`` and every ``p_i`` together:
     ``omega'(p_i) = y_i - t`` on the support ``y_i - t > omega'(0+)`` (``p_i = 0`` off it)
@@ -466,16 +508,16 @@ def kkt_rule(ops: TensorOps, r: Routines, y, steps: int = KKT_STEPS):
         ``dt = -(D + sum w r) / sum w``, ``D = (omega'(1) - omega'(P)) / omega''(P)``,
         ``dp_i = -w_i (r_i + dt)``:
 
-    one evaluation of ``omega'``, ``omega''`` and ``omega'''`` and of the weight per score
-    and step, and no inversion of the link (an iteration inside the iteration).
+    one evaluation of ``omega'``, ``omega'''`` and of the weight per score and step, and
+    no inversion of the link (an iteration inside the iteration).
 
     * Start: the link is replaced by ``exp(c (z - omega'(1)))``, the exponential through
       ``g(omega'(1)) = 1`` and ``g(omega'(1/n)) = 1/n``, whose threshold has a closed form (a
       log-sum-exp); ``t`` starts there (inside the bracket) and ``p`` at that link's values.
       For Shannon the start is exact, for maps near it (``p log p + p**3``) a few steps off.
     * ``p`` stays in the domain: each score steps in ``p`` or in ``log p``, whichever
-      linearisation of ``omega'`` curves less there (``omega'''`` against
-      ``omega''/p + omega'''``: ``log p`` for Shannon, ``p`` for Gini), in ``log p``
+      linearisation of ``omega'`` curves less there (``|omega'''| <= |omega''/p + omega'''|``,
+      that is ``omega''' p w >= -1/2``: ``log p`` for Shannon, ``p`` for Gini), in ``log p``
       wherever ``p + dp <= 0``, and there up by a factor of at most ``e``
       (:data:`KKT_LOG_STEP`).  A score entering the support (``p = 0``) starts from
       ``w(0) (z - omega'(0+))`` where ``w(0)`` is finite and positive, else from the
@@ -499,38 +541,50 @@ def kkt_rule(ops: TensorOps, r: Routines, y, steps: int = KKT_STEPS):
     one = r.omega_prime(ops.full(count, 1.0))
     lo = -one
     hi = -r.omega_prime(1 / count)
-    span = one + hi  # omega'(1) - omega'(1/n)
-    c = ops.where(span > 0, ops.log(count) / ops.where(span > 0, span, 1), 0)
+    clip = r.clip()
+    # the support is z > clip; where omega'(0+) = -inf that is every live score, whose p stays positive
+    sparse = not isinstance(clip, (int, float)) or math.isfinite(clip)
+    if sparse:  # the exponential through (omega'(1), 1) and (omega'(1/n), 1/n)
+        anchor, at = one, ops.full(count, 0.0)
+        span = one + hi
+        c = ops.where(span > 0, ops.log(count) / ops.where(span > 0, span, 1), 0)
+    else:  # the exponential through (omega'(1/n), 1/n) with the link's slope there, 1 / (p omega''(p))
+        anchor, at = -hi, -ops.log(count)
+        c = count * r.weight(1 / count)
+        c = ops.where(ops.isfinite(c) & (c > 0), c, 0)
     a = ops.where(live, c * y, float("-inf"))
-    t = ops.where(c > 0, ops.log(ops.row_sum(ops.exp(a))) / ops.where(c > 0, c, 1) - one, lo)
+    t = ops.where(c > 0, (ops.log(ops.row_sum(ops.exp(a))) + at) / ops.where(c > 0, c, 1) - anchor, lo)
     t = ops.where(t < lo, lo, ops.where(t > hi, hi, t))
-    u = c * (y - t - one)
+    u = c * (y - t - anchor) + at
     p = ops.where(live, ops.exp(ops.where(u < 0, u, 0)), 0)
-    rows = (y, c, one, *r.params)  # what a row's steps read
+    rows = (y, c, anchor, at, one, *r.params)  # what a row's steps read
     tol_p = 16 * ops.eps
     tol_t = 4 * ops.eps
     width = hi - lo
 
     def body(state, rows):
-        y, c, one, *params = rows
+        y, c, anchor, at, one, *params = rows
         rr = Routines(r.module, r.table, params)
         t, p, lo, hi, step, step_old, k, settled, active = state
-        clip = rr.clip()
         z = y - t
-        sup = ops.isfinite(y) & (z > clip)
-        w0 = rr.weight(ops.full(t, 0.0))
-        linear0 = ops.isfinite(w0) & (w0 > 0)
-        e = c * (z - one)
-        enter = ops.where(linear0, w0 * ops.where(sup, z - clip, 0), ops.exp(ops.where(e < 0, e, 0)))
-        # a score at 0 whose p is below the smallest normal number stays there (a dense map's p underflows)
-        edge = rr.omega_prime(ops.full(t, ops.tiny))
-        p = ops.where(sup, ops.where((p > 0) | (z <= edge), p, enter), 0)
+        if sparse:
+            p = ops.where(z > rr.clip(), p, 0)
+        # a score at 0 enters where g(z) is a normal number (a dense map's p underflows below it)
+        need = (p == 0) & (z > rr.omega_prime(ops.full(t, ops.tiny)))
+
+        def enter():
+            w0 = rr.weight(ops.full(t, 0.0))
+            e = c * (z - anchor) + at
+            start = ops.where(ops.isfinite(w0) & (w0 > 0), w0 * (z - rr.clip()), ops.exp(ops.where(e < 0, e, 0)))
+            return ops.where(need, start, p)
+
+        p = ops.branch(need, enter, lambda: p)
         sup = p > 0
         ps = ops.where(sup, p, 1)
+        zs = ops.where(sup, z, 0)
         o1 = rr.omega_prime(ps)
-        res = ops.where(sup, o1 - z, 0)
+        res = o1 - zs
         w = ops.where(sup, rr.weight(ps), 0)
-        noise = w * ops.where(sup, abs(z) + abs(t) + abs(o1), 0)  # w times the scale of res's rounding
         wr = w * res
         corr = ops.row_sum(wr)
         total = ops.row_sum(p)
@@ -549,35 +603,35 @@ def kkt_rule(ops: TensorOps, r: Routines, y, steps: int = KKT_STEPS):
         ok = ops.isfinite(new) & (new >= lo) & (new <= hi) & ((k < KKT_FREE_STEPS) | (abs(dt) <= 0.5 * abs(step_old)))
         new = ops.where(ok, new, 0.5 * (lo + hi))
         dt = new - t
-        dp = -w * (res + dt)
-        o3 = rr.omega_third(ps)
-        in_p = (abs(o3) <= abs(rr.omega_second(ps) / ps + o3)) & (p + dp > 0)
+        dp = (-dt - res) * w  # 0 off the support
+        ahead = p + dp
+        in_p = (rr.omega_third(ps) * ps * w >= -0.5) & (ahead > 0)
         du = dp / ps
-        p_new = ops.where(sup, ops.where(in_p, p + dp, p * ops.exp(ops.where(du < KKT_LOG_STEP, du, KKT_LOG_STEP))), 0)
+        p_new = ops.where(in_p, ahead, p * ops.exp(ops.where(du < KKT_LOG_STEP, du, KKT_LOG_STEP)))
         # steps within the rounding of the residuals: eps (|z| + |omega'(p)|) in each r_i
+        noise = w * (abs(zs) + abs(o1) + abs(t))  # w times the scale of res's rounding
         small_t = abs(dt) <= tol_t * (1 + abs(t) + ops.row_sum(noise) / sum_w)
-        small_p = ops.row_sum(ops.float_(abs(dp) > tol_p * (ps + noise) + ops.tiny)) == 0  # (tiny: subnormal p carry few digits)
+        small_p = ops.row_max(abs(dp) - tol_p * (ps + noise)) <= ops.tiny  # (tiny: subnormal p carry few digits)
         now = small_t & small_p
         # a row that stopped keeps its state (the rounds may go on over every row)
         going = active & ops.not_(now) & (hi - lo > tol_t * (1 + abs(new)))
         keep = lambda a, b: ops.where(active, a, b)  # noqa: E731
-        return (keep(new, t), keep(p_new, p), keep(lo, state[2]), keep(hi, state[3]), keep(dt, step), keep(step, step_old),
-                k + 1, keep(now, settled), going), going
+        return (keep(new, t), keep(p_new, state[1]), keep(lo, state[2]), keep(hi, state[3]), keep(dt, step),
+                keep(step, step_old), k + 1, keep(now, settled), going), going
 
     true = ops.full(count, True)
     state = (t, p, lo, hi, width, width, ops.full(count, 0.0), ops.not_(true), true)
     t, p, _, _, _, _, _, settled, _ = ops.repeat_rows(steps, body, state, true, rows)
-    p = ops.where(live & (y - t > r.clip()), p, 0)
+    p = ops.where(live & (y - t > clip), p, 0)
     p = p / ops.row_sum(p)
 
-    def halley(y, c, one, *params):
+    def halley(y, c, anchor, at, one, *params):
         rr = Routines(r.module, r.table, params)
         size = ops.full(y[..., :1], float(n))
         q, s = _root_halley(ops, rr, y, ROOT_STEPS, None, -rr.omega_prime(ops.full(size, 1.0)), -rr.omega_prime(1 / size))
         return ops.cat(q, s)
 
-    both = ops.on_rows(ops.not_(settled), halley, rows, ops.cat(p, t))
-    return both[..., :n], both[..., n:]
+    return _split(ops.on_rows(ops.not_(settled), halley, rows, ops.cat(p, t)), n)
 
 
 def _power_newton(ops, a, k, b, t, steps):

@@ -98,6 +98,14 @@ class JaxOps(TensorOps):
         return jnp.cumsum(x, axis=-1)
 
     @staticmethod
+    def top(x, k):
+        return lax.top_k(x, k)
+
+    @staticmethod
+    def put(values, index, like):
+        return jnp.put_along_axis(jnp.zeros(like.shape, values.dtype), index, values, axis=-1, inplace=False)
+
+    @staticmethod
     def repeat(n, body, state, going):
         def cond(carry):
             i, _, going = carry

@@ -73,6 +73,14 @@ class TorchOps(TensorOps):
         return torch.cumsum(x, dim=-1)
 
     @staticmethod
+    def top(x, k):
+        return torch.topk(x, k, dim=-1, sorted=False)
+
+    @staticmethod
+    def put(values, index, like):
+        return torch.zeros(like.shape, dtype=values.dtype, device=values.device).scatter_(-1, index, values)
+
+    @staticmethod
     def repeat(n, body, state, going):
         for _ in range(n):
             if not bool(going.any()):
