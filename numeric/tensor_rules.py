@@ -471,7 +471,7 @@ def kkt_rule(ops: TensorOps, r: Routines, y, steps: int = KKT_STEPS, candidates:
     A sparse map (``omega'(0+)`` a finite number) whose rows are longer than twice
     ``candidates`` solves each row's ``candidates + 1`` largest scores first: where the
     smallest of them is off that solution's support, every other score is too, and the
-    solution is the row's.  The rows where it is not take four times as many candidates,
+    solution is the row's.  The rows where it is not take four times as many scores,
     and so on up to the whole row (:func:`_kkt_newton` on it).
     """
     n = y.shape[-1]
@@ -485,7 +485,7 @@ def kkt_rule(ops: TensorOps, r: Routines, y, steps: int = KKT_STEPS, candidates:
     both = ops.cat(ops.put(p, index, y), t)
 
     def more(y, *params):
-        q, s = kkt_rule(ops, Routines(r.module, r.table, params), y, steps, 4 * candidates)
+        q, s = kkt_rule(ops, Routines(r.module, r.table, params), y, steps, 4 * candidates + 3)
         return ops.cat(q, s)
 
     return _split(ops.on_rows(ops.not_(ok), more, (y, *r.params), both), n)

@@ -156,15 +156,49 @@ def test_builtins_with_their_link_hidden(name):
     np.testing.assert_allclose(p, nm.get_map(name)(x), rtol=0, atol=1e-13)
 
 
+@pytest.mark.parametrize("name", ["gini_log1p", "quartic_gini"])
+def test_candidates_give_the_whole_row_solution(name, monkeypatch):
+    """A sparse map solves its rows' largest scores first: the same p and tau as the whole rows, on supports
+    of 1 to n scores (flat rows need every candidate round: 32, 128, then the whole row)."""
+    module = importlib.import_module(name)
+    r = routines(module)
+    ops = ops_for(np.float64)
+    rng = np.random.default_rng(3)
+    n = 1100
+    x = rng.standard_normal((48, n)) * np.geomspace(1e-4, 30, 48)[:, None]
+    x[4, 100:] = -np.inf  # fewer live scores than candidates in one round
+    x[5, :] = 0.0  # every score in the support
+    y = x - x.max(axis=-1, keepdims=True)
+    sizes = []
+    whole = tensor_rules._kkt_newton
+
+    def newton(ops, r, y, steps):
+        sizes.append(y.shape)
+        return whole(ops, r, y, steps)
+
+    monkeypatch.setattr(tensor_rules, "_kkt_newton", newton)
+    with np.errstate(all="ignore"):
+        p, t = tensor_rules.kkt_rule(ops, r, y)
+        want_p, want_t = whole(ops, r, y, tensor_rules.KKT_STEPS)
+    support = (want_p > 0).sum(-1)
+    assert support.min() <= 5 and support.max() == n  # supports of every size were solved
+    # the first round on 32 candidates of every row, then fewer rows with more candidates, up to whole rows
+    assert sizes[0] == (48, 32) and [s[1] for s in sizes[1:]] == [128, 512, n] and sizes[-1][0] < 48
+    np.testing.assert_allclose(p, want_p, rtol=0, atol=1e-15)
+    np.testing.assert_allclose(t, want_t, rtol=0, atol=1e-14)
+
+
 @pytest.mark.parametrize("name", TYPED)
-def test_numpy_torch_jax_agree(name):
+@pytest.mark.parametrize("n", [48, 200])
+def test_numpy_torch_jax_agree(name, n):
+    """The same p from the one text on three backends (at n = 200 a sparse map's candidate rounds too)."""
     torch = pytest.importorskip("torch")
     rt = pytest.importorskip("numeric.torch")
     rj = pytest.importorskip("numeric.jax")
     import jax
 
     module = importlib.import_module(name)
-    x = 2 * np.random.default_rng(2).standard_normal((32, 48))
+    x = np.random.default_rng(2).standard_normal((32, n)) * np.geomspace(1e-3, 10, 32)[:, None]
     x[5, 7:] = -np.inf
     want = nm.get_map(module)(x)
     got_torch = rt.get_map(module)(torch.from_numpy(x), dim=-1).numpy()
