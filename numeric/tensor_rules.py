@@ -468,15 +468,15 @@ def root_rule(ops: TensorOps, r: Routines, y, steps: int = ROOT_STEPS):
 def kkt_rule(ops: TensorOps, r: Routines, y, steps: int = KKT_STEPS, candidates: int = KKT_CANDIDATES):
     """``(p, tau - m)`` for shifted rows ``y`` of a map whose link has no closed form: Newton on the KKT system.
 
-    A sparse map (``omega'(0+)`` a finite number) whose rows are longer than twice
-    ``candidates`` solves each row's ``candidates + 1`` largest scores first: where the
+    A sparse map (``omega'(0+)`` a finite number) whose rows hold more than twice
+    ``candidates + 1`` scores solves each row's ``candidates + 1`` largest scores first: where the
     smallest of them is off that solution's support, every other score is too, and the
     solution is the row's.  The rows where it is not take four times as many scores,
     and so on up to the whole row (:func:`_kkt_newton` on it).
     """
     n = y.shape[-1]
     clip = r.clip()
-    if not isinstance(clip, (int, float)) or not math.isfinite(clip) or n <= 2 * candidates:
+    if not isinstance(clip, (int, float)) or not math.isfinite(clip) or n <= 2 * (candidates + 1):
         return _kkt_newton(ops, r, y, steps)
     values, index = ops.top(y, candidates + 1)
     p, t = _kkt_newton(ops, r, values, steps)
@@ -557,20 +557,21 @@ def _kkt_newton(ops: TensorOps, r: Routines, y, steps: int):
     t = ops.where(t < lo, lo, ops.where(t > hi, hi, t))
     u = c * (y - t - anchor) + at
     p = ops.where(live, ops.exp(ops.where(u < 0, u, 0)), 0)
-    rows = (y, c, anchor, at, one, *r.params)  # what a row's steps read
+    # a score at 0 enters where g(z) is a normal number, z > omega'(tiny) (a dense map's p underflows below it)
+    edge = r.omega_prime(ops.full(count, ops.tiny))
+    rows = (y, c, anchor, at, one, edge, *r.params)  # what a row's steps read
     tol_p = 16 * ops.eps
     tol_t = 4 * ops.eps
     width = hi - lo
 
     def body(state, rows):
-        y, c, anchor, at, one, *params = rows
+        y, c, anchor, at, one, edge, *params = rows
         rr = Routines(r.module, r.table, params)
         t, p, lo, hi, step, step_old, k, settled, active = state
         z = y - t
         if sparse:
             p = ops.where(z > rr.clip(), p, 0)
-        # a score at 0 enters where g(z) is a normal number (a dense map's p underflows below it)
-        need = (p == 0) & (z > rr.omega_prime(ops.full(t, ops.tiny)))
+        need = (p == 0) & (z > edge)
 
         def enter():
             w0 = rr.weight(ops.full(t, 0.0))
@@ -625,7 +626,7 @@ def _kkt_newton(ops: TensorOps, r: Routines, y, steps: int):
     p = ops.where(live & (y - t > clip), p, 0)
     p = p / ops.row_sum(p)
 
-    def halley(y, c, anchor, at, one, *params):
+    def halley(y, c, anchor, at, one, edge, *params):
         rr = Routines(r.module, r.table, params)
         size = ops.full(y[..., :1], float(n))
         q, s = _root_halley(ops, rr, y, ROOT_STEPS, None, -rr.omega_prime(ops.full(size, 1.0)), -rr.omega_prime(1 / size))
