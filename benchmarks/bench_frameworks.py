@@ -15,7 +15,7 @@ Run (torch's CPU wheel first, then the peers):
   with softmax against ``scaled_dot_product_attention``;
 * the peak extra memory of causal attention at L = 16384 (forward and backward),
   in a fresh process (the high-water mark of its resident set over the inputs);
-* typed maps (user regularizers with no closed-form link, :data:`TYPED`) against
+* typed maps (user regularizers with no closed-form link, :data:`_typed.TYPED`) against
   numeric's own entmax15 on the same (512, n) float32 scores: torch forward+backward,
   NumPy forward, JAX forward under ``jax.jit`` (issue 23's goals: within 3x, 2x under jit);
 * ``numeric.jax`` maps under ``jax.jit`` against a ``jax.numpy`` bisection
@@ -48,6 +48,7 @@ import sys
 from pathlib import Path
 
 from _timing import median_seconds
+from _typed import TYPED, typed_modules
 
 SIZES = (64, 1024, 16384)
 #: each figure's runs fill at least this long (a median over hundreds of runs for the fast calls)
@@ -210,27 +211,8 @@ def _jax_maps(sizes, repeat):
     return rows
 
 
-#: user regularizers whose link has no closed form (typed maps), measured against numeric's own entmax15
-TYPED = {"plogp_cube": "p*log(p) + p**3", "gini_log1p": "p**2/2 + p*log(1 + p)"}
-#: the sizes the typed maps are measured at: (512, n) float32 scores
+#: the sizes the typed maps (:data:`_typed.TYPED`) are measured at: (512, n) float32 scores
 TYPED_SIZES = (64, 1024)
-
-
-def _typed_modules():
-    """The :data:`TYPED` maps generated (as `regattn generate --expr` does) into a temporary folder and imported."""
-    import importlib
-    import tempfile
-
-    from derive import Regularizer, derive_map, generate_module
-
-    folder = tempfile.mkdtemp(prefix="regattn-typed-")
-    for name, expr in TYPED.items():
-        Path(folder, f"{name}.py").write_text(generate_module(derive_map(Regularizer.from_string(expr, name=name)), name))
-    sys.path.insert(0, folder)
-    try:
-        return {name: importlib.import_module(name) for name in TYPED}
-    finally:
-        sys.path.remove(folder)
 
 
 def _typed_maps(repeat, torch=None, rt=None):
@@ -239,7 +221,7 @@ def _typed_maps(repeat, torch=None, rt=None):
 
     import numeric as nm
 
-    modules = _typed_modules()
+    modules = typed_modules()
     rows = []
     for n in TYPED_SIZES:
         x = np.random.default_rng(n).standard_normal((512, n)).astype(np.float32)

@@ -29,6 +29,7 @@ import numpy as np
 
 import numeric as nm
 from _timing import median_seconds
+from _typed import typed_modules
 
 THREADS = 2
 
@@ -59,6 +60,7 @@ def peers():
 
 def maps_rows(found, sizes, repeat):
     rows = []
+    typed = typed_modules()
     for n in sizes:
         x = np.random.default_rng(n).standard_normal((max(1, 2**20 // n), n)).astype(np.float32)
         ours = {
@@ -81,6 +83,14 @@ def maps_rows(found, sizes, repeat):
                              peer_ms=median_seconds(lambda: found["scipy"].softmax(x, axis=-1), repeat) * 1e3))
         for key, (peer, t) in theirs.items():
             rows.append(dict(what=key, n=n, peer=peer, ours_ms=ours[key] * 1e3, peer_ms=t * 1e3))
+        # typed maps (no closed-form link): no peer has them; beside our entmax15 and the entmax package's bisection
+        for name, module in typed.items():
+            m = nm.get_map(module)
+            t = median_seconds(lambda: m(x), repeat)
+            rows.append(dict(what=f"typed {name}", n=n, peer="numeric entmax15", ours_ms=t * 1e3, peer_ms=ours["entmax15"] * 1e3))
+            if "entmax(1.3)" in theirs:
+                rows.append(dict(what=f"typed {name}", n=n, peer="entmax.entmax_bisect", ours_ms=t * 1e3,
+                                 peer_ms=theirs["entmax(1.3)"][1] * 1e3))
     return rows
 
 
