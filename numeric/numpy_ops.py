@@ -71,6 +71,10 @@ class NumpyRowOps(NumpyOps, TensorOps):
         return out
 
     @staticmethod
+    def largest(x):
+        return int(np.max(x))
+
+    @staticmethod
     def branch(pred, fn, otherwise):
         return fn() if np.any(pred) else otherwise()
 

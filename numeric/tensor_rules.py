@@ -61,8 +61,8 @@ KKT_STEPS = 40
 KKT_FREE_STEPS = 8
 #: The largest step of :func:`kkt_rule` in ``log p`` (``p`` grows at most by ``e`` a step there).
 KKT_LOG_STEP = 1.0
-#: The largest scores a sparse map's :func:`kkt_rule` solves first (then four times as many on the rows that need more).
-KKT_CANDIDATES = 31
+#: A sparse map's :func:`kkt_rule` solves its rows' KKT_CANDIDATES + 1 largest scores first.
+KKT_CANDIDATES = 15
 
 
 class TensorOps(Ops):
@@ -83,7 +83,8 @@ class TensorOps(Ops):
     * ``sort_desc(x)`` and ``cumsum(x)`` along the last axis;
     * ``top(x, k)``: ``(values, index)`` of the ``k`` largest entries of each row, in any
       order; ``put(values, index, like)``: an array of ``like``'s shape, 0 but for ``values``
-      at ``index`` in each row;
+      at ``index`` in each row; ``largest(x)``: the largest entry of ``x`` (whole numbers)
+      as a Python int, or ``None`` where the target traces instead of reading values;
     * ``branch(pred, fn, otherwise)``: ``fn()`` if any entry of the boolean array
       ``pred`` is true, else ``otherwise()`` (both give arrays of the same shapes).
 
@@ -134,6 +135,9 @@ class TensorOps(Ops):
         raise NotImplementedError
 
     def put(self, values, index, like):  # pragma: no cover - interface
+        raise NotImplementedError
+
+    def largest(self, x):  # pragma: no cover - interface
         raise NotImplementedError
 
     def branch(self, pred, fn: Callable, otherwise: Callable):  # pragma: no cover - interface
@@ -469,10 +473,13 @@ def kkt_rule(ops: TensorOps, r: Routines, y, steps: int = KKT_STEPS, candidates:
     """``(p, tau - m)`` for shifted rows ``y`` of a map whose link has no closed form: Newton on the KKT system.
 
     A sparse map (``omega'(0+)`` a finite number) whose rows hold more than twice
-    ``candidates + 1`` scores solves each row's ``candidates + 1`` largest scores first: where the
-    smallest of them is off that solution's support, every other score is too, and the
-    solution is the row's.  The rows where it is not take four times as many scores,
-    and so on up to the whole row (:func:`_kkt_newton` on it).
+    ``candidates + 1`` scores solves each row's ``candidates + 1`` largest scores first:
+    where the smallest of them is off that solution's support, every other score is
+    too, and the solution is the row's.  Where it is not, the candidates' threshold is
+    below the row's (fewer scores need larger weights), so the row's support lies among
+    the scores above it: those rows are solved again on that many largest scores and one
+    more (``TensorOps.largest``), or, where a target cannot read the count (JAX under
+    ``jit``), on four times as many as before.
     """
     n = y.shape[-1]
     clip = r.clip()
@@ -484,11 +491,13 @@ def kkt_rule(ops: TensorOps, r: Routines, y, steps: int = KKT_STEPS, candidates:
     ok = -ops.row_max(-values) - t <= clip
     both = ops.cat(ops.put(p, index, y), t)
 
-    def more(y, *params):
-        q, s = kkt_rule(ops, Routines(r.module, r.table, params), y, steps, 4 * candidates + 3)
+    def more(y, t, *params):
+        rr = Routines(r.module, r.table, params)
+        above = ops.largest(ops.row_sum(ops.float_(y - t > clip)))
+        q, s = kkt_rule(ops, rr, y, steps, 4 * candidates + 3 if above is None else max(above, 2 * candidates + 1))
         return ops.cat(q, s)
 
-    return _split(ops.on_rows(ops.not_(ok), more, (y, *r.params), both), n)
+    return _split(ops.on_rows(ops.not_(ok), more, (y, t, *r.params), both), n)
 
 
 def _split(both, n):

@@ -106,6 +106,10 @@ class JaxOps(TensorOps):
         return jnp.put_along_axis(jnp.zeros(like.shape, values.dtype), index, values, axis=-1, inplace=False)
 
     @staticmethod
+    def largest(x):
+        return None  # (traced under jit: shapes cannot depend on values)
+
+    @staticmethod
     def repeat(n, body, state, going):
         def cond(carry):
             i, _, going = carry

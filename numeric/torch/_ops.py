@@ -81,6 +81,10 @@ class TorchOps(TensorOps):
         return torch.zeros(like.shape, dtype=values.dtype, device=values.device).scatter_(-1, index, values)
 
     @staticmethod
+    def largest(x):
+        return int(x.max())
+
+    @staticmethod
     def repeat(n, body, state, going):
         for _ in range(n):
             if not bool(going.any()):

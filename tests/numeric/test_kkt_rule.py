@@ -159,33 +159,44 @@ def test_builtins_with_their_link_hidden(name):
 @pytest.mark.parametrize("name", ["gini_log1p", "quartic_gini"])
 def test_candidates_give_the_whole_row_solution(name, monkeypatch):
     """A sparse map solves its rows' largest scores first: the same p and tau as the whole rows, on supports
-    of 1 to n scores (flat rows need every candidate round: 32, 128, then the whole row)."""
+    of 1 to n scores."""
     module = importlib.import_module(name)
     r = routines(module)
     ops = ops_for(np.float64)
     rng = np.random.default_rng(3)
     n = 1100
-    x = rng.standard_normal((48, n)) * np.geomspace(1e-4, 30, 48)[:, None]
-    x[4, 100:] = -np.inf  # fewer live scores than candidates in one round
-    x[5, :] = 0.0  # every score in the support
-    y = x - x.max(axis=-1, keepdims=True)
-    sizes = []
     whole = tensor_rules._kkt_newton
+    sizes = []
 
     def newton(ops, r, y, steps):
         sizes.append(y.shape)
         return whole(ops, r, y, steps)
 
     monkeypatch.setattr(tensor_rules, "_kkt_newton", newton)
-    with np.errstate(all="ignore"):
-        p, t = tensor_rules.kkt_rule(ops, r, y)
-        want_p, want_t = whole(ops, r, y, tensor_rules.KKT_STEPS)
-    support = (want_p > 0).sum(-1)
-    assert support.min() <= 5 and support.max() == n  # supports of every size were solved
-    # the first round on 32 candidates of every row, then fewer rows with more candidates, up to whole rows
-    assert sizes[0] == (48, 32) and [s[1] for s in sizes[1:]] == [128, 512, n] and sizes[-1][0] < 48
-    np.testing.assert_allclose(p, want_p, rtol=0, atol=1e-15)
-    np.testing.assert_allclose(t, want_t, rtol=0, atol=1e-14)
+    first = tensor_rules.KKT_CANDIDATES + 1
+    for flat in (False, True):
+        # (spreads relative to omega'(1) - omega'(0+), which sets how many scores share the support)
+        span = module.omega_prime(1.0) - module.clip()
+        x = rng.standard_normal((48, n)) * span * np.geomspace(1e-4 if flat else 0.5, 14, 48)[:, None]
+        x[4, 100:] = -np.inf  # fewer live scores than candidates in one round
+        for row, size in zip(range(40, 44), (1, 5, 40, 100)):  # supports of these sizes: tied scores, the rest far below
+            x[row] = np.where(np.arange(n) < size, 0.0, -2 * span)
+        if flat:
+            x[5, :] = 0.0  # every score in the support
+        y = x - x.max(axis=-1, keepdims=True)
+        sizes.clear()
+        with np.errstate(all="ignore"):
+            p, t = tensor_rules.kkt_rule(ops, r, y)
+            want_p, want_t = whole(ops, r, y, tensor_rules.KKT_STEPS)
+        support = (want_p > 0).sum(-1)
+        assert support.min() == 1 and support.max() == (n if flat else 100), support
+        # the first round on KKT_CANDIDATES + 1 scores of every row, then the rows that need more on their scores
+        # above the candidates' threshold (below the row's) and one more, a few more than the support where it
+        # is moderate (the whole row where one is flat): two rounds at most
+        assert sizes[0] == (48, first) and len(sizes) == 2 and sizes[1][0] < 48, sizes
+        assert support.max() < sizes[1][1] < n or flat and sizes[1][1] == n, (sizes, support.max())
+        np.testing.assert_allclose(p, want_p, rtol=0, atol=1e-15)
+        np.testing.assert_allclose(t, want_t, rtol=0, atol=1e-14)
 
 
 @pytest.mark.parametrize("name", TYPED)
