@@ -204,12 +204,13 @@ def _put(done, where, state):
     return [d.index_copy(0, where, s) for d, s in zip(done, state)]
 
 
-_OPS: dict = {}
+#: the operations of the dtypes the rules compute in (float16 and bfloat16 compute in float32), made on import:
+#: a compiled function that meets one first (the float64 parameter gradient of a float32 call) must not write
+#: a cache (dynamo refuses a side effect inside an autograd.Function)
+_OPS = {dtype: TorchOps(dtype) for dtype in (torch.float32, torch.float64)}
 
 
 def ops_for(dtype: torch.dtype) -> TorchOps:
-    """The (cached) :class:`TorchOps` of a floating dtype."""
+    """The :class:`TorchOps` of a floating dtype."""
     ops = _OPS.get(dtype)
-    if ops is None:
-        ops = _OPS[dtype] = TorchOps(dtype)
-    return ops
+    return TorchOps(dtype) if ops is None else ops

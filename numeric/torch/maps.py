@@ -203,7 +203,9 @@ class TorchMap:
         self.threshold = threshold
         bound = dict(mapping.params) if isinstance(mapping, TorchMap) else {}
         self.params = {**bound, **self._checked(params)}
-        self._solver = _Solver(module, threshold)
+        # (a rebound TorchMap shares its solver: building one evaluates NumPy, which torch.compile cannot trace)
+        same = isinstance(mapping, TorchMap) and mapping.threshold == threshold
+        self._solver = mapping._solver if same else _Solver(module, threshold)
 
     def _checked(self, params: dict) -> dict:
         names = tuple(self.module.PARAMETERS)
@@ -327,6 +329,9 @@ def get_map(mapping, *, threshold: str = "auto", **params) -> TorchMap:
     """
     if isinstance(mapping, TorchMap) and not params and threshold == "auto":
         return mapping
+    if isinstance(mapping, str) and mapping in _BUILTIN and threshold == "auto":
+        # the built-in maps are built on import (a map built inside a function torch.compile traces breaks its graph)
+        return _BUILTIN[mapping] if not params else TorchMap(_BUILTIN[mapping], **params)
     return TorchMap(mapping, threshold=threshold, **params)
 
 
