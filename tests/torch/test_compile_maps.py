@@ -204,16 +204,16 @@ x = torch.randn(3, 5, dtype=torch.float64, generator=torch.Generator().manual_se
 f = lambda x: rt.softmax(x, dim=0) * 2
 got = torch.compile(f, backend="eager", fullgraph=True)(x)
 torch.testing.assert_close(got, f(x), rtol=1e-14, atol=1e-15)
-others = lambda x: rt.sparsemax(x) + rt.entmax15(x) + rt.entmax(x, 1.5) + rt.get_map("sparsemax")(x)
-torch.testing.assert_close(torch.compile(others, backend="eager", fullgraph=True)(x), others(x), rtol=1e-14, atol=1e-15)
 # float32 scores with a float32 alpha: the alpha gradient is computed in float64, whose operations this
-# process meets first inside the compiled backward
+# process meets first inside the compiled backward (before any float64 solve)
 x32 = x.float().requires_grad_()
 alpha = torch.full((3, 1), 1.3, requires_grad=True)
 g = lambda x, a: (rt.entmax(x, a) * torch.arange(5.0)).sum()
-want = torch.autograd.grad(g(x32, alpha), alpha)[0]
 got = torch.autograd.grad(torch.compile(g, backend="eager", fullgraph=True)(x32, alpha), alpha)[0]
+want = torch.autograd.grad(g(x32, alpha), alpha)[0]
 torch.testing.assert_close(got, want, rtol=1e-6, atol=1e-7)
+others = lambda x: rt.sparsemax(x) + rt.entmax15(x) + rt.entmax(x, 1.5) + rt.get_map("sparsemax")(x)
+torch.testing.assert_close(torch.compile(others, backend="eager", fullgraph=True)(x), others(x), rtol=1e-14, atol=1e-15)
 print("ok")
 """
 
