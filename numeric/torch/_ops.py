@@ -5,6 +5,18 @@ floating dtype: elementwise functions are torch's, reductions run along the
 last axis keeping it, ``repeat`` is a Python loop that stops when no row is
 still going (one synchronisation a round) and ``branch`` evaluates its
 computation only where some row asks for it.
+
+Under :func:`torch.compile` (``torch.compiler.is_compiling()``) no value may
+reach Python (a branch on one is a graph break, or an error with
+``fullgraph=True``), so the operations that decide on values take traced
+forms, as JAX's do: ``repeat`` is torch's ``while_loop`` higher-order
+operator (the same rounds, stopping when no row is still going or after its
+budget), ``branch`` is :func:`torch.cond` on whether any row asks for the
+computation, and ``repeat_rows`` and ``on_rows`` run every row (the defaults
+of :class:`~numeric.tensor_rules.TensorOps`, whose rounds leave a row that
+stopped as it is) instead of gathering the rows concerned, whose number is a
+value.  The rounds and the branches taken are the eager ones, so the results
+are the same.
 """
 
 from __future__ import annotations
@@ -12,6 +24,7 @@ from __future__ import annotations
 import math
 
 import torch
+from torch._higher_order_ops import while_loop
 
 from ..newton import NEWTON_STEPS
 from ..tensor_rules import TensorOps
@@ -86,6 +99,8 @@ class TorchOps(TensorOps):
 
     @staticmethod
     def repeat(n, body, state, going):
+        if torch.compiler.is_compiling():
+            return _traced_repeat(n, body, state, going)
         for _ in range(n):
             if not bool(going.any()):
                 break
@@ -94,6 +109,9 @@ class TorchOps(TensorOps):
 
     @staticmethod
     def branch(pred, fn, otherwise):
+        if torch.compiler.is_compiling():
+            # (copies: a branch's outputs may not alias tensors from outside it, as otherwise's often are)
+            return torch.cond(pred.any(), lambda: _copies(fn()), lambda: _copies(otherwise()))
         return fn() if bool(pred.any()) else otherwise()
 
     @staticmethod
@@ -115,8 +133,9 @@ class TorchOps(TensorOps):
         p = safe.log().mul_(km1).exp_().mul_(u)
         return p, p.sum(dim=-1, keepdim=True), torch.div(p, safe, out=safe).sum(dim=-1, keepdim=True)
 
-    @staticmethod
-    def repeat_rows(n, body, state, going, rows=()):
+    def repeat_rows(self, n, body, state, going, rows=()):
+        if torch.compiler.is_compiling():
+            return TensorOps.repeat_rows(self, n, body, state, going, rows)
         # a round runs on the rows still going once they are at most half of those of the round
         # before (a gather of their state and rows); the others' state is written back then
         state = tuple(state)
@@ -135,14 +154,53 @@ class TorchOps(TensorOps):
             state, going = body(state, rows)
         return tuple(_put(done, where, state))
 
-    @staticmethod
-    def on_rows(mask, fn, rows, otherwise):
+    def on_rows(self, mask, fn, rows, otherwise):
+        if torch.compiler.is_compiling():
+            return TensorOps.on_rows(self, mask, fn, rows, otherwise)
         keep = mask.reshape(-1).nonzero().squeeze(1)
         if keep.numel() == 0:
             return otherwise
         if keep.numel() == mask.shape[0]:
             return fn(*rows)
         return otherwise.index_copy(0, keep, fn(*_take(rows, keep, mask.shape[0])).to(otherwise.dtype))
+
+
+def _copies(values):
+    """A copy of each tensor in a tuple (or of the tensor)."""
+    if isinstance(values, tuple):
+        return tuple(v.clone() for v in values)
+    return values.clone()
+
+
+def _traced_repeat(n, body, state, going):
+    """:meth:`TorchOps.repeat` as torch's ``while_loop``: at most ``n`` rounds, while some entry of ``going`` is true.
+
+    The loop carries the round's count, ``going`` and ``state``, each with the type and shape
+    it came in with (a round's value broadcast and cast to it; an output the body passes
+    through unchanged, or gives twice, is copied: the loop's outputs may not alias its inputs or each other).
+    """
+    state = tuple(state)
+    count = len(state)
+
+    def fit(new, old, inputs):
+        new = torch.as_tensor(new, dtype=old.dtype, device=old.device)
+        if new.shape != old.shape:
+            return new.expand(old.shape).clone()
+        return new.clone() if any(new is a for a in inputs) else new
+
+    def cond(i, going, *state):
+        return (i < n) & going.any()
+
+    def step(i, going, *state):
+        new, now = body(state)
+        out = [i + 1]
+        for a, b in zip((now, *new), (going, *state)):
+            out.append(fit(a, b, (going, *state, *out)))
+        return tuple(out)
+
+    start = torch.zeros((), dtype=torch.int64, device=going.device)
+    out = while_loop(cond, step, (start, going.clone(), *(s.clone() for s in state)))
+    return tuple(out[2:2 + count])
 
 
 def _take(values, keep, count):
@@ -158,12 +216,13 @@ def _put(done, where, state):
     return [d.index_copy(0, where, s) for d, s in zip(done, state)]
 
 
-_OPS: dict = {}
+#: the operations of the dtypes the rules compute in (float16 and bfloat16 compute in float32), made on import:
+#: a compiled function that meets one first (the float64 parameter gradient of a float32 call) must not write
+#: a cache (dynamo refuses a side effect inside an autograd.Function)
+_OPS = {dtype: TorchOps(dtype) for dtype in (torch.float32, torch.float64)}
 
 
 def ops_for(dtype: torch.dtype) -> TorchOps:
-    """The (cached) :class:`TorchOps` of a floating dtype."""
+    """The :class:`TorchOps` of a floating dtype."""
     ops = _OPS.get(dtype)
-    if ops is None:
-        ops = _OPS[dtype] = TorchOps(dtype)
-    return ops
+    return TorchOps(dtype) if ops is None else ops

@@ -371,6 +371,13 @@ def attention(query, key, value, attn_mask=None, is_causal=False, scale=None, ma
     spec = _Spec(fn, is_map, names, is_causal, not is_map and attn_mask is not None, float(dropout_p), block, L, S)
     if block == L:  # one block: plain autograd, the weights are kept for the backward pass
         return _block(qs, key, value, attn_mask, 0, spec, params, L)
+    if torch.compiler.is_compiling() and torch.is_grad_enabled():
+        # traced by torch.compile, which can trace neither the Function's backward (it calls autograd.grad)
+        # nor a checkpoint of a map's solve (torch.cond): the blocks with plain autograd, whose weights are
+        # kept for the backward pass
+        return torch.cat([_block(qs[..., start:stop, :], key[..., :keys, :], value[..., :keys, :],
+                                 _mask_block(attn_mask, start, stop, keys), start, spec, params, stop)
+                          for start, stop, keys in spec.blocks()], dim=-2)
     own = torch.is_grad_enabled() and not is_map and _closure_grads(spec, qs, key, attn_mask)
     if not (own or torch.is_grad_enabled() and any(t is not None and t.requires_grad for t in (qs, key, value, attn_mask, *params))):
         with torch.no_grad():

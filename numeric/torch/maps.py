@@ -73,7 +73,10 @@ def _check_param(module: ModuleType, name: str, value):
             raise ValueError(f"parameter {name} is an empty tensor")
         v = value.detach()
         bad = ~((lo < v) & (v < hi))  # NaN is outside too
-        if bool(bad.any()):
+        if torch.compiler.is_compiling():  # (no value reaches Python: the check runs with the graph)
+            torch._assert_async(bad.any().logical_not(), f"a value of parameter {name} is outside ({lo}, {hi}) "
+                                f"for map {module.NAME!r}")
+        elif bool(bad.any()):
             raise ValueError(f"parameter {name} = {float(v[bad].reshape(-1)[0])} is outside ({lo}, {hi}) "
                              f"for map {module.NAME!r}")
         return value if value.is_floating_point() else value.to(torch.get_default_dtype())
@@ -116,7 +119,8 @@ class _Solver:
 
     def forward(self, x, params):
         """``p`` for the rows of the 2-D ``x`` (no graph)."""
-        if self.softmax:  # B = exp: torch's normalisation; fully masked (or NaN) rows by the rules
+        if self.softmax and not torch.compiler.is_compiling():  # B = exp: torch's normalisation; fully masked (or
+            # NaN) rows by the rules (traced: the rules alone, no branch on values)
             p = torch.softmax(x, dim=-1)
             if not bool(torch.isnan(p.sum())):  # (p is finite: NaN only from a NaN or fully masked row)
                 return p
@@ -199,7 +203,9 @@ class TorchMap:
         self.threshold = threshold
         bound = dict(mapping.params) if isinstance(mapping, TorchMap) else {}
         self.params = {**bound, **self._checked(params)}
-        self._solver = _Solver(module, threshold)
+        # (a rebound TorchMap shares its solver: building one evaluates NumPy, which torch.compile cannot trace)
+        same = isinstance(mapping, TorchMap) and mapping.threshold == threshold
+        self._solver = mapping._solver if same else _Solver(module, threshold)
 
     def _checked(self, params: dict) -> dict:
         names = tuple(self.module.PARAMETERS)
@@ -323,6 +329,9 @@ def get_map(mapping, *, threshold: str = "auto", **params) -> TorchMap:
     """
     if isinstance(mapping, TorchMap) and not params and threshold == "auto":
         return mapping
+    if isinstance(mapping, str) and mapping in _BUILTIN and threshold == "auto":
+        # the built-in maps are built on import (a map built inside a function torch.compile traces breaks its graph)
+        return _BUILTIN[mapping] if not params else TorchMap(_BUILTIN[mapping], **params)
     return TorchMap(mapping, threshold=threshold, **params)
 
 

@@ -1,7 +1,16 @@
-"""torch.compile of a map on CPU: forward and backward agree with eager (one compile, it is slow)."""
+"""torch.compile(fullgraph=True) of every kind of map on CPU: values and gradients equal eager's on hard rows.
+
+Compiling is slow (tens of seconds a graph on a CI core), so each test compiles one function that calls many
+maps at once, in float32 and float64 together: the built-ins, alpha-entmax with a learnable alpha tensor (one
+value per row, on both sides of alpha = 2, where the solver takes different rules), and two typed maps (links
+with no closed form, solved by Newton on the KKT system): gini_log1p (sparse) and plogp_cube (dense).
+``backend="aot_eager"`` traces what inductor is given (dynamo's graph, autograd's backward graph, the
+while_loop and cond operators) and runs it op by op; one test runs inductor's generated code as well.
+"""
 
 from __future__ import annotations
 
+import importlib
 import math
 import subprocess
 import sys
@@ -10,39 +19,157 @@ import warnings
 import pytest
 
 torch = pytest.importorskip("torch")
+pytest.importorskip("torch._dynamo")
 
+from derive import Regularizer, derive_map, generate_module  # noqa: E402
+from numeric import tensor_rules  # noqa: E402
 from numeric.torch import TorchMap  # noqa: E402
+from numeric.torch.maps import get_map  # noqa: E402
+
+# torch's own warnings met while compiling: inductor imports torch.utils.mkldnn (TorchScript), dynamo
+# instantiates the autograd.Function classes it traces and reads .grad of the non-leaf tensors it wraps
+pytestmark = [pytest.mark.filterwarnings("ignore:The .grad attribute of a Tensor that is not a leaf Tensor:UserWarning"),
+              pytest.mark.filterwarnings("ignore:`torch.jit.script_method` is deprecated:DeprecationWarning"),
+              pytest.mark.filterwarnings("ignore:<class 'torch.autograd.function.Function'> should not be instantiated"
+                                         ":DeprecationWarning")]
+
+#: alpha per row of the scores (alpha > 2 takes the root rule's Halley branch, alpha <= 2 Newton on F**(1/k))
+ALPHAS = [1.3, 1.7, 2.5, 1.01, 3.0, 1.5, 2.0, 1.2]
+#: (rtol, atol) of compiled against eager: the same rounds of the same rules, so rounding alone
+TOL = {torch.float64: (1e-13, 1e-15), torch.float32: (2e-6, 1e-7)}
 
 
-def test_compiled_map_forward_and_backward():
-    pytest.importorskip("torch._dynamo")
-    m = TorchMap("entmax15")
+@pytest.fixture(scope="module")
+def typed(torch_user_modules):
+    """The typed maps: conftest's gini_log1p and plogp_cube, generated here as `regattn generate --expr` does."""
+    reg = Regularizer.from_string("p*log(p) + p**3", name="plogp_cube")
+    (torch_user_modules / "plogp_cube.py").write_text(generate_module(derive_map(reg), "plogp_cube"))
+    importlib.invalidate_caches()
+    return [get_map(importlib.import_module(name)) for name in ("gini_log1p", "plogp_cube")]
 
-    def f(x):
-        return (m(x) * torch.arange(x.shape[-1], dtype=x.dtype)).sum()
 
-    x = torch.randn(4, 16, dtype=torch.float64, generator=torch.Generator().manual_seed(0))
-    xe, xc = x.clone().requires_grad_(), x.clone().requires_grad_()
-    ve = f(xe)
-    ve.backward()
-    # dynamo and inductor warn about torch's own internals while tracing (the deprecated torch.jit.script_method
-    # of torch.utils.mkldnn, instantiating autograd.Function, .grad of non-leaf tensors): recorded, and none may
-    # come from numeric's code
-    with warnings.catch_warnings(record=True) as caught:
-        warnings.simplefilter("always")
-        compiled = torch.compile(f, backend="inductor")
-        vc = compiled(xc)
-        vc.backward()
-    ours = [w for w in caught if "/numeric/" in w.filename.replace("\\", "/")]
-    assert not ours, [str(w.message) for w in ours]
-    torch.testing.assert_close(vc, ve, rtol=1e-12, atol=1e-12)
-    torch.testing.assert_close(xc.grad, xe.grad, rtol=1e-12, atol=1e-12)
+def hard_scores(dtype, seed=0):
+    """8 rows of 7 scores: 1 a masked score, 2 fully masked, 3 a NaN, 4 a +inf, 5 ties, 6 a wide spread, 7 a large
+    offset with a tiny spread."""
+    x = torch.randn(8, 7, dtype=torch.float64, generator=torch.Generator().manual_seed(seed))
+    x[1, 2] = -math.inf
+    x[2] = -math.inf
+    x[3, 4] = math.nan
+    x[4, 0] = math.inf
+    x[5, :3] = 1.5
+    x[6] *= 40
+    x[7] = x[7] * 1e-3 + 1e4
+    return x.to(dtype)
+
+
+def _inputs(dtypes):
+    """``(scores, alpha)`` leaves requiring grad for each dtype, and a weight for each dtype."""
+    leaves, weights = [], {}
+    for i, dtype in enumerate(dtypes):
+        leaves += [hard_scores(dtype).requires_grad_(), torch.tensor(ALPHAS, dtype=dtype).reshape(-1, 1).requires_grad_()]
+        weights[dtype] = torch.randn(8, 7, dtype=dtype, generator=torch.Generator().manual_seed(10 + i))
+    return leaves, weights
+
+
+def _compare(fn, backend, dtypes, names):
+    """``fn(x, alpha) -> list of p`` compiled (fullgraph) and eager on the hard scores of each dtype: p, and the
+    gradients of ``sum(p * weight)`` over every map with respect to the scores and alpha, equal to rounding.
+    ``names``: what each p is, in the order of the results over the dtypes."""
+    def both(*leaves):
+        return [p for x, alpha in zip(leaves[::2], leaves[1::2]) for p in fn(x, alpha)]
+
+    runs = []
+    for compiled in (False, True):
+        leaves, weights = _inputs(dtypes)
+        f = torch.compile(both, backend=backend, fullgraph=True) if compiled else both
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore")  # (torch's own tracing warnings; see pytestmark)
+            ps = f(*leaves)
+            loss = sum((p * weights[p.dtype]).sum() for p in ps)
+            runs.append((ps, torch.autograd.grad(loss, leaves)))
+    (pe, ge), (pc, gc) = runs
+    assert len(pe) == len(pc) == len(names)
+    for name, a, b in zip(names, pc, pe):
+        rtol, atol = TOL[b.dtype]
+        torch.testing.assert_close(a, b, rtol=rtol, atol=atol, equal_nan=True, msg=lambda m: f"{name}, {b.dtype}: {m}")
+        assert bool((a[2] == 0).all()) and bool(a[3].isnan().all()) and bool(a[4].isnan().all()), name
+        assert bool(a[[0, 1, 5, 6, 7]].sum(-1).sub(1).abs().max() < 50 * torch.finfo(a.dtype).eps), name
+    for i, (a, b) in enumerate(zip(gc, ge)):
+        rtol, atol = TOL[b.dtype]
+        what = ("scores", "alpha")[i % 2]
+        torch.testing.assert_close(a, b, rtol=rtol, atol=atol, equal_nan=True, msg=lambda m: f"d/d{what}, {b.dtype}: {m}")
+    assert bool((gc[0][2] == 0).all()), "a fully masked row has zero gradients"
+
+
+def test_every_map_compiles_to_one_graph_and_equals_eager(typed):
+    """softmax, sparsemax, entmax15, entmax with a learnable alpha per row, gini_log1p and plogp_cube, float32 and
+    float64, one graph (``fullgraph=True``): p and the gradients (scores, alpha) equal eager's on masked, fully
+    masked, NaN and +inf rows."""
+    builtins = [get_map(name) for name in ("softmax", "sparsemax", "entmax15")]
+    entmax = get_map("entmax")
+
+    def fn(x, alpha):
+        return [m(x) for m in builtins] + [entmax(x, alpha=alpha)] + [m(x) for m in typed]
+
+    names = ["softmax", "sparsemax", "entmax15", "entmax", "gini_log1p", "plogp_cube"]
+    _compare(fn, "aot_eager", (torch.float32, torch.float64), names * 2)
+
+
+def test_inductor_code_equals_eager(typed):
+    """inductor's generated code (the loops and branches of the solvers compiled, fullgraph) equals eager:
+    alpha-entmax float32 (its alpha gradient computed in float64), sparsemax and gini_log1p in float64."""
+    sparsemax, entmax, gini_log1p = get_map("sparsemax"), get_map("entmax"), typed[0]
+
+    def fn(x, alpha):
+        if x.dtype == torch.float32:
+            return [entmax(x, alpha=alpha)]
+        return [sparsemax(x) + 0 * alpha.sum(), gini_log1p(x)]
+
+    torch._dynamo.reset()
+    _compare(fn, "inductor", (torch.float32, torch.float64), ["entmax", "sparsemax", "gini_log1p"])
+
+
+def test_compiled_fallbacks_equal_eager(typed):
+    """The rules' fallbacks under compile (a torch.cond that runs them only where some row asks): the support rule
+    with one Newton step (3 of these 6 rows are left over and take the sort rule) and the KKT rule with 4 rounds
+    (4 rows left over take the Halley solve), compiled and eager alike; the fallbacks'
+    p are the full solve's."""
+    from numeric.torch._ops import ops_for
+
+    y = torch.randn(6, 9, dtype=torch.float64, generator=torch.Generator().manual_seed(4)) * 3
+    y = y - y.amax(-1, keepdim=True)
+    ops = ops_for(torch.float64)
+    entmax15 = get_map("entmax15")._solver.routines(())
+    gini_log1p = typed[0]._solver.routines(())
+
+    def fn(y):
+        return [tensor_rules.support_rule(ops, entmax15, y, 1), *tensor_rules.kkt_rule(ops, gini_log1p, y, 4)]
+
+    want = fn(y)
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        got = torch.compile(fn, backend="aot_eager", fullgraph=True)(y)
+    for a, b in zip(got, want):
+        torch.testing.assert_close(a, b, rtol=1e-13, atol=1e-15)
+    torch.testing.assert_close(got[0], tensor_rules.sort_rule(ops, entmax15, y), rtol=1e-13, atol=1e-15)
+    torch.testing.assert_close(got[1], tensor_rules.kkt_rule(ops, gini_log1p, y)[0], rtol=1e-12, atol=1e-14)
+
+
+def test_parameter_outside_its_domain_under_compile():
+    """Under compile a tensor parameter's domain is checked with the graph (no value reaches Python): an alpha
+    outside (1, inf) raises, naming the parameter; inside, the values are eager's."""
+    entmax = get_map("entmax")
+    f = torch.compile(lambda x, a: entmax(x, alpha=a), backend="eager", fullgraph=True)
+    x = hard_scores(torch.float64)[[0, 5, 6]]
+    a = torch.tensor([[1.5], [2.5], [1.1]], dtype=torch.float64)
+    torch.testing.assert_close(f(x, a), entmax(x, alpha=a), rtol=1e-14, atol=1e-15)
+    with pytest.raises(RuntimeError, match="parameter alpha is outside"):
+        f(x, torch.tensor([[1.5], [0.5], [1.1]], dtype=torch.float64))
 
 
 def test_compiled_softmax_is_one_graph_with_the_rules_on_hard_rows():
-    """softmax under torch.compile(fullgraph=True): no graph break (no value read on the host), and the rules'
-    values on fully masked (0), NaN and +inf (NaN) rows; gradients equal eager's, 0 on the fully masked row."""
-    pytest.importorskip("torch._dynamo")
+    """softmax under torch.compile(fullgraph=True) and inductor: no graph break (no value read on the host), and the
+    rules' values on fully masked (0), NaN and +inf (NaN) rows; gradients equal eager's, 0 on the fully masked row."""
     m = TorchMap("softmax")
     x = torch.randn(6, 7, dtype=torch.float64, generator=torch.Generator().manual_seed(1))
     x[1, 2] = -math.inf  # a masked score
@@ -57,7 +184,7 @@ def test_compiled_softmax_is_one_graph_with_the_rules_on_hard_rows():
     xe, xc = x.clone().requires_grad_(), x.clone().requires_grad_()
     pe = f(xe)
     with warnings.catch_warnings():
-        warnings.simplefilter("ignore")  # (torch's own tracing warnings; see the test above)
+        warnings.simplefilter("ignore")  # (torch's own tracing warnings; see pytestmark)
         pc = torch.compile(f, backend="inductor", fullgraph=True)(xc)
     torch.testing.assert_close(pc, pe, rtol=1e-14, atol=1e-15, equal_nan=True)
     assert bool((pc[2] == 0).all()) and bool(pc[3].isnan().all()) and bool(pc[4].isnan().all())
@@ -66,7 +193,6 @@ def test_compiled_softmax_is_one_graph_with_the_rules_on_hard_rows():
     (gc,) = torch.autograd.grad((pc[live] * w[live]).sum(), xc)
     torch.testing.assert_close(gc[live], ge[live], rtol=1e-13, atol=1e-15)
     assert bool((gc[2] == 0).all())
-
 
 
 _FIRST_CALL = """
@@ -78,16 +204,23 @@ x = torch.randn(3, 5, dtype=torch.float64, generator=torch.Generator().manual_se
 f = lambda x: rt.softmax(x, dim=0) * 2
 got = torch.compile(f, backend="eager", fullgraph=True)(x)
 torch.testing.assert_close(got, f(x), rtol=1e-14, atol=1e-15)
-others = lambda x: rt.sparsemax(x) + rt.entmax15(x) + rt.entmax(x, 1.5)  # (their solvers branch on values)
-torch.testing.assert_close(torch.compile(others, backend="eager")(x), others(x), rtol=1e-14, atol=1e-15)
+# float32 scores with a float32 alpha: the alpha gradient is computed in float64, whose operations this
+# process meets first inside the compiled backward (before any float64 solve)
+x32 = x.float().requires_grad_()
+alpha = torch.full((3, 1), 1.3, requires_grad=True)
+g = lambda x, a: (rt.entmax(x, a) * torch.arange(5.0)).sum()
+got = torch.autograd.grad(torch.compile(g, backend="eager", fullgraph=True)(x32, alpha), alpha)[0]
+want = torch.autograd.grad(g(x32, alpha), alpha)[0]
+torch.testing.assert_close(got, want, rtol=1e-6, atol=1e-7)
+others = lambda x: rt.sparsemax(x) + rt.entmax15(x) + rt.entmax(x, 1.5) + rt.get_map("sparsemax")(x)
+torch.testing.assert_close(torch.compile(others, backend="eager", fullgraph=True)(x), others(x), rtol=1e-14, atol=1e-15)
 print("ok")
 """
 
 
 def test_the_built_in_maps_first_called_inside_a_compiled_function():
-    """The built-in maps are built when numeric.torch is imported: a compiled function that calls softmax first
-    is one graph (building a map loads and checks its module, which dynamo cannot trace: fullgraph=True raised).
-    The other maps' solvers branch on values (graph breaks) and agree with eager."""
-    pytest.importorskip("torch._dynamo")
+    """The built-in maps are built when numeric.torch is imported, and get_map of a built-in name returns them: a
+    compiled function that calls a map first is one graph (building a map loads and checks its module, which dynamo
+    cannot trace), and so is a float32 map's backward whose alpha gradient meets the float64 operations first."""
     run = subprocess.run([sys.executable, "-c", _FIRST_CALL], capture_output=True, text=True, timeout=300)
     assert run.returncode == 0 and run.stdout.strip() == "ok", run.stderr[-3000:]
