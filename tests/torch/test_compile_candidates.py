@@ -1,0 +1,40 @@
+"""A sparse typed map's candidate rounds under torch.compile(fullgraph=True): top-k, scatter and the
+rows that need more scores (whose count no traced value can give: four times as many candidates, up to whole rows)
+give eager's p and gradient."""
+
+from __future__ import annotations
+
+import importlib
+import warnings
+
+import pytest
+
+torch = pytest.importorskip("torch")
+pytest.importorskip("torch._dynamo")
+
+from numeric import tensor_rules  # noqa: E402
+from numeric.torch.maps import get_map  # noqa: E402
+
+
+def test_candidate_rounds_compile_to_one_graph(torch_user_modules):
+    m = get_map(importlib.import_module("gini_log1p"))
+    n = 100
+    assert n > 2 * (tensor_rules.KKT_CANDIDATES + 1)  # the candidate rounds run
+    scales = torch.tensor([0.0, 0.1, 1, 3, 10, 30], dtype=torch.float64)[:, None]
+    x = torch.randn(6, n, dtype=torch.float64, generator=torch.Generator().manual_seed(5)) * scales
+    x[3, 50:] = -torch.inf
+    dy = torch.randn_like(x)
+
+    def run(fn):
+        leaf = x.clone().requires_grad_()
+        p = fn(leaf)
+        return p, torch.autograd.grad((p * dy).sum(), leaf)[0]
+
+    want = run(m)
+    support = (want[0] > 0).sum(-1)
+    assert support[0] == n and support.min() == 1  # a flat row (every round, then the whole row) and a one-hot row
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        got = run(torch.compile(lambda v: m(v), backend="aot_eager", fullgraph=True))
+    for a, b in zip(got, want):
+        torch.testing.assert_close(a, b, rtol=1e-13, atol=1e-15)
