@@ -28,7 +28,7 @@ __all__ = ["FORMAT_VERSION", "CUDA_THREADS", "Routine", "ROUTINES", "PER_PARAMET
            "SECTIONS", "routine_names", "required_names", "missing_names", "check_map_module"]
 
 #: Version of the contract, written into every generated map module as ``FORMAT_VERSION`` (and its header).
-FORMAT_VERSION = 5
+FORMAT_VERSION = 6
 #: Threads per block of every generated CUDA kernel.
 CUDA_THREADS = 256
 
