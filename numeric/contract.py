@@ -25,9 +25,11 @@ from dataclasses import dataclass
 from types import ModuleType
 
 __all__ = ["FORMAT_VERSION", "CUDA_THREADS", "Routine", "ROUTINES", "PER_PARAMETER", "CONSTANTS", "SOURCES",
-           "SECTIONS", "routine_names", "required_names", "missing_names", "check_map_module"]
+           "SECTIONS", "CONTINUOUS_NAMES", "routine_names", "required_names", "missing_names", "check_map_module",
+           "check_continuous_module"]
 
-#: Version of the contract, written into every generated map module as ``FORMAT_VERSION`` (and its header).
+#: Version of the contract, written into every generated map module, discrete or continuous, as
+#: ``FORMAT_VERSION`` (and in its header).
 FORMAT_VERSION = 6
 #: Threads per block of every generated CUDA kernel.
 CUDA_THREADS = 256
@@ -84,6 +86,12 @@ SOURCES: tuple[str, ...] = ("CUDA_DEVICE_SOURCE", "CUDA_SOURCE", "TRITON_SOURCE"
 SECTIONS: dict[str, str] = {"torch": "torch_routines", "jax": "jax_routines"}
 
 
+#: What a continuous map module (:mod:`derive.codegen.continuous`) defines that :class:`numeric.continuous.ContinuousMap`
+#: reads.
+CONTINUOUS_NAMES: tuple[str, ...] = ("NAME", "FAMILY", "FORMAT_VERSION", "CUDA_THREADS", "CUDA_KERNELS", "CUDA_SOURCE",
+                                     "rbf_expectation_grad", "density", "support_radius")
+
+
 def routine_names(parameters) -> tuple[str, ...]:
     """The routines of a map with these parameter names, in order: :data:`ROUTINES`, then one per parameter."""
     return tuple(r.name for r in ROUTINES) + tuple(PER_PARAMETER.name.format(q) for q in parameters)
@@ -117,3 +125,16 @@ def check_map_module(module: ModuleType) -> None:
                         f"format {FORMAT_VERSION}: run `regattn generate` again")
     if module.CUDA_THREADS != CUDA_THREADS:
         raise TypeError(f"module {label!r} launches {module.CUDA_THREADS} threads per block, the contract says {CUDA_THREADS}")
+
+
+def check_continuous_module(module: ModuleType) -> None:
+    """Raise ``TypeError`` naming what is wrong if ``module`` is not a continuous map module of this format."""
+    label = getattr(module, "__name__", module)
+    missing = [name for name in CONTINUOUS_NAMES if not hasattr(module, name)]
+    if missing:
+        older = hasattr(module, "FAMILY") and getattr(module, "FORMAT_VERSION", None) != FORMAT_VERSION
+        hint = "; it may come from an older regattn: run `regattn generate` again" if older else ""
+        raise TypeError(f"{label!r} is not a generated continuous module: missing {', '.join(missing)}{hint}")
+    if module.FORMAT_VERSION != FORMAT_VERSION:
+        raise TypeError(f"module {label!r} was generated for format {module.FORMAT_VERSION!r}, this regattn reads "
+                        f"format {FORMAT_VERSION}: run `regattn generate` again")

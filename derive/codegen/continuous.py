@@ -3,7 +3,8 @@
 :func:`generate_continuous_module` writes, for a continuous map called ``NAME``:
 
 * constants ``NAME``, ``REGULARIZER``, ``FAMILY`` (``"gaussian"`` or
-  ``"compact"``), ``CUDA_THREADS`` and ``CUDA_KERNELS``;
+  ``"compact"``), ``FORMAT_VERSION`` (:data:`numeric.contract.FORMAT_VERSION`, also
+  in the header), ``CUDA_THREADS`` and ``CUDA_KERNELS``;
 * for a truncated polynomial whose shape does not depend on ``sigma2``
   (``p(u) = P(u / a) / a``), the data of the stable evaluation of the context
   (:func:`quadrature_constants`): ``SHAPE`` (the coefficients of ``P(x)``,
@@ -17,9 +18,12 @@
   ``rbf_expectation_grad`` (one shared CSE), and ``rbf_expectation_theta(theta_1,
   theta_2, c, s2)`` giving ``(E, dE/dtheta_1, dE/dtheta_2)`` for the scores
   ``theta_1 t + theta_2 t^2``; compact maps also ``support_radius_dsigma2``;
-* ``CUDA_SOURCE``: the scalar functions as ``template <typename T> __device__``
-  functions (``CUDA_DEVICE_SOURCE``) and the kernel ``NAME_rbf_context_{f32,f64}``
-  filling ``E``, ``dE/dmu`` and ``dE/dsigma2`` for every (row, basis function) pair.
+* ``CUDA_DEVICE_SOURCE``: the functions the context kernel calls as
+  ``template <typename T> __device__`` functions, the Gauss-Legendre tables where
+  the map has them, and the struct ``NAME_map<T>`` through which the package's
+  kernel (``numeric/kernels/context.cuh``) calls them; ``CUDA_SOURCE`` adds that
+  kernel and the entry points ``NAME_rbf_context_{f32,f64}`` filling ``E``,
+  ``dE/dmu`` and ``dE/dsigma2`` for every (row, basis function) pair.
 
 The closed forms of a compact map subtract nearly equal terms where the support
 is narrow next to the basis function: ``E = sum_k b_k (J_k(x_+) - J_k(x_-))``
@@ -322,6 +326,7 @@ def generate_continuous_module(cm: ContinuousDerivation, name: str) -> str:
         f"NAME = {name!r}",
         f"REGULARIZER = {reg_text!r}",
         f"FAMILY = {cm.family!r}",
+        f"FORMAT_VERSION = {contract.FORMAT_VERSION}",
         f"CUDA_THREADS = {contract.CUDA_THREADS}",
         f"CUDA_KERNELS = {tuple(kernels)!r}",
         "",

@@ -2,7 +2,7 @@
 # map: continuous_entmax15 (continuous)
 # regularizer: omega(p) = 4*p**(3/2)/3 - 4*p/3
 # format: 6
-# content-hash: sha256:dfe914bc06a97a69b7ad4d4db508684d894789f145bf94c89e346bcbdb8830d6
+# content-hash: sha256:69aa46a0c0f9b1ddfbf86856f072d804f5f4422654e790b61b49fd8e1a53dd19
 """The continuous continuous_entmax15 map, generated from omega(p) = 4*p**(3/2)/3 - 4*p/3.
 
 Regularizer: tsallis(alpha=3/2); density: compact, support |t - mu| < 15**(1/5)*sigma2**(2/5).
@@ -18,6 +18,7 @@ from numeric.special import erf  # NumPy has no erf ufunc
 NAME = 'continuous_entmax15'
 REGULARIZER = '4*p**(3/2)/3 - 4*p/3'
 FAMILY = 'compact'
+FORMAT_VERSION = 6
 CUDA_THREADS = 256
 CUDA_KERNELS = ('continuous_entmax15_rbf_context_f32', 'continuous_entmax15_rbf_context_f64')
 

@@ -2,7 +2,7 @@
 # map: continuous_softmax (continuous)
 # regularizer: omega(p) = p*log(p)
 # format: 6
-# content-hash: sha256:60ad0b16ef3a86be62464d02fd87e0bda6e087eab469b1c8021b3f17322657c3
+# content-hash: sha256:b7414b18c8aa2503df2c856e12405c71743f403f493639ea56e59ab27114288c
 """The continuous continuous_softmax map, generated from omega(p) = p*log(p).
 
 Regularizer: shannon; density: gaussian.
@@ -19,6 +19,7 @@ from numeric import kernels
 NAME = 'continuous_softmax'
 REGULARIZER = 'p*log(p)'
 FAMILY = 'gaussian'
+FORMAT_VERSION = 6
 CUDA_THREADS = 256
 CUDA_KERNELS = ('continuous_softmax_rbf_context_f32', 'continuous_softmax_rbf_context_f64')
 

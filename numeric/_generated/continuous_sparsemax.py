@@ -2,7 +2,7 @@
 # map: continuous_sparsemax (continuous)
 # regularizer: omega(p) = p**2/2
 # format: 6
-# content-hash: sha256:a62960c19db4dc7a355b303b18f7c6d0f1646adff77cc9641f6b49f25d74e2bb
+# content-hash: sha256:1a8b95ea35680fcc1a604b78e65193c63800b494b5d6a8e20ff3e975cf94f2e9
 """The continuous continuous_sparsemax map, generated from omega(p) = p**2/2.
 
 Regularizer: gini; density: compact, support |t - mu| < 2**(2/3)*3**(1/3)*sigma2**(1/3)/2.
@@ -18,6 +18,7 @@ from numeric.special import erf  # NumPy has no erf ufunc
 NAME = 'continuous_sparsemax'
 REGULARIZER = 'p**2/2'
 FAMILY = 'compact'
+FORMAT_VERSION = 6
 CUDA_THREADS = 256
 CUDA_KERNELS = ('continuous_sparsemax_rbf_context_f32', 'continuous_sparsemax_rbf_context_f64')
 
