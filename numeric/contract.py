@@ -11,10 +11,11 @@ Routines take their own arguments (:attr:`Routine.args`) followed by the
 map's parameters (``PARAMETERS``, e.g. ``alpha``), and are NumPy functions
 (CuPy arrays pass through them too); the functions named in :data:`SECTIONS`
 return the same routines printed for PyTorch and JAX; ``CUDA_DEVICE_SOURCE`` holds each as a
-``template <typename T> __device__`` function ``NAME_routine``, and
-``CUDA_SOURCE`` adds the kernels named in ``CUDA_KERNELS``, launched with
-:data:`CUDA_THREADS` threads per block; ``TRITON_SOURCE`` is a Python module of
-fused Triton attention kernels calling the map's link and weight.
+``template <typename T> __device__`` function ``NAME_routine`` and the struct ``NAME_map<T>`` the
+kernels of :mod:`numeric.kernels` take, and ``CUDA_SOURCE`` adds those kernels with the entry points
+named in ``CUDA_KERNELS``, launched with :data:`CUDA_THREADS` threads per block; ``TRITON_SOURCE`` is a
+Python module of the map's ``@triton.jit`` functions, which the fused attention kernels of
+:mod:`numeric.kernels.triton_attention` call.
 
 This module uses only the standard library: ``derive`` reads it too.
 """
@@ -78,8 +79,9 @@ CONSTANTS: tuple[str, ...] = (
     "NAME", "REGULARIZER", "SPARSE", "THRESHOLD", "THRESHOLD_DEGREE", "LINK_METHOD", "LINK_FORM", "TERM_IS_EXP",
     "PARAMETERS", "PARAMETER_DOMAINS", "FORMAT_VERSION", "CUDA_THREADS", "CUDA_KERNELS",
 )
-#: The kernel sources of a map module: CUDA C++, and ``TRITON_SOURCE``, the text of a Python module of Triton
-#: attention kernels (:mod:`derive.codegen.triton`), ``None`` for a map whose link has no closed form.
+#: The kernel sources of a map module: CUDA C++ (assembled with the package's kernels when the module is imported),
+#: and ``TRITON_SOURCE``, the text of a Python module of the map's Triton functions (:mod:`derive.codegen.triton`),
+#: ``None`` for a map whose link has no closed form.
 SOURCES: tuple[str, ...] = ("CUDA_DEVICE_SOURCE", "CUDA_SOURCE", "TRITON_SOURCE")
 #: The array frameworks with a section in every map module: framework -> the module's function that imports
 #: it and returns ``{routine: function or None}`` for all of :func:`routine_names`, printed for its arrays.

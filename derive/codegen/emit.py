@@ -20,9 +20,12 @@
   ``LINK_FORM == "power"``, else ``None``; ``term`` and
   ``tau_from_sum`` for a closed threshold; ``tau_candidate`` and
   ``discriminant`` for a sort threshold;
-* ``CUDA_SOURCE``: ``CUDA_DEVICE_SOURCE`` (the same functions as
-  ``template <typename T> __device__``) followed by the kernels of
-  :mod:`derive.codegen.cuda`; ``CUDA_KERNELS`` names them.
+* ``CUDA_DEVICE_SOURCE`` (the same functions as ``template <typename T> __device__``
+  and the struct ``NAME_map<T>`` of :func:`derive.codegen.cuda.map_struct`) and
+  ``CUDA_SOURCE``, which adds the package's row kernels (:mod:`numeric.kernels`)
+  and the entry points :func:`derive.codegen.cuda.entry_points`, joined when the
+  module is imported; ``CUDA_KERNELS`` names the entry points;
+* ``TRITON_SOURCE``: the map's ``@triton.jit`` functions (:mod:`derive.codegen.triton`).
 
 The text is deterministic: the same derivation gives the same bytes, headed
 by the regularizer and a SHA-256 of everything below the header.
