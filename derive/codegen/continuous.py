@@ -56,7 +56,7 @@ from ..errors import DerivationError
 from .emit import _cuda_function, _Piece, _python_function, assemble, check_name
 from .printers import CudaPrinter, PyPrinter, print_block
 
-__all__ = ["generate_continuous_module", "continuous_functions", "QUADRATURE_NODES", "legendre_rule", "quadrature_gamma", "quadrature_threshold", "quadrature_constants"]
+__all__ = ["generate_continuous_module", "continuous_functions", "DEVICE_FUNCTIONS", "QUADRATURE_NODES", "legendre_rule", "quadrature_gamma", "quadrature_threshold", "quadrature_constants"]
 
 #: Node counts of the Gauss-Legendre rules a generated module carries (even: the nodes pair up as +-x).
 QUADRATURE_NODES = (4, 6, 8, 12, 16, 24, 32, 48, 64)
@@ -198,10 +198,14 @@ def _quadrature_source(name: str, q: dict) -> list[str]:
     return tables, members
 
 
-#: The routines of a continuous map the context kernel calls (numeric/kernels/context.cuh).
+#: The routines of a continuous map the context kernel calls (numeric/kernels/context.cuh): its device functions.
 _CONTEXT_METHODS = {"support_radius": ("sigma2",), "support_radius_dsigma2": ("sigma2",),
                     "rbf_expectation": ("mu", "sigma2", "c", "s2"), "rbf_expectation_dmu": ("mu", "sigma2", "c", "s2"),
                     "rbf_expectation_dsigma2": ("mu", "sigma2", "c", "s2")}
+
+
+#: The functions a continuous module has as ``template <typename T> __device__`` functions.
+DEVICE_FUNCTIONS = tuple(_CONTEXT_METHODS)
 
 
 def _map_struct(name: str, pieces: list[_Piece], quad: dict | None) -> str:

@@ -18,7 +18,7 @@ from derive.codegen.builtins import CONTINUOUS_MAPS
 from derive.codegen.files import load_module
 from derive.codegen.compilers import host_kernels, host_library, nvrtc_available, nvrtc_compile
 from derive.codegen import verify_continuous as VC
-from derive.codegen.continuous import continuous_functions
+from derive.codegen.continuous import DEVICE_FUNCTIONS, continuous_functions
 from derive.continuous import derive_continuous
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -104,11 +104,6 @@ def test_density_is_zero_off_the_support_and_vectorises(name, mu_, var):
 def host(name):
     fns = {fname: len(piece.args) for fname, piece in pieces(name).items() if fname in DEVICE_FUNCTIONS}
     return host_library(module(name).CUDA_DEVICE_SOURCE, name, fns, cache_dir=CACHE)
-
-
-#: the functions a continuous module has as device functions: those the context kernel calls
-DEVICE_FUNCTIONS = ("support_radius", "support_radius_dsigma2", "rbf_expectation", "rbf_expectation_dmu",
-                    "rbf_expectation_dsigma2")
 
 
 @pytest.mark.parametrize("name, fname", [(n, f) for n, f in SCALARS if f in DEVICE_FUNCTIONS])
