@@ -35,6 +35,7 @@ from types import ModuleType
 import numpy as np
 
 from . import _generated
+from . import contract
 from .backend import array_module
 from .backends import backend_for
 from .layers import _Movable
@@ -131,9 +132,7 @@ class ContinuousMap:
     """
 
     def __init__(self, module: ModuleType):
-        for attr in ("NAME", "FAMILY", "rbf_expectation_grad", "density", "support_radius"):
-            if not hasattr(module, attr):
-                raise TypeError(f"{getattr(module, '__name__', module)!r} is not a generated continuous module (no {attr})")
+        contract.check_continuous_module(module)
         self.module = module
         self.name = module.NAME
         self.family = module.FAMILY

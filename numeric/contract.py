@@ -11,10 +11,11 @@ Routines take their own arguments (:attr:`Routine.args`) followed by the
 map's parameters (``PARAMETERS``, e.g. ``alpha``), and are NumPy functions
 (CuPy arrays pass through them too); the functions named in :data:`SECTIONS`
 return the same routines printed for PyTorch and JAX; ``CUDA_DEVICE_SOURCE`` holds each as a
-``template <typename T> __device__`` function ``NAME_routine``, and
-``CUDA_SOURCE`` adds the kernels named in ``CUDA_KERNELS``, launched with
-:data:`CUDA_THREADS` threads per block; ``TRITON_SOURCE`` is a Python module of
-fused Triton attention kernels calling the map's link and weight.
+``template <typename T> __device__`` function ``NAME_routine`` and the struct ``NAME_map<T>`` the
+kernels of :mod:`numeric.kernels` take, and ``CUDA_SOURCE`` adds those kernels with the entry points
+named in ``CUDA_KERNELS``, launched with :data:`CUDA_THREADS` threads per block; ``TRITON_SOURCE`` is a
+Python module of the map's ``@triton.jit`` functions, which the fused attention kernels of
+:mod:`numeric.kernels.triton_attention` call.
 
 This module uses only the standard library: ``derive`` reads it too.
 """
@@ -25,10 +26,12 @@ from dataclasses import dataclass
 from types import ModuleType
 
 __all__ = ["FORMAT_VERSION", "CUDA_THREADS", "Routine", "ROUTINES", "PER_PARAMETER", "CONSTANTS", "SOURCES",
-           "SECTIONS", "routine_names", "required_names", "missing_names", "check_map_module"]
+           "SECTIONS", "CONTINUOUS_NAMES", "routine_names", "required_names", "missing_names", "check_map_module",
+           "check_continuous_module"]
 
-#: Version of the contract, written into every generated map module as ``FORMAT_VERSION`` (and its header).
-FORMAT_VERSION = 5
+#: Version of the contract, written into every generated map module, discrete or continuous, as
+#: ``FORMAT_VERSION`` (and in its header).
+FORMAT_VERSION = 6
 #: Threads per block of every generated CUDA kernel.
 CUDA_THREADS = 256
 
@@ -76,12 +79,19 @@ CONSTANTS: tuple[str, ...] = (
     "NAME", "REGULARIZER", "SPARSE", "THRESHOLD", "THRESHOLD_DEGREE", "LINK_METHOD", "LINK_FORM", "TERM_IS_EXP",
     "PARAMETERS", "PARAMETER_DOMAINS", "FORMAT_VERSION", "CUDA_THREADS", "CUDA_KERNELS",
 )
-#: The kernel sources of a map module: CUDA C++, and ``TRITON_SOURCE``, the text of a Python module of Triton
-#: attention kernels (:mod:`derive.codegen.triton`), ``None`` for a map whose link has no closed form.
+#: The kernel sources of a map module: CUDA C++ (assembled with the package's kernels when the module is imported),
+#: and ``TRITON_SOURCE``, the text of a Python module of the map's Triton functions (:mod:`derive.codegen.triton`),
+#: ``None`` for a map whose link has no closed form.
 SOURCES: tuple[str, ...] = ("CUDA_DEVICE_SOURCE", "CUDA_SOURCE", "TRITON_SOURCE")
 #: The array frameworks with a section in every map module: framework -> the module's function that imports
 #: it and returns ``{routine: function or None}`` for all of :func:`routine_names`, printed for its arrays.
 SECTIONS: dict[str, str] = {"torch": "torch_routines", "jax": "jax_routines"}
+
+
+#: What a continuous map module (:mod:`derive.codegen.continuous`) defines that :class:`numeric.continuous.ContinuousMap`
+#: reads.
+CONTINUOUS_NAMES: tuple[str, ...] = ("NAME", "FAMILY", "FORMAT_VERSION", "CUDA_THREADS", "CUDA_KERNELS", "CUDA_SOURCE",
+                                     "rbf_expectation_grad", "density", "support_radius")
 
 
 def routine_names(parameters) -> tuple[str, ...]:
@@ -117,3 +127,16 @@ def check_map_module(module: ModuleType) -> None:
                         f"format {FORMAT_VERSION}: run `regattn generate` again")
     if module.CUDA_THREADS != CUDA_THREADS:
         raise TypeError(f"module {label!r} launches {module.CUDA_THREADS} threads per block, the contract says {CUDA_THREADS}")
+
+
+def check_continuous_module(module: ModuleType) -> None:
+    """Raise ``TypeError`` naming what is wrong if ``module`` is not a continuous map module of this format."""
+    label = getattr(module, "__name__", module)
+    missing = [name for name in CONTINUOUS_NAMES if not hasattr(module, name)]
+    if missing:
+        older = hasattr(module, "FAMILY") and getattr(module, "FORMAT_VERSION", None) != FORMAT_VERSION
+        hint = "; it may come from an older regattn: run `regattn generate` again" if older else ""
+        raise TypeError(f"{label!r} is not a generated continuous module: missing {', '.join(missing)}{hint}")
+    if module.FORMAT_VERSION != FORMAT_VERSION:
+        raise TypeError(f"module {label!r} was generated for format {module.FORMAT_VERSION!r}, this regattn reads "
+                        f"format {FORMAT_VERSION}: run `regattn generate` again")

@@ -3,7 +3,8 @@
 :func:`generate_continuous_module` writes, for a continuous map called ``NAME``:
 
 * constants ``NAME``, ``REGULARIZER``, ``FAMILY`` (``"gaussian"`` or
-  ``"compact"``), ``CUDA_THREADS`` and ``CUDA_KERNELS``;
+  ``"compact"``), ``FORMAT_VERSION`` (:data:`numeric.contract.FORMAT_VERSION`, also
+  in the header), ``CUDA_THREADS`` and ``CUDA_KERNELS``;
 * for a truncated polynomial whose shape does not depend on ``sigma2``
   (``p(u) = P(u / a) / a``), the data of the stable evaluation of the context
   (:func:`quadrature_constants`): ``SHAPE`` (the coefficients of ``P(x)``,
@@ -17,9 +18,12 @@
   ``rbf_expectation_grad`` (one shared CSE), and ``rbf_expectation_theta(theta_1,
   theta_2, c, s2)`` giving ``(E, dE/dtheta_1, dE/dtheta_2)`` for the scores
   ``theta_1 t + theta_2 t^2``; compact maps also ``support_radius_dsigma2``;
-* ``CUDA_SOURCE``: the scalar functions as ``template <typename T> __device__``
-  functions (``CUDA_DEVICE_SOURCE``) and the kernel ``NAME_rbf_context_{f32,f64}``
-  filling ``E``, ``dE/dmu`` and ``dE/dsigma2`` for every (row, basis function) pair.
+* ``CUDA_DEVICE_SOURCE``: the functions the context kernel calls as
+  ``template <typename T> __device__`` functions, the Gauss-Legendre tables where
+  the map has them, and the struct ``NAME_map<T>`` through which the package's
+  kernel (``numeric/kernels/context.cuh``) calls them; ``CUDA_SOURCE`` adds that
+  kernel and the entry points ``NAME_rbf_context_{f32,f64}`` filling ``E``,
+  ``dE/dmu`` and ``dE/dsigma2`` for every (row, basis function) pair.
 
 The closed forms of a compact map subtract nearly equal terms where the support
 is narrow next to the basis function: ``E = sum_k b_k (J_k(x_+) - J_k(x_-))``
@@ -49,12 +53,10 @@ from numeric import contract
 
 from ..continuous import ContinuousDerivation, sigma2
 from ..errors import DerivationError
-from . import cuda
 from .emit import _cuda_function, _Piece, _python_function, assemble, check_name
 from .printers import CudaPrinter, PyPrinter, print_block
 
-__all__ = ["generate_continuous_module", "continuous_functions", "CONTEXT_KERNEL", "QUADRATURE_BRANCH", "QUADRATURE_KERNEL",
-           "QUADRATURE_NODES", "legendre_rule", "quadrature_gamma", "quadrature_threshold", "quadrature_constants"]
+__all__ = ["generate_continuous_module", "continuous_functions", "DEVICE_FUNCTIONS", "QUADRATURE_NODES", "legendre_rule", "quadrature_gamma", "quadrature_threshold", "quadrature_constants"]
 
 #: Node counts of the Gauss-Legendre rules a generated module carries (even: the nodes pair up as +-x).
 QUADRATURE_NODES = (4, 6, 8, 12, 16, 24, 32, 48, 64)
@@ -64,21 +66,6 @@ _UNIT = {"double": 2.0**-53, "float": 2.0**-24}
 _SATURATED = 8.0
 #: The closed form is used where its cancellation bound stays below this many rounding units.
 _CLOSED_FORM_ULPS = 64.0
-
-CONTEXT_KERNEL = r"""
-extern "C" __global__ void {name}_rbf_context_{suffix}(const {T}* mu, const {T}* sigma2, const {T}* c,
-        const {T}* s2, long long rows, long long nbasis, {T}* e, {T}* dmu, {T}* dsigma2) {{
-    // e[r, j] = E_p[N(t; c_j, s2_j)] for p of (mu_r, sigma2_r); dmu, dsigma2 may be null
-    long long n = rows * nbasis;
-    for (long long i = blockIdx.x * (long long)blockDim.x + threadIdx.x; i < n; i += (long long)gridDim.x * blockDim.x) {{
-        long long r = i / nbasis, j = i % nbasis;
-{quadrature}        e[i] = {name}_rbf_expectation<{T}>(mu[r], sigma2[r], c[j], s2[j]);
-        if (dmu) dmu[i] = {name}_rbf_expectation_dmu<{T}>(mu[r], sigma2[r], c[j], s2[j]);
-        if (dsigma2) dsigma2[i] = {name}_rbf_expectation_dsigma2<{T}>(mu[r], sigma2[r], c[j], s2[j]);
-    }}
-}}
-"""
-
 
 def legendre_rule(n: int) -> tuple[tuple[float, ...], tuple[float, ...]]:
     """The ``n``-point Gauss-Legendre rule on ``[-1, 1]`` (``n`` even), halved: the nodes
@@ -178,71 +165,9 @@ def quadrature_constants(cm: ContinuousDerivation) -> dict | None:
             "QUADRATURE_RULES": tuple(rules)}
 
 
-# The context of a fixed-shape truncated polynomial p(u) = P(u/a)/a by Gauss-Legendre on
-# the support, with u = a x, d = c - mu, h = u^2 / (2 s2), y = d u / s2 and
-# psi(mu + u) = phi0 exp(y - h), phi0 = N(c; mu, s2).  Pairing the nodes +-x (P is even):
-#   E          = phi0 (1 + sum w P (expm1(-h) cosh y + 2 sinh^2(y/2)))       (int P = 1 exactly)
-# where expm1(-h) = e^(-h) - 1 = -2 e^(-h/2) sinh(h/2) (the base prelude's sinh, no expm1 needed)
-#   dE/dmu     = phi0 (d / s2) (E / phi0 - (a^2 / s2) S1)
-#   dE/dsigma2 = a'(sigma2) phi0 (a / s2) ((d^2 / s2) S1 - C2)
-# with S1 = sum w P x^2 e^(-h) sinh(y) / y and C2 = sum w P x^2 e^(-h) cosh(y): no term
-# is large next to the result, so nothing cancels but what the exact values cancel.
-QUADRATURE_KERNEL = r"""
-__device__ const int {name}_gl_count[{rules}] = {{{counts}}};
-__device__ const int {name}_gl_start[{rules}] = {{{starts}}};
-__device__ const double {name}_gl_gamma_f64[{rules}] = {{{gamma64}}};
-__device__ const double {name}_gl_gamma_f32[{rules}] = {{{gamma32}}};
-__device__ const double {name}_gl_x[{total}] = {{{nodes}}};
-__device__ const double {name}_gl_w[{total}] = {{{weights}}};
-
-// E_p[N(t; c, s2)] and its derivatives in (mu, sigma2) by Gauss-Legendre on the support, where the
-// closed form cancels (a < {below} sqrt(s2)); false (nothing written) where the closed form is to be used
-template <typename T> __device__ bool {name}_rbf_quadrature(T mu, T sigma2, T c, T s2, T* e, T* dmu, T* dsigma2) {{
-    const T a = {name}_support_radius<T>(sigma2);
-    const T s = rg_sqrt(s2);
-    if (!(a < T({below}) * s)) return false;
-    const T d = c - mu;
-    const T gamma = (a * rg_fabs(d) + a * a / T(2)) / s2;
-    int rule = -1;
-    for (int k = 0; k < {rules}; ++k) {{
-        const double limit = sizeof(T) == sizeof(float) ? {name}_gl_gamma_f32[k] : {name}_gl_gamma_f64[k];
-        if (gamma <= T(limit)) {{ rule = k; break; }}
-    }}
-    if (rule < 0) return false;  // far from the support: erf has saturated and the closed form is exact
-    T sum0 = T(0), s1 = T(0), c2 = T(0);
-    for (int i = {name}_gl_start[rule]; i < {name}_gl_start[rule] + {name}_gl_count[rule]; ++i) {{
-        const T x = T({name}_gl_x[i]), w = T({name}_gl_w[i]);
-        const T shape = {horner};
-        const T u = a * x, h = u * u / (T(2) * s2), y = d * u / s2;
-        const T eh = rg_exp(-h), ch = rg_cosh(y), half = rg_sinh(y / T(2));
-        const T expm1_h = T(-2) * rg_exp(-h / T(2)) * rg_sinh(h / T(2));  // e^(-h) - 1 without cancellation
-        const T sinhc = y == T(0) ? T(1) : rg_sinh(y) / y;
-        sum0 += w * shape * (expm1_h * ch + T(2) * half * half);
-        s1 += w * shape * x * x * eh * sinhc;
-        c2 += w * shape * x * x * eh * ch;
-    }}
-    const T phi0 = rg_exp(-d * d / (T(2) * s2)) / rg_sqrt(T(2) * T(3.141592653589793) * s2);
-    const T b0 = T(1) + sum0;
-    *e = phi0 * b0;
-    *dmu = phi0 * (d / s2) * (b0 - a * a / s2 * s1);
-    *dsigma2 = {name}_support_radius_dsigma2<T>(sigma2) * phi0 * (a / s2) * (d * d / s2 * s1 - c2);
-    return true;
-}}
-"""
-
-#: The quadrature branch of the context kernel, for maps that carry Gauss-Legendre rules.
-QUADRATURE_BRANCH = r"""        {T} qe, qmu, qvar;
-        if ({name}_rbf_quadrature<{T}>(mu[r], sigma2[r], c[j], s2[j], &qe, &qmu, &qvar)) {{
-            e[i] = qe;
-            if (dmu) dmu[i] = qmu;
-            if (dsigma2) dsigma2[i] = qvar;
-            continue;
-        }}
-"""
-
-
-def _quadrature_source(name: str, q: dict) -> str:
-    """The tables and the ``NAME_rbf_quadrature`` device function of :data:`QUADRATURE_KERNEL`."""
+def _quadrature_source(name: str, q: dict) -> list[str]:
+    """The Gauss-Legendre tables of ``q`` (:func:`quadrature_constants`) as ``__device__`` arrays, and the
+    members of ``NAME_map`` that hand them to ``rg_rbf_quadrature`` (``numeric/kernels/context.cuh``)."""
     rules = q["QUADRATURE_RULES"]
     counts = [len(rule[3]) for rule in rules]
     starts = [sum(counts[:k]) for k in range(len(counts))]
@@ -250,11 +175,62 @@ def _quadrature_source(name: str, q: dict) -> str:
     horner = "T(0)"
     for coeff in reversed(q["SHAPE"]):
         horner = f"T({float(coeff)!r})" if horner == "T(0)" else f"({horner}) * x + T({float(coeff)!r})"
-    return QUADRATURE_KERNEL.format(
-        name=name, rules=len(rules), counts=", ".join(map(str, counts)), starts=", ".join(map(str, starts)),
-        gamma64=flat(r[1] for r in rules), gamma32=flat(r[2] for r in rules), total=sum(counts),
-        nodes=flat(x for r in rules for x in r[3]), weights=flat(w for r in rules for w in r[4]),
-        below=repr(q["QUADRATURE_BELOW"]), horner=horner)
+    n, total = len(rules), sum(counts)
+    tables = [
+        f"__device__ const int {name}_gl_count[{n}] = {{{', '.join(map(str, counts))}}};",
+        f"__device__ const int {name}_gl_start[{n}] = {{{', '.join(map(str, starts))}}};",
+        f"__device__ const double {name}_gl_gamma_f64[{n}] = {{{flat(r[1] for r in rules)}}};",
+        f"__device__ const double {name}_gl_gamma_f32[{n}] = {{{flat(r[2] for r in rules)}}};",
+        f"__device__ const double {name}_gl_x[{total}] = {{{flat(x for r in rules for x in r[3])}}};",
+        f"__device__ const double {name}_gl_w[{total}] = {{{flat(w for r in rules for w in r[4])}}};",
+    ]
+    members = [
+        f"    static constexpr int rules = {n};",
+        f"    static constexpr double below = {q['QUADRATURE_BELOW']!r};",
+        f"    __device__ const int* gl_count() const {{ return {name}_gl_count; }}",
+        f"    __device__ const int* gl_start() const {{ return {name}_gl_start; }}",
+        f"    __device__ const double* gl_x() const {{ return {name}_gl_x; }}",
+        f"    __device__ const double* gl_w() const {{ return {name}_gl_w; }}",
+        f"    __device__ const double* gl_gamma(bool single) const {{ return single ? {name}_gl_gamma_f32 : "
+        f"{name}_gl_gamma_f64; }}",
+        f"    __device__ T shape(T x) const {{ return {horner}; }}",
+    ]
+    return tables, members
+
+
+#: The routines of a continuous map the context kernel calls (numeric/kernels/context.cuh): its device functions.
+_CONTEXT_METHODS = {"support_radius": ("sigma2",), "support_radius_dsigma2": ("sigma2",),
+                    "rbf_expectation": ("mu", "sigma2", "c", "s2"), "rbf_expectation_dmu": ("mu", "sigma2", "c", "s2"),
+                    "rbf_expectation_dsigma2": ("mu", "sigma2", "c", "s2")}
+
+
+#: The functions a continuous module has as ``template <typename T> __device__`` functions.
+DEVICE_FUNCTIONS = tuple(_CONTEXT_METHODS)
+
+
+def _map_struct(name: str, pieces: list[_Piece], quad: dict | None) -> str:
+    """``NAME_map<T>``: the interface of the context kernel to this map, after its quadrature tables."""
+    tables, members = _quadrature_source(name, quad) if quad is not None else ([], [])
+    have = {pc.name for pc in pieces}
+    lines = tables + [f"// the interface of the context kernel (numeric/kernels/context.cuh) to {name}",
+                      f"template <typename T> struct {name}_map {{",
+                      f"    static constexpr bool quadrature = {'true' if quad is not None else 'false'};"]
+    for routine, args in _CONTEXT_METHODS.items():
+        if routine in have:
+            decl, call = ", ".join(f"T {a}" for a in args), ", ".join(args)
+            lines.append(f"    __device__ T {routine}({decl}) const {{ return {name}_{routine}<T>({call}); }}")
+    return "\n".join(lines + members + ["};"])
+
+
+def _entry_points(name: str) -> str:
+    """The ``extern "C"`` kernels ``NAME_rbf_context_{f32,f64}``: ``rg_rbf_context`` with the map's struct."""
+    out = []
+    for T, suffix in (("float", "f32"), ("double", "f64")):
+        out += [f'extern "C" __global__ void {name}_rbf_context_{suffix}(const {T}* mu, const {T}* sigma2, '
+                f"const {T}* c, const {T}* s2,",
+                f"        long long rows, long long nbasis, {T}* e, {T}* dmu, {T}* dsigma2) {{",
+                f"    rg_rbf_context(mu, sigma2, c, s2, rows, nbasis, e, dmu, dsigma2, {name}_map<{T}>{{}});", "}"]
+    return "\n".join(out)
 
 
 def continuous_functions(cm: ContinuousDerivation) -> list[_Piece]:
@@ -333,16 +309,10 @@ def generate_continuous_module(cm: ContinuousDerivation, name: str) -> str:
     pieces = continuous_functions(cm)
     quad = quadrature_constants(cm)
     py, cu = PyPrinter(), CudaPrinter()
-    device_parts = [cuda.PRELUDE] + [_cuda_function(piece, [], cu, name) for piece in pieces]
-    if quad is not None:
-        device_parts.append(_quadrature_source(name, quad))
+    device_parts = [_cuda_function(piece, [], cu, name) for piece in pieces if piece.name in _CONTEXT_METHODS]
+    device_parts.append(_map_struct(name, pieces, quad))
     device_source = "\n".join(device_parts) + "\n"
     kernels = [f"{name}_rbf_context_{suffix}" for suffix in ("f32", "f64")]
-    kernel_source = cuda.REDUCTIONS + "".join(
-        CONTEXT_KERNEL.format(name=name, T=T, suffix=suffix,
-                              quadrature="" if quad is None else QUADRATURE_BRANCH.format(name=name, T=T))
-        for T, suffix in (("float", "f32"), ("double", "f64"))
-    )
     reg_text = sp.sstr(cm.regularizer.omega)
     e, e_mu, e_var = cm.rbf_expectation_grad()
     theta = cm.rbf_expectation_theta()
@@ -360,6 +330,7 @@ def generate_continuous_module(cm: ContinuousDerivation, name: str) -> str:
         f"NAME = {name!r}",
         f"REGULARIZER = {reg_text!r}",
         f"FAMILY = {cm.family!r}",
+        f"FORMAT_VERSION = {contract.FORMAT_VERSION}",
         f"CUDA_THREADS = {contract.CUDA_THREADS}",
         f"CUDA_KERNELS = {tuple(kernels)!r}",
         "",
@@ -372,5 +343,6 @@ def generate_continuous_module(cm: ContinuousDerivation, name: str) -> str:
                                  "(E, dE/dmu, dE/dsigma2) for E = E_p[N(t; c, s2)], sharing one evaluation.", py), ""]
     body += ["", _tuple_function("rbf_expectation_theta", ["theta_1", "theta_2", "c", "s2"], list(theta),
                                  "(E, dE/dtheta_1, dE/dtheta_2) for scores theta_1 t + theta_2 t^2 (theta_2 < 0).", py), ""]
-    return assemble(doc, body, device_source, kernel_source,
-                    [f"map: {name} (continuous)", f"regularizer: omega(p) = {reg_text}"])
+    return assemble(doc, body, device_source, _entry_points(name), "context_source",
+                    [f"map: {name} (continuous)", f"regularizer: omega(p) = {reg_text}",
+                     f"format: {contract.FORMAT_VERSION}"])

@@ -1,101 +1,24 @@
-"""CUDA C++ for a derivation: type-generic device functions and the kernels CuPy launches.
+"""CUDA C++ for a derivation: the map's part of the source the kernels of :mod:`numeric.kernels` are built from.
 
-The source has two parts.
+The kernels themselves (``numeric/kernels/rows.cuh``) are package code, written
+once; a generated module holds what is derived from its regularizer:
 
-``device_source``: a prelude (``rg_*`` math overloads for float and double,
-``rg_inf``, and those of :data:`PRELUDE_EXTRAS` the functions call) and one ``template <typename T> __device__`` function per piece of
-the derivation.  It includes no header and uses no CUDA intrinsic, so the same
-text compiles with NVRTC and, behind a three-line header that empties
-``__device__``, with g++ on the host, where the tests call it through ctypes.
-
-``kernel_source``: ``extern "C"`` kernels, one per dtype (``_f32``, ``_f64``),
-all launched with 256 threads per block:
-
-* ``NAME_forward_from_tau``: elementwise ``p = g_+(s - tau[row])``;
-* ``NAME_forward_rows``: one block per row: max, then the threshold (closed
-  form, or Newton with a bisection safeguard on the bracket followed, for the
-  sort kind, by the exact support formula), then ``p``; writes ``tau`` too;
-* ``NAME_jvp``: one block per row, ``J v = w*v - w (w.v) / sum(w)`` with
-  ``w = w(p)`` on the support (``J`` is symmetric, so this is also the VJP).
+* one ``template <typename T> __device__`` function per routine (printed by
+  :func:`derive.codegen.emit.generate_module`), and for a link with no closed form
+  ``NAME_link``, :func:`numeric.newton.invert_link` traced into C
+  (:func:`newton_link_source`);
+* :func:`map_struct`: ``NAME_map<T>``, the struct of the map's parameters and of
+  the routines the kernels call, and ``NAME_link_plus`` (the clipped link);
+* :func:`entry_points`: ``extern "C"`` kernels ``NAME_{forward_from_tau,
+  forward_rows, jvp}_{f32,f64}`` calling the package's templates with the
+  struct, launched with 256 threads per block.
 """
 
 from __future__ import annotations
 
 from numeric.newton import Ops, invert_link
 
-PRELUDE = r"""// regattn prelude: float/double overloads, infinity, block reductions live in the kernel part
-#ifndef REGATTN_PRELUDE
-#define REGATTN_PRELUDE
-__device__ __forceinline__ float rg_exp(float x) { return expf(x); }
-__device__ __forceinline__ double rg_exp(double x) { return exp(x); }
-__device__ __forceinline__ float rg_log(float x) { return logf(x); }
-__device__ __forceinline__ double rg_log(double x) { return log(x); }
-__device__ __forceinline__ float rg_sqrt(float x) { return sqrtf(x); }
-__device__ __forceinline__ double rg_sqrt(double x) { return sqrt(x); }
-__device__ __forceinline__ float rg_cbrt(float x) { return cbrtf(x); }
-__device__ __forceinline__ double rg_cbrt(double x) { return cbrt(x); }
-__device__ __forceinline__ float rg_pow(float x, float y) { return powf(x, y); }
-__device__ __forceinline__ double rg_pow(double x, double y) { return pow(x, y); }
-__device__ __forceinline__ float rg_sin(float x) { return sinf(x); }
-__device__ __forceinline__ double rg_sin(double x) { return sin(x); }
-__device__ __forceinline__ float rg_cos(float x) { return cosf(x); }
-__device__ __forceinline__ double rg_cos(double x) { return cos(x); }
-__device__ __forceinline__ float rg_tan(float x) { return tanf(x); }
-__device__ __forceinline__ double rg_tan(double x) { return tan(x); }
-__device__ __forceinline__ float rg_sinh(float x) { return sinhf(x); }
-__device__ __forceinline__ double rg_sinh(double x) { return sinh(x); }
-__device__ __forceinline__ float rg_cosh(float x) { return coshf(x); }
-__device__ __forceinline__ double rg_cosh(double x) { return cosh(x); }
-__device__ __forceinline__ float rg_tanh(float x) { return tanhf(x); }
-__device__ __forceinline__ double rg_tanh(double x) { return tanh(x); }
-__device__ __forceinline__ float rg_asinh(float x) { return asinhf(x); }
-__device__ __forceinline__ double rg_asinh(double x) { return asinh(x); }
-__device__ __forceinline__ float rg_acosh(float x) { return acoshf(x); }
-__device__ __forceinline__ double rg_acosh(double x) { return acosh(x); }
-__device__ __forceinline__ float rg_atanh(float x) { return atanhf(x); }
-__device__ __forceinline__ double rg_atanh(double x) { return atanh(x); }
-__device__ __forceinline__ float rg_asin(float x) { return asinf(x); }
-__device__ __forceinline__ double rg_asin(double x) { return asin(x); }
-__device__ __forceinline__ float rg_acos(float x) { return acosf(x); }
-__device__ __forceinline__ double rg_acos(double x) { return acos(x); }
-__device__ __forceinline__ float rg_atan(float x) { return atanf(x); }
-__device__ __forceinline__ double rg_atan(double x) { return atan(x); }
-__device__ __forceinline__ float rg_erf(float x) { return erff(x); }
-__device__ __forceinline__ double rg_erf(double x) { return erf(x); }
-__device__ __forceinline__ float rg_fabs(float x) { return fabsf(x); }
-__device__ __forceinline__ double rg_fabs(double x) { return fabs(x); }
-template <typename T> __device__ __forceinline__ T rg_inf() { return T(1) / T(0); }
-template <typename T> __device__ __forceinline__ T rg_eps();
-template <> __device__ __forceinline__ float rg_eps<float>() { return 1.1920929e-07f; }
-template <> __device__ __forceinline__ double rg_eps<double>() { return 2.220446049250313e-16; }
-template <typename T> __device__ __forceinline__ T rg_log_tiny();  // log of the smallest normal
-template <> __device__ __forceinline__ float rg_log_tiny<float>() { return -87.3f; }
-template <> __device__ __forceinline__ double rg_log_tiny<double>() { return -708.3; }
-#endif
-"""
-
-# Overloads that a module's prelude holds only where its functions call them
-# (printers.stable_form brings them in), each under an include guard of its own.
-PRELUDE_EXTRAS = {
-    "rg_log1p": r"""#ifndef REGATTN_LOG1P
-#define REGATTN_LOG1P
-__device__ __forceinline__ float rg_log1p(float x) { return log1pf(x); }
-__device__ __forceinline__ double rg_log1p(double x) { return log1p(x); }
-#endif
-""",
-    "rg_expm1": r"""#ifndef REGATTN_EXPM1
-#define REGATTN_EXPM1
-__device__ __forceinline__ float rg_expm1(float x) { return expm1f(x); }
-__device__ __forceinline__ double rg_expm1(double x) { return expm1(x); }
-#endif
-""",
-}
-
-
-def prelude_for(code: str) -> str:
-    """:data:`PRELUDE` and the :data:`PRELUDE_EXTRAS` that ``code`` calls."""
-    return PRELUDE + "".join(text for fname, text in PRELUDE_EXTRAS.items() if f"{fname}(" in code)
-
+__all__ = ["newton_link_source", "map_struct", "entry_points", "kernel_names", "THRESHOLD_KINDS", "ROLES"]
 
 class _C:
     """A value of the C tracer: the name of a local (or a literal) and its type."""
@@ -210,375 +133,52 @@ def newton_link_source(name: str, params: list[str]) -> str:
     return "\n".join([head, *tr.lines, f"    return {p.text};", "}"])
 
 
-LINK_PLUS = r"""
-template <typename T> __device__ __forceinline__ T {name}_link_plus(T z{params_decl}) {{
-    // the clipped link g_+(z): 0 at or below omega'(0+) (and for z = -inf)
-    if (z != z) return z;
-    if (z == -rg_inf<T>() || z <= {name}_clip<T>({params_only})) return T(0);
-    return {name}_link(z{params_call});
-}}
-"""
-
-REDUCTIONS = r"""
-#ifndef REGATTN_REDUCTIONS
-#define REGATTN_REDUCTIONS
-#ifndef REGATTN_HOST_EMULATION  // the host emulation (one thread per block) brings its own
-template <typename T> __device__ __forceinline__ T rg_warp_sum(T v) {
-    for (int o = 16; o > 0; o >>= 1) v += __shfl_down_sync(0xffffffffu, v, o);
-    return v;
-}
-template <typename T> __device__ __forceinline__ T rg_warp_max(T v) {
-    for (int o = 16; o > 0; o >>= 1) { T w = __shfl_down_sync(0xffffffffu, v, o); v = (w > v || w != w) ? w : v; }
-    return v;
-}
-// block-wide sum / max of one value per thread; every thread gets the result
-template <typename T> __device__ T rg_block_sum(T v, T* shared) {
-    int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
-    v = rg_warp_sum(v);
-    __syncthreads();
-    if (lane == 0) shared[warp] = v;
-    __syncthreads();
-    v = (threadIdx.x < (blockDim.x >> 5)) ? shared[lane] : T(0);
-    if (warp == 0) v = rg_warp_sum(v);
-    if (threadIdx.x == 0) shared[0] = v;
-    __syncthreads();
-    T out = shared[0];
-    __syncthreads();
-    return out;
-}
-template <typename T> __device__ T rg_block_max(T v, T* shared) {
-    int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
-    v = rg_warp_max(v);
-    __syncthreads();
-    if (lane == 0) shared[warp] = v;
-    __syncthreads();
-    v = (threadIdx.x < (blockDim.x >> 5)) ? shared[lane] : -rg_inf<T>();
-    if (warp == 0) v = rg_warp_max(v);
-    if (threadIdx.x == 0) shared[0] = v;
-    __syncthreads();
-    T out = shared[0];
-    __syncthreads();
-    return out;
-}
-#endif
-#endif
-"""
-
-FORWARD_FROM_TAU = r"""
-extern "C" __global__ void {name}_forward_from_tau_{suffix}(const {T}* s, const {T}* tau, {T}* p,
-        long long rows, long long cols{params_kernel}) {{
-    long long n = rows * cols;
-    for (long long i = blockIdx.x * (long long)blockDim.x + threadIdx.x; i < n; i += (long long)gridDim.x * blockDim.x) {{
-        p[i] = {name}_link_plus<{T}>(s[i] - tau[i / cols]{params_call});
-    }}
-}}
-"""
-
-JVP = r"""
-extern "C" __global__ void {name}_jvp_{suffix}(const {T}* p, const {T}* v, {T}* out,
-        long long rows, long long cols{params_kernel}) {{
-    // J v = w*v - w (w.v) / sum(w), w = w(p) on the support; J is symmetric, so also the VJP
-    __shared__ {T} shared[32];
-    for (long long row = blockIdx.x; row < rows; row += gridDim.x) {{
-        const {T}* pr = p + row * cols; const {T}* vr = v + row * cols; {T}* outr = out + row * cols;
-        {T} sw = 0, swv = 0;
-        for (long long j = threadIdx.x; j < cols; j += blockDim.x) {{
-            // off the support w = 0; a NaN p (a NaN row) gives w NaN, so the whole row comes out NaN
-            {T} w = pr[j] > {T}(0) ? {name}_weight<{T}>(pr[j]{params_call}) : (pr[j] == pr[j] ? {T}(0) : pr[j]);
-            sw += w; swv += w * vr[j];
-        }}
-        sw = rg_block_sum(sw, shared);
-        swv = rg_block_sum(swv, shared);
-        {T} mean = sw > {T}(0) ? swv / sw : (sw == sw ? {T}(0) : sw);
-        for (long long j = threadIdx.x; j < cols; j += blockDim.x) {{
-            {T} w = pr[j] > {T}(0) ? {name}_weight<{T}>(pr[j]{params_call}) : (pr[j] == pr[j] ? {T}(0) : pr[j]);
-            outr[j] = w * (vr[j] - mean);
-        }}
-    }}
-}}
-"""
-
-FORWARD_ROWS_HEAD = r"""
-extern "C" __global__ void {name}_forward_rows_{suffix}(const {T}* s, {T}* p, {T}* tau_out,
-        long long rows, long long cols{params_kernel}) {{
-    // one block per row: m = max(s); the threshold tau; p = g_+(s - tau)
-    __shared__ {T} shared[32];
-    for (long long row = blockIdx.x; row < rows; row += gridDim.x) {{
-        const {T}* sr = s + row * cols; {T}* pr = p + row * cols;
-        {T} m = -rg_inf<{T}>(), finite = 0, nan = 0;
-        for (long long j = threadIdx.x; j < cols; j += blockDim.x) {{
-            {T} v = sr[j];
-            if (v != v) nan += 1; else if (v > -rg_inf<{T}>()) {{ finite += 1; m = v > m ? v : m; }}
-        }}
-        m = rg_block_max(m, shared);
-        finite = rg_block_sum(finite, shared);
-        nan = rg_block_sum(nan, shared);
-        {T} tau, lo = 0, hi = 0, rho = 0, phi = 0, k = 1, r = 0;  // (the root solvers' final state)
-        if (nan > {T}(0)) {{
-            tau = {T}(0) / {T}(0);
-        }} else if (finite == {T}(0)) {{
-            tau = rg_inf<{T}>();  // every score masked: all probabilities 0
-        }} else {{
-"""
-
-FORWARD_ROWS_CLOSED = r"""
-            // closed form: tau = m + tau_from_sum(sum_j term(s_j - m))
-            {T} total = 0;
-            for (long long j = threadIdx.x; j < cols; j += blockDim.x) {{
-                {T} v = sr[j];
-                if (v > -rg_inf<{T}>()) total += {name}_term<{T}>(v - m{params_call});
-            }}
-            total = rg_block_sum(total, shared);
-            tau = m + {name}_tau_from_sum<{T}>(total{params_call});
-"""
-
-FORWARD_ROWS_ROOT = r"""
-            // Newton on f(tau) = sum_j g_+(s_j - tau) - 1 (decreasing), f' = -sum_j w(p_j),
-            // safeguarded by bisection on [m - omega'(1), m - omega'(1/n)]
-            lo = m - {name}_omega_prime<{T}>({T}(1){params_call});
-            hi = m - {name}_omega_prime<{T}>({T}(1) / finite{params_call});
-            tau = lo;
-            {T} step_old = hi - lo, step = step_old;
-            for (int it = 0; it < 200; ++it) {{
-                {T} f = 0, df = 0;
-                for (long long j = threadIdx.x; j < cols; j += blockDim.x) {{
-                    {T} q = {name}_link_plus<{T}>(sr[j] - tau{params_call});
-                    f += q;
-                    if (q > {T}(0)) df += {name}_weight<{T}>(q{params_call});
-                }}
-                f = rg_block_sum(f, shared) - {T}(1);
-                df = rg_block_sum(df, shared);
-                if (f == {T}(0)) break;
-                if (f > {T}(0)) lo = tau; else hi = tau;
-                {T} next = df > {T}(0) ? tau + f / df : lo - {T}(1);
-                // (a Newton point on an end of the bracket is the root to rounding: accepted, it stops the
-                // loop; taken for outside, it made every later step a bisection)
-                if (next >= lo && next <= hi && rg_fabs(next - tau) < {T}(0.5) * rg_fabs(step_old)) {{
-                    step_old = step; step = next - tau; tau = next;
-                }} else {{
-                    step_old = step; step = (hi - lo) / {T}(2); tau = lo + step;
-                }}
-                if (rg_fabs(step) <= {T}(2) * rg_eps<{T}>() * ({T}(1) + rg_fabs(tau))) break;
-            }}
-"""
-
-FORWARD_ROWS_ROOT_TAIL = r"""
-        }}
-        // p = g_+(s - tau), divided by its sum (1 to the iteration's tolerance).  Where F jumps
-        // across 1 between neighbouring floats of tau (a score entering the support where the
-        // link's slope is infinite), no tau gives sum 1: p is the sum-1 combination of p at the
-        // two ends of the final bracket [lo, hi], and the entering score takes the mass.
-        {T} f_tau = 0, f_lo = 0, f_hi = 0;
-        if (nan == {T}(0) && finite > {T}(0)) {{
-            for (long long j = threadIdx.x; j < cols; j += blockDim.x) {{
-                f_tau += {name}_link_plus<{T}>(sr[j] - tau{params_call});
-                f_lo += {name}_link_plus<{T}>(sr[j] - lo{params_call});
-                f_hi += {name}_link_plus<{T}>(sr[j] - hi{params_call});
-            }}
-            f_tau = rg_block_sum(f_tau, shared);
-            f_lo = rg_block_sum(f_lo, shared);
-            f_hi = rg_block_sum(f_hi, shared);
-        }}
-        bool ends = rg_fabs(f_tau - {T}(1)) > {T}(4) * rg_eps<{T}>() && f_lo >= {T}(1) && f_hi <= {T}(1) && f_lo > f_hi;
-        {T} lam = ends ? (f_lo - {T}(1)) / (f_lo - f_hi) : {T}(0);
-        if (threadIdx.x == 0) tau_out[row] = tau;
-        for (long long j = threadIdx.x; j < cols; j += blockDim.x) {{
-            {T} q;
-            if (nan > {T}(0)) q = tau;
-            else if (finite == {T}(0)) q = {T}(0);
-            else if (ends) {{
-                {T} a = {name}_link_plus<{T}>(sr[j] - lo{params_call}), b = {name}_link_plus<{T}>(sr[j] - hi{params_call});
-                q = a + lam * (b - a);
-            }} else q = {name}_link_plus<{T}>(sr[j] - tau{params_call}) / f_tau;
-            pr[j] = q;
-        }}
-        __syncthreads();
-    }}
-}}
-"""
-
-FORWARD_ROWS_POWER = r"""
-            // link of the power form g(z) = (a (z - z0))**k, z0 = omega'(0+).  With y = s - m,
-            // c = p_max**(1/k) and r = a / c the ratios q_j = p_j / p_max = max(1 + r y_j, 0)**k
-            // lie in [0, 1] and p_max = 1 / Q, Q = sum_j q_j; rho = log r solves
-            // phi(rho) = rho - log(a) - log(Q) / k = 0, phi increasing with phi' >= 1, on
-            // [log(a), log(a) + log(n) / k].  Nothing underflows (c may, at large alpha on long
-            // rows) and nothing cancels where c is small (wide supports).  Newton with a bisection
-            // safeguard; F = sum_j p_j = exp(-k phi).
-            k = {name}_link_exponent<{T}>({params_only});
-            {T} log_a = rg_log({name}_link_scale<{T}>({params_only}));
-            lo = log_a; hi = log_a + rg_log(finite) / k;
-            rho = lo;
-            {T} step_old = hi - lo, step = step_old;
-            for (int it = 0; it < 200; ++it) {{
-                {T} q_sum = 0, slope = 0, er = rg_exp(rho);
-                for (long long j = threadIdx.x; j < cols; j += blockDim.x) {{
-                    {T} u = {name}_power_base<{T}>(rho, er, m - sr[j]);
-                    if (u > {T}(0)) {{
-                        {T} q = (k == {T}(1)) ? u : rg_exp(k * rg_log(u));
-                        q_sum += q;
-                        slope += q / u - q;
-                    }}
-                }}
-                q_sum = rg_block_sum(q_sum, shared);
-                slope = rg_block_sum(slope, shared);
-                phi = rho - log_a - rg_log(q_sum) / k;
-                if (phi == {T}(0)) {{ lo = hi = rho; break; }}
-                if (phi < {T}(0)) lo = rho; else hi = rho;  // F >= 1 where phi <= 0
-                if (k * rg_fabs(phi) <= {T}(2) * rg_eps<{T}>()) break;
-                {T} next = rho - phi / ({T}(1) + slope / q_sum);
-                if (next == rho) break;  // the root to rounding (a point on the bracket's end included)
-                if (next >= lo && next <= hi && rg_fabs(next - rho) < {T}(0.5) * rg_fabs(step_old)) {{
-                    step_old = step; step = next - rho; rho = next;
-                }} else {{
-                    step_old = step; step = (hi - lo) / {T}(2); rho = lo + step;
-                }}
-                if (hi - lo <= {T}(4) * rg_eps<{T}>() * rg_fabs(rho)) break;
-            }}
-            // rho is resolved to about |rho| ulps, r = exp(rho) likewise: where r is finite and the
-            // row settled, Newton on F(r) = (a / r)**k Q(r) (one rounding in c = a / r, one in the
-            // power) polishes r to a few ulps, which the wide supports' p = q / Q need
-            r = rg_exp(rho);
-            if (r < rg_inf<{T}>() && k * rg_fabs(phi) <= {T}(4) * rg_eps<{T}>()) {{
-                // (within the initial bracket: the final one, exp(lo) to exp(hi), is a few ulps of rho
-                // wide and rounds in exp, so it need not hold the root in r)
-                {T} a = {name}_link_scale<{T}>({params_only}), r_lo = a, r_hi = a * rg_exp(rg_log(finite) / k);
-                for (int it = 0; it < 2; ++it) {{
-                    {T} q_sum = 0, carry = 0, slope = 0;
-                    for (long long j = threadIdx.x; j < cols; j += blockDim.x) {{
-                        {T} u = {T}(1) - r * (m - sr[j]);
-                        if (u > {T}(0)) {{
-                            {T} q = (k == {T}(1)) ? u : rg_exp(k * rg_log(u));
-                            {name}_add_compensated<{T}>(q_sum, carry, q);
-                            slope += q / u - q;
-                        }}
-                    }}
-                    q_sum -= carry;
-                    q_sum = rg_block_sum(q_sum, shared);
-                    slope = rg_block_sum(slope, shared);
-                    {T} f = rg_pow(a / r, k) * q_sum;  // F decreases in r; dF/dr = -k F (1 + slope / Q) / r
-                    {T} next = r + (f - {T}(1)) * r / (k * f * ({T}(1) + slope / q_sum));
-                    if (!(next > r_lo && next < r_hi)) break;
-                    r = next;
-                }}
-            }}
-            // tau - m = -c / a - z0 = -1/r - z0
-            tau = m - (r < rg_inf<{T}>() ? {T}(1) / r : rg_exp(-rho)) - {name}_clip<{T}>({params_only});
-        }}
-        // p_j = F(rho) q_j(rho) / Q(rho).  Settled (k |phi| at most a few ulps): q_j / Q at r.  Where F
-        // jumps across 1 at a kink, the sum-1 combination of p at the ends lo, hi of the bracket.
-        {T} q_mid = 0, carry = 0, q_lo = 0, q_hi = 0;
-        if (nan == {T}(0) && finite > {T}(0)) {{
-            for (long long j = threadIdx.x; j < cols; j += blockDim.x) {{
-                {T} y = m - sr[j];
-                {name}_add_compensated<{T}>(q_mid, carry, {name}_power_ratio<{T}>(rho, r, y, k));
-                q_lo += {name}_power_ratio<{T}>(lo, rg_exp(lo), y, k);
-                q_hi += {name}_power_ratio<{T}>(hi, rg_exp(hi), y, k);
-            }}
-            q_mid = rg_block_sum(q_mid - carry, shared);
-            q_lo = rg_block_sum(q_lo, shared);
-            q_hi = rg_block_sum(q_hi, shared);
-        }}
-        {T} log_a = rg_log({name}_link_scale<{T}>({params_only}));
-        {T} f_lo = rg_exp(-k * (lo - log_a)) * q_lo, f_hi = rg_exp(-k * (hi - log_a)) * q_hi;  // F = exp(-k phi)
-        bool ends = k * rg_fabs(phi) > {T}(4) * rg_eps<{T}>() && lo < hi && f_lo >= {T}(1) && f_hi <= {T}(1) && f_lo > f_hi;
-        {T} lam = ends ? (f_lo - {T}(1)) / (f_lo - f_hi) : {T}(0);
-        if (threadIdx.x == 0) tau_out[row] = tau;
-        for (long long j = threadIdx.x; j < cols; j += blockDim.x) {{
-            {T} q;
-            if (nan > {T}(0)) q = tau;
-            else if (finite == {T}(0)) q = {T}(0);
-            else if (ends) {{
-                {T} y = m - sr[j];
-                {T} pa = {name}_power_ratio<{T}>(lo, rg_exp(lo), y, k) * (f_lo / q_lo);
-                {T} pb = {name}_power_ratio<{T}>(hi, rg_exp(hi), y, k) * (f_hi / q_hi);
-                q = pa + lam * (pb - pa);
-            }} else q = {name}_power_ratio<{T}>(rho, r, m - sr[j], k) / q_mid;
-            pr[j] = q;
-        }}
-        __syncthreads();
-    }}
-}}
-"""
-
-POWER_RATIO = r"""
-template <typename T> __device__ __forceinline__ T {name}_power_base(T rho, T r, T minus_y) {{
-    // u = 1 + r y with r = exp(rho), y = s - max(s) <= 0: one rounding of r y where r is finite,
-    // else -exp(rho + log(-y)) (r overflows where c underflows)
-    return r < rg_inf<T>() ? T(1) - r * minus_y : T(1) - rg_exp(rho + rg_log(minus_y));
-}}
-template <typename T> __device__ __forceinline__ void {name}_add_compensated(T& sum, T& carry, T v) {{
-    // Kahan: sum + carry holds the running total to about one ulp however many terms a thread adds
-    T y = v - carry, t = sum + y;
-    carry = (t - sum) - y;
-    sum = t;
-}}
-template <typename T> __device__ __forceinline__ T {name}_power_ratio(T rho, T r, T minus_y, T k) {{
-    // q = max(1 + r y, 0)**k: p / p_max at y = s - max(s) for a link of the power form (r = exp(rho))
-    T u = {name}_power_base<T>(rho, r, minus_y);
-    if (!(u > T(0))) return T(0);
-    return k == T(1) ? u : rg_exp(k * rg_log(u));
-}}
-"""
-
-FORWARD_ROWS_SORT = r"""
-            // exact support formula on the support found by the iteration
-            {T} k = 0, s1 = 0, s2 = 0, cut = {name}_clip<{T}>({params_only});
-            for (long long j = threadIdx.x; j < cols; j += blockDim.x) {{
-                {T} v = sr[j];
-                if (v - tau > cut) {{ {T} x = v - m; k += 1; s1 += x; s2 += x * x; }}
-            }}
-            k = rg_block_sum(k, shared);
-            s1 = rg_block_sum(s1, shared);
-            s2 = rg_block_sum(s2, shared);
-            if (k > {T}(0)) tau = m + {name}_tau_candidate<{T}>(k, s1, s2{params_call});
-"""
-
-FORWARD_ROWS_TAIL = r"""
-        }}
-        if (threadIdx.x == 0) tau_out[row] = tau;
-        for (long long j = threadIdx.x; j < cols; j += blockDim.x) {{
-            pr[j] = (nan > {T}(0)) ? tau : {name}_link_plus<{T}>(sr[j] - tau{params_call});
-        }}
-        __syncthreads();
-    }}
-}}
-"""
+#: The map struct's ``threshold`` (``rg_threshold`` of ``numeric/kernels/prelude.cuh``) by threshold kind and
+#: link form: a root threshold with a link of the power form iterates on ``log(a / c)``, other roots on ``tau``.
+THRESHOLD_KINDS = {"closed": "RG_CLOSED", "sort": "RG_SORT", "root": "RG_ROOT", "root power": "RG_ROOT_POWER"}
+#: The struct's methods (the routines of the kernels' interface) by routine, with their arguments.
+_METHODS = {"clip": (), "link": ("z",), "weight": ("p",), "omega_prime": ("p",), "term": ("s",),
+            "tau_from_sum": ("S",), "tau_candidate": ("k", "S_1", "S_2"), "link_scale": (), "link_exponent": ()}
+#: The kernels of every discrete map, each an entry point per dtype: (role, pointer arguments).
+ROLES = (("forward_from_tau", "const T* s, const T* tau, T* p"), ("forward_rows", "const T* s, T* p, T* tau"),
+         ("jvp", "const T* p, const T* v, T* out"))
 
 
-def kernel_source(name: str, kind: str, params: list[str], form: str = "general") -> str:
-    """The ``extern "C"`` kernels for one map, for float and double.
+def map_struct(name: str, params: list[str], routines, kind: str, form: str) -> str:
+    """``NAME_map<T>``: the map's parameters and the routines (of ``routines``) that the row kernels call, as the
+    interface of ``numeric/kernels/rows.cuh``; then ``NAME_link_plus(z, params...)``, the clipped link."""
+    threshold = THRESHOLD_KINDS["root power" if kind == "root" and form == "power" else kind]
+    call = ", ".join(params)
+    lines = [f"// the interface of the row kernels (numeric/kernels/rows.cuh) to {name}",
+             f"template <typename T> struct {name}_map {{",
+             f"    static constexpr rg_threshold threshold = {threshold};"]
+    if params:
+        lines.append(f"    T {', '.join(params)};")
+    for routine, args in _METHODS.items():
+        if routine in routines:
+            decl = ", ".join(f"T {a}" for a in args)
+            pass_on = ", ".join(list(args) + list(params))
+            lines.append(f"    __device__ T {routine}({decl}) const {{ return {name}_{routine}<T>({pass_on}); }}")
+    lines.append("};")
+    decl = "".join(f", T {q}" for q in params)
+    lines.append(f"template <typename T> __device__ __forceinline__ T {name}_link_plus(T z{decl}) {{ "
+                 f"return rg_link_plus({name}_map<T>{{{call}}}, z); }}")
+    return "\n".join(lines)
 
-    ``form`` is the link's derived shape (:mod:`derive._linkform`): a root
-    threshold with a link of the ``"power"`` form iterates on ``log(a / c)``
-    (:data:`FORWARD_ROWS_POWER`); other root thresholds on ``tau``.
-    """
-    out = [REDUCTIONS]
-    if kind == "root" and form == "power":
-        out.append(POWER_RATIO.format(name=name))
+
+def entry_points(name: str, params: list[str]) -> str:
+    """The ``extern "C"`` kernels of a discrete map: per role of :data:`ROLES` and dtype, a call of the package's
+    template ``rg_ROLE`` with the map's struct."""
+    out = []
     for T, suffix in (("float", "f32"), ("double", "f64")):
-        fmt = dict(
-            name=name,
-            T=T,
-            suffix=suffix,
-            params_kernel="".join(f", {T} {q}" for q in params),
-            params_call="".join(f", {q}" for q in params),
-            params_only=", ".join(params),
-        )
-        out.append(FORWARD_FROM_TAU.format(**fmt))
-        body = FORWARD_ROWS_HEAD
-        if kind == "closed":
-            body += FORWARD_ROWS_CLOSED + FORWARD_ROWS_TAIL
-        elif kind == "sort":
-            body += FORWARD_ROWS_ROOT + FORWARD_ROWS_SORT + FORWARD_ROWS_TAIL
-        elif form == "power":
-            body += FORWARD_ROWS_POWER
-        else:
-            body += FORWARD_ROWS_ROOT + FORWARD_ROWS_ROOT_TAIL
-        out.append(body.format(**fmt))
-        out.append(JVP.format(**fmt))
-    return "".join(out)
+        decl = "".join(f", {T} {q}" for q in params)
+        for role, pointers in ROLES:
+            args = ", ".join(a.split()[-1].lstrip("*") for a in pointers.split(", "))
+            out += [f'extern "C" __global__ void {name}_{role}_{suffix}({pointers.replace("T*", T + "*")}, '
+                    f"long long rows, long long cols{decl}) {{",
+                    f"    rg_{role}({args}, rows, cols, {name}_map<{T}>{{{', '.join(params)}}});", "}"]
+    return "\n".join(out)
 
 
 def kernel_names(name: str) -> list[str]:
-    return [f"{name}_{role}_{suffix}" for suffix in ("f32", "f64") for role in ("forward_from_tau", "forward_rows", "jvp")]
+    return [f"{name}_{role}_{suffix}" for suffix in ("f32", "f64") for role, _ in ROLES]

@@ -20,9 +20,12 @@
   ``LINK_FORM == "power"``, else ``None``; ``term`` and
   ``tau_from_sum`` for a closed threshold; ``tau_candidate`` and
   ``discriminant`` for a sort threshold;
-* ``CUDA_SOURCE``: ``CUDA_DEVICE_SOURCE`` (the same functions as
-  ``template <typename T> __device__``) followed by the kernels of
-  :mod:`derive.codegen.cuda`; ``CUDA_KERNELS`` names them.
+* ``CUDA_DEVICE_SOURCE`` (the same functions as ``template <typename T> __device__``
+  and the struct ``NAME_map<T>`` of :func:`derive.codegen.cuda.map_struct`) and
+  ``CUDA_SOURCE``, which adds the package's row kernels (:mod:`numeric.kernels`)
+  and the entry points :func:`derive.codegen.cuda.entry_points`, joined when the
+  module is imported; ``CUDA_KERNELS`` names the entry points;
+* ``TRITON_SOURCE``: the map's ``@triton.jit`` functions (:mod:`derive.codegen.triton`).
 
 The text is deterministic: the same derivation gives the same bytes, headed
 by the regularizer and a SHA-256 of everything below the header.
@@ -217,6 +220,7 @@ def module_imports(body: str) -> list[str]:
     """The import lines a generated module's text needs: math and erf only where used."""
     lines = ["import math", ""] if "math." in body else []
     lines.append("import numpy")
+    lines.append("from numeric import kernels")
     if "erf(" in body:
         lines.append("from numeric.special import erf  # NumPy has no erf ufunc")
     return lines + [""]
@@ -257,21 +261,12 @@ def generate_module(dv: Derivation, name: str) -> str:
     pieces = _pieces(dv)
     py, cu = PyPrinter(), CudaPrinter()
 
-    device = [cuda.PRELUDE]
-    for piece in pieces:
-        device.append(_cuda_function(piece, params, cu, name))
-    fmt = dict(
-        name=name,
-        params_decl="".join(f", T {q}" for q in params),
-        params_call="".join(f", {q}" for q in params),
-        params_only=", ".join(params),
-    )
+    device = [_cuda_function(piece, params, cu, name) for piece in pieces]
     if dv.inversion.method != "closed":
         device.append(cuda.newton_link_source(name, params))
-    device.append(cuda.LINK_PLUS.format(**fmt).strip("\n"))
-    device[0] = cuda.prelude_for("\n".join(device[1:]))
+    device.append(cuda.map_struct(name, params, {pc.name for pc in pieces} | {"link"}, dv.threshold.kind,
+                                  dv.inversion.form.form))
     device_source = "\n".join(device) + "\n"
-    kernel_source = cuda.kernel_source(name, dv.threshold.kind, params, dv.inversion.form.form)
     kernels = cuda.kernel_names(name)
 
     th = dv.threshold
@@ -319,19 +314,24 @@ def generate_module(dv: Derivation, name: str) -> str:
     body += ["", "#: Triton attention kernels of this map (derive.codegen.triton; None: its link has no closed form)"]
     body += ["TRITON_SOURCE = None", ""] if triton_text is None else ['TRITON_SOURCE = r"""', triton_text.rstrip("\n"),
                                                                      '"""', ""]
-    return assemble(doc, body, device_source, kernel_source,
+    return assemble(doc, body, device_source, cuda.entry_points(name, params), "rows_source",
                     [f"map: {name}", f"regularizer: omega(p) = {reg_text}", f"format: {contract.FORMAT_VERSION}"])
 
 
-def assemble(doc: list[str], body: list[str], device_source: str, kernel_source: str, header: list[str]) -> str:
+def assemble(doc: list[str], body: list[str], device_source: str, entries: str, assembler: str,
+             header: list[str]) -> str:
     """A generated module's text: header comments, docstring, imports, ``body``, then the CUDA sources.
 
-    The header ends with a content hash of everything below it; runs of blank
-    lines are cut to two, so the text is deterministic and ruff-clean.
+    ``device_source`` is the map's device functions, ``entries`` its ``extern "C"`` kernels; the module joins
+    them with the package's kernels when it is imported (:mod:`numeric.kernels`: ``device_source`` and
+    ``assembler``, ``"rows_source"`` or ``"context_source"``).  The header ends with a content hash of
+    everything below it; runs of blank lines are cut to two, so the text is deterministic and ruff-clean.
     """
     body = ["", "\n".join(doc), ""] + module_imports("\n".join(body)) + body
-    body += ["", 'CUDA_DEVICE_SOURCE = r"""', device_source.rstrip("\n"), '"""', ""]
-    body += ['CUDA_SOURCE = CUDA_DEVICE_SOURCE + r"""', kernel_source.rstrip("\n"), '"""', ""]
+    body += ["", "#: this map's device functions after the prelude (numeric/kernels/prelude.cuh)",
+             'CUDA_DEVICE_SOURCE = kernels.device_source(r"""', device_source.rstrip("\n"), '""")', ""]
+    body += ["#: everything CuPy compiles: the device source, the package's kernels and this map's entry points",
+             f'CUDA_SOURCE = kernels.{assembler}(CUDA_DEVICE_SOURCE, r"""', entries.rstrip("\n"), '""")', ""]
     text = "\n".join(body)
     while "\n\n\n\n" in text:
         text = text.replace("\n\n\n\n", "\n\n\n")

@@ -436,7 +436,7 @@ def verify_continuous_map(cm, name: str, *, samples: int = 20, points: int = 40,
     from . import verify_continuous as VC
     from ..continuous import check_density
     from .compilers import host_library
-    from .continuous import generate_continuous_module
+    from .continuous import DEVICE_FUNCTIONS, generate_continuous_module
     from .files import load_module, write_atomic
 
     out = Verification()
@@ -471,8 +471,10 @@ def verify_continuous_map(cm, name: str, *, samples: int = 20, points: int = 40,
 
         for step in _function_steps(
             VC.check(cm, numpy_call, "double", "numpy", points=points, seed=seed),
-            lambda: host_library(module.CUDA_DEVICE_SOURCE, name, {f: len(a) for f, (_, a) in fns.items()}, Path(tmp)),
-            lambda lib, ctype: VC.check(cm, lambda f, xs: lib[ctype][f](*xs), ctype, "device (g++)", points=points, seed=seed),
+            lambda: host_library(module.CUDA_DEVICE_SOURCE, name,
+                                 {f: len(a) for f, (_, a) in fns.items() if f in DEVICE_FUNCTIONS}, Path(tmp)),
+            lambda lib, ctype: VC.check(cm, lambda f, xs: lib[ctype][f](*xs), ctype, "device (g++)", points=points,
+                                        seed=seed, only=DEVICE_FUNCTIONS),
             "max error / running bound", lambda c: f"1; {VC.UNIT[c]:g} per operation",
         ):
             _emit(out, step, on_step)

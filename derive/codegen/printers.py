@@ -828,18 +828,18 @@ class TritonPrinter(PyPrinter):
     """:class:`PyPrinter` for ``triton.language`` (as ``tl``) inside ``@triton.jit`` functions.
 
     Triton has no power, cube root, ``expm1`` or ``log1p`` of its own: they print as
-    the helpers ``_pow``, ``_cbrt``, ``_expm1`` and ``_log1p`` that every Triton
-    source defines (:mod:`derive.codegen.triton`).
+    the helpers ``rg_pow``, ``rg_cbrt``, ``rg_expm1`` and ``rg_log1p`` of
+    :mod:`numeric.kernels.triton_math`, which a Triton source imports where it calls them.
     """
 
     _module = "tl"
-    _helpers = {"power": "_pow", "cbrt": "_cbrt", "expm1": "_expm1", "log1p": "_log1p"}
+    _helpers = {"power": "rg_pow", "cbrt": "rg_cbrt", "expm1": "rg_expm1", "log1p": "rg_log1p"}
 
     def _call(self, name: str) -> str:
         return self._helpers.get(name) or super()._call(name)
 
     def _cbrt(self) -> str:
-        return "_cbrt"
+        return "rg_cbrt"
 
     def _print_erf(self, expr):
         return f"tl.erf({self._print(expr.args[0])})"

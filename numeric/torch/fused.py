@@ -1,9 +1,11 @@
-"""Fused attention through a map's generated Triton kernels (``TRITON_SOURCE``, :mod:`derive.codegen.triton`).
+"""Fused attention through the Triton kernels of :mod:`numeric.kernels.triton_attention` and a map's functions.
 
 :func:`numeric.torch.attention` runs here with ``backend="triton"`` (and by default
 on CUDA tensors when Triton is installed): one forward kernel computes each query
 block's weights and output without writing the weights to memory, and two
-backward kernels recompute them from each row's threshold.  On CPU tensors the
+backward kernels recompute them from each row's threshold.  The kernels are the
+same for every map; the map's ``@triton.jit`` functions (its module's
+``TRITON_SOURCE``, :mod:`derive.codegen.triton`) are their ``MAP`` argument.  On CPU tensors the
 kernels run in Triton's interpreter, which needs ``TRITON_INTERPRET=1`` in the
 environment before Triton is first imported.
 
@@ -93,13 +95,16 @@ def warn_fallback(reason: str) -> None:
                       RuntimeWarning, stacklevel=3)
 
 
-def kernels(module):
-    """The module of ``module.TRITON_SOURCE``, imported from a file (Triton reads its kernels' source)."""
+def map_functions(module):
+    """The :class:`~numeric.kernels.triton_attention.MapFunctions` of ``module.TRITON_SOURCE``, imported from a
+    file (Triton reads its functions' source)."""
     global _folder
     text = module.TRITON_SOURCE
     found = _loaded.get(text)  # (by the text itself: a str caches its hash, so a call hashes nothing)
     if found is not None:
         return found
+    from numeric.kernels.triton_attention import MapFunctions
+
     with _lock:
         if text in _loaded:
             return _loaded[text]
@@ -114,8 +119,9 @@ def kernels(module):
         mod = importlib.util.module_from_spec(spec)
         sys.modules[name] = mod
         spec.loader.exec_module(mod)
-        _loaded[text] = mod
-        return mod
+        found = MapFunctions(*(getattr(mod, field) for field in MapFunctions._fields))
+        _loaded[text] = found
+        return found
 
 
 def _heads(t, batch, rows, cols):
@@ -141,7 +147,7 @@ def _param_values(fn, batch, B, H, device):
 
 class _Fused(torch.autograd.Function):
     @staticmethod
-    def forward(ctx, q, k, v, mask, scale, causal, fn, mod, params, shapes):
+    def forward(ctx, q, k, v, mask, scale, causal, fn, fns, params, shapes):
         B, H, L, S, E, EV = shapes
         block = BLOCK["cuda" if q.is_cuda else "cpu"]
         nq, nk = math.ceil(L / block), math.ceil(S / block)
@@ -153,20 +159,21 @@ class _Fused(torch.autograd.Function):
         m, ms = _mask_args(mask, q)
         be, bev = max(16, _triton().next_power_of_2(E)), max(16, _triton().next_power_of_2(EV))
         exp_link = bool(fn.module.TERM_IS_EXP) and fn.module.LINK_FORM == "exp"
-        mod.attention_forward[(nq, B * H)](
+        kt = _kernels()
+        kt.attention_forward[(nq, B * H)](
             q, k, v, out, tau, fsum, support, bmax, m, params, H, L, S, E, EV, float(scale), nk, params.shape[1],
             *q.stride(), *k.stride(), *v.stride(), *out.stride(), *ms,
             HAS_MASK=mask is not None, MASK_BOOL=mask is None or mask.dtype == torch.bool, CAUSAL=causal,
             EXP_LINK=exp_link, MAX_STEPS=MAX_STEPS, BLOCK_M=block, BLOCK_N=block, BLOCK_E=be, BLOCK_EV=bev,
-            UPCAST=not q.is_cuda, **_options(q))
+            UPCAST=not q.is_cuda, MAP=fns, **_options(q))
         ctx.save_for_backward(q, k, v, mask, params, tau, fsum, support)
-        ctx.args = (scale, causal, mod, shapes, block, be, bev)
+        ctx.args = (scale, causal, fns, shapes, block, be, bev)
         return out
 
     @staticmethod
     def backward(ctx, dout):
         q, k, v, mask, params, tau, fsum, support = ctx.saved_tensors
-        scale, causal, mod, (B, H, L, S, E, EV), block, be, bev = ctx.args
+        scale, causal, fns, (B, H, L, S, E, EV), block, be, bev = ctx.args
         nq, nk = math.ceil(L / block), math.ceil(S / block)
         do = dout.contiguous()
         dq = torch.empty(B * H, L, E, dtype=torch.float32, device=q.device)
@@ -175,16 +182,25 @@ class _Fused(torch.autograd.Function):
         c = torch.empty_like(tau)
         m, ms = _mask_args(mask, q)
         flags = dict(HAS_MASK=mask is not None, MASK_BOOL=mask is None or mask.dtype == torch.bool, CAUSAL=causal,
-                     BLOCK_M=block, BLOCK_N=block, BLOCK_E=be, BLOCK_EV=bev, UPCAST=not q.is_cuda, **_options(q))
+                     BLOCK_M=block, BLOCK_N=block, BLOCK_E=be, BLOCK_EV=bev, UPCAST=not q.is_cuda, MAP=fns,
+                     **_options(q))
         common = (H, L, S, E, EV, float(scale))
         strides = (*q.stride(), *k.stride(), *v.stride(), *do.stride(), *ms)
-        mod.attention_backward_rows[(nq, B * H)](q, k, v, do, dq, tau, fsum, c, support, m, params, *common, nk,
+        kt = _kernels()
+        kt.attention_backward_rows[(nq, B * H)](q, k, v, do, dq, tau, fsum, c, support, m, params, *common, nk,
                                                  params.shape[1], *strides, **flags)
-        mod.attention_backward_keys[(nk, B * H)](q, k, v, do, dk, dv, tau, fsum, c, support, m, params, *common, nk,
+        kt.attention_backward_keys[(nk, B * H)](q, k, v, do, dk, dv, tau, fsum, c, support, m, params, *common, nk,
                                                  nq, params.shape[1], *strides, **flags)
         shape = (B, H)
         return (dq.reshape(shape + (L, E)).to(q.dtype), dk.reshape(shape + (S, E)).to(q.dtype),
                 dv.reshape(shape + (S, EV)).to(q.dtype), None, None, None, None, None, None, None)
+
+
+def _kernels():
+    """:mod:`numeric.kernels.triton_attention` (imported on first use: it imports Triton)."""
+    from numeric.kernels import triton_attention
+
+    return triton_attention
 
 
 def _options(q) -> dict:
@@ -208,6 +224,6 @@ def fused_attention(query, key, value, attn_mask, is_causal: bool, scale: float,
     B, H = q.shape[0], q.shape[1]
     mask = None if attn_mask is None else _heads(attn_mask, batch, L, S)
     params = _param_values(fn, batch, B, H, query.device)
-    mod = kernels(fn.module)
-    out = _Fused.apply(q, k, v, mask, scale, is_causal, fn, mod, params, (B, H, L, S, E, EV))
+    fns = map_functions(fn.module)
+    out = _Fused.apply(q, k, v, mask, scale, is_causal, fn, fns, params, (B, H, L, S, E, EV))
     return out.reshape(batch + (L, EV))

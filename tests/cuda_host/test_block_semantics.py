@@ -23,8 +23,8 @@ import numpy as np
 import pytest
 
 import numeric as nm
-from derive.codegen.cuda import PRELUDE, REDUCTIONS
 from numeric.contract import CUDA_THREADS
+from numeric.kernels import cuda_file
 from tests.numeric.conftest import importable_user_maps
 
 from . import harness as H
@@ -33,6 +33,7 @@ if shutil.which("g++") is None:
     pytest.skip("g++ is not on PATH: the CUDA host harness compiles the kernels with it", allow_module_level=True)
 
 THREADS = CUDA_THREADS  # 256: what every generated kernel is written for
+PRELUDE, REDUCTIONS = cuda_file("prelude.cuh"), cuda_file("reductions.cuh")
 
 # ---------------------------------------------------------------------------------------------------------------
 # (a) the primitives
@@ -57,7 +58,7 @@ extern "C" __global__ void hand_sum_max(const double* x, double* sum, double* mx
     }
 }
 
-// the generated block reductions (derive.codegen.cuda.REDUCTIONS), every thread storing what it got
+// the package's block reductions (numeric/kernels/reductions.cuh), every thread storing what it got
 extern "C" __global__ void generated_sum_max(const double* x, double* sum, double* mx) {
     __shared__ double shared[32];
     const unsigned i = blockIdx.x * blockDim.x + threadIdx.x;
@@ -555,7 +556,7 @@ MAP_CALLS
 """
 
 
-# the generated block reductions without the barrier between thread 0 writing the total to shared[0] and every
+# the package's block reductions without the barrier between thread 0 writing the total to shared[0] and every
 # thread reading it (a real race), renamed to live beside the originals
 _WRITE_TOTAL = "    if (threadIdx.x == 0) shared[0] = v;\n"
 assert REDUCTIONS.count(_WRITE_TOTAL + "    __syncthreads();\n") == 2

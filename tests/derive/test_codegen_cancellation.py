@@ -155,10 +155,11 @@ def test_stable_form_is_idempotent():
 @pytest.mark.parametrize("printer", [printers.PyPrinter, printers.TritonPrinter], ids=["numpy", "triton"])
 @pytest.mark.parametrize("text", ["exp(p) - 1 - p", "p - log(1 + p)", "p*log(p) - p + 1", "1 + p - sqrt(1 + 2*p)"])
 def test_every_python_printer_prints_the_switch(printer, text):
-    """The NumPy text, and the Triton text run on NumPy arrays (``tl.where``, ``tl.abs``; ``_expm1`` and ``_log1p``
-    the helpers every Triton source defines), on both sides of the switch, within 4 eps of the 60-digit value."""
+    """The NumPy text, and the Triton text run on NumPy arrays (``tl.where``, ``tl.abs``; ``rg_expm1`` and
+    ``rg_log1p`` the helpers of numeric.kernels.triton_math), on both sides of the switch, within 4 eps of the
+    60-digit value."""
     tl = SimpleNamespace(**{n: getattr(np, n) for n in ("where", "abs", "exp", "log", "sqrt")})
-    ns = {"numpy": np, "tl": tl, "_expm1": np.expm1, "_log1p": np.log1p}
+    ns = {"numpy": np, "tl": tl, "rg_expm1": np.expm1, "rg_log1p": np.log1p}
     expr = _parse(text)
     assigns, (result,) = printers.print_block(printer(), [expr], text)
     xs = np.geomspace(1e-9, 3.0, 40)

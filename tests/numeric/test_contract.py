@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import importlib
+import importlib.resources
 import inspect
 import types
 
@@ -87,3 +88,37 @@ def test_map_requires_the_contract():
     assert nm.maps.REQUIRED == contract.required_names()
     with pytest.raises(TypeError, match="not a generated map: missing"):
         nm.Map(_stripped("softmax", drop=("LINK_FORM",)))
+
+
+def _old_format(tmp_path, name, edit):
+    """The committed module ``name`` as an older regattn wrote it (``edit`` applied to its body), with a header
+    that matches (a trusted file of the old format), loaded from ``tmp_path``."""
+    from derive.codegen.emit import HEADER_MARK, content_hash
+    from derive.codegen.files import load_module
+    from numeric import _trust
+
+    text = (importlib.resources.files("numeric._generated") / f"{name}.py").read_text(encoding="utf-8")
+    header, body = _trust.split_header(text)
+    body = edit(body)
+    assert body != _trust.split_header(text)[1]
+    path = tmp_path / f"{name}.py"
+    path.write_text("\n".join([HEADER_MARK, *header[1:-1], f"# content-hash: {content_hash(body)}"]) + "\n" + body)
+    return load_module(path, prefix="old_")
+
+
+def test_modules_of_an_older_format_say_to_generate_again(tmp_path):
+    """A module written for format 5 (the CUDA kernels pasted into the module) and a continuous module of the
+    formats before 6 (which had no FORMAT_VERSION) are refused with the message to run `regattn generate` again."""
+    old = _old_format(tmp_path, "sparsemax", lambda b: b.replace(f"FORMAT_VERSION = {contract.FORMAT_VERSION}\n",
+                                                                  "FORMAT_VERSION = 5\n"))
+    with pytest.raises(TypeError, match="generated for format 5.*run `regattn generate` again"):
+        nm.get_map(old)
+    old = _old_format(tmp_path, "continuous_sparsemax",
+                      lambda b: b.replace(f"FORMAT_VERSION = {contract.FORMAT_VERSION}\n", ""))
+    with pytest.raises(TypeError, match="missing FORMAT_VERSION.*run `regattn generate` again"):
+        nm.continuous.ContinuousMap(old)
+    old = _old_format(tmp_path, "continuous_sparsemax", lambda b: b.replace(
+        f"FORMAT_VERSION = {contract.FORMAT_VERSION}\n", "FORMAT_VERSION = 5\n"))
+    with pytest.raises(TypeError, match="generated for format 5.*run `regattn generate` again"):
+        nm.continuous.ContinuousMap(old)
+    contract.check_continuous_module(importlib.import_module("numeric._generated.continuous_sparsemax"))

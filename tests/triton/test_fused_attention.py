@@ -288,14 +288,12 @@ def test_threshold_passes_skip_blocks_without_weight(monkeypatch):
     the other blocks are computed once (the first pass), those of the diagonal blocks in every pass, and the output
     is within its bound.  (Newton from the left stops in a few steps: a step landing on the bracket's end by
     rounding is the root; with strict ends it fell back to halving and took 16 to 19 steps on these rows.)"""
-    import numeric as nm_
-    from numeric.torch import fused
+    from numeric.kernels import triton_attention as mod
 
     g = torch.Generator().manual_seed(8)
     blocks = torch.arange(64) // 16
     x = (4 * torch.nn.functional.one_hot(blocks, 8).float() + 0.1 * torch.randn(64, 8, generator=g))[None, None]
     v = torch.randn(1, 1, 64, 4, generator=g)
-    mod = fused.kernels(nm_.get_map("sparsemax").module)
     calls = []
     scores = mod._scores
     monkeypatch.setattr(mod, "_scores", lambda *a: calls.append((int(a[6].handle.data.ravel()[0]) // 16,

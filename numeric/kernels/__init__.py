@@ -1,0 +1,57 @@
+"""The kernels of every map, written once: CUDA row kernels and Triton attention kernels.
+
+A generated map module holds only what is derived from its regularizer: its
+routines as ``template <typename T> __device__`` functions, a struct
+``NAME_map<T>`` gathering those the kernels call, and one ``extern "C"`` entry
+point per kernel and dtype that calls a template of this package with that
+struct.  The module's ``CUDA_SOURCE`` is assembled here when it is imported:
+
+    CUDA_DEVICE_SOURCE = device_source(functions)          # prelude.cuh + the map's functions
+    CUDA_SOURCE = rows_source(CUDA_DEVICE_SOURCE, entries)  # + reductions.cuh, rows.cuh + the entry points
+
+so a fix to a kernel is one edit of a file here, and every module compiles the
+fixed kernel without being generated again.
+
+* ``prelude.cuh``: float and double overloads of the math functions generated
+  code calls (``rg_exp``, ``rg_log1p``...), ``rg_inf``, ``rg_eps``;
+* ``reductions.cuh``: block-wide sum and maximum (``rg_block_sum``, ``rg_block_max``);
+* ``rows.cuh``: the row kernels of a discrete map (``rg_forward_rows``,
+  ``rg_forward_from_tau``, ``rg_jvp``);
+* ``context.cuh``: the context kernel of a continuous map (``rg_rbf_context``)
+  and its Gauss-Legendre branch;
+* :mod:`numeric.kernels.triton_attention`: the fused attention kernels, taking
+  the map's ``@triton.jit`` functions (a module's ``TRITON_SOURCE``) as a
+  ``tl.constexpr`` argument.
+
+This package imports neither CuPy nor Triton (the Triton kernels are a
+submodule of their own).
+"""
+
+from __future__ import annotations
+
+from functools import cache
+from importlib import resources
+
+__all__ = ["cuda_file", "device_source", "rows_source", "context_source"]
+
+
+@cache
+def cuda_file(name: str) -> str:
+    """The text of the package's CUDA file ``name`` (``"prelude.cuh"``, ``"reductions.cuh"``, ``"rows.cuh"``,
+    ``"context.cuh"``)."""
+    return resources.files(__name__).joinpath(name).read_text(encoding="utf-8")
+
+
+def device_source(functions: str) -> str:
+    """A map's ``CUDA_DEVICE_SOURCE``: the prelude, then its generated device functions ``functions``."""
+    return cuda_file("prelude.cuh") + "\n" + functions
+
+
+def rows_source(device: str, entries: str) -> str:
+    """A discrete map's ``CUDA_SOURCE``: its device source, the row kernels, then its entry points ``entries``."""
+    return device + "\n" + cuda_file("reductions.cuh") + "\n" + cuda_file("rows.cuh") + "\n" + entries
+
+
+def context_source(device: str, entries: str) -> str:
+    """A continuous map's ``CUDA_SOURCE``: its device source, the context kernel, then its entry points."""
+    return device + "\n" + cuda_file("context.cuh") + "\n" + entries

@@ -1,0 +1,369 @@
+"""Fused attention kernels of every map, in Triton, taking the map's functions as an argument.
+
+:func:`numeric.torch.attention` launches them (:mod:`numeric.torch.fused`) with
+``MAP``, a :class:`MapFunctions` of the map's ``@triton.jit`` functions: those
+of its module's ``TRITON_SOURCE`` (printed by :mod:`derive.codegen.triton`),
+
+* ``params(Params, offset)``: the tuple of the map's parameters, loaded from
+  ``Params + offset`` (``()`` for a map without parameters); every function
+  below takes it last;
+* ``link(z, params)``: ``g = (omega')^{-1}`` (closed form), ``weight(p, params)``:
+  ``w = 1/omega''``, ``omega_prime(p, params)`` and ``clip(params)``: ``omega'(0+)``.
+
+A ``tl.constexpr`` argument is part of a kernel's specialisation, and Triton keys
+it by the source of the functions it holds: each map gets its own compiled
+kernels, and a fix here is one edit for every map.
+
+* :func:`attention_forward`: one program per (batch x head, block of ``BLOCK_M``
+  queries).  With an exponential link (``EXP_LINK``, softmax) it is
+  FlashAttention's one pass with online rescaling.  Otherwise a pass over the key
+  blocks finds each row's maximum ``m`` and its number of keys ``n``; the
+  threshold lies in ``[m - omega'(1), m - omega'(1/n)]`` (``F(tau) = sum g_+(s -
+  tau)`` is at least 1 at the left end, where the largest score alone has
+  ``p = 1``, and at most 1 at the right end, where it has ``p = 1/n``) and is
+  found by Newton on ``F(tau) - 1`` (``F' = -sum w(p)``) safeguarded by
+  bisection of that bracket, one pass over the keys per step, until every row
+  of the block has converged; a last pass accumulates ``g_+(s - tau) v`` and
+  ``F``, writes ``out / F``, ``tau`` and ``F`` per row, and records which key
+  blocks hold a weight above 0 (``Support``, per query block);
+* :func:`attention_backward_rows`: per query block, ``c = sum w dP / sum w`` with
+  ``dP = dO v^T`` and ``w = weight(p)`` on the support (the map's JVP is
+  ``w * dP - w c``), then ``dQ = scale * dS k`` with ``dS = w (dP - c)``;
+* :func:`attention_backward_keys`: per key block, ``dV = p^T dO`` and
+  ``dK = scale * dS^T q`` over the query blocks.
+
+Both backward kernels recompute the scores and take ``p`` from the forward's
+``tau`` and ``F``; they skip the (query block, key block) pairs the forward found
+without support.  Fully masked rows get ``tau = inf``: weights, output and
+gradients 0.  Inputs of float32, float16 and bfloat16: the matrix products take
+the inputs' dtype (float32 with IEEE precision, not TF32) and accumulate in
+float32, with the weights and score gradients rounded to a half type's inputs
+before their products (as FlashAttention does); everything else is float32;
+outputs are written in the input's dtype.
+"""
+
+from __future__ import annotations
+
+from typing import NamedTuple
+
+import triton
+import triton.language as tl
+
+__all__ = ["MapFunctions", "KERNELS", "link_plus", "attention_forward", "attention_backward_rows",
+           "attention_backward_keys"]
+
+#: The kernels, by name.
+KERNELS = ("attention_forward", "attention_backward_rows", "attention_backward_keys")
+
+
+class MapFunctions(NamedTuple):
+    """A map's ``@triton.jit`` functions, the kernels' ``MAP`` argument (see the module's docstring)."""
+
+    params: object
+    link: object
+    weight: object
+    omega_prime: object
+    clip: object
+
+
+@triton.jit
+def link_plus(z, z_one, MAP: tl.constexpr, params):
+    # g_+(z): g(z) where z > clip, else 0; g is evaluated at omega'(1) (in its domain) off the support
+    live = z > MAP.clip(params)
+    g = MAP.link(tl.where(live, z, z_one), params)
+    return tl.where(live & (g > 0), g, 0.0)
+
+
+@triton.jit
+def _mm(a, b, UPCAST: tl.constexpr):
+    # a @ b accumulated in float32 (float32 operands with IEEE precision, not TF32); UPCAST: float32 operands
+    # (half-type products are exact in float32, so the values are those of the half-type product; Triton's
+    # interpreter multiplies bfloat16 operands wrongly)
+    if UPCAST:
+        return tl.dot(a.to(tl.float32), b.to(tl.float32), input_precision="ieee")
+    return tl.dot(a, b, input_precision="ieee")
+
+
+@triton.jit
+def _scores(q, scale, K, Mask, k_base, m_base, offs_m, start, L, S, E, stride_ks, stride_ke, stride_ml, stride_ms,
+            HAS_MASK: tl.constexpr, MASK_BOOL: tl.constexpr, CAUSAL: tl.constexpr,
+            BLOCK_N: tl.constexpr, BLOCK_E: tl.constexpr, UPCAST: tl.constexpr):
+    # the scaled scores of the query block (q already scaled) against the keys start:start+BLOCK_N, -inf where
+    # masked (key out of range, masked, above the diagonal); float masks are added
+    offs_n = start + tl.arange(0, BLOCK_N)
+    offs_e = tl.arange(0, BLOCK_E)
+    k = tl.load(K + k_base + offs_n[:, None] * stride_ks + offs_e[None, :] * stride_ke,
+                mask=(offs_n[:, None] < S) & (offs_e[None, :] < E), other=0.0)
+    s = _mm(q, tl.trans(k), UPCAST) * scale
+    keep = (offs_m[:, None] < L) & (offs_n[None, :] < S)
+    if CAUSAL:
+        keep = keep & (offs_n[None, :] <= offs_m[:, None])
+    if HAS_MASK:
+        mvals = tl.load(Mask + m_base + offs_m[:, None] * stride_ml + offs_n[None, :] * stride_ms,
+                        mask=(offs_m[:, None] < L) & (offs_n[None, :] < S), other=0)
+        if MASK_BOOL:
+            keep = keep & (mvals != 0)
+        else:
+            s = s + mvals.to(tl.float32)
+    return tl.where(keep, s, float("-inf"))
+
+
+@triton.jit
+def attention_forward(Q, K, V, Out, Tau, Fsum, Support, Bmax, Mask, Params,
+                      H, L, S, E, EV, scale, n_kblocks, n_params,
+                      sq_b, sq_h, sq_l, sq_e, sk_b, sk_h, sk_s, sk_e, sv_b, sv_h, sv_s, sv_e,
+                      so_b, so_h, so_l, so_e, sm_b, sm_h, sm_l, sm_s,
+                      HAS_MASK: tl.constexpr, MASK_BOOL: tl.constexpr, CAUSAL: tl.constexpr,
+                      EXP_LINK: tl.constexpr, MAX_STEPS: tl.constexpr,
+                      BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_E: tl.constexpr, BLOCK_EV: tl.constexpr,
+                      UPCAST: tl.constexpr, MAP: tl.constexpr):
+    qb = tl.program_id(0)
+    bh = tl.program_id(1)
+    b = bh // H
+    h = bh % H
+    params = MAP.params(Params, bh * n_params)
+    offs_m = qb * BLOCK_M + tl.arange(0, BLOCK_M)
+    offs_e = tl.arange(0, BLOCK_E)
+    offs_v = tl.arange(0, BLOCK_EV)
+    q = tl.load(Q + b * sq_b + h * sq_h + offs_m[:, None] * sq_l + offs_e[None, :] * sq_e,
+                mask=(offs_m[:, None] < L) & (offs_e[None, :] < E), other=0.0)
+    k_base = b * sk_b + h * sk_h
+    v_base = b * sv_b + h * sv_h
+    m_base = b * sm_b + h * sm_h
+    if CAUSAL:
+        n_keys = tl.minimum(S, (qb + 1) * BLOCK_M)
+    else:
+        n_keys = S
+    row_live = offs_m < L
+    z_one = MAP.omega_prime(1.0, params)
+    if EXP_LINK:
+        # one pass: running maximum m, running sum l of exp(s - m), output rescaled as m grows
+        m = tl.full([BLOCK_M], float("-inf"), tl.float32)
+        f = tl.zeros([BLOCK_M], tl.float32)
+        acc = tl.zeros([BLOCK_M, BLOCK_EV], tl.float32)
+        for start in range(0, n_keys, BLOCK_N):
+            s = _scores(q, scale, K, Mask, k_base, m_base, offs_m, start, L, S, E, sk_s, sk_e, sm_l, sm_s,
+                        HAS_MASK, MASK_BOOL, CAUSAL, BLOCK_N, BLOCK_E, UPCAST)
+            m_new = tl.maximum(m, tl.max(s, 1))
+            shift = tl.where(m_new == float("-inf"), 0.0, m_new)
+            p = tl.exp(s - shift[:, None])
+            rescale = tl.exp(tl.where(m == float("-inf"), float("-inf"), m - shift))
+            offs_n = start + tl.arange(0, BLOCK_N)
+            v = tl.load(V + v_base + offs_n[:, None] * sv_s + offs_v[None, :] * sv_e,
+                        mask=(offs_n[:, None] < S) & (offs_v[None, :] < EV), other=0.0)
+            acc = acc * rescale[:, None] + _mm(p.to(v.dtype), v, UPCAST)
+            f = f * rescale + tl.sum(p, 1)
+            m = m_new
+            tl.store(Support + (bh * tl.num_programs(0) + qb) * n_kblocks + start // BLOCK_N,
+                     (tl.max(tl.max(p, 1), 0) > 0).to(tl.int8))
+        dead = f == 0
+        # p = exp(s - m) / f = g(s - tau) for the link g(z) = exp(z - omega'(1)) of a map whose term is exp
+        tau = tl.where(dead, float("inf"), m + tl.log(tl.where(dead, 1.0, f)) - z_one)
+        out = tl.where(dead[:, None], 0.0, acc / tl.where(dead, 1.0, f)[:, None])
+        f = tl.full([BLOCK_M], 1.0, tl.float32)  # p = exp(s - tau) sums to 1
+    else:
+        # pass 1: each row's maximum m and number of keys n, and per key block an upper bound of
+        # max_i (max_j s_ij - m_i) (the running maximum is at most the final one), starting at the diagonal block
+        gap = Bmax + (bh * tl.num_programs(0) + qb) * n_kblocks
+        m = tl.full([BLOCK_M], float("-inf"), tl.float32)
+        n = tl.zeros([BLOCK_M], tl.float32)
+        n_blocks = tl.cdiv(n_keys, BLOCK_N)
+        first = tl.minimum((qb * BLOCK_M) // BLOCK_N, n_blocks - 1)
+        for j in range(0, n_blocks):
+            kb = (j + first) % n_blocks
+            s = _scores(q, scale, K, Mask, k_base, m_base, offs_m, kb * BLOCK_N, L, S, E, sk_s, sk_e, sm_l, sm_s,
+                        HAS_MASK, MASK_BOOL, CAUSAL, BLOCK_N, BLOCK_E, UPCAST)
+            top = tl.max(s, 1)
+            m = tl.maximum(m, top)
+            n += tl.sum((s > float("-inf")).to(tl.float32), 1)
+            tl.store(gap + kb, tl.max(tl.where(top > float("-inf"), top - tl.where(top > float("-inf"), m, 0.0),
+                                               float("-inf")), 0))
+        dead = m == float("-inf")
+        m0 = tl.where(dead, 0.0, m)
+        lo = m0 - z_one
+        hi = m0 - MAP.omega_prime(1.0 / tl.maximum(n, 1.0), params)
+        # tau never falls below lo = m - omega'(1): a key block with s_ij - m_i <= clip - omega'(1) for every row
+        # has weights 0 at every step, and the passes below skip it
+        floor = MAP.clip(params) - z_one
+        tau = lo
+        step = tl.zeros([], tl.int32)
+        going = tl.max(row_live.to(tl.int32), 0) > 0
+        while going & (step < MAX_STEPS):
+            f = tl.zeros([BLOCK_M], tl.float32)
+            wsum = tl.zeros([BLOCK_M], tl.float32)
+            for start in range(0, n_keys, BLOCK_N):
+                if tl.load(gap + start // BLOCK_N) > floor:
+                    s = _scores(q, scale, K, Mask, k_base, m_base, offs_m, start, L, S, E, sk_s, sk_e, sm_l, sm_s,
+                                HAS_MASK, MASK_BOOL, CAUSAL, BLOCK_N, BLOCK_E, UPCAST)
+                    p = link_plus(s - tau[:, None], z_one, MAP, params)
+                    f += tl.sum(p, 1)
+                    wsum += tl.sum(tl.where(p > 0, MAP.weight(tl.where(p > 0, p, 1.0), params), 0.0), 1)
+            excess = f - 1.0
+            lo = tl.where(excess >= 0, tau, lo)
+            hi = tl.where(excess < 0, tau, hi)
+            newton = tau + excess / tl.where(wsum > 0, wsum, 1.0)
+            # (a Newton point on an end of the bracket is the root to rounding: it stops the row below)
+            inside = (newton >= lo) & (newton <= hi) & (wsum > 0)
+            new_tau = tl.where(inside, newton, 0.5 * (lo + hi))
+            # a row is done when F is 1 to a few roundings or tau moves by less than the resolution of s - tau
+            done = (tl.abs(excess) <= 2.4e-7) | (tl.abs(new_tau - tau) <= 1.2e-7 * (tl.abs(new_tau) + tl.abs(m0)))
+            done = done | dead | (offs_m >= L)
+            tau = tl.where(done, tau, new_tau)
+            going = tl.min(done.to(tl.int32), 0) == 0
+            step += 1
+        f = tl.zeros([BLOCK_M], tl.float32)
+        acc = tl.zeros([BLOCK_M, BLOCK_EV], tl.float32)
+        for start in range(0, n_keys, BLOCK_N):
+            has = False
+            if tl.load(gap + start // BLOCK_N) > floor:
+                s = _scores(q, scale, K, Mask, k_base, m_base, offs_m, start, L, S, E, sk_s, sk_e, sm_l, sm_s,
+                            HAS_MASK, MASK_BOOL, CAUSAL, BLOCK_N, BLOCK_E, UPCAST)
+                p = link_plus(s - tau[:, None], z_one, MAP, params)
+                p = tl.where(dead[:, None], 0.0, p)
+                offs_n = start + tl.arange(0, BLOCK_N)
+                v = tl.load(V + v_base + offs_n[:, None] * sv_s + offs_v[None, :] * sv_e,
+                            mask=(offs_n[:, None] < S) & (offs_v[None, :] < EV), other=0.0)
+                acc += _mm(p.to(v.dtype), v, UPCAST)
+                f += tl.sum(p, 1)
+                has = tl.max(tl.max(p, 1), 0) > 0
+            tl.store(Support + (bh * tl.num_programs(0) + qb) * n_kblocks + start // BLOCK_N, has.to(tl.int8))
+        tau = tl.where(dead, float("inf"), tau)
+        f = tl.where(dead, 1.0, f)
+        out = tl.where(dead[:, None], 0.0, acc / f[:, None])
+    tl.store(Out + b * so_b + h * so_h + offs_m[:, None] * so_l + offs_v[None, :] * so_e,
+             out.to(Out.dtype.element_ty), mask=row_live[:, None] & (offs_v[None, :] < EV))
+    tl.store(Tau + bh * L + offs_m, tau, mask=row_live)
+    tl.store(Fsum + bh * L + offs_m, f, mask=row_live)
+
+
+@triton.jit
+def _weights_at(s, tau, f, z_one, MAP: tl.constexpr, params):
+    # (p, w): the weights of scores s at the forward's tau and F, and weight(p) on the support (0 off it)
+    p = link_plus(s - tau[:, None], z_one, MAP, params) / f[:, None]
+    w = tl.where(p > 0, MAP.weight(tl.where(p > 0, p, 1.0), params), 0.0)
+    return p, w
+
+
+@triton.jit
+def _weights_and_dp(q, scale, do, K, V, Mask, k_base, v_base, m_base, offs_m, start, L, S, E, EV,
+                    sk_s, sk_e, sv_s, sv_e, sm_l, sm_s, tau, f, z_one, MAP: tl.constexpr, params,
+                    HAS_MASK: tl.constexpr, MASK_BOOL: tl.constexpr, CAUSAL: tl.constexpr, BLOCK_N: tl.constexpr,
+                    BLOCK_E: tl.constexpr, BLOCK_EV: tl.constexpr, UPCAST: tl.constexpr):
+    # (w, dP) of the query block against the keys start:start+BLOCK_N: weight(p) on the support and dO v^T
+    s = _scores(q, scale, K, Mask, k_base, m_base, offs_m, start, L, S, E, sk_s, sk_e, sm_l, sm_s,
+                HAS_MASK, MASK_BOOL, CAUSAL, BLOCK_N, BLOCK_E, UPCAST)
+    p, w = _weights_at(s, tau, f, z_one, MAP, params)
+    offs_n = start + tl.arange(0, BLOCK_N)
+    offs_v = tl.arange(0, BLOCK_EV)
+    v = tl.load(V + v_base + offs_n[:, None] * sv_s + offs_v[None, :] * sv_e,
+                mask=(offs_n[:, None] < S) & (offs_v[None, :] < EV), other=0.0)
+    return w, _mm(do, tl.trans(v), UPCAST)
+
+
+@triton.jit
+def attention_backward_rows(Q, K, V, DO, DQ, Tau, Fsum, C, Support, Mask, Params,
+                            H, L, S, E, EV, scale, n_kblocks, n_params,
+                            sq_b, sq_h, sq_l, sq_e, sk_b, sk_h, sk_s, sk_e, sv_b, sv_h, sv_s, sv_e,
+                            sd_b, sd_h, sd_l, sd_e, sm_b, sm_h, sm_l, sm_s,
+                            HAS_MASK: tl.constexpr, MASK_BOOL: tl.constexpr, CAUSAL: tl.constexpr,
+                            BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_E: tl.constexpr,
+                            BLOCK_EV: tl.constexpr, UPCAST: tl.constexpr, MAP: tl.constexpr):
+    qb = tl.program_id(0)
+    bh = tl.program_id(1)
+    b = bh // H
+    h = bh % H
+    params = MAP.params(Params, bh * n_params)
+    z_one = MAP.omega_prime(1.0, params)
+    offs_m = qb * BLOCK_M + tl.arange(0, BLOCK_M)
+    offs_e = tl.arange(0, BLOCK_E)
+    offs_v = tl.arange(0, BLOCK_EV)
+    row_live = offs_m < L
+    q = tl.load(Q + b * sq_b + h * sq_h + offs_m[:, None] * sq_l + offs_e[None, :] * sq_e,
+                mask=row_live[:, None] & (offs_e[None, :] < E), other=0.0)
+    do = tl.load(DO + b * sd_b + h * sd_h + offs_m[:, None] * sd_l + offs_v[None, :] * sd_e,
+                 mask=row_live[:, None] & (offs_v[None, :] < EV), other=0.0)
+    tau = tl.load(Tau + bh * L + offs_m, mask=row_live, other=float("inf"))
+    f = tl.load(Fsum + bh * L + offs_m, mask=row_live, other=1.0)
+    k_base = b * sk_b + h * sk_h
+    v_base = b * sv_b + h * sv_h
+    m_base = b * sm_b + h * sm_h
+    if CAUSAL:
+        n_keys = tl.minimum(S, (qb + 1) * BLOCK_M)
+    else:
+        n_keys = S
+    support = Support + (bh * tl.num_programs(0) + qb) * n_kblocks
+    wsum = tl.zeros([BLOCK_M], tl.float32)
+    wdp = tl.zeros([BLOCK_M], tl.float32)
+    for start in range(0, n_keys, BLOCK_N):
+        if tl.load(support + start // BLOCK_N) != 0:
+            w, dp = _weights_and_dp(q, scale, do, K, V, Mask, k_base, v_base, m_base, offs_m, start, L, S, E, EV,
+                                    sk_s, sk_e, sv_s, sv_e, sm_l, sm_s, tau, f, z_one, MAP, params,
+                                    HAS_MASK, MASK_BOOL, CAUSAL, BLOCK_N, BLOCK_E, BLOCK_EV, UPCAST)
+            wsum += tl.sum(w, 1)
+            wdp += tl.sum(w * dp, 1)
+    c = wdp / tl.where(wsum > 0, wsum, 1.0)
+    tl.store(C + bh * L + offs_m, c, mask=row_live)
+    dq = tl.zeros([BLOCK_M, BLOCK_E], tl.float32)
+    for start in range(0, n_keys, BLOCK_N):
+        if tl.load(support + start // BLOCK_N) != 0:
+            w, dp = _weights_and_dp(q, scale, do, K, V, Mask, k_base, v_base, m_base, offs_m, start, L, S, E, EV,
+                                    sk_s, sk_e, sv_s, sv_e, sm_l, sm_s, tau, f, z_one, MAP, params,
+                                    HAS_MASK, MASK_BOOL, CAUSAL, BLOCK_N, BLOCK_E, BLOCK_EV, UPCAST)
+            offs_n = start + tl.arange(0, BLOCK_N)
+            k = tl.load(K + k_base + offs_n[:, None] * sk_s + offs_e[None, :] * sk_e,
+                        mask=(offs_n[:, None] < S) & (offs_e[None, :] < E), other=0.0)
+            dq += _mm((w * (dp - c[:, None])).to(k.dtype), k, UPCAST)
+    tl.store(DQ + bh * L * E + offs_m[:, None] * E + offs_e[None, :], dq * scale,
+             mask=row_live[:, None] & (offs_e[None, :] < E))
+
+
+@triton.jit
+def attention_backward_keys(Q, K, V, DO, DK, DV, Tau, Fsum, C, Support, Mask, Params,
+                            H, L, S, E, EV, scale, n_kblocks, n_qblocks, n_params,
+                            sq_b, sq_h, sq_l, sq_e, sk_b, sk_h, sk_s, sk_e, sv_b, sv_h, sv_s, sv_e,
+                            sd_b, sd_h, sd_l, sd_e, sm_b, sm_h, sm_l, sm_s,
+                            HAS_MASK: tl.constexpr, MASK_BOOL: tl.constexpr, CAUSAL: tl.constexpr,
+                            BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_E: tl.constexpr,
+                            BLOCK_EV: tl.constexpr, UPCAST: tl.constexpr, MAP: tl.constexpr):
+    kb = tl.program_id(0)
+    bh = tl.program_id(1)
+    b = bh // H
+    h = bh % H
+    params = MAP.params(Params, bh * n_params)
+    z_one = MAP.omega_prime(1.0, params)
+    start = kb * BLOCK_N
+    offs_n = start + tl.arange(0, BLOCK_N)
+    offs_e = tl.arange(0, BLOCK_E)
+    offs_v = tl.arange(0, BLOCK_EV)
+    k_base = b * sk_b + h * sk_h
+    v_base = b * sv_b + h * sv_h
+    m_base = b * sm_b + h * sm_h
+    v = tl.load(V + v_base + offs_n[:, None] * sv_s + offs_v[None, :] * sv_e,
+                mask=(offs_n[:, None] < S) & (offs_v[None, :] < EV), other=0.0)
+    dk = tl.zeros([BLOCK_N, BLOCK_E], tl.float32)
+    dv = tl.zeros([BLOCK_N, BLOCK_EV], tl.float32)
+    if CAUSAL:
+        first = start // BLOCK_M
+    else:
+        first = 0
+    for qb in range(first, n_qblocks):
+        if tl.load(Support + (bh * n_qblocks + qb) * n_kblocks + kb) != 0:
+            offs_m = qb * BLOCK_M + tl.arange(0, BLOCK_M)
+            row_live = offs_m < L
+            q = tl.load(Q + b * sq_b + h * sq_h + offs_m[:, None] * sq_l + offs_e[None, :] * sq_e,
+                        mask=row_live[:, None] & (offs_e[None, :] < E), other=0.0)
+            do = tl.load(DO + b * sd_b + h * sd_h + offs_m[:, None] * sd_l + offs_v[None, :] * sd_e,
+                         mask=row_live[:, None] & (offs_v[None, :] < EV), other=0.0)
+            tau = tl.load(Tau + bh * L + offs_m, mask=row_live, other=float("inf"))
+            f = tl.load(Fsum + bh * L + offs_m, mask=row_live, other=1.0)
+            c = tl.load(C + bh * L + offs_m, mask=row_live, other=0.0)
+            s = _scores(q, scale, K, Mask, k_base, m_base, offs_m, start, L, S, E, sk_s, sk_e, sm_l, sm_s,
+                        HAS_MASK, MASK_BOOL, CAUSAL, BLOCK_N, BLOCK_E, UPCAST)
+            p, w = _weights_at(s, tau, f, z_one, MAP, params)
+            dv += _mm(tl.trans(p).to(do.dtype), do, UPCAST)
+            ds = w * (_mm(do, tl.trans(v), UPCAST) - c[:, None])
+            dk += _mm(tl.trans(ds).to(q.dtype), q, UPCAST)
+    tl.store(DK + bh * S * E + offs_n[:, None] * E + offs_e[None, :], dk * scale,
+             mask=(offs_n[:, None] < S) & (offs_e[None, :] < E))
+    tl.store(DV + bh * S * EV + offs_n[:, None] * EV + offs_v[None, :], dv,
+             mask=(offs_n[:, None] < S) & (offs_v[None, :] < EV))
