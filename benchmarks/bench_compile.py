@@ -60,6 +60,7 @@ def _typed_modules():
 def _measure(torch, fn, leaves, grads, repeat):
     """``(eager s, compiled s, first compiled call s)`` of forward+backward: ``fn(*leaves)`` then its backward
     with ``grads``."""
+    torch._dynamo.reset()  # (the cases' functions share code objects, on which dynamo's cache and its limit sit)
     compiled = torch.compile(fn, fullgraph=True)
 
     def step(f):
