@@ -1,12 +1,13 @@
 """The NumPy backend: maps on NumPy arrays, row by row.
 
-Rows are shifted by their maximum (:func:`numeric.rows.row_max`) and solved by
-the map's threshold rule: closed (``p`` from one sum, no shift where none is
-needed) or sort (the support rule on sorted scores), both in
-:mod:`numeric.threshold`, or root (safeguarded Halley, dispatching on the
-link's derived form) in :mod:`numeric.root`.  Large inputs are cut into
-chunks of rows solved side by side (:func:`_on_two_threads`).  The JVP is
-``w*v - w (w.v)/sum(w)`` with ``w = w(p)`` on the support.
+Rows are solved by :func:`numeric.tensor_rules.solve`, the text torch and JAX
+run, on :class:`numeric.numpy_ops.NumpyRowOps` (whose operations take NumPy's
+shortcuts: no shift for a closed threshold where none is needed, sort
+thresholds from the largest scores, writes into the output).  Power-form rows
+whose ``p_max**(1/k)`` may leave the dtype's normal range still take
+:func:`numeric.root.root_probabilities` (float64, log-domain bisection).  Large
+inputs are cut into chunks of rows solved side by side (:func:`_on_two_threads`).
+The JVP is ``w*v - w (w.v)/sum(w)`` with ``w = w(p)`` on the support.
 
 A continuous map's basis expectations (:meth:`NumpyBackend.rbf_expectation`)
 come from the generated closed forms in float64, and from Gauss-Legendre sums
@@ -24,9 +25,6 @@ import numpy as np
 from . import contract, numpy_ops, tensor_rules
 from .backend import Backend
 from .parallel import run_tasks
-from .root import root_probabilities
-from .rows import row_max
-from .threshold import closed_threshold, closed_unshifted, sort_probabilities
 
 __all__ = ["NumpyBackend", "THREADS_FROM", "CHUNKS"]
 
@@ -35,7 +33,7 @@ __all__ = ["NumpyBackend", "THREADS_FROM", "CHUNKS"]
 THREADS_FROM = 1 << 17
 #: Number of chunks of rows (so at most this many threads work on one input).
 CHUNKS = 2
-#: The most scores in one block of rows of :func:`_kkt_probabilities` (256 KiB of float32).
+#: The most scores in one block of rows of a dense typed map (:meth:`NumpyBackend._forward_block`; 256 KiB of float32).
 KKT_BLOCK = 1 << 16
 
 
@@ -64,27 +62,40 @@ def _numpy_table(module) -> dict:
     return {name: getattr(module, name, None) for name in contract.routine_names(module.PARAMETERS)}
 
 
-def _kkt_probabilities(module, y: np.ndarray, params: tuple, out: np.ndarray) -> np.ndarray:
-    """``p`` into ``out`` for rows ``y = s - max(s)`` of a map whose link has no closed form (scalar ``params``);
-    returns ``tau - max(s)``.
+def _far(module, x, params) -> bool:
+    """Whether a power-form link's ``c = p_max**(1/k)`` may leave ``x``'s normal range: ``(1/n)**(1/k) < tiny / eps``."""
+    if module.LINK_FORM != "power" or module.link_scale is None:
+        return False
+    k = float(module.link_exponent(*params))
+    info = np.finfo(x.dtype)
+    return math.exp(-math.log(max(x.shape[-1], 1)) / k) < info.tiny / info.eps
 
-    :func:`numeric.tensor_rules.kkt_rule`, the text torch and JAX run, on NumPy arrays.  A dense map
-    (``omega'(0+) = -inf``: every score in every round) is solved in blocks of rows of at most
-    :data:`KKT_BLOCK` scores, whose temporaries stay in the cache and are reused by the allocator
-    (on (512, 1024) float32 rows half the time of one block); a sparse map's rounds run on its
-    rows' largest scores, a few per row, in one block.
-    """
-    ops = numpy_ops.ops_for(y.dtype)
-    routines = tensor_rules.Routines(module, _numpy_table(module), params)
-    dense = not np.isfinite(routines.clip())
-    rows = max(1, KKT_BLOCK // max(1, y.shape[-1])) if dense else max(1, y.shape[0])
-    tau = np.empty(y.shape[0], dtype=y.dtype)
-    with np.errstate(all="ignore"):  # off-support branches are evaluated and masked
-        for lo in range(0, y.shape[0], rows):
-            p, t = tensor_rules.kkt_rule(ops, routines, y[lo:lo + rows])
-            out[lo:lo + rows] = p
-            tau[lo:lo + rows] = t[:, 0]
-    return tau
+
+def _old_block(module, kind, x, out, tau, params):
+    """A sort map's rows by :func:`numeric.threshold.sort_probabilities`, a root map's by
+    :func:`numeric.root.root_probabilities`."""
+    from .root import root_probabilities
+    from .rows import row_max
+    from .threshold import sort_probabilities
+
+    solve = sort_probabilities if kind == "sort" else root_probabilities
+    m = row_max(x)
+    bad = ~np.isfinite(m)
+    if not bad.any():
+        with np.errstate(over="ignore"):
+            y = np.subtract(x, m[:, None], out=out)
+        tau[...] = m + solve(module, y, params, out)
+        return
+    live = ~bad
+    if live.any():
+        sub = x[live] - m[live][:, None]
+        tau[live] = m[live] + solve(module, sub, params, sub)
+        out[live] = sub
+    invalid = np.isnan(m) | (m == np.inf)
+    out[bad] = 0
+    tau[bad] = np.inf
+    out[invalid] = np.nan
+    tau[invalid] = np.nan
 
 
 class NumpyBackend(Backend):
@@ -114,53 +125,36 @@ class NumpyBackend(Backend):
         return out, tau
 
     def _forward_block(self, module, kind: str, x: np.ndarray, out: np.ndarray, tau: np.ndarray, params: tuple):
-        """``p`` of the rows ``x`` into ``out`` (which may be ``x`` itself) and their thresholds into ``tau``."""
-        if kind == "closed":
-            # no shift where none is needed (see closed_unshifted); the other rows below
-            redo = closed_unshifted(module, x, params, out, tau)
-            if redo is not None:
-                rows, scores = redo
-                sub_tau = np.empty(rows.size, dtype=x.dtype)
-                self._shifted_rows(module, kind, scores, scores, sub_tau, params)
-                out[rows] = scores
-                tau[rows] = sub_tau
-            return
-        self._shifted_rows(module, kind, x, out, tau, params)
+        """``p`` of the rows ``x`` into ``out`` (which may be ``x`` itself) and their thresholds into ``tau``:
+        :func:`numeric.tensor_rules.solve` on :class:`numeric.numpy_ops.NumpyRowOps`.
 
-    def _shifted_rows(self, module, kind: str, x: np.ndarray, out: np.ndarray, tau: np.ndarray, params: tuple):
-        """:meth:`_forward_block` by shifting every row by its maximum; NaN and fully masked rows here."""
-        m = row_max(x)  # NaN in a row makes m NaN; a fully masked row has m = -inf
-        bad = ~np.isfinite(m)
-        if not bad.any():  # the common case: no copies of rows
-            tau[...] = self._solve_rows(module, kind, x, m, params, out)
-            return
-        live = ~bad
-        if live.any():
-            sub = x[live]  # a copy, used as scratch; written out before out (maybe x) changes
-            tau[live] = self._solve_rows(module, kind, sub, m[live], params, sub)
-            out[live] = sub
-        invalid = np.isnan(m) | (m == np.inf)  # NaN (or +inf) scores: the row is NaN
-        out[bad] = 0
-        tau[bad] = np.inf
-        out[invalid] = np.nan
-        tau[invalid] = np.nan
-
-    def _solve_rows(self, module, kind: str, x: np.ndarray, m: np.ndarray, params: tuple, out: np.ndarray) -> np.ndarray:
-        """``p`` into ``out`` (which may be ``x``) for rows with a finite maximum ``m``; returns ``tau``.
-
-        The scores are shifted by ``m`` first: ``s - tau = (s - m) - (tau - m)``
-        loses nothing to the magnitude of ``m``.
+        A dense map whose link has no closed form (:func:`numeric.tensor_rules.kkt_rule`, every score in
+        every round) is solved in blocks of rows of at most :data:`KKT_BLOCK` scores, whose temporaries
+        stay in the cache and are reused by the allocator (on (512, 1024) float32 rows half the time of
+        one block).
         """
-        with np.errstate(over="ignore"):  # a spread beyond the dtype's range is -inf: probability 0
-            y = np.subtract(x, m[:, None], out=out)
-        if kind == "closed":
-            _, t = closed_threshold(module, y, params, shifted=True, out=out)
-            return m + t
-        if kind == "root" and module.link is None:  # Newton on the KKT system (p with sum 1)
-            return m + _kkt_probabilities(module, y, params, out)
-        if kind == "root":  # p with sum 1 (also where F jumps across 1 at a kink)
-            return m + root_probabilities(module, y, params, out)
-        return m + sort_probabilities(module, y, params, out)
+        if kind == "root" and _far(module, x, params):
+            _old_block(module, kind, x, out, tau, params)
+            return
+        ops = numpy_ops.ops_for(x.dtype)
+        routines = tensor_rules.Routines(module, _numpy_table(module), params)
+        method = "auto" if kind == module.THRESHOLD else kind
+        rows = x.shape[0]
+        if kind == "root" and module.link is None and module.LINK_FORM != "power" and not np.isfinite(routines.clip()):
+            rows = max(1, KKT_BLOCK // max(1, x.shape[-1]))
+        with np.errstate(all="ignore"):  # off-support branches are evaluated and masked
+            if rows >= x.shape[0]:
+                p, t = tensor_rules.solve(ops, routines, x, method=method, out=out)
+                if p is not out:
+                    np.copyto(out, p)
+                tau[...] = t[:, 0]
+                return
+            for lo in range(0, x.shape[0], rows):
+                dest = out[lo:lo + rows]
+                p, t = tensor_rules.solve(ops, routines, x[lo:lo + rows], method=method, out=dest)
+                if p is not dest:
+                    np.copyto(dest, p)
+                tau[lo:lo + rows] = t[:, 0]
 
     def jvp(self, mapping, y: np.ndarray, dx: np.ndarray) -> np.ndarray:
         """``J dx`` along the last axis at ``y = m(x)``: ``w*dx - w (w.dx) / sum(w)``, ``w = w(y)`` on the support."""

@@ -48,7 +48,7 @@ from typing import Any, Callable
 
 from .newton import Ops, invert_link
 
-__all__ = ["TensorOps", "Routines", "solve", "closed_rule", "sort_rule", "support_rule", "root_rule", "kkt_rule", "jvp",
+__all__ = ["TensorOps", "Routines", "solve", "closed_rule", "sort_rule", "sort_threshold", "support_rule", "root_rule", "kkt_rule", "jvp",
            "param_vjp", "ROOT_STEPS", "SUPPORT_STEPS", "KKT_STEPS", "KKT_FREE_STEPS", "KKT_CANDIDATES"]
 
 #: Iteration budget of the root rule's safeguarded Halley solve.
@@ -83,7 +83,7 @@ class TensorOps(Ops):
     * ``sort_desc(x)`` and ``cumsum(x)`` along the last axis;
     * ``top(x, k)``: ``(values, index)`` of the ``k`` largest entries of each row, in any
       order; ``put(values, index, like)``: an array of ``like``'s shape, 0 but for ``values``
-      at ``index`` in each row; ``largest(x)``: the largest entry of ``x`` (whole numbers)
+      at ``index`` in each row; ``int_max(x)``: the largest entry of ``x`` (whole numbers)
       as a Python int, or ``None`` where the target traces instead of reading values;
     * ``branch(pred, fn, otherwise)``: ``fn()`` if any entry of the boolean array
       ``pred`` is true, else ``otherwise()`` (both give arrays of the same shapes).
@@ -137,7 +137,7 @@ class TensorOps(Ops):
     def put(self, values, index, like):  # pragma: no cover - interface
         raise NotImplementedError
 
-    def largest(self, x):  # pragma: no cover - interface
+    def int_max(self, x):  # pragma: no cover - interface
         raise NotImplementedError
 
     def branch(self, pred, fn: Callable, otherwise: Callable):  # pragma: no cover - interface
@@ -145,6 +145,41 @@ class TensorOps(Ops):
 
     def pos_diff(self, y, c):
         return self.pos_part(y - c)
+
+    #: Whether :func:`solve` takes a closed threshold from the unshifted scores where that is exact
+    #: (:func:`closed_unshifted`; a target whose results must not move by rounding leaves it off).
+    shift_free = False
+
+    def sub_rows(self, x, c, out=None):
+        """``x - c`` for ``(R, n)`` ``x`` and ``(R, 1)`` ``c``; a target may write it into ``out`` (``None``: none given)."""
+        return x - c
+
+    def div_rows(self, b, total, out=None):
+        """``b / total`` for ``(R, n)`` ``b`` and ``(R, 1)`` ``total``; a target may write it into ``b``, which
+        the rules no longer read, or into ``out`` (``None``: none given)."""
+        return b / total
+
+    def exp_into(self, x, out=None):
+        """``exp(x)``; a target may write it into ``out`` where that is not ``x``'s memory."""
+        return self.exp(x)
+
+    def pos_part_into(self, x, out=None):
+        """``pos_part(x)``; a target may write it into ``x`` (which the rules no longer read) or ``out``."""
+        return self.pos_part(x)
+
+    def square_into(self, x):
+        """``x * x``; a target may write it into ``x``, which the rules no longer read."""
+        return x * x
+
+    #: Row length from which a sort map's threshold comes from each row's largest scores, selected and
+    #: sorted (:func:`sort_threshold`); ``None``: never (then :func:`support_rule`, no sort).
+    partial_from = None
+    #: With :attr:`partial_from`: rows shorter than this of a link of degree 1 take :func:`support_rule`.
+    support_below = 0
+
+    def largest(self, x, k: int):
+        """The ``k`` largest entries of each row, in decreasing order."""
+        return self.sort_desc(self.top(x, k)[0])
 
     def support_sums(self, y, c, squares: bool):
         """``(count, sum, sum of squares or None)`` per row of ``u = (y - c)_+`` over ``u > 0``."""
@@ -199,32 +234,68 @@ class Routines:
         if fn is None:
             return None
         params = self.__dict__["params"]
-        return lambda *args: fn(*args, *params)
+        return (lambda *args: fn(*args, *params)) if params else fn
 
 
 # ------------------------------------------------------------------ forward
-def solve(ops: TensorOps, r: Routines, x, *, method: str = "auto", relative: bool = False):
+def solve(ops: TensorOps, r: Routines, x, *, method: str = "auto", relative: bool = False, out=None):
     """``(p, tau)`` for the rows of ``x`` (2-D), ``tau`` of shape ``(rows, 1)``.
 
-    ``method``: ``"auto"`` (the module's rule; a sort map takes :func:`support_rule`),
+    ``method``: ``"auto"`` (the module's rule; a sort map takes :func:`sort_threshold`),
     or ``"sort"`` / ``"root"`` to force one (``"root"`` applies to every map).
     ``relative``: ``tau`` less each row's maximum score, as the rules find it (the
     absolute ``tau`` rounds at the scale of the scores, which may be far larger than
     their spread); ``inf`` for a fully masked row and NaN for a NaN one either way.
+    ``out``: an array of ``x``'s shape (it may be ``x``) that a target may use for
+    ``p`` and as scratch (see :meth:`TensorOps.sub_rows`); ``p`` is returned either way.
     """
+    kind = r.module.THRESHOLD if method == "auto" else method
+    if kind == "closed" and ops.shift_free and not relative:
+        return closed_unshifted(ops, r, x, out)
+    return _solve_shifted(ops, r, x, method, kind, relative, out)
+
+
+def closed_unshifted(ops: TensorOps, r: Routines, x, out=None):
+    """:func:`solve` for a closed map, with no shift where none is needed: ``p_i = B(s_i) / S``, ``S = sum_j B(s_j)``.
+
+    For a closed threshold ``B`` is an exponential, ``b e^{c s}``.  Unshifted, a row
+    is as accurate as shifted by its maximum (more: ``s - m`` rounds, ``s`` does not)
+    when ``S`` is finite and ``S >= 1``: then ``p_i <= B(s_i)``, so where ``B(s_i)``
+    leaves the normal range ``p_i`` is below it too.  That saves the row maximum and
+    the shift (two passes of three).  The other rows (NaN, fully masked,
+    overflowing, or all scores far below 0) are solved shifted.
+    """
+    b = ops.exp_into(x, out) if getattr(r.module, "TERM_IS_EXP", False) else r.term(x)
+    total = ops.row_sum(b)
+    ok = (total >= 1) & (total < float("inf"))  # False for NaN
+    n = x.shape[-1]
+
+    def shifted():
+        def rows(x, *params):
+            return ops.cat(*_solve_shifted(ops, Routines(r.module, r.table, params), x, "auto", "closed", False))
+
+        both = ops.on_rows(ops.not_(ok), rows, (x, *r.params), ops.cat(b, total))  # (reads x before out is written)
+        safe = ops.where(ok, total, 1)
+        p = ops.div_rows(b, safe, out)
+        return ops.where(ok, p, both[..., :n]), ops.where(ok, r.tau_from_sum(safe), both[..., n:])
+
+    return ops.branch(ops.not_(ok), shifted, lambda: (ops.div_rows(b, total, out), r.tau_from_sum(total)))
+
+
+def _solve_shifted(ops, r, x, method, kind, relative, out=None):
+    """:func:`solve` with every row shifted by its maximum."""
     m = ops.row_max(x)  # NaN with a NaN in the row, -inf when fully masked, +inf with a +inf score
     bad = ops.not_(ops.isfinite(m))
     m0 = ops.where(bad, 0, m)
     # bad rows are solved as zeros and overwritten below (full-size masks only where there are some)
-    y = ops.branch(bad, lambda: ops.where(bad, 0, x - m0), lambda: x - m0)
-    kind = r.module.THRESHOLD if method == "auto" else method
+    y = ops.branch(bad, lambda: ops.where(bad, 0, x - m0), lambda: ops.sub_rows(x, m0, out))
     if kind == "closed":
-        p, t = closed_rule(ops, r, y)
+        p, t = closed_rule(ops, r, y, out)
     elif kind == "root":
         p, t = root_rule(ops, r, y)
     else:
-        t = sort_rule(ops, r, y) if method == "sort" else support_rule(ops, r, y)
-        p = sort_link(ops, r, y - t)
+        t = sort_rule(ops, r, y) if method == "sort" else sort_threshold(ops, r, y)
+        p = sort_link(ops, r, ops.sub_rows(y, t, out), out)
     tau = t if relative else m0 + t
 
     def overwrite():
@@ -265,11 +336,11 @@ def at_threshold(ops: TensorOps, r: Routines, x, t):
     return ops.where(total == 0, 0, g / total)
 
 
-def closed_rule(ops: TensorOps, r: Routines, y):
+def closed_rule(ops: TensorOps, r: Routines, y, out=None):
     """``(p, tau - m)`` for shifted rows ``y`` (maximum 0) of a map with a closed threshold."""
     b = r.term(y)
     total = ops.row_sum(b)
-    return b / total, r.tau_from_sum(total)
+    return ops.div_rows(b, total, out), r.tau_from_sum(total)
 
 
 def _small_power(r):
@@ -280,19 +351,22 @@ def _small_power(r):
     return (r.link_scale(), k) if isinstance(k, (int, float)) and k in (1, 2) else None
 
 
-def sort_link(ops: TensorOps, r: Routines, z):
+def sort_link(ops: TensorOps, r: Routines, z, out=None):
     """``g_+(z)`` of a sort map (degree 1 or 2), or of any map with a printed link: the link where ``z > clip``,
     else 0.
 
     A link of the power form ``(a (z - clip))**k``, ``k`` 1 or 2, is evaluated as
-    ``u = max(a (z - clip), 0)``, ``u`` or ``u * u``; other links are the printed ones.
+    ``u = max(a (z - clip), 0)`` (``max(z, 0)`` where ``a = 1`` and ``clip = 0``), ``u`` or ``u * u``;
+    other links are the printed ones.  ``z`` is not read afterwards: a target may write ``g`` over
+    it or into ``out`` (see :meth:`TensorOps.pos_part_into`).
     """
     clip = r.clip()
     power = _small_power(r)
     if power is not None:
         a, k = power
-        u = ops.pos_part(a * (z - clip))
-        return u if k == 1 else u * u
+        u = z if isinstance(clip, (int, float)) and clip == 0 else z - clip
+        u = ops.pos_part_into(u if isinstance(a, (int, float)) and a == 1 else a * u, out)
+        return u if k == 1 else ops.square_into(u)
     live = z > clip
     g = r.link(ops.where(live, z, clip))
     return ops.where(live & (g > 0), g, 0)
@@ -303,9 +377,47 @@ def _reach_one(ops, r, like):
     return r.omega_prime(ops.full(like, 1.0))
 
 
-def sort_rule(ops: TensorOps, r: Routines, y):
-    """``tau - m`` for shifted rows ``y`` by the support rule on sorted scores (as :func:`numeric.threshold._sort_rule`)."""
-    ys = ops.sort_desc(y)
+def sort_threshold(ops: TensorOps, r: Routines, y):
+    """``tau - m`` for shifted rows ``y`` of a sort map, by the target's choice (:attr:`TensorOps.partial_from`).
+
+    Without one, :func:`support_rule`.  With one, rows shorter than it take :func:`sort_rule`
+    (a link of degree 1 on rows shorter than :attr:`TensorOps.support_below` :func:`support_rule`),
+    longer ones :func:`sort_rule` on their ``K = min(64, max(8, n // 4))`` largest scores: the support
+    being a prefix of the sorted scores, the answer is exact where the support ends before ``K``;
+    rows where it does not are solved again with ``4 K``, and so on up to whole rows.
+    """
+    start = ops.partial_from
+    n = y.shape[-1]
+    if start is None:
+        return support_rule(ops, r, y)
+    power = _small_power(r)
+    if power is not None and power[1] == 1 and n < ops.support_below:
+        return support_rule(ops, r, y)
+    if n < start:
+        return sort_rule(ops, r, y)
+    return _sort_largest(ops, r, y, min(64, max(8, n // 4)))
+
+
+def _sort_largest(ops, r, y, k):
+    """:func:`sort_threshold` from each row's ``k`` largest scores, then ``4 k`` on the rows whose support fills them."""
+    n = y.shape[-1]
+    if k >= n:
+        return sort_rule(ops, r, y)
+    ys = ops.largest(y, k)
+    t = sort_rule(ops, r, ys, ordered=True)
+    # the smallest of the k off the support: so is every score left out
+    full = ys[..., k - 1:] - t > r.clip()
+
+    def more(y, *params):
+        return _sort_largest(ops, Routines(r.module, r.table, params), y, 4 * k)
+
+    return ops.on_rows(full, more, (y, *r.params), t)
+
+
+def sort_rule(ops: TensorOps, r: Routines, y, ordered: bool = False):
+    """``tau - m`` for shifted rows ``y`` by the support rule on sorted scores (``ordered``: ``y`` is sorted
+    in decreasing order already)."""
+    ys = y if ordered else ops.sort_desc(y)
     clip = r.clip()
     # tau >= m - omega'(1): scores at most omega'(0+) - omega'(1) below the maximum never count
     reach = clip - _reach_one(ops, r, ys[..., :1])
@@ -478,7 +590,7 @@ def kkt_rule(ops: TensorOps, r: Routines, y, steps: int = KKT_STEPS, candidates:
     too, and the solution is the row's.  Where it is not, the candidates' threshold is
     below the row's (fewer scores need larger weights), so the row's support lies among
     the scores above it: those rows are solved again on that many largest scores and one
-    more (``TensorOps.largest``), or, where a target cannot read the count (JAX under
+    more (``TensorOps.int_max``), or, where a target cannot read the count (JAX under
     ``jit``), on four times as many as before.
     """
     n = y.shape[-1]
@@ -493,7 +605,7 @@ def kkt_rule(ops: TensorOps, r: Routines, y, steps: int = KKT_STEPS, candidates:
 
     def more(y, t, *params):
         rr = Routines(r.module, r.table, params)
-        above = ops.largest(ops.row_sum(ops.float_(y - t > clip)))
+        above = ops.int_max(ops.row_sum(ops.float_(y - t > clip)))
         q, s = kkt_rule(ops, rr, y, steps, 4 * candidates + 3 if above is None else max(above, 2 * candidates + 1))
         return ops.cat(q, s)
 

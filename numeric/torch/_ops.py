@@ -94,7 +94,7 @@ class TorchOps(TensorOps):
         return torch.zeros(like.shape, dtype=values.dtype, device=values.device).scatter_(-1, index, values)
 
     @staticmethod
-    def largest(x):
+    def int_max(x):
         return None if torch.compiler.is_compiling() else int(x.max())  # (traced: no value reaches Python)
 
     @staticmethod
