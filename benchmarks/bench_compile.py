@@ -23,38 +23,20 @@ graphs).  Writes ``compile.json`` and ``compile.md`` to ``--out``.
 from __future__ import annotations
 
 import argparse
-import importlib
 import json
 import platform
-import sys
-import tempfile
 import time
 import warnings
 from pathlib import Path
 
 from _timing import median_seconds
+from _typed import typed_modules
 
-#: the typed maps: user regularizers whose link has no closed form
-TYPED = {"plogp_cube": "p*log(p) + p**3", "gini_log1p": "p**2/2 + p*log(1 + p)"}
 SIZES = (64, 1024)
 ROWS = 512
 ATTENTION = (2, 4, 256, 64)
 #: each figure's runs fill at least this long
 MIN_SECONDS = 0.5
-
-
-def _typed_modules():
-    """:data:`TYPED` generated (as `regattn generate --expr` does) into a temporary folder and imported."""
-    from derive import Regularizer, derive_map, generate_module
-
-    folder = tempfile.mkdtemp(prefix="regattn-typed-")
-    for name, expr in TYPED.items():
-        Path(folder, f"{name}.py").write_text(generate_module(derive_map(Regularizer.from_string(expr, name=name)), name))
-    sys.path.insert(0, folder)
-    try:
-        return {name: importlib.import_module(name) for name in TYPED}
-    finally:
-        sys.path.remove(folder)
 
 
 def _measure(torch, fn, leaves, grads, repeat):
@@ -137,7 +119,7 @@ def main(argv=None):
     warnings.simplefilter("ignore")  # (torch's own tracing warnings)
     torch.set_num_threads(args.threads)
     repeat = 5 if args.quick else 21
-    typed = _typed_modules()
+    typed = typed_modules()
     print("| what (float32, forward+backward) | eager ms | compiled ms | compiled / eager | first call s |")
     print("|---|---:|---:|---:|---:|")
     rows = _maps(torch, rt, typed, SIZES[:1] if args.quick else SIZES, repeat) + _attention(torch, rt, typed, repeat)
