@@ -37,7 +37,7 @@ import sympy as sp
 from ._linkform import GENERAL, LinkForm, classify_link
 from ._timelimit import TimeLimit
 from .errors import DerivationError, DerivationTimeout
-from .regularizers import Regularizer, _describe, _one_line, p, to_mpf, z
+from .regularizers import Regularizer, describe, one_line, p, to_mpf, z
 from .symbols import S, S1, S2, d, i, k, s, s_k, s_max, score, tau, y
 
 __all__ = [
@@ -287,12 +287,12 @@ def _limit_at_zero(reg: Regularizer, expr: sp.Expr, what: str) -> sp.Expr:
         value = TimeLimit(_SOLVE_SECONDS, f"finding {what}").run(sp.limit, assumed, p, 0, "+")
     except DerivationTimeout:
         raise DerivationError(
-            f"cannot find {what} = lim_(p->0+) of {_describe(expr)}: SymPy's limit took longer than {_SOLVE_SECONDS:g} s"
+            f"cannot find {what} = lim_(p->0+) of {describe(expr)}: SymPy's limit took longer than {_SOLVE_SECONDS:g} s"
         ) from None
     except (NotImplementedError, ValueError, TypeError) as exc:
-        raise DerivationError(f"cannot find {what} = lim_(p->0+) of {_describe(expr)}: {type(exc).__name__}") from None
+        raise DerivationError(f"cannot find {what} = lim_(p->0+) of {describe(expr)}: {type(exc).__name__}") from None
     if value.has(sp.Limit, sp.sign, sp.AccumBounds):
-        raise DerivationError(f"cannot decide {what} = lim_(p->0+) of {_describe(expr)}: SymPy returned {_describe(value)}")
+        raise DerivationError(f"cannot decide {what} = lim_(p->0+) of {describe(expr)}: SymPy returned {describe(value)}")
     return sp.simplify(value.subs(back))
 
 
@@ -539,7 +539,7 @@ def derive_map(reg: Regularizer, *, timeout: float | None = None) -> Derivation:
     """
     if not isinstance(reg, Regularizer):
         raise DerivationError(f"derive_map expects a Regularizer, got {type(reg).__name__}")
-    limit = TimeLimit(timeout, f"deriving the map of omega(p) = {_describe(reg.omega)}")
+    limit = TimeLimit(timeout, f"deriving the map of omega(p) = {describe(reg.omega)}")
     return limit.run(_derive, reg)
 
 
@@ -551,8 +551,8 @@ def _derive(reg: Regularizer) -> Derivation:
     except Exception as exc:
         # SymPy raises TypeError, ValueError, RecursionError, ... on expressions it cannot handle
         raise DerivationError(
-            f"cannot derive the map of omega(p) = {_describe(reg.omega)}: SymPy failed with "
-            f"{type(exc).__name__}: {_one_line(exc)}"
+            f"cannot derive the map of omega(p) = {describe(reg.omega)}: SymPy failed with "
+            f"{type(exc).__name__}: {one_line(exc)}"
         ) from exc
 
 

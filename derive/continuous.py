@@ -56,7 +56,7 @@ theta2 = sp.Symbol("theta_2", negative=True)
 _v = sp.Symbol("v", real=True)
 _d = sp.Symbol("d", real=True)
 _lo, _hi = sp.Symbol("x_-", real=True), sp.Symbol("x_+", real=True)
-_x = sp.Symbol("x", real=True)
+X = sp.Symbol("x", real=True)
 
 
 @dataclass(frozen=True)
@@ -139,7 +139,7 @@ class ContinuousDerivation:
         x = sp.Symbol("x", real=True)
         a = self.support_radius
         scaled = sp.expand(sp.simplify(a * self.density.subs(u, a * x).subs(radius, a)))
-        return None if scaled.has(sigma2) else scaled.subs(x, _x)
+        return None if scaled.has(sigma2) else scaled.subs(x, X)
 
     def density_at(self) -> sp.Expr:
         """``p(t)`` with the radius substituted, in ``t``, ``mu``, ``sigma2`` (inside the support)."""

@@ -289,15 +289,15 @@ def _coerce_parameters(parameters: object, omega: sp.Expr | None = None) -> tupl
     return params
 
 
-def _one_line(text: str, limit: int = 100) -> str:
+def one_line(text: str, limit: int = 100) -> str:
     """``text`` on one line, shortened to ``limit`` characters."""
     text = " ".join(str(text).split())
     return text if len(text) <= limit else text[: limit - 3] + "..."
 
 
-def _describe(expr: sp.Expr, limit: int = 80) -> str:
+def describe(expr: sp.Expr, limit: int = 80) -> str:
     """``expr`` as one line of text, shortened to about ``limit`` characters."""
-    return _one_line(sp.sstr(expr), limit)
+    return one_line(sp.sstr(expr), limit)
 
 
 def _check_structure(omega: sp.Expr) -> None:
@@ -308,18 +308,18 @@ def _check_structure(omega: sp.Expr) -> None:
         node, depth = stack.pop()
         nodes += 1
         if nodes > MAX_NODES:
-            raise DerivationError(f"omega(p) = {_describe(omega)} has more than {MAX_NODES} nodes (limit {MAX_NODES})")
+            raise DerivationError(f"omega(p) = {describe(omega)} has more than {MAX_NODES} nodes (limit {MAX_NODES})")
         if isinstance(node, sp.Function):
             depth += 1
             if depth > MAX_FUNCTION_DEPTH:
                 raise DerivationError(
-                    f"omega(p) = {_describe(omega)} nests functions {depth} deep (limit {MAX_FUNCTION_DEPTH})"
+                    f"omega(p) = {describe(omega)} nests functions {depth} deep (limit {MAX_FUNCTION_DEPTH})"
                 )
         if isinstance(node, sp.Pow) and node.exp.is_Number and node.base.has(p):
             limit = MAX_EXPONENT if node.base.is_Symbol else MAX_POWER_OF_SUM
             if abs(node.exp) > limit:
                 raise DerivationError(
-                    f"omega(p) = {_describe(omega)} raises {_describe(node.base, 40)} to the power {node.exp} "
+                    f"omega(p) = {describe(omega)} raises {describe(node.base, 40)} to the power {node.exp} "
                     f"(limit {limit} for {'p' if node.base.is_Symbol else 'a compound base'})"
                 )
         stack.extend((arg, depth) for arg in node.args)
@@ -329,11 +329,11 @@ def _check_real(omega: sp.Expr) -> None:
     """Refuse ``I`` and constants that are complex, infinite or outside ``[1e-100, 1e100]`` in magnitude."""
     if omega.has(sp.I):
         raise DerivationError(
-            f"omega(p) = {_describe(omega)} is complex (it holds I = sqrt(-1)); a regularizer is a real function of p"
+            f"omega(p) = {describe(omega)} is complex (it holds I = sqrt(-1)); a regularizer is a real function of p"
         )
     for node in sp.preorder_traversal(omega):
         if node.has(sp.zoo, sp.nan, sp.oo, -sp.oo):
-            raise DerivationError(f"omega(p) = {_describe(omega)} holds {_describe(node, 40)}, which is not finite")
+            raise DerivationError(f"omega(p) = {describe(omega)} holds {describe(node, 40)}, which is not finite")
     stack = [omega]
     while stack:
         node = stack.pop()
@@ -349,15 +349,15 @@ def _check_real(omega: sp.Expr) -> None:
             real, imag = value.as_real_imag()
             if imag != 0 and abs(imag) > abs(real) * sp.Float(10) ** -25:
                 raise DerivationError(
-                    f"omega(p) = {_describe(omega)} is complex: its constant {_describe(node, 40)} = "
+                    f"omega(p) = {describe(omega)} is complex: its constant {describe(node, 40)} = "
                     f"{sp.sstr(value.evalf(6))} is not real; a regularizer is a real function of p"
                 )
             value = real
         if not value.is_finite:
-            raise DerivationError(f"omega(p) = {_describe(omega)} holds {_describe(node, 40)}, which is not finite")
+            raise DerivationError(f"omega(p) = {describe(omega)} holds {describe(node, 40)}, which is not finite")
         if value != 0 and not sp.Float(10) ** -_MAX_DECADE <= abs(value) <= sp.Float(10) ** _MAX_DECADE:
             raise DerivationError(
-                f"omega(p) = {_describe(omega)} holds the constant {_describe(node, 40)} ~ {sp.sstr(value.evalf(4))}, "
+                f"omega(p) = {describe(omega)} holds the constant {describe(node, 40)} ~ {sp.sstr(value.evalf(4))}, "
                 f"outside [1e-{_MAX_DECADE}, 1e{_MAX_DECADE}] in magnitude: regattn's numeric side cannot represent it"
             )
 
@@ -451,7 +451,7 @@ class Regularizer:
         except (sp.SympifyError, TypeError, ValueError) as exc:
             raise DerivationError(f"omega must be a SymPy expression, got {self.omega!r}") from exc
         if not isinstance(omega, sp.Expr) or isinstance(omega, (sp.MatrixBase, sp.MatrixExpr)):
-            raise DerivationError(f"omega must be a SymPy expression, got {type(omega).__name__} {_describe(omega)}")
+            raise DerivationError(f"omega must be a SymPy expression, got {type(omega).__name__} {describe(omega)}")
         plain = sp.Symbol("p")
         if plain in omega.free_symbols:
             omega = omega.subs(plain, p)
@@ -466,30 +466,30 @@ class Regularizer:
         if extra:
             names = ", ".join(sorted(str(s) for s in extra))
             raise DerivationError(
-                f"omega(p) = {_describe(omega)} has free symbol(s) {names} other than p"
+                f"omega(p) = {describe(omega)} has free symbol(s) {names} other than p"
                 + (" and its parameters" if params else "")
                 + "; declare parameters with Regularizer(..., parameters=[...])"
             )
         if p not in omega.free_symbols:
-            raise DerivationError(f"omega = {_describe(omega)} does not depend on p")
+            raise DerivationError(f"omega = {describe(omega)} does not depend on p")
         _check_structure(omega)
-        TimeLimit(timeout, f"checking the regularizer omega(p) = {_describe(omega)}").run(self._check)
+        TimeLimit(timeout, f"checking the regularizer omega(p) = {describe(omega)}").run(self._check)
 
     def _check(self) -> None:
         """The checks that need SymPy's algebra (run under the time limit)."""
         omega = self.omega
         try:
-            _check_functions(omega, f"omega(p) = {_describe(omega)}")
+            _check_functions(omega, f"omega(p) = {describe(omega)}")
             _check_real(omega)
-            _check_functions(self.second_derivative, f"omega''(p) = {_describe(self.second_derivative)}")
+            _check_functions(self.second_derivative, f"omega''(p) = {describe(self.second_derivative)}")
             object.__setattr__(self, "convexity", self._check_convexity())
         except DerivationError:
             raise
         except Exception as exc:
             # SymPy and mpmath raise TypeError, ValueError, RecursionError, ... on expressions they cannot handle
             raise DerivationError(
-                f"cannot check omega(p) = {_describe(omega)}: SymPy failed with {type(exc).__name__}: "
-                f"{_one_line(exc)}"
+                f"cannot check omega(p) = {describe(omega)}: SymPy failed with {type(exc).__name__}: "
+                f"{one_line(exc)}"
             ) from exc
 
     # ------------------------------------------------------------------ text
@@ -580,16 +580,16 @@ class Regularizer:
                         v0, v2 = fn0(x, *args), fn2(x, *args)
                     except (ZeroDivisionError, ValueError, OverflowError) as exc:
                         raise DerivationError(
-                            f"omega(p) = {_describe(self.omega)} cannot be evaluated at p = {mpmath.nstr(x, 6)}{where}: {exc}"
+                            f"omega(p) = {describe(self.omega)} cannot be evaluated at p = {mpmath.nstr(x, 6)}{where}: {exc}"
                         ) from None
                     if not _real_finite(v0):
                         raise DerivationError(
-                            f"omega(p) = {_describe(self.omega)} is not real and finite at p = {mpmath.nstr(x, 6)}{where} "
+                            f"omega(p) = {describe(self.omega)} is not real and finite at p = {mpmath.nstr(x, 6)}{where} "
                             f"(value {mpmath.nstr(v0, 6)}); it must be on (0, 1]"
                         )
                     if not _real_finite(v2) or mpmath.re(v2) <= 0:
                         raise DerivationError(
-                            f"omega is not strictly convex on (0, 1]: omega''(p) = {_describe(d2)} = "
+                            f"omega is not strictly convex on (0, 1]: omega''(p) = {describe(d2)} = "
                             f"{mpmath.nstr(v2, 6)} at p = {mpmath.nstr(x, 6)}{where}"
                         )
         n = len(_CONVEXITY_POINTS) * len(self.parameter_samples())
@@ -611,15 +611,15 @@ class Regularizer:
             for r in cuts[1:]:
                 if num.subs(p, r) == 0 or den.subs(p, r) == 0:
                     raise DerivationError(
-                        f"omega is not strictly convex on (0, 1]: omega''(p) = {_describe(d2)} vanishes or is "
+                        f"omega is not strictly convex on (0, 1]: omega''(p) = {describe(d2)} vanishes or is "
                         f"undefined at p = {r}"
                     )
             for a, b in zip(cuts, cuts[1:]):
                 mid = (a + b) / 2
                 if not d2.subs(p, mid) > 0:
                     raise DerivationError(
-                        f"omega is not strictly convex on (0, 1]: omega''(p) = {_describe(d2)} = "
-                        f"{_describe(d2.subs(p, mid))} at p = {mid}"
+                        f"omega is not strictly convex on (0, 1]: omega''(p) = {describe(d2)} = "
+                        f"{describe(d2.subs(p, mid))} at p = {mid}"
                     )
             return "omega''(p) > 0 on (0, 1], proved from the real roots of the rational omega''"
         return ""

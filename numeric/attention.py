@@ -229,7 +229,7 @@ def _online_closed(xp, m, q, k, v, v0, mask, causal, rows, keys, key_block, bad,
     so, and those rows come out NaN, as from the dense map.
     """
     mod = m.module
-    params = m._cast(q.dtype)
+    params = m.cast_params(q.dtype)
     b0 = mod.term(xp.zeros((), dtype=q.dtype), *params)
     shape = q[..., rows, :].shape[:-1]
     top = xp.full(shape, -xp.inf, dtype=q.dtype)

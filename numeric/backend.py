@@ -42,7 +42,7 @@ class Backend:
     * :meth:`namespace`: its NumPy-like array namespace;
     * :meth:`forward`: ``(p, tau)`` for the rows of a 2-D array ``x``, for
       ``mapping`` (a :class:`numeric.Map`: ``mapping.module`` is the generated
-      module, ``mapping.threshold`` the threshold rule, ``mapping._cast(dtype)``
+      module, ``mapping.threshold`` the threshold rule, ``mapping.cast_params(dtype)``
       the parameter values in ``x``'s dtype); ``tau`` is ``+inf`` on fully masked
       rows and NaN on rows holding a NaN, whose ``p`` is 0 and NaN;
     * :meth:`jvp`: ``J dx`` along the last axis at ``y = m(x)``;

@@ -38,7 +38,7 @@ from . import _generated
 from . import contract
 from .backend import array_module
 from .backends import backend_for
-from .layers import _Movable
+from .layers import Movable
 from .maps import get_map
 
 __all__ = [
@@ -285,7 +285,7 @@ def continuous_attention_backward(values, mu, sigma2, dout, *, mapping="softmax"
     return dvalues, (dr * r_mu).sum(axis=-1), (dr * r_var).sum(axis=-1)
 
 
-class ContinuousAttention(_Movable):
+class ContinuousAttention(Movable):
     """Continuous attention over a sequence, with ``mu`` and ``sigma2`` computed from the data.
 
     For input ``x`` of shape ``(..., L, E)``: discrete scores ``s_l = x_l . q / sqrt(E)``

@@ -44,7 +44,7 @@ class CupyBackend(Backend):
         p = cupy.empty_like(x)
         tau = cupy.empty(rows, dtype=x.dtype)
         kern = kernels(mapping.module)[f"{mapping.name}_forward_rows_{self._suffix(x)}"]
-        kern((min(rows, MAX_BLOCKS),), (CUDA_THREADS,), (x, p, tau, np.int64(rows), np.int64(n), *mapping._cast(x.dtype)))
+        kern((min(rows, MAX_BLOCKS),), (CUDA_THREADS,), (x, p, tau, np.int64(rows), np.int64(n), *mapping.cast_params(x.dtype)))
         return p, tau
 
     def jvp(self, mapping, y, dx):
@@ -55,7 +55,7 @@ class CupyBackend(Backend):
         rows, n = y.shape
         out = cupy.empty_like(y)
         kern = kernels(mapping.module)[f"{mapping.name}_jvp_{self._suffix(y)}"]
-        kern((min(rows, MAX_BLOCKS),), (CUDA_THREADS,), (y, dx, out, np.int64(rows), np.int64(n), *mapping._cast(y.dtype)))
+        kern((min(rows, MAX_BLOCKS),), (CUDA_THREADS,), (y, dx, out, np.int64(rows), np.int64(n), *mapping.cast_params(y.dtype)))
         return out
 
     def rbf_expectation(self, cmap, mu, sigma2, basis, grad: bool):

@@ -80,7 +80,7 @@ def sinusoidal_encoding(length: int, dim: int, dtype=np.float64) -> np.ndarray:
     return np.where(i % 2 == 0, np.sin(angle), np.cos(angle)).astype(dtype)
 
 
-class _Movable:
+class Movable:
     """Layers whose ``params`` can move between NumPy and CuPy."""
 
     params: dict
@@ -97,7 +97,7 @@ def _sigmoid(x):
     return 0.5 * (1 + np.tanh(0.5 * x))  # no overflow for large |x|
 
 
-class _Layer(_Movable):
+class _Layer(Movable):
     """What both layers share: dtype policy, learnable map parameters, score functions, state, repr, devices."""
 
     _fields: tuple = ()  # constructor arguments shown by repr
@@ -176,7 +176,7 @@ class _Layer(_Movable):
         for name in self.learn:
             value = self._values(name, xp)[0]
             values[name] = np.asarray(value.get() if hasattr(value, "get") else value).reshape(shape)
-        return self.mapping._bound(values)
+        return self.mapping.bound(values)
 
     def _score_function(self, xp, dtype):
         if self.scores is None or not self.scores.params:

@@ -26,7 +26,7 @@ from types import ModuleType
 
 import numpy as np
 
-from . import _trust, contract
+from . import trust, contract
 from .backend import array_module, to_compute_dtype
 from .backends import backend_for
 
@@ -116,7 +116,7 @@ class Map:
         self.per_row = any(isinstance(v, np.ndarray) for v in self.params.values())
         self._values = None if self.per_row else tuple(self.params.values())
 
-    def _bound(self, values: dict) -> Map:
+    def bound(self, values: dict) -> Map:
         """This map with parameter values already checked (floats or float64 arrays)."""
         m = object.__new__(Map)
         m.module, m.threshold, m.params = self.module, self.threshold, dict(values)
@@ -137,7 +137,7 @@ class Map:
                         for k, v in self.params.items())
         return f"Map({self.name!r}, threshold={self.threshold!r}{extra})"
 
-    def _cast(self, dtype):
+    def cast_params(self, dtype):
         """The parameter values as scalars of ``dtype`` (a map with one value per parameter)."""
         return tuple(np.asarray(v, dtype=dtype)[()] for v in self._values)
 
@@ -173,7 +173,7 @@ class Map:
             return [(self, None)]
         values, inverse = np.unique(self._param_rows(shape, axis), axis=0, return_inverse=True)
         names = tuple(self.params)
-        maps = [self._bound(dict(zip(names, map(float, row)))) for row in values]
+        maps = [self.bound(dict(zip(names, map(float, row)))) for row in values]
         if len(maps) == 1:
             return [(maps[0], None)]
         inverse = inverse.reshape(-1)
@@ -182,7 +182,7 @@ class Map:
     def _values_like(self, y, axis: int, xp):
         """The parameters as scalars of ``y``'s dtype, or as arrays broadcasting against ``y`` (size 1 along ``axis``)."""
         if not self.per_row:
-            return self._cast(y.dtype)
+            return self.cast_params(y.dtype)
         table = self._param_rows(y.shape, axis)
         shape = y.shape[:axis] + y.shape[axis + 1:] + (1,)
         return tuple(xp.moveaxis(xp.asarray(table[:, i].reshape(shape), dtype=y.dtype), -1, axis)
@@ -223,13 +223,13 @@ class Map:
         return restore(p).astype(out_dtype, copy=False), tau.reshape(batch)
 
     # --------------------------------------------------------- derivatives
-    def _on_support(self, fn, y, xp, off=0.0, values=None):
+    def on_support(self, fn, y, xp, off=0.0, values=None):
         """``fn(y, *values)`` where ``y > 0``, ``off`` elsewhere; ``fn`` is evaluated at 1 off the support.
 
         ``values``: the parameters (scalars or arrays broadcasting against ``y``), by default :meth:`_cast`'s.
         """
         pos = y > 0
-        value = xp.asarray(fn(y + ~pos, *(self._cast(y.dtype) if values is None else values)))
+        value = xp.asarray(fn(y + ~pos, *(self.cast_params(y.dtype) if values is None else values)))
         return (value * pos + off * ~pos if off else value * pos).astype(y.dtype, copy=False)
 
     def jvp(self, y, dx, axis: int = -1):
@@ -274,7 +274,7 @@ class Map:
         values = self._values_like(y64, axis, xp)
         out = {}
         for name in self.params:
-            c = self._on_support(getattr(self.module, f"omega_prime_d_{name}"), y64, xp, values=values)
+            c = self.on_support(getattr(self.module, f"omega_prime_d_{name}"), y64, xp, values=values)
             out[name] = -(jdy * c).sum(axis=axis)
         return self.reduce_to_params(out, y64.shape, axis) if reduce else out
 
@@ -397,7 +397,7 @@ class Map:
         return value.astype(out_dtype), grad.astype(out_dtype)
 
 
-def _load(name: str) -> ModuleType:
+def import_map_module(name: str) -> ModuleType:
     """The generated module for a built-in or a top-level module name, its header checked before it runs."""
     from ._generated import BUILTINS
 
@@ -408,7 +408,7 @@ def _load(name: str) -> ModuleType:
             "(pass a module inside a package as the module object)"
         )
     try:
-        return _trust.import_generated(full)
+        return trust.import_generated(full)
     except ModuleNotFoundError as exc:
         if exc.name != full:
             raise
@@ -435,9 +435,9 @@ def get_map(name, *, threshold: str = "auto", **params) -> Map:
     if isinstance(name, Map):
         return name if not params and threshold == "auto" else Map(name.module, threshold, **{**name.params, **params})
     if isinstance(name, ModuleType):
-        module = _trust.check_module(name)
+        module = trust.check_module(name)
     elif isinstance(name, str):
-        module = _load(name)
+        module = import_map_module(name)
     else:
         raise TypeError(f"get_map expects a name, a generated module or a Map, got {type(name).__name__}")
     return Map(module, threshold, **params)

@@ -114,7 +114,7 @@ class NumpyBackend(Backend):
 
     def forward(self, mapping, x: np.ndarray, *, overwrite: bool = False):
         """``(p, tau)`` for the rows of ``x`` (2-D, C-contiguous); ``overwrite`` lets ``p`` take ``x``'s memory."""
-        params = mapping._cast(x.dtype)
+        params = mapping.cast_params(x.dtype)
         out = x if overwrite else np.empty_like(x)
         tau = np.empty(x.shape[0], dtype=x.dtype)
 
@@ -158,7 +158,7 @@ class NumpyBackend(Backend):
 
     def jvp(self, mapping, y: np.ndarray, dx: np.ndarray) -> np.ndarray:
         """``J dx`` along the last axis at ``y = m(x)``: ``w*dx - w (w.dx) / sum(w)``, ``w = w(y)`` on the support."""
-        w = mapping._on_support(mapping.module.weight, y, np)
+        w = mapping.on_support(mapping.module.weight, y, np)
         nan = np.isnan(y[..., :1])  # a NaN row (NaN in every entry): its JVP is NaN, whatever the weight's form
         if nan.any():
             w = np.where(nan, np.nan, w)

@@ -53,7 +53,7 @@ from numeric import contract
 
 from ..continuous import ContinuousDerivation, sigma2
 from ..errors import DerivationError
-from .emit import _cuda_function, _Piece, _python_function, assemble, check_name
+from .emit import cuda_function, Piece, python_function, assemble, check_name
 from .printers import CudaPrinter, PyPrinter, print_block
 
 __all__ = ["generate_continuous_module", "continuous_functions", "DEVICE_FUNCTIONS", "QUADRATURE_NODES", "legendre_rule", "quadrature_gamma", "quadrature_threshold", "quadrature_constants"]
@@ -152,10 +152,10 @@ def quadrature_constants(cm: ContinuousDerivation) -> dict | None:
     shape = cm.shape()
     if shape is None:
         return None
-    from ..continuous import _x
+    from ..continuous import X
 
-    poly = sp.Poly(shape, _x)
-    coeffs = tuple(float(poly.coeff_monomial(_x**j)) for j in range(poly.degree() + 1))
+    poly = sp.Poly(shape, X)
+    coeffs = tuple(float(poly.coeff_monomial(X**j)) for j in range(poly.degree() + 1))
     rules = []
     for n in QUADRATURE_NODES:
         nodes, weights = legendre_rule(n)
@@ -208,7 +208,7 @@ _CONTEXT_METHODS = {"support_radius": ("sigma2",), "support_radius_dsigma2": ("s
 DEVICE_FUNCTIONS = tuple(_CONTEXT_METHODS)
 
 
-def _map_struct(name: str, pieces: list[_Piece], quad: dict | None) -> str:
+def _map_struct(name: str, pieces: list[Piece], quad: dict | None) -> str:
     """``NAME_map<T>``: the interface of the context kernel to this map, after its quadrature tables."""
     tables, members = _quadrature_source(name, quad) if quad is not None else ([], [])
     have = {pc.name for pc in pieces}
@@ -233,24 +233,24 @@ def _entry_points(name: str) -> str:
     return "\n".join(out)
 
 
-def continuous_functions(cm: ContinuousDerivation) -> list[_Piece]:
+def continuous_functions(cm: ContinuousDerivation) -> list[Piece]:
     """The scalar functions of a continuous module (each also a CUDA device function)."""
     e, e_mu, e_var = cm.rbf_expectation_grad()
     _, e_t1, e_t2 = cm.rbf_expectation_theta()
     inside = "on the support |t - mu| < a" if cm.family == "compact" else "a Gaussian"
     pieces = [
-        _Piece("support_radius", ["sigma2"], cm.support_radius, "a: the density is zero where |t - mu| >= a."),
-        _Piece("density_inside", ["t", "mu", "sigma2"], cm.density_at(), f"p(t) {inside} (not clipped)."),
-        _Piece("rbf_expectation", ["mu", "sigma2", "c", "s2"], e, "E_p[N(t; c, s2)], the context of one Gaussian basis function."),
-        _Piece("rbf_expectation_dmu", ["mu", "sigma2", "c", "s2"], e_mu, "d/dmu E_p[N(t; c, s2)]."),
-        _Piece("rbf_expectation_dsigma2", ["mu", "sigma2", "c", "s2"], e_var, "d/dsigma2 E_p[N(t; c, s2)]."),
-        _Piece("rbf_expectation_dtheta_1", ["theta_1", "theta_2", "c", "s2"], e_t1,
+        Piece("support_radius", ["sigma2"], cm.support_radius, "a: the density is zero where |t - mu| >= a."),
+        Piece("density_inside", ["t", "mu", "sigma2"], cm.density_at(), f"p(t) {inside} (not clipped)."),
+        Piece("rbf_expectation", ["mu", "sigma2", "c", "s2"], e, "E_p[N(t; c, s2)], the context of one Gaussian basis function."),
+        Piece("rbf_expectation_dmu", ["mu", "sigma2", "c", "s2"], e_mu, "d/dmu E_p[N(t; c, s2)]."),
+        Piece("rbf_expectation_dsigma2", ["mu", "sigma2", "c", "s2"], e_var, "d/dsigma2 E_p[N(t; c, s2)]."),
+        Piece("rbf_expectation_dtheta_1", ["theta_1", "theta_2", "c", "s2"], e_t1,
                "d/dtheta_1 E_p[N(t; c, s2)] for scores theta_1 t + theta_2 t^2 (theta_2 < 0)."),
-        _Piece("rbf_expectation_dtheta_2", ["theta_1", "theta_2", "c", "s2"], e_t2,
+        Piece("rbf_expectation_dtheta_2", ["theta_1", "theta_2", "c", "s2"], e_t2,
                "d/dtheta_2 E_p[N(t; c, s2)] for scores theta_1 t + theta_2 t^2 (theta_2 < 0)."),
     ]
     if cm.family == "compact":
-        pieces.insert(1, _Piece("support_radius_dsigma2", ["sigma2"], sp.simplify(sp.diff(cm.support_radius, sigma2)),
+        pieces.insert(1, Piece("support_radius_dsigma2", ["sigma2"], sp.simplify(sp.diff(cm.support_radius, sigma2)),
                                 "da/dsigma2: how fast the support widens with sigma2."))
     return pieces
 
@@ -309,7 +309,7 @@ def generate_continuous_module(cm: ContinuousDerivation, name: str) -> str:
     pieces = continuous_functions(cm)
     quad = quadrature_constants(cm)
     py, cu = PyPrinter(), CudaPrinter()
-    device_parts = [_cuda_function(piece, [], cu, name) for piece in pieces if piece.name in _CONTEXT_METHODS]
+    device_parts = [cuda_function(piece, [], cu, name) for piece in pieces if piece.name in _CONTEXT_METHODS]
     device_parts.append(_map_struct(name, pieces, quad))
     device_source = "\n".join(device_parts) + "\n"
     kernels = [f"{name}_rbf_context_{suffix}" for suffix in ("f32", "f64")]
@@ -337,7 +337,7 @@ def generate_continuous_module(cm: ContinuousDerivation, name: str) -> str:
     ]
     body += _quadrature_constants_text(quad)
     for piece in pieces:
-        body += ["", _python_function(piece, [], py), ""]
+        body += ["", python_function(piece, [], py), ""]
     body += ["", _DENSITY[cm.family], ""]
     body += ["", _tuple_function("rbf_expectation_grad", ["mu", "sigma2", "c", "s2"], [e, e_mu, e_var],
                                  "(E, dE/dmu, dE/dsigma2) for E = E_p[N(t; c, s2)], sharing one evaluation.", py), ""]

@@ -37,7 +37,7 @@ import keyword
 
 import sympy as sp
 
-from numeric import _trust, contract
+from numeric import trust, contract
 
 from ..argmax import Derivation
 from ..symbols import S, S1, S2, k, score
@@ -49,9 +49,9 @@ from .printers import POINTS, CudaPrinter, JaxPrinter, PyPrinter, TorchPrinter, 
 
 __all__ = ["generate_module", "assemble", "check_name", "HEADER_MARK", "content_hash"]
 
-# The header rule (mark, hash) is defined once, in numeric._trust, which checks
+# The header rule (mark, hash) is defined once, in numeric.trust, which checks
 # every generated module before running it.
-HEADER_MARK = _trust.HEADER_MARK
+HEADER_MARK = trust.HEADER_MARK
 
 
 def check_name(name: str) -> str:
@@ -64,11 +64,11 @@ def check_name(name: str) -> str:
 
 
 def content_hash(body: str) -> str:
-    """``"sha256:"`` and the SHA-256 of ``body`` (UTF-8): :func:`numeric._trust.content_hash`."""
-    return _trust.content_hash(body)
+    """``"sha256:"`` and the SHA-256 of ``body`` (UTF-8): :func:`numeric.trust.content_hash`."""
+    return trust.content_hash(body)
 
 
-class _Piece:
+class Piece:
     """One generated function: its name, arguments, expression and docstring.
 
     ``expr`` is the function's value (its docstring shows it); the code computes
@@ -91,7 +91,7 @@ def evaluation_points(dv: Derivation) -> tuple:
     return ((p, (0, 1)),) + at_clip
 
 
-def _pieces(dv: Derivation) -> list[_Piece]:
+def map_pieces(dv: Derivation) -> list[Piece]:
     """The routines of :mod:`numeric.contract` that ``dv`` has, with their expressions."""
     th = dv.threshold
     w = dv.weight
@@ -101,7 +101,7 @@ def _pieces(dv: Derivation) -> list[_Piece]:
 
     def piece(name, expr, body=None, given=(), doc=None):
         r = routines[name]
-        return _Piece(name, list(r.args), expr, doc or r.doc, body, given, points)
+        return Piece(name, list(r.args), expr, doc or r.doc, body, given, points)
 
     pieces = [
         piece("omega", dv.omega),
@@ -116,7 +116,7 @@ def _pieces(dv: Derivation) -> list[_Piece]:
     per = contract.PER_PARAMETER
     for q in dv.parameters:
         name = q.symbol.name
-        pieces.append(_Piece(per.name.format(name), list(per.args), sp.simplify(sp.diff(dv.omega_prime, q.symbol)),
+        pieces.append(Piece(per.name.format(name), list(per.args), sp.simplify(sp.diff(dv.omega_prime, q.symbol)),
                              per.doc.format(name), points=points))
     if dv.inversion.method == "closed":
         # Where SymPy's link cancels in floating point (stable_form rewrites it), its
@@ -144,7 +144,7 @@ def _pieces(dv: Derivation) -> list[_Piece]:
     return pieces
 
 
-def _symbols_for(args: list[str]) -> dict[str, sp.Symbol]:
+def symbols_for(args: list[str]) -> dict[str, sp.Symbol]:
     from .. import continuous as cont
 
     table = {"p": p, "z": z, "s": sp.Symbol("s", real=True), "S": S, "k": k, "S_1": S1, "S_2": S2,
@@ -153,7 +153,7 @@ def _symbols_for(args: list[str]) -> dict[str, sp.Symbol]:
     return {a: table[a] for a in args}
 
 
-def _python_function(piece: _Piece, params: list[str], printer: PyPrinter, doc: bool = True) -> str:
+def python_function(piece: Piece, params: list[str], printer: PyPrinter, doc: bool = True) -> str:
     args = piece.args + params
     assigns, (result,) = print_block(printer, [piece.body], f"{piece.name}(...) = {piece.expr}", given=piece.given,
                                   points=piece.points)
@@ -164,7 +164,7 @@ def _python_function(piece: _Piece, params: list[str], printer: PyPrinter, doc: 
     expr = piece.expr
     if expr.is_number:
         result = printer._print(sp.Float(expr.evalf(30), 30)) if expr.is_finite else result
-    if piece.args and not expr.has(_symbols_for(piece.args)[piece.args[0]]):
+    if piece.args and not expr.has(symbols_for(piece.args)[piece.args[0]]):
         # keep the shape and dtype of the argument (CuPy arrays dispatch zeros_like too)
         arg = piece.args[0]
         result = f"{printer._call('zeros_like')}({arg}) + {result}" if not expr.is_number else f"{printer._call('full_like')}({arg}, {result})"
@@ -180,7 +180,7 @@ _SECTION_PRINTERS = {
 }
 
 
-def _section(target: str, pieces: list[_Piece], params: list[str]) -> str:
+def _section(target: str, pieces: list[Piece], params: list[str]) -> str:
     """``def TARGET_routines():`` returning every routine of the contract, printed for ``target``.
 
     The function imports the framework when called, so the module imports
@@ -188,7 +188,7 @@ def _section(target: str, pieces: list[_Piece], params: list[str]) -> str:
     """
     printer_class, imports, helpers = _SECTION_PRINTERS[target]
     printer = printer_class()
-    functions = [_python_function(piece, params, printer, doc=False) for piece in pieces]
+    functions = [python_function(piece, params, printer, doc=False) for piece in pieces]
     code = "\n".join(functions)
     head = list(imports)
     for marker, lines in helpers.items():  # a helper only where a routine calls it
@@ -206,7 +206,7 @@ def _section(target: str, pieces: list[_Piece], params: list[str]) -> str:
     return "\n".join(body)
 
 
-def _cuda_function(piece: _Piece, params: list[str], printer: CudaPrinter, name: str) -> str:
+def cuda_function(piece: Piece, params: list[str], printer: CudaPrinter, name: str) -> str:
     args = [f"T {a}" for a in piece.args + params]
     assigns, (result,) = print_block(printer, [piece.body], f"{piece.name}(...) = {piece.expr}", given=piece.given,
                                   points=piece.points)
@@ -258,10 +258,10 @@ def generate_module(dv: Derivation, name: str) -> str:
     for q in params:
         if q in {"p", "z", "s", "S", "k", "S_1", "S_2", "numpy", "math"} or not q.isidentifier():
             raise DerivationError(f"parameter name {q!r} clashes with a generated name")
-    pieces = _pieces(dv)
+    pieces = map_pieces(dv)
     py, cu = PyPrinter(), CudaPrinter()
 
-    device = [_cuda_function(piece, params, cu, name) for piece in pieces]
+    device = [cuda_function(piece, params, cu, name) for piece in pieces]
     if dv.inversion.method != "closed":
         device.append(cuda.newton_link_source(name, params))
     device.append(cuda.map_struct(name, params, {pc.name for pc in pieces} | {"link"}, dv.threshold.kind,
@@ -300,7 +300,7 @@ def generate_module(dv: Derivation, name: str) -> str:
         "",
     ]
     for piece in pieces:
-        body += ["", _python_function(piece, params, py), ""]
+        body += ["", python_function(piece, params, py), ""]
     absent = [r.name for r in contract.ROUTINES if r.name not in {pc.name for pc in pieces}]
     if absent:  # the contract's routines this map does not have
         why = "  # no printable closed form: solve omega_prime(p) = z numerically" if "link" in absent else ""
@@ -309,7 +309,7 @@ def generate_module(dv: Derivation, name: str) -> str:
         body += ["", _section(target, pieces, params), ""]
     by_name = {pc.name: pc for pc in pieces}
     triton_text = triton_code.triton_source(
-        {n: (by_name[n].args, by_name[n].body, _symbols_for(by_name[n].args)[by_name[n].args[0]] if by_name[n].args
+        {n: (by_name[n].args, by_name[n].body, symbols_for(by_name[n].args)[by_name[n].args[0]] if by_name[n].args
              else None) for n in triton_code.PIECES if n in by_name}, params, evaluation_points(dv))
     body += ["", "#: Triton attention kernels of this map (derive.codegen.triton; None: its link has no closed form)"]
     body += ["TRITON_SOURCE = None", ""] if triton_text is None else ['TRITON_SOURCE = r"""', triton_text.rstrip("\n"),

@@ -17,7 +17,7 @@ import tempfile
 from pathlib import Path
 from types import ModuleType
 
-from numeric import _trust
+from numeric import trust
 
 from ..argmax import derive_map
 from ..errors import DerivationError
@@ -48,7 +48,7 @@ def generated_dir() -> Path:
 def load_module(path: Path, prefix: str = "_regattn_") -> ModuleType:
     """Import a generated module from its file, under the name ``prefix + stem`` (not put in sys.modules).
 
-    The file's header is checked first (:mod:`numeric._trust`): a file that
+    The file's header is checked first (:mod:`numeric.trust`): a file that
     ``regattn generate`` did not write, or whose body was edited since, raises
     :class:`DerivationError` without running; the text checked is the text run.
     """
@@ -57,8 +57,8 @@ def load_module(path: Path, prefix: str = "_regattn_") -> ModuleType:
     if spec is None or spec.loader is None:
         raise DerivationError(f"cannot import {path}")
     try:
-        text = _trust.read_verified(str(path))
-    except _trust.UntrustedModuleError as exc:
+        text = trust.read_verified(str(path))
+    except trust.UntrustedModuleError as exc:
         raise DerivationError(str(exc)) from None
     module = importlib.util.module_from_spec(spec)
     exec(compile(text, str(path), "exec", dont_inherit=True), module.__dict__)

@@ -62,13 +62,13 @@ def functions(dv: Derivation) -> dict[str, tuple[sp.Expr, list[sp.Symbol]]]:
     cached = dv._cache.get("verify.functions")
     if cached is not None:  # sample_point and exact_value ask for it at every point: build it once
         return cached
-    from .emit import _pieces, _symbols_for
+    from .emit import map_pieces, symbols_for
 
     out = dv._cache["verify.functions"] = {}
-    for piece in _pieces(dv):
+    for piece in map_pieces(dv):
         if not piece.args and piece.expr.is_finite is False:
             continue
-        table = _symbols_for(piece.args)
+        table = symbols_for(piece.args)
         out[piece.name] = (piece.expr, [table[a] for a in piece.args])
     return out
 

@@ -54,7 +54,7 @@ import jax
 import jax.numpy as jnp
 from jax import lax
 
-from .maps import JaxMap, _compute_dtype, get_map
+from .maps import JaxMap, compute_dtype, get_map
 
 __all__ = ["attention", "BLOCK_ENTRIES"]
 
@@ -152,7 +152,7 @@ def attention(query, key, value, mask=None, is_causal: bool = False, scale=None,
     if block_size is not None and (isinstance(block_size, bool) or not isinstance(block_size, int) or block_size < 1):
         raise ValueError(f"block_size must be a positive integer, got {block_size!r}")
     out_dtype = query.dtype
-    dtype = _compute_dtype(out_dtype)
+    dtype = compute_dtype(out_dtype)
     query, key, value = query.astype(dtype), key.astype(dtype), value.astype(dtype)
     params = {}
     for name in m.module.PARAMETERS:

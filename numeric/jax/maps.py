@@ -50,8 +50,8 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
-from .. import _trust, contract, tensor_rules
-from ..maps import _load
+from .. import trust, contract, tensor_rules
+from ..maps import import_map_module
 from ._ops import ops_for
 
 __all__ = ["JaxMap", "get_map", "softmax", "sparsemax", "entmax15", "entmax", "fenchel_young_loss"]
@@ -62,7 +62,7 @@ _REDUCTIONS = ("none", "sum", "mean")
 
 
 @lru_cache(maxsize=None)
-def _table(module: ModuleType) -> dict:
+def routine_table(module: ModuleType) -> dict:
     """The module's JAX routines (printed once per module)."""
     return module.jax_routines()
 
@@ -71,9 +71,9 @@ def _module(mapping) -> ModuleType:
     if isinstance(mapping, JaxMap):
         return mapping.module
     if isinstance(mapping, ModuleType):
-        module = _trust.check_module(mapping)
+        module = trust.check_module(mapping)
     elif isinstance(mapping, str):
-        module = _load(mapping)
+        module = import_map_module(mapping)
     else:
         raise TypeError(f"a map is a name, a generated module or a JaxMap, got {type(mapping).__name__}")
     contract.check_map_module(module)
@@ -132,7 +132,7 @@ def _check_axis(x, axis) -> int:
     return int(axis) % x.ndim
 
 
-def _compute_dtype(dtype):
+def compute_dtype(dtype):
     return jnp.dtype(jnp.float32) if jnp.dtype(dtype) in _HALF else jnp.dtype(dtype)
 
 
@@ -141,7 +141,7 @@ class _Solver:
 
     def __init__(self, module: ModuleType, threshold: str):
         self.module = module
-        self.table = _table(module)
+        self.table = routine_table(module)
         self.names = tuple(module.PARAMETERS)
         self.method = threshold
 
@@ -285,7 +285,7 @@ class JaxMap:
         x = _scores(x)
         axis = _check_axis(x, axis)
         values = self.values(params)
-        dtype = _compute_dtype(x.dtype)
+        dtype = compute_dtype(x.dtype)
         moved = jnp.moveaxis(x.astype(dtype), axis, -1)
         flat = moved.reshape(-1, x.shape[axis])
         tensors = tuple(self.param_rows(n, values[n], tuple(x.shape), axis, dtype) for n in self.module.PARAMETERS)
@@ -369,7 +369,7 @@ def _omega_terms(module, x, p, y, params):
     ``s`` is the scores shifted by their row maximum (masked scores left out); a target with mass on a masked
     score gives ``+inf``, a NaN score NaN.
     """
-    table = _table(module)
+    table = routine_table(module)
     omega = table["omega"]
     finite = jnp.isfinite(x)
     m = jnp.max(jnp.where(finite, x, -jnp.inf), axis=-1, keepdims=True)
@@ -476,7 +476,7 @@ def fenchel_young_loss(scores, target, mapping="softmax", reduction: str = "mean
     if missing:
         raise ValueError(f"map {m.name!r} needs a value for {', '.join(missing)}: bind it, e.g. "
                          f"get_map({m.name!r}, {missing[0]}=...)")
-    dtype = _compute_dtype(x.dtype)
+    dtype = compute_dtype(x.dtype)
     xc = x.astype(dtype)
     y = _target(xc, target, axis)
     n = x.shape[axis]

@@ -151,7 +151,7 @@ def _mask_block(mask, start: int, stop: int, keys: int):
     return None if mask is None else _rows(mask, start, stop)[..., :keys]
 
 
-def _scores(qs, key, mask, start: int, causal: bool):
+def block_scores(qs, key, mask, start: int, causal: bool):
     """Masked scores ``qs key^T`` (+ mask) of one block of query rows starting at row ``start``."""
     a = torch.matmul(qs, key.transpose(-2, -1))
     if mask is not None:
@@ -170,7 +170,7 @@ def _scores(qs, key, mask, start: int, causal: bool):
     return a
 
 
-class _Spec:
+class MapSpec:
     """What a call's blocks share: the map, its tensor parameters' names, and the options."""
 
     def __init__(self, fn, is_map, names, causal, guard, dropout_p, block, L, S):
@@ -196,7 +196,7 @@ class _Spec:
             dead = torch.isneginf(a).all(dim=-1, keepdim=True)
             p = self.fn(a.masked_fill(dead, 0.0), dim=-1).masked_fill(dead, 0.0)
         elif self.is_map and (keep_tau or tau is not None):
-            p = self.fn._run(a, -1, kw, tau=tau, keep_tau=keep_tau)
+            p = self.fn.run(a, -1, kw, tau=tau, keep_tau=keep_tau)
             if keep_tau:
                 p, kept = p
         else:
@@ -233,7 +233,7 @@ class _BlockedAttention(torch.autograd.Function):
         ctx.rng = _rng_state(qs.device) if spec.dropout_p > 0 else None
         taus = None  # the map's thresholds, (batch, L, 1): the backward pass's weights without a solve
         for start, stop, keys in spec.blocks():
-            a = _scores(qs[..., start:stop, :], key[..., :keys, :], _mask_block(mask, start, stop, keys), start, spec.causal)
+            a = block_scores(qs[..., start:stop, :], key[..., :keys, :], _mask_block(mask, start, stop, keys), start, spec.causal)
             p, tau = spec.weights(a, params, start, stop, keep_tau=True)
             if tau is not None:
                 if taus is None:
@@ -267,7 +267,7 @@ class _BlockedAttention(torch.autograd.Function):
             for start, stop, keys in spec.blocks():
                 q_b, k_b, v_b = qs[..., start:stop, :], key[..., :keys, :], value[..., :keys, :]
                 g = dout[..., start:stop, :]
-                a = _scores(q_b, k_b, _mask_block(mask, start, stop, keys), start, spec.causal)
+                a = block_scores(q_b, k_b, _mask_block(mask, start, stop, keys), start, spec.causal)
                 with torch.enable_grad():
                     a.requires_grad_()
                     w = spec.weights(a, leaves, start, stop, tau=None if taus is None else taus[..., start:stop, :])
@@ -293,13 +293,13 @@ class _BlockedAttention(torch.autograd.Function):
 
 def _block(qs, key, value, mask, start: int, spec, params, stop: int):
     """``weights(qs key^T + mask) value`` for the rows ``start:stop`` with plain autograd (one block, or a checkpoint)."""
-    a = _scores(qs, key, mask, start, spec.causal)
+    a = block_scores(qs, key, mask, start, spec.causal)
     return torch.matmul(spec.weights(a, params, start, stop), value)
 
 
 def _closure_grads(spec, qs, key, mask) -> bool:
     """Whether a plain callable's weights depend on tensors of its own that require grad (probed on one query row)."""
-    a = _scores(qs[..., :1, :], key[..., :min(spec.S, 1) if spec.causal else spec.S, :],
+    a = block_scores(qs[..., :1, :], key[..., :min(spec.S, 1) if spec.causal else spec.S, :],
                 _mask_block(mask, 0, 1, spec.S if not spec.causal else 1), 0, spec.causal)
     with torch.enable_grad():
         return spec.weights(a.detach(), (), 0, 1).requires_grad
@@ -368,7 +368,7 @@ def attention(query, key, value, attn_mask=None, is_causal=False, scale=None, ma
     if block is None:
         block = max(1, BLOCK_ENTRIES // (n * S))
     block = min(block, L)
-    spec = _Spec(fn, is_map, names, is_causal, not is_map and attn_mask is not None, float(dropout_p), block, L, S)
+    spec = MapSpec(fn, is_map, names, is_causal, not is_map and attn_mask is not None, float(dropout_p), block, L, S)
     if block == L:  # one block: plain autograd, the weights are kept for the backward pass
         return _block(qs, key, value, attn_mask, 0, spec, params, L)
     if torch.compiler.is_compiling() and torch.is_grad_enabled():

@@ -57,7 +57,7 @@ import torch.nn.functional as F
 from torch import nn
 
 from . import fused
-from .attention import _scores, _Spec, attention
+from .attention import block_scores, MapSpec, attention
 from .maps import TorchMap, get_map
 
 __all__ = ["MultiheadAttention"]
@@ -243,11 +243,11 @@ class MultiheadAttention(nn.MultiheadAttention):
         if need_weights:
             spec_map = mapping if isinstance(mapping, TorchMap) else None
             names = tuple(n for n in spec_map.params if isinstance(spec_map.params[n], torch.Tensor)) if spec_map else ()
-            spec = _Spec(mapping, spec_map is not None, names, False, spec_map is None and mask is not None,
+            spec = MapSpec(mapping, spec_map is not None, names, False, spec_map is None and mask is not None,
                          float(dropout_p), L, L, k.shape[2])
             if mask is not None and tuple(torch.broadcast_shapes(mask.shape, (N, H, L, k.shape[2]))) != (N, H, L, k.shape[2]):
                 raise ValueError(f"the masks do not broadcast to the weights' shape {(N, H, L, k.shape[2])}")
-            a = _scores(q * (1.0 / math.sqrt(D)), k, mask, 0, False)
+            a = block_scores(q * (1.0 / math.sqrt(D)), k, mask, 0, False)
             weights = spec.weights(a, tuple(mapping.params[n] for n in names), 0, L)
             heads = torch.matmul(weights, v)
             if average_attn_weights:

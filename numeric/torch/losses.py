@@ -18,7 +18,7 @@ import math
 
 import torch
 
-from .maps import TorchMap, _check_dim, _table, get_map
+from .maps import TorchMap, check_dim, routine_table, get_map
 
 __all__ = ["fenchel_young_loss", "FenchelYoungLoss"]
 
@@ -62,7 +62,7 @@ def _omega_terms(module, x, p, y, params):
 
     Differentiable in the parameters (tensors) only; ``p`` and ``s`` are constants here.
     """
-    table = _table(module)
+    table = routine_table(module)
     omega = table["omega"]
     finite = torch.isfinite(x)
     m = torch.where(finite, x, -math.inf).amax(dim=-1, keepdim=True)
@@ -136,7 +136,7 @@ def fenchel_young_loss(scores, target, mapping="softmax", reduction: str = "mean
         raise TypeError(f"scores must be a torch tensor, got {type(scores).__name__}")
     if not scores.is_floating_point():
         raise TypeError(f"scores must be a floating tensor, got dtype {scores.dtype}")
-    dim = _check_dim(scores, dim)
+    dim = check_dim(scores, dim)
     missing = [n for n in m.module.PARAMETERS if n not in m.params]
     if missing:
         raise ValueError(f"map {m.name!r} needs a value for {', '.join(missing)}: bind it, e.g. TorchMap({m.name!r}, "

@@ -34,8 +34,8 @@ from types import ModuleType
 import numpy as np
 import torch
 
-from .. import _trust, contract, tensor_rules
-from ..maps import _load
+from .. import trust, contract, tensor_rules
+from ..maps import import_map_module
 from ._ops import ops_for
 
 __all__ = ["TorchMap", "get_map", "softmax", "sparsemax", "entmax15", "entmax"]
@@ -45,7 +45,7 @@ _THRESHOLDS = ("auto", "sort", "root")
 
 
 @lru_cache(maxsize=None)
-def _table(module: ModuleType) -> dict:
+def routine_table(module: ModuleType) -> dict:
     """The module's torch routines (printed once per module)."""
     return module.torch_routines()
 
@@ -54,9 +54,9 @@ def _module(mapping) -> ModuleType:
     if isinstance(mapping, TorchMap):
         return mapping.module
     if isinstance(mapping, ModuleType):
-        module = _trust.check_module(mapping)
+        module = trust.check_module(mapping)
     elif isinstance(mapping, str):
-        module = _load(mapping)
+        module = import_map_module(mapping)
     else:
         raise TypeError(f"a map is a name, a generated module or a TorchMap, got {type(mapping).__name__}")
     contract.check_map_module(module)
@@ -87,7 +87,7 @@ def _check_param(module: ModuleType, name: str, value):
     return float(value)
 
 
-def _check_dim(x, dim) -> int:
+def check_dim(x, dim) -> int:
     if x.ndim == 0:
         raise ValueError(f"scores must have at least one dimension, got shape {tuple(x.shape)}")
     if isinstance(dim, bool) or not isinstance(dim, int) or not -x.ndim <= dim < x.ndim:
@@ -102,7 +102,7 @@ class _Solver:
 
     def __init__(self, module: ModuleType, threshold: str):
         self.module = module
-        self.table = _table(module)
+        self.table = routine_table(module)
         self.names = tuple(module.PARAMETERS)
         self.method = threshold
         self.softmax = bool(module.TERM_IS_EXP) and not self.names and threshold == "auto"
@@ -250,9 +250,9 @@ class TorchMap:
 
     def __call__(self, x, dim: int = -1, **params):
         """``p*(x)`` along ``dim``: same shape, dtype and device as ``x``."""
-        return self._run(x, dim, params)
+        return self.run(x, dim, params)
 
-    def _run(self, x, dim, params, tau=None, keep_tau=False):
+    def run(self, x, dim, params, tau=None, keep_tau=False):
         """``p``, or ``(p, tau)`` with ``keep_tau`` (``tau`` of size 1 along ``dim``, the threshold less the row's
         maximum, or ``None`` where the map cannot use it), or ``p`` from a ``tau`` kept before: one pass instead
         of a solve, the same gradient."""
@@ -260,7 +260,7 @@ class TorchMap:
             raise TypeError(f"scores must be a torch tensor, got {type(x).__name__}")
         if not x.is_floating_point():
             raise TypeError(f"scores must be a floating tensor, got dtype {x.dtype}")
-        dim = _check_dim(x, dim)
+        dim = check_dim(x, dim)
         if self._solver.softmax and not params and tau is None:
             # torch.softmax along dim, its own autograd (its backward p * (v - p.v) is the derived JVP with
             # w = p, sum(w) = 1); a row with a NaN (or +inf) score or fully masked comes out NaN in every

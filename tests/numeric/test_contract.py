@@ -95,12 +95,12 @@ def _old_format(tmp_path, name, edit):
     that matches (a trusted file of the old format), loaded from ``tmp_path``."""
     from derive.codegen.emit import HEADER_MARK, content_hash
     from derive.codegen.files import load_module
-    from numeric import _trust
+    from numeric import trust
 
     text = (importlib.resources.files("numeric._generated") / f"{name}.py").read_text(encoding="utf-8")
-    header, body = _trust.split_header(text)
+    header, body = trust.split_header(text)
     body = edit(body)
-    assert body != _trust.split_header(text)[1]
+    assert body != trust.split_header(text)[1]
     path = tmp_path / f"{name}.py"
     path.write_text("\n".join([HEADER_MARK, *header[1:-1], f"# content-hash: {content_hash(body)}"]) + "\n" + body)
     return load_module(path, prefix="old_")

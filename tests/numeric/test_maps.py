@@ -60,7 +60,7 @@ def test_matches_reference(name, x):
     # other map here has w <= 1, so its bound stays 1e-12.
     mod = get(name).module
     support = want[want > 0]
-    w_max = float(np.max(mod.weight(support, *get(name)._cast(np.float64)))) if support.size else 0.0
+    w_max = float(np.max(mod.weight(support, *get(name).cast_params(np.float64)))) if support.size else 0.0
     np.testing.assert_allclose(got, want, rtol=0, atol=1e-12 * max(1.0, w_max))
 
 

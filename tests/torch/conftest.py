@@ -19,13 +19,13 @@ def torch_user_modules(tmp_path_factory):
 
 
 class RecordingMap(TorchMap):
-    """A TorchMap that records the shape of every block of scores it is given (attention calls ``_run``, through
+    """A TorchMap that records the shape of every block of scores it is given (attention calls ``run``, through
     which every call of a map goes)."""
 
     def __init__(self, *args, **kwargs):
         super().__init__(*args, **kwargs)
         self.calls = []
 
-    def _run(self, x, dim, params, **kw):
+    def run(self, x, dim, params, **kw):
         self.calls.append(tuple(x.shape))
-        return super()._run(x, dim, params, **kw)
+        return super().run(x, dim, params, **kw)

@@ -30,7 +30,7 @@ def test_weights_from_the_threshold_equal_the_solved_weights(name, params, dim):
     m = get_map(name, **params)
     x = _hard_rows()
     x = x if dim == -1 else x.T.contiguous()
-    p, tau = m._run(x, dim, {}, keep_tau=True)
+    p, tau = m.run(x, dim, {}, keep_tau=True)
     torch.testing.assert_close(p, m(x, dim=dim), rtol=0, atol=0, equal_nan=True)
     # torch.softmax, a root rule across a kink (shannon_gini), a link with no closed form (a typed map: p from
     # tau would invert the link per score): nothing to keep
@@ -39,7 +39,7 @@ def test_weights_from_the_threshold_equal_the_solved_weights(name, params, dim):
         assert tau is None
         return
     assert tau.shape == tuple(1 if i == dim % x.dim() else s for i, s in enumerate(x.shape))
-    again = m._run(x, dim, {}, tau=tau)
+    again = m.run(x, dim, {}, tau=tau)
     # (the solvers stop within a few ulps of the threshold: Newton's and Halley's p differ from g(x - tau) / sum
     # by that much, and a link's power k = 1 / (alpha - 1) multiplies the relative rounding of its base)
     torch.testing.assert_close(again, p, rtol=0, atol=1e-14, equal_nan=True)
@@ -56,9 +56,9 @@ def test_weights_from_the_threshold_in_lower_precision(name, dtype):
     params = {"alpha": 1.3} if name == "entmax" else {}
     m = get_map(name, **params)
     x = _hard_rows(1).to(dtype)
-    p, tau = m._run(x, -1, {}, keep_tau=True)
+    p, tau = m.run(x, -1, {}, keep_tau=True)
     assert tau.dtype == torch.float32
-    again = m._run(x, -1, {}, tau=tau)
+    again = m.run(x, -1, {}, tau=tau)
     assert again.dtype == dtype
     eps = torch.finfo(dtype).eps
     torch.testing.assert_close(again.double(), p.double(), rtol=0, atol=4 * eps, equal_nan=True)
@@ -70,10 +70,10 @@ def test_gradients_through_the_threshold_path(name, params):
     x = _hard_rows(2)
     x[3, 0] = 0.0  # (no NaN row: gradients compared)
     live = x.clone().requires_grad_()
-    _, tau = m._run(x, -1, {}, keep_tau=True)
+    _, tau = m.run(x, -1, {}, keep_tau=True)
     v = torch.randn(x.shape, generator=torch.Generator().manual_seed(3), dtype=F64)
     (g_solve,) = torch.autograd.grad((m(live) * v).sum(), live)
-    (g_tau,) = torch.autograd.grad((m._run(live, -1, {}, tau=tau) * v).sum(), live)
+    (g_tau,) = torch.autograd.grad((m.run(live, -1, {}, tau=tau) * v).sum(), live)
     # (alpha > 2: the JVP's weight p**(2 - alpha) is infinite at 0, so a tiny p's gradient is large and
     # carries p's relative rounding)
     torch.testing.assert_close(g_tau, g_solve, rtol=1e-10, atol=1e-13)
