@@ -418,6 +418,18 @@ def import_map_module(name: str) -> ModuleType:
         ) from None
 
 
+def module_of(mapping, own: type) -> ModuleType:
+    """The generated module of a map given as a name, a module (checked: :func:`numeric.trust.check_module`) or an
+    instance of a front end's map class ``own`` (its module)."""
+    if isinstance(mapping, own):
+        return mapping.module
+    if isinstance(mapping, ModuleType):
+        return trust.check_module(mapping)
+    if isinstance(mapping, str):
+        return import_map_module(mapping)
+    raise TypeError(f"a map is a name, a generated module or a {own.__name__}, got {type(mapping).__name__}")
+
+
 def get_map(name, *, threshold: str = "auto", **params) -> Map:
     """The :class:`Map` for a built-in name, an importable generated module's name, or the module itself.
 
@@ -434,13 +446,7 @@ def get_map(name, *, threshold: str = "auto", **params) -> Map:
     """
     if isinstance(name, Map):
         return name if not params and threshold == "auto" else Map(name.module, threshold, **{**name.params, **params})
-    if isinstance(name, ModuleType):
-        module = trust.check_module(name)
-    elif isinstance(name, str):
-        module = import_map_module(name)
-    else:
-        raise TypeError(f"get_map expects a name, a generated module or a Map, got {type(name).__name__}")
-    return Map(module, threshold, **params)
+    return Map(module_of(name, Map), threshold, **params)
 
 
 def softmax(x, axis: int = -1):

@@ -50,8 +50,8 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
-from .. import trust, contract, tensor_rules
-from ..maps import import_map_module
+from .. import contract, tensor_rules
+from ..maps import module_of
 from ._ops import ops_for
 
 __all__ = ["JaxMap", "get_map", "softmax", "sparsemax", "entmax15", "entmax", "fenchel_young_loss"]
@@ -70,12 +70,7 @@ def routine_table(module: ModuleType) -> dict:
 def _module(mapping) -> ModuleType:
     if isinstance(mapping, JaxMap):
         return mapping.module
-    if isinstance(mapping, ModuleType):
-        module = trust.check_module(mapping)
-    elif isinstance(mapping, str):
-        module = import_map_module(mapping)
-    else:
-        raise TypeError(f"a map is a name, a generated module or a JaxMap, got {type(mapping).__name__}")
+    module = module_of(mapping, JaxMap)
     contract.check_map_module(module)
     return module
 

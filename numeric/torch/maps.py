@@ -34,8 +34,8 @@ from types import ModuleType
 import numpy as np
 import torch
 
-from .. import trust, contract, tensor_rules
-from ..maps import import_map_module
+from .. import contract, tensor_rules
+from ..maps import module_of
 from ._ops import ops_for
 
 __all__ = ["TorchMap", "get_map", "softmax", "sparsemax", "entmax15", "entmax"]
@@ -53,12 +53,7 @@ def routine_table(module: ModuleType) -> dict:
 def _module(mapping) -> ModuleType:
     if isinstance(mapping, TorchMap):
         return mapping.module
-    if isinstance(mapping, ModuleType):
-        module = trust.check_module(mapping)
-    elif isinstance(mapping, str):
-        module = import_map_module(mapping)
-    else:
-        raise TypeError(f"a map is a name, a generated module or a TorchMap, got {type(mapping).__name__}")
+    module = module_of(mapping, TorchMap)
     contract.check_map_module(module)
     return module
 
