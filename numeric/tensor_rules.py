@@ -49,7 +49,7 @@ from typing import Any, Callable
 from .newton import Ops, invert_link
 
 __all__ = ["TensorOps", "Routines", "solve", "closed_rule", "sort_rule", "sort_threshold", "support_rule", "root_rule", "kkt_rule", "jvp",
-           "param_vjp", "ROOT_STEPS", "SUPPORT_STEPS", "KKT_STEPS", "KKT_FREE_STEPS", "KKT_CANDIDATES"]
+           "param_vjp", "omega_terms", "ROOT_STEPS", "SUPPORT_STEPS", "KKT_STEPS", "KKT_FREE_STEPS", "KKT_CANDIDATES"]
 
 #: Iteration budget of the root rule's safeguarded Halley solve.
 ROOT_STEPS = 100
@@ -934,6 +934,34 @@ def _weights(ops, r: Routines, p, at_zero=None):
         a, k = r.link_scale(), r.link_exponent()
         return ops.exp((1 - 1 / k) * ops.log(safe)) * (pos * (a * k))
     return r.weight(safe) * pos
+
+
+def omega_terms(ops: TensorOps, r: Routines, x, p, y):
+    """Per row ``sum_i [omega(y_i) - omega(p_i)] - (y_i - p_i) s_i``, shape ``(..., 1)``: the Fenchel-Young loss of
+    the map's ``p = m(x)`` against the distributions ``y`` (``numeric.Map.loss_and_grad``'s terms).
+
+    ``s`` is the scores shifted by their row maximum (masked scores left out); ``omega(0)`` is the module's
+    ``omega_zero``.  A ``p_i = 0`` of a dense map (underflow far below the maximum) where ``y_i > 0``, or a
+    target with mass on a masked score, gives ``+inf``; a NaN score NaN.  Differentiable in the parameters
+    where the target differentiates (``p`` and ``s`` are constants of the envelope theorem).
+    """
+    finite = ops.isfinite(x)
+    m = ops.row_max(ops.where(finite, x, -math.inf))
+    s = ops.where(finite, x - ops.where(ops.isfinite(m), m, 0), 0)
+    zero = ops.full(m, 0.0) + r.omega_zero()
+    infinite_at_zero = ops.not_(ops.isfinite(zero))
+
+    def omega_of(q):
+        pos = q > 0
+        return ops.where(pos, r.omega(ops.where(pos, q, 1)), zero), ops.where(pos, q * s, 0)
+
+    om_p, ps = omega_of(p)
+    om_y, ys = omega_of(y)
+    term = (om_y - om_p) - (ys - ps)
+    term = ops.where((p == 0) & (y > 0) & infinite_at_zero, math.inf, term)
+    value = ops.row_sum(ops.where(finite & (y != p), term, 0))
+    value = ops.where(ops.row_max(ops.where(finite, 0, y)) > 0, math.inf, value)
+    return ops.where(ops.isnan(ops.row_max(x)), math.nan, value)
 
 
 def jvp(ops: TensorOps, r: Routines, p, v, at_zero=None):

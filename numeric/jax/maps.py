@@ -359,32 +359,9 @@ def entmax(x, alpha, axis: int = -1):
 
 # ------------------------------------------------------------------ the loss
 def _omega_terms(module, x, p, y, params):
-    """Per row ``sum_i [omega(y_i) - omega(p_i)] - (y_i - p_i) s_i`` (numeric.Map.loss_and_grad's terms), rows 2-D.
-
-    ``s`` is the scores shifted by their row maximum (masked scores left out); a target with mass on a masked
-    score gives ``+inf``, a NaN score NaN.
-    """
-    table = routine_table(module)
-    omega = table["omega"]
-    finite = jnp.isfinite(x)
-    m = jnp.max(jnp.where(finite, x, -jnp.inf), axis=-1, keepdims=True)
-    s = jnp.where(finite, x - jnp.where(jnp.isfinite(m), m, 0), 0)
-    zero = jnp.asarray(table["omega_zero"](*params), dtype=x.dtype)
-    infinite_at_zero = jnp.isinf(zero)
-
-    def omega_of(q):
-        pos = q > 0
-        val = omega(jnp.where(pos, q, 1), *params)
-        return jnp.where(pos, val, zero), jnp.where(pos, q * s, 0)
-
-    om_p, ps = omega_of(p)
-    om_y, ys = omega_of(y)
-    term = (om_y - om_p) - (ys - ps)
-    # p_i = 0 on a finite score of a dense map (underflow far below the maximum) with y_i > 0: +inf
-    term = jnp.where((p == 0) & (y > 0) & infinite_at_zero, jnp.inf, term)
-    value = jnp.sum(jnp.where(finite & (y != p), term, 0), axis=-1)
-    value = jnp.where(jnp.any(jnp.where(finite, 0, y) > 0, axis=-1), jnp.inf, value)
-    return jnp.where(jnp.any(jnp.isnan(x), axis=-1), jnp.nan, value)
+    """Per row ``sum_i [omega(y_i) - omega(p_i)] - (y_i - p_i) s_i`` (:func:`numeric.tensor_rules.omega_terms`), rows 2-D."""
+    r = tensor_rules.Routines(module, routine_table(module), params)
+    return tensor_rules.omega_terms(ops_for(x.dtype), r, x, p, y)[..., 0]
 
 
 @partial(jax.custom_jvp, nondiff_argnums=(0,))

@@ -18,6 +18,8 @@ import math
 
 import torch
 
+from .. import tensor_rules
+from ._ops import ops_for
 from .maps import TorchMap, check_dim, routine_table, get_map
 
 __all__ = ["fenchel_young_loss", "FenchelYoungLoss"]
@@ -58,32 +60,10 @@ def _target(x, target, dim):
 
 
 def _omega_terms(module, x, p, y, params):
-    """Per row ``sum_i [omega(y_i) - omega(p_i)] - (y_i - p_i) s_i`` (numeric.Map.loss_and_grad's terms), along the last axis.
-
-    Differentiable in the parameters (tensors) only; ``p`` and ``s`` are constants here.
-    """
-    table = routine_table(module)
-    omega = table["omega"]
-    finite = torch.isfinite(x)
-    m = torch.where(finite, x, -math.inf).amax(dim=-1, keepdim=True)
-    s = torch.where(finite, x - torch.where(torch.isfinite(m), m, 0), 0)
-    zero = table["omega_zero"](*params)
-    zero = zero if isinstance(zero, torch.Tensor) else torch.tensor(float(zero), dtype=x.dtype, device=x.device)
-    infinite_at_zero = torch.isinf(zero)
-
-    def omega_of(q):
-        pos = q > 0
-        val = omega(torch.where(pos, q, 1), *params)
-        return torch.where(pos, val, zero), torch.where(pos, q * s, 0)
-
-    om_p, ps = omega_of(p)
-    om_y, ys = omega_of(y)
-    term = (om_y - om_p) - (ys - ps)
-    # p_i = 0 on a finite score of a dense map (underflow far below the maximum) with y_i > 0: +inf
-    term = torch.where((p == 0) & (y > 0) & infinite_at_zero, math.inf, term)
-    value = torch.where(finite & (y != p), term, 0).sum(dim=-1)
-    value = torch.where((torch.where(finite, 0, y) > 0).any(dim=-1), math.inf, value)
-    return torch.where(torch.isnan(x).any(dim=-1), math.nan, value)
+    """Per row ``sum_i [omega(y_i) - omega(p_i)] - (y_i - p_i) s_i`` along the last axis
+    (:func:`numeric.tensor_rules.omega_terms`); differentiable in the parameters (tensors) only."""
+    r = tensor_rules.Routines(module, routine_table(module), params)
+    return tensor_rules.omega_terms(ops_for(x.dtype), r, x, p, y)[..., 0]
 
 
 class _LossFunction(torch.autograd.Function):
