@@ -133,7 +133,7 @@ def _block_map(m: Map, table, rows: slice) -> Map:
     if table is None:
         return m
     part = table[..., rows, :]
-    return m._bound({name: part[..., i:i + 1] for i, name in enumerate(m.params)})
+    return m.bound({name: part[..., i:i + 1] for i, name in enumerate(m.params)})
 
 
 def _nonfinite_keys(xp, k, v):
