@@ -418,16 +418,21 @@ def import_map_module(name: str) -> ModuleType:
         ) from None
 
 
-def module_of(mapping, own: type) -> ModuleType:
+def module_of(mapping, own: type, check: bool = False) -> ModuleType:
     """The generated module of a map given as a name, a module (checked: :func:`numeric.trust.check_module`) or an
-    instance of a front end's map class ``own`` (its module)."""
+    instance of a front end's map class ``own`` (its module); ``check``: a module not taken from an ``own`` map
+    is checked against the contract too (:func:`numeric.contract.check_map_module`)."""
     if isinstance(mapping, own):
         return mapping.module
     if isinstance(mapping, ModuleType):
-        return trust.check_module(mapping)
-    if isinstance(mapping, str):
-        return import_map_module(mapping)
-    raise TypeError(f"a map is a name, a generated module or a {own.__name__}, got {type(mapping).__name__}")
+        module = trust.check_module(mapping)
+    elif isinstance(mapping, str):
+        module = import_map_module(mapping)
+    else:
+        raise TypeError(f"a map is a name, a generated module or a {own.__name__}, got {type(mapping).__name__}")
+    if check:
+        contract.check_map_module(module)
+    return module
 
 
 def get_map(name, *, threshold: str = "auto", **params) -> Map:

@@ -50,7 +50,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
-from .. import contract, tensor_rules
+from .. import tensor_rules
 from ..maps import module_of
 from ._ops import ops_for
 
@@ -65,14 +65,6 @@ _REDUCTIONS = ("none", "sum", "mean")
 def routine_table(module: ModuleType) -> dict:
     """The module's JAX routines (printed once per module)."""
     return module.jax_routines()
-
-
-def _module(mapping) -> ModuleType:
-    if isinstance(mapping, JaxMap):
-        return mapping.module
-    module = module_of(mapping, JaxMap)
-    contract.check_map_module(module)
-    return module
 
 
 def _concrete(a) -> bool:
@@ -206,7 +198,7 @@ class JaxMap:
     """
 
     def __init__(self, mapping, *, threshold: str = "auto", **params):
-        module = _module(mapping)
+        module = module_of(mapping, JaxMap, check=True)
         if threshold not in _THRESHOLDS:
             raise ValueError(f"threshold must be one of {_THRESHOLDS}, got {threshold!r}")
         if threshold == "sort" and module.THRESHOLD != "sort":

@@ -34,7 +34,7 @@ from types import ModuleType
 import numpy as np
 import torch
 
-from .. import contract, tensor_rules
+from .. import tensor_rules
 from ..maps import module_of
 from ._ops import ops_for
 
@@ -48,14 +48,6 @@ _THRESHOLDS = ("auto", "sort", "root")
 def routine_table(module: ModuleType) -> dict:
     """The module's torch routines (printed once per module)."""
     return module.torch_routines()
-
-
-def _module(mapping) -> ModuleType:
-    if isinstance(mapping, TorchMap):
-        return mapping.module
-    module = module_of(mapping, TorchMap)
-    contract.check_map_module(module)
-    return module
 
 
 def _check_param(module: ModuleType, name: str, value):
@@ -189,7 +181,7 @@ class TorchMap:
     """
 
     def __init__(self, mapping, *, threshold: str = "auto", **params):
-        module = _module(mapping)
+        module = module_of(mapping, TorchMap, check=True)
         if threshold not in _THRESHOLDS:
             raise ValueError(f"threshold must be one of {_THRESHOLDS}, got {threshold!r}")
         if threshold == "sort" and module.THRESHOLD != "sort":
