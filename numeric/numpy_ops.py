@@ -4,9 +4,8 @@
 operations of :func:`numeric.newton.invert_link`) with the row operations of
 :class:`numeric.tensor_rules.TensorOps`: reductions along the last axis keeping
 it, ``repeat`` a Python loop that stops when no row is still going, ``branch``
-a computation made only where some row asks for it, and :meth:`repeat_rows` /
-:meth:`on_rows` that compute only the rows concerned (gathered together once
-they are at most half of those of the round before).
+a computation made only where some row asks for it, and the row indexing with
+which :class:`numeric.tensor_rules.CompactRows` computes only the rows concerned.
 """
 
 from __future__ import annotations
@@ -16,12 +15,12 @@ import numpy as np
 from .newton import NumpyOps
 from .rows import row_max as _row_max
 from .rows import row_sum as _row_sum
-from .tensor_rules import TensorOps
+from .tensor_rules import CompactRows, TensorOps
 
 __all__ = ["NumpyRowOps", "ops_for"]
 
 
-class NumpyRowOps(NumpyOps, TensorOps):
+class NumpyRowOps(CompactRows, NumpyOps, TensorOps):
     """:class:`~numeric.tensor_rules.TensorOps` on 2-D NumPy arrays of one floating dtype."""
 
     def __init__(self, dtype):
@@ -32,10 +31,10 @@ class NumpyRowOps(NumpyOps, TensorOps):
     def float_(self, b):
         return np.asarray(b, dtype=self.dtype)
 
-
     def support(self, u):
         # (on u >= 0) ceil(min(u, 1)): 0 or 1, NaN stays NaN; np.sign takes 15x as long
-        return np.ceil(np.minimum(u, self._ones(u)), out=None)
+        return np.ceil(np.minimum(u, self._ones(u)))
+
     clamp_min = staticmethod(np.maximum)
     log = staticmethod(np.log)
     isfinite = staticmethod(np.isfinite)
@@ -142,53 +141,22 @@ class NumpyRowOps(NumpyOps, TensorOps):
         return fn() if pred.any() else otherwise()
 
     @staticmethod
-    def repeat_rows(n, body, state, going, rows=()):
-        # a round runs on the rows still going once they are at most half of those of the round
-        # before (gathered together); the others' state is written back then
-        state = [np.asarray(s) for s in state]
-        done = list(state)
-        where = None  # the original index of each row in the rounds, None: all of them in order
-        for _ in range(n):
-            live = int(np.count_nonzero(going))
-            if live == 0:
-                break
-            count = going.shape[0]
-            if 2 * live <= count:
-                keep = np.flatnonzero(going)
-                done = _put(done, where, state)
-                where = keep if where is None else where[keep]
-                state, rows, going = _take(state, keep, count), _take(rows, keep, count), going[keep]
-            state, going = body(tuple(state), rows)
-            state = list(state)
-        return tuple(_put(done, where, state))
+    def count_rows(mask):
+        return int(np.count_nonzero(mask))
 
     @staticmethod
-    def on_rows(mask, fn, rows, otherwise):
-        keep = np.flatnonzero(mask)
-        if keep.size == 0:
-            return otherwise
-        if keep.size == mask.shape[0]:
-            return fn(*rows)
-        out = np.array(otherwise, copy=True)
-        out[keep] = fn(*_take(rows, keep, mask.shape[0]))
+    def row_index(mask):
+        return np.flatnonzero(mask)
+
+    @staticmethod
+    def take_rows(a, index):
+        return a[index]
+
+    @staticmethod
+    def put_rows(a, index, b):
+        out = np.array(a, copy=True)
+        out[index] = b
         return out
-
-
-def _take(values, keep, count):
-    """The rows ``keep`` of each array with ``count`` rows; other values (numbers, 0-d arrays) as they are."""
-    return [v[keep] if isinstance(v, np.ndarray) and v.ndim and v.shape[0] == count else v for v in values]
-
-
-def _put(done, where, state):
-    """``done`` with the rows ``where`` (all where ``None``) set to ``state``."""
-    if where is None:
-        return list(state)
-    out = []
-    for d, s in zip(done, state):
-        d = np.array(d, copy=True)
-        d[where] = s
-        out.append(d)
-    return out
 
 
 _OPS: dict = {}

@@ -48,7 +48,7 @@ from typing import Any, Callable
 
 from .newton import Ops, invert_link
 
-__all__ = ["TensorOps", "Routines", "solve", "closed_rule", "sort_rule", "sort_threshold", "support_rule", "root_rule", "kkt_rule", "jvp",
+__all__ = ["TensorOps", "CompactRows", "Routines", "solve", "closed_rule", "sort_rule", "sort_threshold", "support_rule", "root_rule", "kkt_rule", "jvp",
            "param_vjp", "omega_terms", "ROOT_STEPS", "SUPPORT_STEPS", "KKT_STEPS", "KKT_FREE_STEPS", "KKT_CANDIDATES"]
 
 #: Iteration budget of the root rule's safeguarded Halley solve.
@@ -210,6 +210,53 @@ class TensorOps(Ops):
         ``rows`` as in :meth:`repeat_rows`; a target may evaluate ``fn`` on the masked rows only.
         """
         return self.branch(mask, lambda: self.where(mask, fn(*rows), otherwise), lambda: otherwise)
+
+
+class CompactRows:
+    """:meth:`TensorOps.repeat_rows` and :meth:`TensorOps.on_rows` computing only the rows concerned, for a target
+    that reads values eagerly (NumPy, torch outside compilation).
+
+    A round runs on the rows still going once they are at most half of those of the round before (gathered
+    together); the others' state is written back then.  The target provides ``count_rows(mask)`` and
+    ``row_index(mask)`` (how many rows, and which, an ``(R, 1)`` boolean marks: an int, a 1-D index),
+    ``take_rows(a, index)`` and ``put_rows(a, index, b)`` (a copy
+    of ``a`` with those rows ``b``).
+    """
+
+    def repeat_rows(self, n: int, body: Callable, state: tuple, going, rows: tuple = ()):
+        state = tuple(state)
+        done = list(state)
+        where = None  # the original index of each row in the rounds, None: all of them in order
+        for _ in range(n):
+            live = self.count_rows(going)
+            if live == 0:
+                break
+            count = going.shape[0]
+            if 2 * live <= count:
+                keep = self.row_index(going)
+                done = self._put_all(done, where, state)
+                where = keep if where is None else where[keep]
+                state, rows, going = self._take_all(state, keep, count), self._take_all(rows, keep, count), going[keep]
+            state, going = body(tuple(state), rows)
+        return tuple(self._put_all(done, where, state))
+
+    def on_rows(self, mask, fn: Callable, rows: tuple, otherwise):
+        keep = self.row_index(mask)
+        if len(keep) == 0:
+            return otherwise
+        if len(keep) == mask.shape[0]:
+            return fn(*rows)
+        return self.put_rows(otherwise, keep, fn(*self._take_all(rows, keep, mask.shape[0])))
+
+    def _take_all(self, values, keep, count):
+        """The rows ``keep`` of each array with ``count`` rows; other values (numbers, 0-d arrays) as they are."""
+        return tuple(self.take_rows(v, keep) if getattr(v, "ndim", 0) and v.shape[0] == count else v for v in values)
+
+    def _put_all(self, done, where, state):
+        """``done`` with the rows ``where`` (all where ``None``) set to ``state``."""
+        if where is None:
+            return list(state)
+        return [self.put_rows(d, where, s) for d, s in zip(done, state)]
 
 
 class Routines:

@@ -27,12 +27,12 @@ import torch
 from torch._higher_order_ops import while_loop
 
 from ..newton import NEWTON_STEPS
-from ..tensor_rules import TensorOps
+from ..tensor_rules import CompactRows, TensorOps
 
 __all__ = ["TorchOps", "ops_for"]
 
 
-class TorchOps(TensorOps):
+class TorchOps(CompactRows, TensorOps):
     """:class:`~numeric.tensor_rules.TensorOps` on torch tensors of ``dtype``."""
 
     def __init__(self, dtype: torch.dtype):
@@ -134,35 +134,30 @@ class TorchOps(TensorOps):
         return p, p.sum(dim=-1, keepdim=True), torch.div(p, safe, out=safe).sum(dim=-1, keepdim=True)
 
     def repeat_rows(self, n, body, state, going, rows=()):
-        if torch.compiler.is_compiling():
+        if torch.compiler.is_compiling():  # every row, every round (no value reaches Python)
             return TensorOps.repeat_rows(self, n, body, state, going, rows)
-        # a round runs on the rows still going once they are at most half of those of the round
-        # before (a gather of their state and rows); the others' state is written back then
-        state = tuple(state)
-        done = list(state)
-        where = None  # the original index of each row in the rounds, None: all of them in order
-        for _ in range(n):
-            live = int(going.sum())
-            if live == 0:
-                break
-            count = going.shape[0]
-            if 2 * live <= count:
-                keep = going.reshape(-1).nonzero().squeeze(1)
-                done = _put(done, where, state)
-                where = keep if where is None else where[keep]
-                state, rows, going = _take(state, keep, count), _take(rows, keep, count), going[keep]
-            state, going = body(state, rows)
-        return tuple(_put(done, where, state))
+        return CompactRows.repeat_rows(self, n, body, state, going, rows)
 
     def on_rows(self, mask, fn, rows, otherwise):
         if torch.compiler.is_compiling():
             return TensorOps.on_rows(self, mask, fn, rows, otherwise)
-        keep = mask.reshape(-1).nonzero().squeeze(1)
-        if keep.numel() == 0:
-            return otherwise
-        if keep.numel() == mask.shape[0]:
-            return fn(*rows)
-        return otherwise.index_copy(0, keep, fn(*_take(rows, keep, mask.shape[0])).to(otherwise.dtype))
+        return CompactRows.on_rows(self, mask, fn, rows, otherwise)
+
+    @staticmethod
+    def count_rows(mask):
+        return int(mask.sum())
+
+    @staticmethod
+    def row_index(mask):
+        return mask.reshape(-1).nonzero().squeeze(1)
+
+    @staticmethod
+    def take_rows(a, index):
+        return a.index_select(0, index)
+
+    @staticmethod
+    def put_rows(a, index, b):
+        return a.index_copy(0, index, b.to(a.dtype))
 
 
 def _copies(values):
@@ -203,22 +198,6 @@ def _traced_repeat(n, body, state, going):
     return tuple(out[2:2 + count])
 
 
-def _take(values, keep, count):
-    """The rows ``keep`` of each tensor with ``count`` rows; other values (numbers, 0-d tensors) as they are."""
-    return tuple(v.index_select(0, keep) if isinstance(v, torch.Tensor) and v.ndim and v.shape[0] == count else v
-                 for v in values)
-
-
-def _put(done, where, state):
-    """``done`` with the rows ``where`` (all where ``None``) set to ``state``."""
-    if where is None:
-        return list(state)
-    return [d.index_copy(0, where, s) for d, s in zip(done, state)]
-
-
-#: the operations of the dtypes the rules compute in (float16 and bfloat16 compute in float32), made on import:
-#: a compiled function that meets one first (the float64 parameter gradient of a float32 call) must not write
-#: a cache (dynamo refuses a side effect inside an autograd.Function)
 _OPS = {dtype: TorchOps(dtype) for dtype in (torch.float32, torch.float64)}
 
 

@@ -71,11 +71,8 @@ class Spy:
 def solve(module, x, *, steps=tensor_rules.KKT_STEPS, hide_link=False, rounds=None):
     ops = ops_for(x.dtype)
     if rounds is not None:
-        base = type(ops).repeat_rows
-
         class Counting(type(ops)):
-            @staticmethod
-            def repeat_rows(n, body, state, going, rows=()):
+            def repeat_rows(self, n, body, state, going, rows=()):
                 def counted(state, rows):
                     rounds.append(int(np.count_nonzero(going_now[0])))
                     new, going = body(state, rows)
@@ -83,7 +80,7 @@ def solve(module, x, *, steps=tensor_rules.KKT_STEPS, hide_link=False, rounds=No
                     return new, going
 
                 going_now = [going]
-                return base(n, counted, state, going, rows)
+                return super().repeat_rows(n, counted, state, going, rows)
 
         ops = Counting(x.dtype)
     y = x - x.max(axis=-1, keepdims=True)
