@@ -32,6 +32,12 @@ mesh over ``jax.devices()`` (all the devices of all the processes), and give
 each process's slice of the batch to
 ``jax.make_array_from_process_local_data(batch_sharding, local_batch)``
 instead of ``jax.device_put``; the jitted step is unchanged.
+
+After dispatching step i the loop waits for the loss of step i - ``AHEAD``, so
+dispatch stays close behind the devices: XLA's CPU client admits at most 32
+pending computations per device and blocks a dispatch beyond that on one of its
+threads (one per core), and on a small machine that can be the thread the other
+device needs for its half of a running step, whose all-reduce then never ends.
 """
 
 from __future__ import annotations
@@ -54,6 +60,7 @@ from numeric import jax as rj  # noqa: E402
 
 VOCAB, LENGTH, LAG, EMBED, HEADS, BATCH = 16, 24, 3, 32, 4, 64
 HEAD = EMBED // HEADS
+AHEAD = 2  # steps dispatched before waiting for one (see the docstring)
 
 
 def make_batch(step: int, batch: int = BATCH):
@@ -155,6 +162,8 @@ def train(steps: int, devices: int):
         tokens, targets = (jax.device_put(a, batch) for a in make_batch(i))
         params, state, loss = step(params, state, tokens, targets)
         history.append(loss)
+        if i >= AHEAD:
+            history[i - AHEAD].block_until_ready()
     return [float(v) for v in history], params
 
 
