@@ -31,7 +31,7 @@ __all__ = ["FORMAT_VERSION", "CUDA_THREADS", "Routine", "ROUTINES", "PER_PARAMET
 
 #: Version of the contract, written into every generated map module, discrete or continuous, as
 #: ``FORMAT_VERSION`` (and in its header).
-FORMAT_VERSION = 6
+FORMAT_VERSION = 7
 #: Threads per block of every generated CUDA kernel.
 CUDA_THREADS = 256
 
@@ -80,8 +80,8 @@ CONSTANTS: tuple[str, ...] = (
     "PARAMETERS", "PARAMETER_DOMAINS", "FORMAT_VERSION", "CUDA_THREADS", "CUDA_KERNELS",
 )
 #: The kernel sources of a map module: CUDA C++ (assembled with the package's kernels when the module is imported),
-#: and ``TRITON_SOURCE``, the text of a Python module of the map's Triton functions (:mod:`derive.codegen.triton`),
-#: ``None`` for a map whose link has no closed form.
+#: and ``TRITON_SOURCE``, the text of a Python module of the map's Triton functions (:mod:`derive.codegen.triton`;
+#: a link with no closed form is its inversion traced into Triton).
 SOURCES: tuple[str, ...] = ("CUDA_DEVICE_SOURCE", "CUDA_SOURCE", "TRITON_SOURCE")
 #: The array frameworks with a section in every map module: framework -> the module's function that imports
 #: it and returns ``{routine: function or None}`` for all of :func:`routine_names`, printed for its arrays.

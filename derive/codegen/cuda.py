@@ -6,7 +6,7 @@ once; a generated module holds what is derived from its regularizer:
 * one ``template <typename T> __device__`` function per routine (printed by
   :func:`derive.codegen.emit.generate_module`), and for a link with no closed form
   ``NAME_link``, :func:`numeric.newton.invert_link` traced into C
-  (:func:`newton_link_source`);
+  (:func:`newton_link_source`, :class:`~derive.codegen.trace.CudaTracer`);
 * :func:`map_struct`: ``NAME_map<T>``, the struct of the map's parameters and of
   the routines the kernels call, and ``NAME_link_plus`` (the clipped link);
 * :func:`entry_points`: ``extern "C"`` kernels ``NAME_{forward_from_tau,
@@ -16,98 +16,9 @@ once; a generated module holds what is derived from its regularizer:
 
 from __future__ import annotations
 
-from numeric.newton import Ops, invert_link
+from .trace import CudaTracer, Value, traced_link
 
 __all__ = ["newton_link_source", "map_struct", "entry_points", "kernel_names", "THRESHOLD_KINDS", "ROLES"]
-
-class _C:
-    """A value of the C tracer: the name of a local (or a literal) and its type."""
-
-    def __init__(self, tracer: _Tracer, text: str, kind: str = "T"):
-        self.tracer, self.text, self.kind = tracer, text, kind
-
-    def _bin(self, op, other, kind="T", swap=False):
-        a, b = self.text, self.tracer.value(other).text
-        return self.tracer.let(f"{b} {op} {a}" if swap else f"{a} {op} {b}", kind)
-
-    def __add__(self, o): return self._bin("+", o)
-    def __radd__(self, o): return self._bin("+", o, swap=True)
-    def __sub__(self, o): return self._bin("-", o)
-    def __rsub__(self, o): return self._bin("-", o, swap=True)
-    def __mul__(self, o): return self._bin("*", o)
-    def __rmul__(self, o): return self._bin("*", o, swap=True)
-    def __truediv__(self, o): return self._bin("/", o)
-    def __rtruediv__(self, o): return self._bin("/", o, swap=True)
-    def __lt__(self, o): return self._bin("<", o, "bool")
-    def __le__(self, o): return self._bin("<=", o, "bool")
-    def __gt__(self, o): return self._bin(">", o, "bool")
-    def __ge__(self, o): return self._bin(">=", o, "bool")
-    def __eq__(self, o): return self._bin("==", o, "bool")  # type: ignore[override]
-    def __ne__(self, o): return self._bin("!=", o, "bool")  # type: ignore[override]
-    def __and__(self, o): return self._bin("&&", o, "bool")
-    def __neg__(self): return self.tracer.let(f"-{self.text}")
-    def __abs__(self): return self.tracer.let(f"rg_fabs({self.text})")
-
-    __hash__ = None  # type: ignore[assignment]
-
-
-class _Tracer(Ops):
-    """:class:`numeric.newton.Ops` whose values are C: each operation appends a statement."""
-
-    def __init__(self, indent: str = "    "):
-        self.lines: list[str] = []
-        self.indent = indent
-        self.count = 0
-        self.log_tiny = _C(self, "rg_log_tiny<T>()")
-        self.eps = _C(self, "rg_eps<T>()")
-
-    def value(self, x) -> _C:
-        if isinstance(x, _C):
-            return x
-        if isinstance(x, bool):
-            return _C(self, "true" if x else "false", "bool")
-        return _C(self, f"T({x!r})")
-
-    def let(self, expr: str, kind: str = "T") -> _C:
-        self.count += 1
-        name = f"{'b' if kind == 'bool' else 'v'}{self.count}"
-        self.lines.append(f"{self.indent}const {kind} {name} = {expr};")
-        return _C(self, name, kind)
-
-    def call(self, fname: str, *args) -> _C:
-        return self.let(f"{fname}({', '.join(self.value(a).text for a in args)})")
-
-    def full(self, like, value):
-        return self.value(value)
-
-    def exp(self, x):
-        return self.call("rg_exp", x)
-
-    def where(self, cond, a, b):
-        a, b = self.value(a), self.value(b)
-        return self.let(f"{self.value(cond).text} ? {a.text} : {b.text}", a.kind)
-
-    def not_(self, b):
-        return self.let(f"!{self.value(b).text}", "bool")
-
-    def repeat(self, n, body, state, going):
-        self.count += 1
-        tag = self.count
-        names = [f"s{tag}_{i}" for i in range(len(state))]
-        for nm, v in zip(names, state):
-            v = self.value(v)
-            self.lines.append(f"{self.indent}{v.kind} {nm} = {v.text};")
-        self.lines.append(f"{self.indent}bool go{tag} = {self.value(going).text};")
-        self.lines.append(f"{self.indent}for (int i{tag} = 0; i{tag} < {n} && go{tag}; ++i{tag}) {{")
-        outer, self.indent = self.indent, self.indent + "    "
-        kinds = [self.value(v).kind for v in state]
-        new, cont = body(tuple(_C(self, nm, kd) for nm, kd in zip(names, kinds)))
-        for nm, v in zip(names, new):
-            self.lines.append(f"{self.indent}{nm} = {self.value(v).text};")
-        self.lines.append(f"{self.indent}go{tag} = {self.value(cont).text};")
-        self.indent = outer
-        self.lines.append(f"{self.indent}}}")
-        return tuple(_C(self, nm, kd) for nm, kd in zip(names, kinds))
 
 
 def newton_link_source(name: str, params: list[str]) -> str:
@@ -116,15 +27,8 @@ def newton_link_source(name: str, params: list[str]) -> str:
     It is :func:`numeric.newton.invert_link` traced into C: the same algorithm as
     the NumPy link and the reference, in the function's precision ``T``.
     """
-    tr = _Tracer()
-    z = _C(tr, "z")
-    args = [_C(tr, q) for q in params]
-    p = invert_link(
-        tr,
-        z,
-        lambda q: tr.call(f"{name}_omega_prime", q, *args),
-        lambda q: tr.call(f"{name}_omega_second", q, *args),
-    )
+    tr = CudaTracer()
+    p = traced_link(tr, Value(tr, "z"), f"{name}_omega_prime", f"{name}_omega_second", [Value(tr, q) for q in params])
     decl = "".join(f", T {q}" for q in params)
     head = (
         f"template <typename T> __device__ __forceinline__ T {name}_link(T z{decl}) {{\n"

@@ -311,9 +311,8 @@ def generate_module(dv: Derivation, name: str) -> str:
     triton_text = triton_code.triton_source(
         {n: (by_name[n].args, by_name[n].body, symbols_for(by_name[n].args)[by_name[n].args[0]] if by_name[n].args
              else None) for n in triton_code.PIECES if n in by_name}, params, evaluation_points(dv))
-    body += ["", "#: Triton attention kernels of this map (derive.codegen.triton; None: its link has no closed form)"]
-    body += ["TRITON_SOURCE = None", ""] if triton_text is None else ['TRITON_SOURCE = r"""', triton_text.rstrip("\n"),
-                                                                     '"""', ""]
+    body += ["", "#: this map's functions for the Triton attention kernels (derive.codegen.triton)",
+             'TRITON_SOURCE = r"""', triton_text.rstrip("\n"), '"""', ""]
     return assemble(doc, body, device_source, cuda.entry_points(name, params), "rows_source",
                     [f"map: {name}", f"regularizer: omega(p) = {reg_text}", f"format: {contract.FORMAT_VERSION}"])
 

@@ -8,11 +8,14 @@ printed for Triton (:class:`~derive.codegen.printers.TritonPrinter`), each
 taking the tuple of the map's parameters last:
 
 * ``params(Params, offset)``: that tuple, loaded from ``Params + offset``;
-* ``link(z, params)`` (``g = (omega')^{-1}``, closed form), ``weight(p, params)``
+* ``link(z, params)`` (``g = (omega')^{-1}``), ``weight(p, params)``
   (``w = 1/omega''``), ``omega_prime(p, params)`` and ``clip(params)``
   (``omega'(0+)``).
 
-A map whose link has no closed form has no Triton source (``None``).
+A link with no closed form is :func:`numeric.newton.invert_link` traced into
+Triton (:class:`~derive.codegen.trace.TritonTracer`), as it is traced into CUDA:
+Newton's method on ``omega'(p) = z`` for every entry of a block at once, calling
+the module's ``omega_prime`` and ``omega_second``.
 """
 
 from __future__ import annotations
@@ -22,11 +25,13 @@ import re
 import sympy as sp
 
 from .printers import POINTS, TritonPrinter, print_block
+from .trace import TritonTracer, Value, traced_link
 
 __all__ = ["triton_source", "PIECES"]
 
-#: The map's pieces the kernels call, by the names they have in the source.
-PIECES = ("link", "weight", "omega_prime", "clip")
+#: The map's pieces the kernels call, by the names they have in the source, and ``omega_second``, which the
+#: inversion of a link with no closed form calls.
+PIECES = ("link", "weight", "omega_prime", "clip", "omega_second")
 #: The helpers of numeric.kernels.triton_math the printer calls.
 _HELPERS = ("rg_pow", "rg_cbrt", "rg_expm1", "rg_log1p")
 
@@ -49,15 +54,25 @@ def _function(name: str, args: list[str], expr: sp.Expr, arg: sp.Symbol | None, 
     return "\n".join(lines)
 
 
-def triton_source(pieces: dict, params: list[str], points=POINTS) -> str | None:
+def _traced_link() -> str:
+    """``link(z, params)`` for a link with no closed form: :func:`numeric.newton.invert_link` traced."""
+    tr = TritonTracer()
+    p = traced_link(tr, Value(tr, "z"), "omega_prime", "omega_second", [Value(tr, "params")])
+    return "\n".join(["@triton.jit", "def link(z, params):",
+                      "    # omega'(p) = z for p: numeric.newton.invert_link (safeguarded Newton on u = log p, then in p)",
+                      *tr.lines, f"    return {p.text}"])
+
+
+def triton_source(pieces: dict, params: list[str], points=POINTS) -> str:
     """The Triton module's text for a map with the pieces :data:`PIECES` (``{name: (args, expr, first argument's
-    symbol or None)}``), or ``None`` when the link has no closed form (``"link"`` missing); ``points``: where the
-    pieces are evaluated (:func:`~derive.codegen.printers.stable_form`)."""
-    if pieces.get("link") is None:
-        return None
+    symbol or None)}``; ``omega_second`` is used only where ``link`` is missing, a link with no closed form);
+    ``points``: where the pieces are evaluated (:func:`~derive.codegen.printers.stable_form`)."""
     printer = TritonPrinter()
+    names = [n for n in PIECES if n in pieces and (n != "omega_second" or "link" not in pieces)]
     fns = [_function(name, list(pieces[name][0]), pieces[name][1], pieces[name][2], printer, params, points)
-           for name in PIECES]
+           for name in names]
+    if "link" not in pieces:
+        fns.insert(0, _traced_link())
     loads = ", ".join(f"tl.load(Params + offset + {i})" for i in range(len(params)))
     load = ["@triton.jit", "def params(Params, offset):", f"    return ({loads}{',' if len(params) == 1 else ''})"]
     code = "\n".join(fns)

@@ -67,8 +67,6 @@ def unsupported(query, attn_mask, fn, is_map: bool, dropout_p: float) -> str | N
         return "Triton is not installed (pip install triton)"
     if not is_map:
         return "the mapping is a plain callable: the kernels need a generated map"
-    if fn.module.TRITON_SOURCE is None:
-        return f"map {fn.module.NAME!r} has no Triton kernels (its link has no closed form)"
     if query.device.type == "cpu" and not triton.knobs.runtime.interpret:
         return "CPU tensors need Triton's interpreter: set TRITON_INTERPRET=1 before Triton is imported"
     if query.device.type not in ("cpu", "cuda"):

@@ -55,16 +55,19 @@ print(json.dumps(out))
 """
 
 THOROUGH = settings._current_profile == "thorough"  # (set from --hypothesis-profile before collection)
-CASES = [("softmax", {}, "fp16", 80), ("entmax", {"alpha": 1.5}, "bf16", 90)]
+CASES = [("softmax", {}, "fp16", 80), ("entmax", {"alpha": 1.5}, "bf16", 90),
+         ("gini_log1p", {}, "fp16", 90)]  # (a link with no closed form: its traced Newton loop)
 if THOROUGH:
     CASES += [("sparsemax", {}, "fp16", 80), ("entmax15", {}, "bf16", 80), ("softmax", {}, "fp32", 90)]
 
 
 @pytest.mark.parametrize(("name", "params", "dtype", "arch"), CASES, ids=[f"{c[0]}-{c[2]}-sm{c[3]}" for c in CASES])
-def test_kernels_compile_to_ptx(name, params, dtype, arch):
+def test_kernels_compile_to_ptx(name, params, dtype, arch, triton_user_modules):
     """Each kernel compiles to PTX for the architecture (in a process of its own: this one runs Triton's
-    interpreter, whose functions the compiler does not take); half inputs multiply on tensor cores (mma)."""
+    interpreter, whose functions the compiler does not take); half inputs multiply on tensor cores (mma).  The user
+    maps (gini_log1p) are importable from the session's folder."""
     env = {k: v for k, v in os.environ.items() if k != "TRITON_INTERPRET"}
+    env["PYTHONPATH"] = os.pathsep.join([str(triton_user_modules), *filter(None, [env.get("PYTHONPATH")])])
     run = subprocess.run([sys.executable, "-c", _SCRIPT, json.dumps([name, params, dtype, arch])], env=env,
                          capture_output=True, text=True, timeout=600)
     assert run.returncode == 0, run.stderr[-4000:]

@@ -3,7 +3,7 @@
 Forward and backward, several block layouts (L and S below, equal to and above
 the 16-row blocks, ragged), causal, boolean and float masks, fully masked rows,
 for softmax, sparsemax, entmax15, alpha-entmax (alpha = 1.3, 1.7, and one alpha per
-head) and a map generated from ``--expr`` (``p**3``).
+head), a map generated from ``--expr`` (``p**3``) and two whose link has no closed form.
 
 Tolerances: a first-order float32 error bound per output entry
 (:func:`_bounds`), computed from the float64 solution; see its docstring.
@@ -17,6 +17,8 @@ import warnings
 import numpy as np
 import pytest
 
+from hypothesis import settings
+
 from .conftest import interpreter_reason
 
 pytestmark = pytest.mark.skipif(interpreter_reason() is not None, reason=str(interpreter_reason()))
@@ -28,6 +30,7 @@ if interpreter_reason() is None:
     from numeric.torch import attention, get_map
 
 U = 2.0**-24  # float32's unit roundoff
+THOROUGH = settings._current_profile == "thorough"  # (set from --hypothesis-profile before collection)
 
 
 def _gamma(n):
@@ -177,6 +180,24 @@ def test_forward_and_backward_against_numpy(name, params, L, S, causal, mask):
     _check(name, params, L, S, causal, mask)
 
 
+#: maps whose link has no closed form (its inversion traced into Triton): one dense, one sparse
+TYPED = [("shannon_gini", {}), ("gini_log1p", {})]
+LAYOUTS = {"ragged": (21, 19, False, None), "L>S-causal-float": (33, 5, True, "float"),
+           "causal-bool": (21, 19, True, "bool"), "L<S-float": (7, 40, False, "float")}
+# (the interpreter runs the traced Newton inversion one NumPy operation at a time: the CI profile takes two layouts)
+TYPED_LAYOUTS = list(LAYOUTS) if THOROUGH else ["ragged", "L>S-causal-float"]
+
+
+@pytest.mark.parametrize(("name", "params"), TYPED, ids=[n for n, _ in TYPED])
+@pytest.mark.parametrize("layout", TYPED_LAYOUTS)
+def test_maps_without_closed_form_link(name, params, layout):
+    """A typed map runs the fused kernels (no fallback warning) with its link inverted by the traced Newton
+    solver, within the same float32 bounds as the built-ins."""
+    module = nm.get_map(name).module
+    assert module.link is None and "def link(z, params)" in module.TRITON_SOURCE
+    _check(name, params, *LAYOUTS[layout])
+
+
 def test_one_alpha_per_head():
     _check("entmax", {"alpha": np.array([1.3, 1.7]).reshape(2, 1, 1)}, 21, 19, True, "bool")
 
@@ -234,8 +255,6 @@ def test_fallbacks_warn_once_and_say_why():
     with warnings.catch_warnings():
         warnings.simplefilter("error")  # the same reason again: no second warning
         attention(q, k, v, mapping="entmax15", dropout_p=0.1, backend="triton")
-    with pytest.warns(RuntimeWarning, match="has no Triton kernels"):
-        attention(q, k, v, mapping="shannon_gini", backend="triton")
     with pytest.warns(RuntimeWarning, match="dtype torch.float64"):
         attention(q.double(), k.double(), v.double(), mapping="entmax15", backend="triton")
     with pytest.warns(RuntimeWarning, match="plain callable"):

@@ -1,0 +1,207 @@
+"""Device code traced from the algorithms of :mod:`numeric` written against an operations interface.
+
+:func:`numeric.newton.invert_link` (the inversion of a link with no closed form)
+is written once, against :class:`numeric.newton.Ops`.  A :class:`Tracer` is such
+an ``Ops`` whose values are expressions of a device language: every operation
+appends one statement to :attr:`Tracer.lines` and returns the name it assigned,
+so running the algorithm on a tracer prints it.  :class:`CudaTracer` prints
+CUDA C++ (type-generic in ``T``), :class:`TritonTracer` the body of a
+``@triton.jit`` function working on blocks (``tl.where`` for every update, a
+``while`` loop that runs while any entry of the block is going).
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+from numeric.newton import Ops, invert_link
+
+__all__ = ["Value", "Tracer", "CudaTracer", "TritonTracer", "traced_link"]
+
+
+class Value:
+    """A value of a trace: the name of a local (or a literal) and its kind, ``"T"`` (a number) or ``"bool"``."""
+
+    def __init__(self, tracer: Tracer, text: str, kind: str = "T"):
+        self.tracer, self.text, self.kind = tracer, text, kind
+
+    def _bin(self, op, other, kind="T", swap=False):
+        a, b = self.text, self.tracer.value(other).text
+        return self.tracer.let(f"{b} {op} {a}" if swap else f"{a} {op} {b}", kind)
+
+    def __add__(self, o): return self._bin("+", o)
+    def __radd__(self, o): return self._bin("+", o, swap=True)
+    def __sub__(self, o): return self._bin("-", o)
+    def __rsub__(self, o): return self._bin("-", o, swap=True)
+    def __mul__(self, o): return self._bin("*", o)
+    def __rmul__(self, o): return self._bin("*", o, swap=True)
+    def __truediv__(self, o): return self._bin("/", o)
+    def __rtruediv__(self, o): return self._bin("/", o, swap=True)
+    def __lt__(self, o): return self._bin("<", o, "bool")
+    def __le__(self, o): return self._bin("<=", o, "bool")
+    def __gt__(self, o): return self._bin(">", o, "bool")
+    def __ge__(self, o): return self._bin(">=", o, "bool")
+    def __eq__(self, o): return self._bin("==", o, "bool")  # type: ignore[override]
+    def __ne__(self, o): return self._bin("!=", o, "bool")  # type: ignore[override]
+    def __and__(self, o): return self._bin(self.tracer.AND, o, "bool")
+    def __neg__(self): return self.tracer.let(f"-{self.text}")
+    def __abs__(self): return self.tracer.call(self.tracer.ABS, self)
+
+    __hash__ = None  # type: ignore[assignment]
+
+
+class Tracer(Ops):
+    """:class:`numeric.newton.Ops` whose values are a language's expressions; a language sets the spelling of
+    its operators (``AND``, ``ABS``, ``EXP``), :meth:`literal`, :meth:`declare`, :meth:`where`, :meth:`not_`,
+    :meth:`full` and :meth:`repeat`."""
+
+    AND = "&"
+    ABS = "abs"
+    EXP = "exp"
+
+    def __init__(self, indent: str = "    "):
+        self.lines: list[str] = []
+        self.indent = indent
+        self.count = 0
+
+    def literal(self, x) -> str:  # pragma: no cover - interface
+        raise NotImplementedError
+
+    def declare(self, name: str, kind: str, expr: str, const: bool = True) -> str:  # pragma: no cover - interface
+        raise NotImplementedError
+
+    def value(self, x) -> Value:
+        if isinstance(x, Value):
+            return x
+        return Value(self, self.literal(x), "bool" if isinstance(x, (bool, np.bool_)) else "T")
+
+    def let(self, expr: str, kind: str = "T") -> Value:
+        self.count += 1
+        name = f"{'b' if kind == 'bool' else 'v'}{self.count}"
+        self.lines.append(self.indent + self.declare(name, kind, expr))
+        return Value(self, name, kind)
+
+    def call(self, fname: str, *args) -> Value:
+        return self.let(f"{fname}({', '.join(self.value(a).text for a in args)})")
+
+    def exp(self, x):
+        return self.call(self.EXP, x)
+
+    def _loop_state(self, state) -> tuple[int, list[str], list[str]]:
+        """Declares the loop's state variables (mutable): ``(tag, names, kinds)``."""
+        self.count += 1
+        tag = self.count
+        names = [f"s{tag}_{i}" for i in range(len(state))]
+        kinds = [self.value(v).kind for v in state]
+        for nm, v in zip(names, state):
+            v = self.value(v)
+            self.lines.append(self.indent + self.declare(nm, v.kind, v.text, const=False))
+        return tag, names, kinds
+
+    def _body(self, body, names, kinds) -> tuple[list[Value], Value]:
+        """The loop's body, indented one level, with the new state assigned back: ``(new state, going)``."""
+        new, going = body(tuple(Value(self, nm, kd) for nm, kd in zip(names, kinds)))
+        for nm, v in zip(names, new):
+            self.lines.append(f"{self.indent}{nm} = {self.value(v).text}{self.END}")
+        return new, self.value(going)
+
+    END = ""
+
+
+class CudaTracer(Tracer):
+    """CUDA C++, type-generic in ``T``: one entry per thread."""
+
+    AND = "&&"
+    ABS = "rg_fabs"
+    EXP = "rg_exp"
+    END = ";"
+
+    def __init__(self, indent: str = "    "):
+        super().__init__(indent)
+        self.log_tiny = Value(self, "rg_log_tiny<T>()")
+        self.eps = Value(self, "rg_eps<T>()")
+
+    def literal(self, x) -> str:
+        if isinstance(x, (bool, np.bool_)):
+            return "true" if x else "false"
+        return f"T({x!r})"
+
+    def declare(self, name, kind, expr, const=True):
+        return f"{'const ' if const else ''}{kind} {name} = {expr};"
+
+    def full(self, like, value):
+        return self.value(value)
+
+    def where(self, cond, a, b):
+        a, b = self.value(a), self.value(b)
+        return self.let(f"{self.value(cond).text} ? {a.text} : {b.text}", a.kind)
+
+    def not_(self, b):
+        return self.let(f"!{self.value(b).text}", "bool")
+
+    def repeat(self, n, body, state, going):
+        tag, names, kinds = self._loop_state(state)
+        self.lines.append(f"{self.indent}bool go{tag} = {self.value(going).text};")
+        self.lines.append(f"{self.indent}for (int i{tag} = 0; i{tag} < {n} && go{tag}; ++i{tag}) {{")
+        outer, self.indent = self.indent, self.indent + "    "
+        _, cont = self._body(body, names, kinds)
+        self.lines.append(f"{self.indent}go{tag} = {cont.text};")
+        self.indent = outer
+        self.lines.append(f"{self.indent}}}")
+        return tuple(Value(self, nm, kd) for nm, kd in zip(names, kinds))
+
+
+class TritonTracer(Tracer):
+    """The body of a ``@triton.jit`` function on a block of float32 entries: every value has the block's shape
+    (:meth:`full` broadcasts a constant to it), and a loop runs while any entry is going."""
+
+    ABS = "tl.abs"
+    EXP = "tl.exp"
+
+    def __init__(self, indent: str = "    "):
+        super().__init__(indent)
+        self.log_tiny = self.value(float(np.log(np.finfo(np.float32).tiny)))
+        self.eps = self.value(float(np.finfo(np.float32).eps))
+
+    def literal(self, x) -> str:
+        if isinstance(x, (bool, np.bool_)):
+            return "True" if x else "False"
+        return repr(float(x))
+
+    def declare(self, name, kind, expr, const=True):
+        return f"{name} = {expr}"
+
+    def full(self, like, value):
+        zero = f"tl.zeros_like({self.value(like).text})"
+        if isinstance(value, (bool, np.bool_)):
+            return self.let(f"{zero} {'==' if value else '!='} 0.0", "bool")
+        return self.let(f"{zero} + {self.value(value).text}")
+
+    def where(self, cond, a, b):
+        a, b = self.value(a), self.value(b)
+        return self.let(f"tl.where({self.value(cond).text}, {a.text}, {b.text})", a.kind)
+
+    def not_(self, b):
+        return self.let(f"{self.value(b).text} == 0", "bool")
+
+    def _any(self, going: Value) -> str:
+        return f"tl.max({going.text}.to(tl.int32)) > 0"
+
+    def repeat(self, n, body, state, going):
+        tag, names, kinds = self._loop_state(state)
+        self.lines.append(f"{self.indent}go{tag} = {self._any(self.value(going))}")
+        self.lines.append(f"{self.indent}i{tag} = tl.zeros([], tl.int32)")
+        self.lines.append(f"{self.indent}while go{tag} & (i{tag} < {n}):")
+        outer, self.indent = self.indent, self.indent + "    "
+        _, cont = self._body(body, names, kinds)
+        self.lines.append(f"{self.indent}go{tag} = {self._any(cont)}")
+        self.lines.append(f"{self.indent}i{tag} += 1")
+        self.indent = outer
+        return tuple(Value(self, nm, kd) for nm, kd in zip(names, kinds))
+
+
+def traced_link(tracer: Tracer, z: Value, omega_prime: str, omega_second: str, params: list[Value]) -> Value:
+    """:func:`numeric.newton.invert_link` traced: ``p = g(z)`` with ``omega'`` and ``omega''`` the functions
+    named ``omega_prime`` and ``omega_second``, each called as ``f(p, *params)``; returns the result's value."""
+    return invert_link(tracer, z, lambda q: tracer.call(omega_prime, q, *params),
+                       lambda q: tracer.call(omega_second, q, *params))
