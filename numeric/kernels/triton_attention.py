@@ -17,13 +17,18 @@ kernels, and a fix here is one edit for every map.
 * :func:`attention_forward`: one program per (batch x head, block of ``BLOCK_M``
   queries).  With an exponential link (``EXP_LINK``, softmax) it is
   FlashAttention's one pass with online rescaling.  Otherwise a pass over the key
-  blocks finds each row's maximum ``m`` and its number of keys ``n``; the
+  blocks finds each row's maximum ``m``, its number of keys ``n`` and its
+  ``BLOCK_N`` largest scores (merged block by block with ``tl.sort``).  The
   threshold lies in ``[m - omega'(1), m - omega'(1/n)]`` (``F(tau) = sum g_+(s -
   tau)`` is at least 1 at the left end, where the largest score alone has
-  ``p = 1``, and at most 1 at the right end, where it has ``p = 1/n``) and is
-  found by Newton on ``F(tau) - 1`` (``F' = -sum w(p)``) safeguarded by
-  bisection of that bracket, one pass over the keys per step, until every row
-  of the block has converged; a last pass accumulates ``g_+(s - tau) v`` and
+  ``p = 1``, and at most 1 at the right end, where it has ``p = 1/n``).  Newton on
+  ``F(tau) - 1`` (``F' = -sum w(p)``) safeguarded by bisection of the bracket
+  finds first ``tau_k``, the threshold of the kept largest scores alone, without
+  a pass over the keys: it is the row's threshold where the smallest kept score
+  has weight 0 (every score left out is at most it) or the row has at most
+  ``BLOCK_N`` keys, and otherwise a start left of it (``F(tau_k) >= 1``).  Rows
+  not settled so take Newton steps from ``tau_k``, one pass over the keys per
+  step, until every row of the block has converged; a last pass accumulates ``g_+(s - tau) v`` and
   ``F``, writes ``out / F``, ``tau`` and ``F`` per row, and records which key
   blocks hold a weight above 0 (``Support``, per query block);
 * :func:`attention_backward_rows`: per query block, ``c = sum w dP / sum w`` with
@@ -109,6 +114,37 @@ def _scores(q, scale, K, Mask, k_base, m_base, offs_m, start, L, S, E, stride_ks
 
 
 @triton.jit
+def _keep_largest(top, s, BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr):
+    # each row's BLOCK_N largest of its running largest `top` and the block's scores `s` (in descending order)
+    both = tl.sort(tl.reshape(tl.join(top, s), [BLOCK_M, 2 * BLOCK_N]), 1, descending=True)
+    first, _ = tl.split(tl.permute(tl.reshape(both, [BLOCK_M, 2, BLOCK_N]), [0, 2, 1]))
+    return first
+
+
+@triton.jit
+def _sums(s, tau, z_one, MAP: tl.constexpr, params):
+    # per row, F = sum g_+(s - tau) and sum w(p) over the support, for scores s of a block
+    p = link_plus(s - tau[:, None], z_one, MAP, params)
+    return tl.sum(p, 1), tl.sum(tl.where(p > 0, MAP.weight(tl.where(p > 0, p, 1.0), params), 0.0), 1)
+
+
+@triton.jit
+def _newton_step(tau, lo, hi, f, wsum, m0, fixed):
+    # one safeguarded Newton step on F(tau) - 1 (F' = -sum w) inside the bracket [lo, hi], which it narrows;
+    # a row is done when F is 1 to a few roundings or tau moves by less than the resolution of s - tau, and
+    # `fixed` rows keep their tau.  Returns (tau, lo, hi, done).
+    excess = f - 1.0
+    lo = tl.where(excess >= 0, tau, lo)
+    hi = tl.where(excess < 0, tau, hi)
+    newton = tau + excess / tl.where(wsum > 0, wsum, 1.0)
+    # (a Newton point on an end of the bracket is the root to rounding: it stops the row)
+    inside = (newton >= lo) & (newton <= hi) & (wsum > 0)
+    new_tau = tl.where(inside, newton, 0.5 * (lo + hi))
+    done = (tl.abs(excess) <= 2.4e-7) | (tl.abs(new_tau - tau) <= 1.2e-7 * (tl.abs(new_tau) + tl.abs(m0))) | fixed
+    return tl.where(done, tau, new_tau), lo, hi, done
+
+
+@triton.jit
 def attention_forward(Q, K, V, Out, Tau, Fsum, Support, Bmax, Mask, Params,
                       H, L, S, E, EV, scale, n_kblocks, n_params,
                       sq_b, sq_h, sq_l, sq_e, sk_b, sk_h, sk_s, sk_e, sv_b, sv_h, sv_s, sv_e,
@@ -162,32 +198,51 @@ def attention_forward(Q, K, V, Out, Tau, Fsum, Support, Bmax, Mask, Params,
         out = tl.where(dead[:, None], 0.0, acc / tl.where(dead, 1.0, f)[:, None])
         f = tl.full([BLOCK_M], 1.0, tl.float32)  # p = exp(s - tau) sums to 1
     else:
-        # pass 1: each row's maximum m and number of keys n, and per key block an upper bound of
-        # max_i (max_j s_ij - m_i) (the running maximum is at most the final one), starting at the diagonal block
+        # pass 1: each row's maximum m, number of keys n and BLOCK_N largest scores, and per key block an upper
+        # bound of max_i (max_j s_ij - m_i) (the running maximum is at most the final one), from the diagonal block
         gap = Bmax + (bh * tl.num_programs(0) + qb) * n_kblocks
         m = tl.full([BLOCK_M], float("-inf"), tl.float32)
         n = tl.zeros([BLOCK_M], tl.float32)
+        top = tl.full([BLOCK_M, BLOCK_N], float("-inf"), tl.float32)
         n_blocks = tl.cdiv(n_keys, BLOCK_N)
         first = tl.minimum((qb * BLOCK_M) // BLOCK_N, n_blocks - 1)
         for j in range(0, n_blocks):
             kb = (j + first) % n_blocks
             s = _scores(q, scale, K, Mask, k_base, m_base, offs_m, kb * BLOCK_N, L, S, E, sk_s, sk_e, sm_l, sm_s,
                         HAS_MASK, MASK_BOOL, CAUSAL, BLOCK_N, BLOCK_E, UPCAST)
-            top = tl.max(s, 1)
-            m = tl.maximum(m, top)
+            top_s = tl.max(s, 1)
+            m = tl.maximum(m, top_s)
             n += tl.sum((s > float("-inf")).to(tl.float32), 1)
-            tl.store(gap + kb, tl.max(tl.where(top > float("-inf"), top - tl.where(top > float("-inf"), m, 0.0),
+            tl.store(gap + kb, tl.max(tl.where(top_s > float("-inf"), top_s - tl.where(top_s > float("-inf"), m, 0.0),
                                                float("-inf")), 0))
+            if tl.max((top_s > tl.min(top, 1)).to(tl.int32), 0) > 0:  # (some row's largest kept scores change)
+                top = _keep_largest(top, s, BLOCK_M, BLOCK_N)
         dead = m == float("-inf")
         m0 = tl.where(dead, 0.0, m)
+        out_rows = dead | (offs_m >= L)
         lo = m0 - z_one
-        hi = m0 - MAP.omega_prime(1.0 / tl.maximum(n, 1.0), params)
-        # tau never falls below lo = m - omega'(1): a key block with s_ij - m_i <= clip - omega'(1) for every row
-        # has weights 0 at every step, and the passes below skip it
-        floor = MAP.clip(params) - z_one
+        # the threshold of the largest scores alone, tau_k, by the Newton steps below on `top` (no pass over the
+        # keys): F(tau_k) >= 1 for the whole row, and tau_k is its threshold where the smallest kept score has
+        # weight 0 (every score left out is at most it) or the row has no more than BLOCK_N keys
         tau = lo
+        t_lo = lo
+        t_hi = m0 - MAP.omega_prime(1.0 / tl.maximum(tl.minimum(n, BLOCK_N), 1.0), params)
         step = tl.zeros([], tl.int32)
-        going = tl.max(row_live.to(tl.int32), 0) > 0
+        going = tl.min(out_rows.to(tl.int32), 0) == 0
+        while going & (step < MAX_STEPS):
+            f, wsum = _sums(top, tau, z_one, MAP, params)
+            tau, t_lo, t_hi, done = _newton_step(tau, t_lo, t_hi, f, wsum, m0, out_rows)
+            going = tl.min(done.to(tl.int32), 0) == 0
+            step += 1
+        kth = tl.min(top, 1)
+        fixed = out_rows | (n <= BLOCK_N) | (tl.sum(link_plus(kth[:, None] - tau[:, None], z_one, MAP, params), 1) == 0)
+        hi = m0 - MAP.omega_prime(1.0 / tl.maximum(n, 1.0), params)
+        # the other rows: Newton on F(tau) - 1 from tau_k, one pass over the keys per step; tau never falls
+        # below lo = m - omega'(1): a key block with s_ij - m_i <= clip - omega'(1) for every row has weights 0
+        # at every step, and the passes below skip it
+        floor = MAP.clip(params) - z_one
+        step = tl.zeros([], tl.int32)
+        going = tl.min(fixed.to(tl.int32), 0) == 0
         while going & (step < MAX_STEPS):
             f = tl.zeros([BLOCK_M], tl.float32)
             wsum = tl.zeros([BLOCK_M], tl.float32)
@@ -195,20 +250,10 @@ def attention_forward(Q, K, V, Out, Tau, Fsum, Support, Bmax, Mask, Params,
                 if tl.load(gap + start // BLOCK_N) > floor:
                     s = _scores(q, scale, K, Mask, k_base, m_base, offs_m, start, L, S, E, sk_s, sk_e, sm_l, sm_s,
                                 HAS_MASK, MASK_BOOL, CAUSAL, BLOCK_N, BLOCK_E, UPCAST)
-                    p = link_plus(s - tau[:, None], z_one, MAP, params)
-                    f += tl.sum(p, 1)
-                    wsum += tl.sum(tl.where(p > 0, MAP.weight(tl.where(p > 0, p, 1.0), params), 0.0), 1)
-            excess = f - 1.0
-            lo = tl.where(excess >= 0, tau, lo)
-            hi = tl.where(excess < 0, tau, hi)
-            newton = tau + excess / tl.where(wsum > 0, wsum, 1.0)
-            # (a Newton point on an end of the bracket is the root to rounding: it stops the row below)
-            inside = (newton >= lo) & (newton <= hi) & (wsum > 0)
-            new_tau = tl.where(inside, newton, 0.5 * (lo + hi))
-            # a row is done when F is 1 to a few roundings or tau moves by less than the resolution of s - tau
-            done = (tl.abs(excess) <= 2.4e-7) | (tl.abs(new_tau - tau) <= 1.2e-7 * (tl.abs(new_tau) + tl.abs(m0)))
-            done = done | dead | (offs_m >= L)
-            tau = tl.where(done, tau, new_tau)
+                    f_block, w_block = _sums(s, tau, z_one, MAP, params)
+                    f += f_block
+                    wsum += w_block
+            tau, lo, hi, done = _newton_step(tau, lo, hi, f, wsum, m0, fixed)
             going = tl.min(done.to(tl.int32), 0) == 0
             step += 1
         f = tl.zeros([BLOCK_M], tl.float32)

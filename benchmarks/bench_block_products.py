@@ -1,0 +1,93 @@
+"""Block products of the fused Triton attention kernels, counted in Triton's interpreter, per map.
+
+Run: python benchmarks/bench_block_products.py [--length 256] [--dim 64] [--maps softmax sparsemax ...]
+
+On a GPU the fused kernels' cost is their matrix products over (query block, key
+block) pairs: every pass over the key blocks recomputes ``Q K^T``.  This script
+runs the kernels on CPU tensors through Triton's interpreter (``TRITON_INTERPRET=1``,
+16-wide blocks), counts the calls of the kernels' product (``_mm``: ``Q K^T``,
+``P V``, ``dO V^T``, ``dS K``, ``dS^T Q``, ``P^T dO``), and reports them per
+(query block, key block) pair, forward and backward, for random normal q, k, v
+(one batch, one head, L = S, not causal).  Softmax's forward is FlashAttention's
+one pass: 2 products per pair.  The typed maps (links with no closed form) are
+generated as ``regattn generate --expr`` would (``benchmarks/_typed.py``).
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import sys
+import time
+from pathlib import Path
+
+os.environ.setdefault("TRITON_INTERPRET", "1")
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+
+MAPS = {"softmax": {}, "sparsemax": {}, "entmax15": {}, "entmax-1.3": {"alpha": 1.3}, "plogp_cube": {},
+        "gini_log1p": {}}
+
+
+def count(mapping, length: int, dim: int, seed: int = 0) -> dict:
+    """``{"forward": products per pair, "backward": ..., "seconds": interpreter time}`` for one map."""
+    import torch
+
+    from numeric.kernels import triton_attention as kernels
+    from numeric.torch import attention
+
+    g = torch.Generator().manual_seed(seed)
+    q, k, v, do = (torch.randn(1, 1, length, dim, generator=g) for _ in range(4))
+    leaves = [t.clone().requires_grad_() for t in (q, k, v)]
+    calls = [0]
+    product = kernels._mm
+
+    def counted(*args):
+        calls[0] += 1
+        return product(*args)
+
+    kernels._mm = counted
+    try:
+        start = time.perf_counter()
+        out = attention(*leaves, mapping=mapping, backend="triton")
+        forward = calls[0]
+        torch.autograd.grad(out, leaves, do)
+        seconds = time.perf_counter() - start
+    finally:
+        kernels._mm = product
+    from numeric.torch.fused import BLOCK
+
+    pairs = (-(-length // BLOCK["cpu"])) ** 2
+    return {"forward": forward / pairs, "backward": (calls[0] - forward) / pairs, "seconds": seconds}
+
+
+def main(argv=None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--length", type=int, default=256)
+    parser.add_argument("--dim", type=int, default=64)
+    parser.add_argument("--maps", nargs="+", default=list(MAPS))
+    args = parser.parse_args(argv)
+    import triton
+
+    if not triton.knobs.runtime.interpret:
+        raise SystemExit("set TRITON_INTERPRET=1 before Triton is imported")
+    from _typed import TYPED, typed_modules
+
+    from numeric.torch import get_map
+
+    typed = typed_modules() if set(args.maps) & set(TYPED) else {}
+    print(f"block products per (query block, key block) pair, L = S = {args.length}, E = {args.dim}, "
+          f"random normal q, k, v, not causal")
+    print(f"{'map':<12} {'forward':>8} {'backward':>9} {'x softmax fwd':>14} {'s':>6}")
+    base = None
+    for name in args.maps:
+        params = MAPS[name]
+        mapping = get_map(typed[name]) if name in typed else get_map(name.split("-")[0], **params)
+        got = count(mapping, args.length, args.dim)
+        base = got["forward"] if name == "softmax" else base
+        ratio = f"{got['forward'] / base:.2f}" if base else "-"
+        print(f"{name:<12} {got['forward']:>8.2f} {got['backward']:>9.2f} {ratio:>14} {got['seconds']:>6.1f}")
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
