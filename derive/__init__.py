@@ -19,25 +19,12 @@ from .errors import DerivationError, DerivationTimeout
 from .regularizers import Parameter, Regularizer, alpha, gini, p, shannon, tsallis, z
 
 __all__ = [
-    "p",
-    "z",
-    "alpha",
-    "Parameter",
-    "Regularizer",
-    "shannon",
-    "gini",
-    "tsallis",
-    "derive_map",
-    "Derivation",
-    "Inversion",
-    "Threshold",
-    "DerivationError",
-    "DerivationTimeout",
-    "FUNCTIONS",
-    "TimeLimit",
-    "DEFAULT_TIMEOUT",
-    "TIMEOUT_ENV",
-    "generate_module",
+    # writing a regularizer (derive.regularizers)
+    "p", "z", "alpha", "Parameter", "Regularizer", "shannon", "gini", "tsallis", "FUNCTIONS",
+    # deriving its map (derive.argmax) and generating its module (derive.codegen)
+    "derive_map", "Derivation", "Inversion", "Threshold", "generate_module",
+    # errors and time limits
+    "DerivationError", "DerivationTimeout", "TimeLimit", "DEFAULT_TIMEOUT", "TIMEOUT_ENV",
 ]
 
 __version__ = "0.1.0"

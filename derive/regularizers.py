@@ -362,13 +362,16 @@ def _check_real(omega: sp.Expr) -> None:
             )
 
 
+def refuse_functions(expr: sp.Expr, functions, what: str, why: str) -> None:
+    """Raise :class:`DerivationError` ``"{what} contains F, {why}"`` for the first of ``functions`` in ``expr``."""
+    bad = next((f for f in functions if expr.has(f)), None)
+    if bad is not None:
+        raise DerivationError(f"{what} contains {bad.__name__}, {why}")
+
+
 def _check_functions(expr: sp.Expr, what: str) -> None:
-    for bad in _NON_DIFFERENTIABLE:
-        if expr.has(bad):
-            raise DerivationError(
-                f"{what} contains {bad.__name__}, which is not differentiable; "
-                "a regularizer must be twice differentiable on (0, 1]"
-            )
+    refuse_functions(expr, _NON_DIFFERENTIABLE, what,
+                     "which is not differentiable; a regularizer must be twice differentiable on (0, 1]")
     for node in sp.preorder_traversal(expr):
         if isinstance(node, sp.Function) and type(node) not in _ALLOWED_FUNCTIONS:
             raise DerivationError(

@@ -23,6 +23,7 @@ from __future__ import annotations
 
 import math
 from types import ModuleType
+from typing import Callable
 
 import numpy as np
 
@@ -395,6 +396,40 @@ class Map:
             value = value.sum() / rows
             grad = grad / rows
         return value.astype(out_dtype), grad.astype(out_dtype)
+
+
+class FrameworkMap:
+    """What the torch and JAX maps (:class:`numeric.torch.TorchMap`, :class:`numeric.jax.JaxMap`) share: the
+    ``module``, its name, and parameters checked by the framework's ``check_param(module, name, value)``."""
+
+    module: ModuleType
+    check_param: Callable
+    #: the thresholds a framework's map takes
+    THRESHOLDS = ("auto", "sort", "root")
+
+    def _bind(self, mapping, threshold: str, params: dict) -> None:
+        """Sets ``module``, ``threshold`` and ``params`` (those of ``mapping`` if it is a map of this class,
+        updated with ``params``), checked."""
+        module = module_of(mapping, type(self), check=True)
+        if threshold not in self.THRESHOLDS:
+            raise ValueError(f"threshold must be one of {self.THRESHOLDS}, got {threshold!r}")
+        if threshold == "sort" and module.THRESHOLD != "sort":
+            raise ValueError(f"map {module.NAME!r} has a {module.THRESHOLD} threshold; 'sort' needs a link of degree 1 or 2")
+        self.module = module
+        self.threshold = threshold
+        bound = dict(mapping.params) if isinstance(mapping, type(self)) else {}
+        self.params = {**bound, **self._checked(params)}
+
+    def _checked(self, params: dict) -> dict:
+        names = tuple(self.module.PARAMETERS)
+        unknown = set(params) - set(names)
+        if unknown:
+            raise ValueError(f"map {self.module.NAME!r} has no parameter(s) {sorted(unknown)}; it has {list(names)}")
+        return {name: type(self).check_param(self.module, name, value) for name, value in params.items()}
+
+    @property
+    def name(self) -> str:
+        return self.module.NAME
 
 
 def import_map_module(name: str) -> ModuleType:

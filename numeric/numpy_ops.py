@@ -10,6 +10,8 @@ which :class:`numeric.tensor_rules.CompactRows` computes only the rows concerned
 
 from __future__ import annotations
 
+from functools import lru_cache
+
 import numpy as np
 
 from .newton import NumpyOps
@@ -159,13 +161,9 @@ class NumpyRowOps(CompactRows, NumpyOps, TensorOps):
         return out
 
 
-_OPS: dict = {}
-
-
 def ops_for(dtype) -> NumpyRowOps:
     """The (cached) :class:`NumpyRowOps` of a floating dtype."""
-    key = np.dtype(dtype)
-    ops = _OPS.get(key)
-    if ops is None:
-        ops = _OPS[key] = NumpyRowOps(key)
-    return ops
+    return _ops(np.dtype(dtype))
+
+
+_ops = lru_cache(maxsize=None)(NumpyRowOps)

@@ -46,7 +46,7 @@ from sympy.printing.c import C99CodePrinter
 from sympy.printing.numpy import NumPyPrinter
 
 from ..errors import DerivationError
-from ..regularizers import p as _p
+from ..regularizers import p as _p, refuse_functions
 from ..regularizers import z as _z
 
 __all__ = ["PyPrinter", "TorchPrinter", "JaxPrinter", "CudaPrinter", "blocks", "stable_form", "Select", "MAX_PRODUCT",
@@ -85,12 +85,8 @@ _C_FUNCTIONS = {
 
 
 def _check_printable(expr: sp.Expr, where: str) -> None:
-    for bad in _FORBIDDEN:
-        if expr.has(bad):
-            raise DerivationError(
-                f"{where} contains {bad.__name__}, which has no C99/NumPy counterpart in generated code; "
-                "the derivation must use its numeric inversion instead"
-            )
+    refuse_functions(expr, _FORBIDDEN, where, "which has no C99/NumPy counterpart in generated code; "
+                     "the derivation must use its numeric inversion instead")
     if expr.has(sp.I, sp.zoo, sp.nan):
         raise DerivationError(f"{where} is not real-valued code: {expr}")
     _check_constants(expr, where)

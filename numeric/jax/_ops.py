@@ -16,6 +16,7 @@ weakly typed array).
 from __future__ import annotations
 
 import math
+from functools import lru_cache
 
 import jax
 import jax.numpy as jnp
@@ -131,13 +132,9 @@ class JaxOps(TensorOps):
                         lambda: jax.tree.map(_like, otherwise(), shapes))
 
 
-_OPS: dict = {}
-
-
 def ops_for(dtype) -> JaxOps:
     """The (cached) :class:`JaxOps` of a floating dtype."""
-    key = jnp.dtype(dtype)
-    ops = _OPS.get(key)
-    if ops is None:
-        ops = _OPS[key] = JaxOps(key)
-    return ops
+    return _ops(jnp.dtype(dtype))
+
+
+_ops = lru_cache(maxsize=None)(JaxOps)

@@ -51,13 +51,12 @@ import jax.numpy as jnp
 import numpy as np
 
 from .. import tensor_rules
-from ..maps import module_of
+from ..maps import FrameworkMap
 from ._ops import ops_for
 
 __all__ = ["JaxMap", "get_map", "softmax", "sparsemax", "entmax15", "entmax", "fenchel_young_loss"]
 
 _HALF = (jnp.dtype(jnp.float16), jnp.dtype(jnp.bfloat16))
-_THRESHOLDS = ("auto", "sort", "root")
 _REDUCTIONS = ("none", "sum", "mean")
 
 
@@ -177,7 +176,7 @@ _map_rows_jit = jax.jit(_map_rows, static_argnums=0)
 
 
 @partial(jax.tree_util.register_pytree_node_class)
-class JaxMap:
+class JaxMap(FrameworkMap):
     """A regularized-argmax map on JAX arrays, from a generated module, with bound parameter values.
 
     ``mapping``: a built-in name (``"softmax"``, ``"sparsemax"``, ``"entmax15"``,
@@ -197,16 +196,10 @@ class JaxMap:
     Array([0.  , 0.25, 0.75], dtype=float32)
     """
 
+    check_param = staticmethod(_check_param)
+
     def __init__(self, mapping, *, threshold: str = "auto", **params):
-        module = module_of(mapping, JaxMap, check=True)
-        if threshold not in _THRESHOLDS:
-            raise ValueError(f"threshold must be one of {_THRESHOLDS}, got {threshold!r}")
-        if threshold == "sort" and module.THRESHOLD != "sort":
-            raise ValueError(f"map {module.NAME!r} has a {module.THRESHOLD} threshold; 'sort' needs a link of degree 1 or 2")
-        self.module = module
-        self.threshold = threshold
-        bound = dict(mapping.params) if isinstance(mapping, JaxMap) else {}
-        self.params = {**bound, **self._checked(params)}
+        self._bind(mapping, threshold, params)
 
     # pytree: the parameter values are the children
     def tree_flatten(self):
@@ -219,17 +212,6 @@ class JaxMap:
         m.module, m.threshold, names = aux
         m.params = dict(zip(names, children))
         return m
-
-    def _checked(self, params: dict) -> dict:
-        names = tuple(self.module.PARAMETERS)
-        unknown = set(params) - set(names)
-        if unknown:
-            raise ValueError(f"map {self.module.NAME!r} has no parameter(s) {sorted(unknown)}; it has {list(names)}")
-        return {name: _check_param(self.module, name, value) for name, value in params.items()}
-
-    @property
-    def name(self) -> str:
-        return self.module.NAME
 
     def __repr__(self) -> str:
         extra = "".join(f", {k}={v!r}" if isinstance(v, float) else f", {k}=<array {tuple(jnp.shape(v))}>"

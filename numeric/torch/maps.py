@@ -35,13 +35,12 @@ import numpy as np
 import torch
 
 from .. import tensor_rules
-from ..maps import module_of
+from ..maps import FrameworkMap
 from ._ops import ops_for
 
 __all__ = ["TorchMap", "get_map", "softmax", "sparsemax", "entmax15", "entmax"]
 
 _HALF = (torch.float16, torch.bfloat16)
-_THRESHOLDS = ("auto", "sort", "root")
 
 
 @lru_cache(maxsize=None)
@@ -161,7 +160,7 @@ class _MapFunction(torch.autograd.Function):
         return tuple(out)
 
 
-class TorchMap:
+class TorchMap(FrameworkMap):
     """A regularized-argmax map on torch tensors, from a generated module, with bound parameter values.
 
     ``mapping``: a built-in name (``"softmax"``, ``"sparsemax"``, ``"entmax15"``,
@@ -180,30 +179,13 @@ class TorchMap:
     tensor([0.0000, 0.2500, 0.7500])
     """
 
+    check_param = staticmethod(_check_param)
+
     def __init__(self, mapping, *, threshold: str = "auto", **params):
-        module = module_of(mapping, TorchMap, check=True)
-        if threshold not in _THRESHOLDS:
-            raise ValueError(f"threshold must be one of {_THRESHOLDS}, got {threshold!r}")
-        if threshold == "sort" and module.THRESHOLD != "sort":
-            raise ValueError(f"map {module.NAME!r} has a {module.THRESHOLD} threshold; 'sort' needs a link of degree 1 or 2")
-        self.module = module
-        self.threshold = threshold
-        bound = dict(mapping.params) if isinstance(mapping, TorchMap) else {}
-        self.params = {**bound, **self._checked(params)}
+        self._bind(mapping, threshold, params)
         # (a rebound TorchMap shares its solver: building one evaluates NumPy, which torch.compile cannot trace)
         same = isinstance(mapping, TorchMap) and mapping.threshold == threshold
-        self._solver = mapping._solver if same else _Solver(module, threshold)
-
-    def _checked(self, params: dict) -> dict:
-        names = tuple(self.module.PARAMETERS)
-        unknown = set(params) - set(names)
-        if unknown:
-            raise ValueError(f"map {self.module.NAME!r} has no parameter(s) {sorted(unknown)}; it has {list(names)}")
-        return {name: _check_param(self.module, name, value) for name, value in params.items()}
-
-    @property
-    def name(self) -> str:
-        return self.module.NAME
+        self._solver = mapping._solver if same else _Solver(self.module, threshold)
 
     def __repr__(self) -> str:
         extra = "".join(f", {k}={v!r}" if not isinstance(v, torch.Tensor) else f", {k}=<tensor {tuple(v.shape)}>"
