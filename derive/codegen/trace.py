@@ -58,6 +58,7 @@ class Tracer(Ops):
     AND = "&"
     ABS = "abs"
     EXP = "exp"
+    END = ""  # the end of a statement
 
     def __init__(self, indent: str = "    "):
         self.lines: list[str] = []
@@ -104,8 +105,6 @@ class Tracer(Ops):
         for nm, v in zip(names, new):
             self.lines.append(f"{self.indent}{nm} = {self.value(v).text}{self.END}")
         return new, self.value(going)
-
-    END = ""
 
 
 class CudaTracer(Tracer):

@@ -235,7 +235,7 @@ def attention_forward(Q, K, V, Out, Tau, Fsum, Support, Bmax, Mask, Params,
             going = tl.min(done.to(tl.int32), 0) == 0
             step += 1
         kth = tl.min(top, 1)
-        fixed = out_rows | (n <= BLOCK_N) | (tl.sum(link_plus(kth[:, None] - tau[:, None], z_one, MAP, params), 1) == 0)
+        fixed = out_rows | (n <= BLOCK_N) | (link_plus(kth - tau, z_one, MAP, params) == 0)
         hi = m0 - MAP.omega_prime(1.0 / tl.maximum(n, 1.0), params)
         # the other rows: Newton on F(tau) - 1 from tau_k, one pass over the keys per step; tau never falls
         # below lo = m - omega'(1): a key block with s_ij - m_i <= clip - omega'(1) for every row has weights 0
