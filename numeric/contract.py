@@ -9,8 +9,9 @@ or was written for another format.
 
 Routines take their own arguments (:attr:`Routine.args`) followed by the
 map's parameters (``PARAMETERS``, e.g. ``alpha``), and are NumPy functions
-(CuPy arrays pass through them too); the functions named in :data:`SECTIONS`
-return the same routines printed for PyTorch and JAX; ``CUDA_DEVICE_SOURCE`` holds each as a
+(CuPy arrays pass through them too), and the same functions run on the arrays
+of the :data:`FRAMEWORKS` (:func:`routines_on`: their code with ``numpy`` bound
+to the framework's array namespace); ``CUDA_DEVICE_SOURCE`` holds each as a
 ``template <typename T> __device__`` function ``NAME_routine`` and the struct ``NAME_map<T>`` the
 kernels of :mod:`numeric.kernels` take, and ``CUDA_SOURCE`` adds those kernels with the entry points
 named in ``CUDA_KERNELS``, launched with :data:`CUDA_THREADS` threads per block; ``TRITON_SOURCE`` is a
@@ -23,15 +24,15 @@ This module uses only the standard library: ``derive`` reads it too.
 from __future__ import annotations
 
 from dataclasses import dataclass
-from types import ModuleType
+from types import FunctionType, ModuleType
 
 __all__ = ["FORMAT_VERSION", "CUDA_THREADS", "Routine", "ROUTINES", "PER_PARAMETER", "CONSTANTS", "SOURCES",
-           "SECTIONS", "CONTINUOUS_NAMES", "routine_names", "required_names", "missing_names", "check_map_module",
-           "check_continuous_module"]
+           "FRAMEWORKS", "CONTINUOUS_NAMES", "routine_names", "required_names", "missing_names", "check_map_module",
+           "check_continuous_module", "routines_on"]
 
 #: Version of the contract, written into every generated map module, discrete or continuous, as
 #: ``FORMAT_VERSION`` (and in its header).
-FORMAT_VERSION = 7
+FORMAT_VERSION = 8
 #: Threads per block of every generated CUDA kernel.
 CUDA_THREADS = 256
 
@@ -83,9 +84,9 @@ CONSTANTS: tuple[str, ...] = (
 #: and ``TRITON_SOURCE``, the text of a Python module of the map's Triton functions (:mod:`derive.codegen.triton`;
 #: a link with no closed form is its inversion traced into Triton).
 SOURCES: tuple[str, ...] = ("CUDA_DEVICE_SOURCE", "CUDA_SOURCE", "TRITON_SOURCE")
-#: The array frameworks with a section in every map module: framework -> the module's function that imports
-#: it and returns ``{routine: function or None}`` for all of :func:`routine_names`, printed for its arrays.
-SECTIONS: dict[str, str] = {"torch": "torch_routines", "jax": "jax_routines"}
+#: The array frameworks that run a map module's NumPy routines on their own arrays (:func:`routines_on`), each
+#: an optional extra of regattn.
+FRAMEWORKS: tuple[str, ...] = ("torch", "jax")
 
 
 #: What a continuous map module (:mod:`derive.codegen.continuous`) defines that :class:`numeric.continuous.ContinuousMap`
@@ -101,7 +102,7 @@ def routine_names(parameters) -> tuple[str, ...]:
 
 def required_names() -> tuple[str, ...]:
     """Every name a map module defines (a routine that is not present is ``None``)."""
-    return CONSTANTS + tuple(r.name for r in ROUTINES) + SOURCES + tuple(SECTIONS.values())
+    return CONSTANTS + tuple(r.name for r in ROUTINES) + SOURCES
 
 
 def missing_names(module: ModuleType) -> list[str]:
@@ -140,3 +141,20 @@ def check_continuous_module(module: ModuleType) -> None:
     if module.FORMAT_VERSION != FORMAT_VERSION:
         raise TypeError(f"module {label!r} was generated for format {module.FORMAT_VERSION!r}, this regattn reads "
                         f"format {FORMAT_VERSION}: run `regattn generate` again")
+
+
+def routines_on(module: ModuleType, namespace, **names) -> dict:
+    """``{routine: function or None}`` for all of :func:`routine_names`: the module's NumPy routines with
+    ``numpy`` bound to ``namespace`` and the other global names in ``names`` (``erf``) bound to their values.
+
+    The generated routines call NumPy only through the name ``numpy`` (and ``erf``, ``math``), so a framework
+    whose array namespace spells NumPy's functions runs the very code that was verified, on its arrays, with
+    its autograd: one text for every framework.  A routine calling another finds the rebound one.
+    """
+    scope = dict(vars(module), numpy=namespace, **names)
+    out = {}
+    for name in routine_names(module.PARAMETERS):
+        f = getattr(module, name)
+        out[name] = None if f is None else FunctionType(f.__code__, scope, f.__name__, f.__defaults__, f.__closure__)
+    scope.update((name, f) for name, f in out.items() if f is not None)
+    return out

@@ -3,7 +3,7 @@
 The functions here take an operations object (:class:`TensorOps`, an
 extension of :class:`numeric.newton.Ops`), a table of the map's routines
 bound to its parameter values (:class:`Routines`, built from a generated
-module's ``torch_routines()`` or ``jax_routines()``) and 2-D arrays of scores
+module's routines on the framework's arrays, :func:`numeric.contract.routines_on`) and 2-D arrays of scores
 with rows along the last axis.  They are functional (no array is written in
 place), keep shapes static (masks are ``where``, never boolean indexing) and
 branch on values only through the operations ``repeat`` (a loop with a fixed

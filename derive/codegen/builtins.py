@@ -13,6 +13,7 @@ import sympy as sp
 from ..argmax import derive_map
 from ..regularizers import FAMILIES, Regularizer
 from .emit import HEADER_MARK, content_hash, generate_module
+from .trace import newton_link_sources
 
 __all__ = ["Builtin", "BUILTINS", "BUILTIN_MAPS", "CONTINUOUS_MAPS", "builtin_sources"]
 
@@ -56,8 +57,41 @@ CONTINUOUS = {continuous!r}
 '''
 
 
+_NEWTON_CUDA = '''"""The inversion of a link with no closed form, in CUDA: numeric.newton.invert_link traced (derive.codegen.trace).
+
+numeric.kernels.device_source puts CUDA_SOURCE after the prelude of every map's device source; a map
+whose link has no closed form defines NAME_link(z, params...) as rg_newton_link(z, omega', omega'')
+with its own derivatives (derive.codegen.cuda.newton_link).
+"""
+
+#: the template ``rg_newton_link(z, omega_prime, omega_second)``
+CUDA_SOURCE = r"""
+{cuda}
+"""
+'''
+
+_NEWTON_TRITON = '''"""The inversion of a link with no closed form, in Triton: numeric.newton.invert_link traced (derive.codegen.trace).
+
+The Triton module of a map whose link has no closed form (its TRITON_SOURCE) defines
+link(z, params) as newton_link(z, params, omega_prime, omega_second) with its own derivatives.
+"""
+
+import triton
+import triton.language as tl
+
+
+{triton}
+'''
+
+
+def _package_module(package: str, text: str) -> str:
+    """A generated file of package code: the header (with the content hash) and ``text``."""
+    return f"{HEADER_MARK}\n# package: {package}\n# content-hash: {content_hash(text)}\n{text}"
+
+
 def builtin_sources() -> dict[str, str]:
-    """File name -> text for every built-in map, plus the package's ``__init__.py``."""
+    """File name -> text for every built-in map, the package's ``__init__.py`` and the traced inversion of a link
+    with no closed form (``newton_link.py``, CUDA; ``newton_link_triton.py``)."""
     from ..continuous import derive_continuous
     from .continuous import generate_continuous_module
 
@@ -67,5 +101,9 @@ def builtin_sources() -> dict[str, str]:
         if b.continuous:
             out[f"continuous_{b.name}.py"] = generate_continuous_module(derive_continuous(b.regularizer()), f"continuous_{b.name}")
     init = _INIT.format(names=tuple(b.name for b in BUILTINS), continuous=continuous)
-    out["__init__.py"] = f"{HEADER_MARK}\n# package: numeric._generated\n# content-hash: {content_hash(init)}\n{init}"
+    out["__init__.py"] = _package_module("numeric._generated", init)
+    cuda, triton = newton_link_sources()
+    out["newton_link.py"] = _package_module("numeric._generated.newton_link", _NEWTON_CUDA.format(cuda=cuda))
+    out["newton_link_triton.py"] = _package_module("numeric._generated.newton_link_triton",
+                                                   _NEWTON_TRITON.format(triton=triton))
     return out

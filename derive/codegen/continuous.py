@@ -17,7 +17,8 @@
   ``rbf_expectation_dsigma2``, the same three at once from
   ``rbf_expectation_grad`` (one shared CSE), and ``rbf_expectation_theta(theta_1,
   theta_2, c, s2)`` giving ``(E, dE/dtheta_1, dE/dtheta_2)`` for the scores
-  ``theta_1 t + theta_2 t^2``; compact maps also ``support_radius_dsigma2``;
+  ``theta_1 t + theta_2 t^2`` (the derivatives in ``theta`` exist only there:
+  :data:`THETA_PARTS`); compact maps also ``support_radius_dsigma2``;
 * ``CUDA_DEVICE_SOURCE``: the functions the context kernel calls as
   ``template <typename T> __device__`` functions, the Gauss-Legendre tables where
   the map has them, and the struct ``NAME_map<T>`` through which the package's
@@ -56,7 +57,7 @@ from ..errors import DerivationError
 from .emit import cuda_function, Piece, python_function, assemble, check_name
 from .printers import CudaPrinter, PyPrinter, print_block
 
-__all__ = ["generate_continuous_module", "continuous_functions", "DEVICE_FUNCTIONS", "QUADRATURE_NODES", "legendre_rule", "quadrature_gamma", "quadrature_threshold", "quadrature_constants"]
+__all__ = ["generate_continuous_module", "continuous_functions", "THETA_PARTS", "numpy_function", "DEVICE_FUNCTIONS", "QUADRATURE_NODES", "legendre_rule", "quadrature_gamma", "quadrature_threshold", "quadrature_constants"]
 
 #: Node counts of the Gauss-Legendre rules a generated module carries (even: the nodes pair up as +-x).
 QUADRATURE_NODES = (4, 6, 8, 12, 16, 24, 32, 48, 64)
@@ -233,8 +234,23 @@ def _entry_points(name: str) -> str:
     return "\n".join(out)
 
 
+#: The scalar functions a continuous module has only as an entry of ``rbf_expectation_theta``'s result (which
+#: shares one evaluation with the value), by that entry's index.
+THETA_PARTS = {"rbf_expectation_dtheta_1": 1, "rbf_expectation_dtheta_2": 2}
+
+
+def numpy_function(module, fname: str):
+    """The NumPy function of a continuous module computing the scalar function ``fname`` of
+    :func:`continuous_functions`: the module's own, or the entry of ``rbf_expectation_theta`` (:data:`THETA_PARTS`)."""
+    if fname in THETA_PARTS:
+        return lambda *args: module.rbf_expectation_theta(*args)[THETA_PARTS[fname]]
+    return getattr(module, fname)
+
+
 def continuous_functions(cm: ContinuousDerivation) -> list[Piece]:
-    """The scalar functions of a continuous module (each also a CUDA device function)."""
+    """The scalar functions of a continuous module, the truth the verifier checks: each a NumPy function (those
+    of :data:`THETA_PARTS` an entry of ``rbf_expectation_theta``), those the context kernel calls also CUDA
+    device functions."""
     e, e_mu, e_var = cm.rbf_expectation_grad()
     _, e_t1, e_t2 = cm.rbf_expectation_theta()
     inside = "on the support |t - mu| < a" if cm.family == "compact" else "a Gaussian"
@@ -337,7 +353,8 @@ def generate_continuous_module(cm: ContinuousDerivation, name: str) -> str:
     ]
     body += _quadrature_constants_text(quad)
     for piece in pieces:
-        body += ["", python_function(piece, [], py), ""]
+        if piece.name not in THETA_PARTS:
+            body += ["", python_function(piece, [], py), ""]
     body += ["", _DENSITY[cm.family], ""]
     body += ["", _tuple_function("rbf_expectation_grad", ["mu", "sigma2", "c", "s2"], [e, e_mu, e_var],
                                  "(E, dE/dmu, dE/dsigma2) for E = E_p[N(t; c, s2)], sharing one evaluation.", py), ""]

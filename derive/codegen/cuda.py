@@ -5,8 +5,9 @@ once; a generated module holds what is derived from its regularizer:
 
 * one ``template <typename T> __device__`` function per routine (printed by
   :func:`derive.codegen.emit.generate_module`), and for a link with no closed form
-  ``NAME_link``, :func:`numeric.newton.invert_link` traced into C
-  (:func:`newton_link_source`, :class:`~derive.codegen.trace.CudaTracer`);
+  ``NAME_link`` (:func:`newton_link`): the package's ``rg_newton_link``
+  (:func:`numeric.newton.invert_link` traced into C once, by
+  :func:`derive.codegen.trace.newton_link_sources`) with the map's derivatives;
 * :func:`map_struct`: ``NAME_map<T>``, the struct of the map's parameters and of
   the routines the kernels call, and ``NAME_link_plus`` (the clipped link);
 * :func:`entry_points`: ``extern "C"`` kernels ``NAME_{forward_from_tau,
@@ -16,25 +17,20 @@ once; a generated module holds what is derived from its regularizer:
 
 from __future__ import annotations
 
-from .trace import CudaTracer, Value, traced_link
-
-__all__ = ["newton_link_source", "map_struct", "entry_points", "kernel_names", "THRESHOLD_KINDS", "ROLES"]
+__all__ = ["newton_link", "map_struct", "entry_points", "kernel_names", "THRESHOLD_KINDS", "ROLES"]
 
 
-def newton_link_source(name: str, params: list[str]) -> str:
-    """The device function ``NAME_link(z, params...)`` for a link with no closed form.
-
-    It is :func:`numeric.newton.invert_link` traced into C: the same algorithm as
-    the NumPy link and the reference, in the function's precision ``T``.
-    """
-    tr = CudaTracer()
-    p = traced_link(tr, Value(tr, "z"), f"{name}_omega_prime", f"{name}_omega_second", [Value(tr, q) for q in params])
+def newton_link(name: str, params: list[str]) -> str:
+    """The device function ``NAME_link(z, params...)`` for a link with no closed form: the package's
+    ``rg_newton_link`` (``numeric/_generated/newton_link.py``) with the map's ``omega'`` and ``omega''``."""
     decl = "".join(f", T {q}" for q in params)
-    head = (
-        f"template <typename T> __device__ __forceinline__ T {name}_link(T z{decl}) {{\n"
-        "    // omega'(p) = z for p: numeric.newton.invert_link (safeguarded Newton on u = log p, then in p)"
-    )
-    return "\n".join([head, *tr.lines, f"    return {p.text};", "}"])
+    call = "".join(f", {q}" for q in params)
+    return "\n".join([
+        "// g(z) = (omega')^{-1}(z): no closed form; numeric.newton.invert_link, traced (rg_newton_link)",
+        f"template <typename T> __device__ __forceinline__ T {name}_link(T z{decl}) {{",
+        f"    return rg_newton_link(z, [=](T q) {{ return {name}_omega_prime<T>(q{call}); }},",
+        f"                          [=](T q) {{ return {name}_omega_second<T>(q{call}); }});",
+        "}"])
 
 
 #: The map struct's ``threshold`` (``rg_threshold`` of ``numeric/kernels/prelude.cuh``) by threshold kind and

@@ -19,7 +19,9 @@
   ``link_exponent`` (``a``, ``k`` of ``g = (a (z - clip))**k``) where
   ``LINK_FORM == "power"``, else ``None``; ``term`` and
   ``tau_from_sum`` for a closed threshold; ``tau_candidate`` and
-  ``discriminant`` for a sort threshold;
+  ``discriminant`` for a sort threshold.  They call NumPy only as ``numpy.NAME``
+  (and ``erf``), so the torch and JAX maps run the same code on their arrays
+  (:func:`numeric.contract.routines_on`);
 * ``CUDA_DEVICE_SOURCE`` (the same functions as ``template <typename T> __device__``
   and the struct ``NAME_map<T>`` of :func:`derive.codegen.cuda.map_struct`) and
   ``CUDA_SOURCE``, which adds the package's row kernels (:mod:`numeric.kernels`)
@@ -45,7 +47,7 @@ from ..errors import DerivationError
 from ..regularizers import p, z
 from . import cuda
 from . import triton as triton_code
-from .printers import POINTS, CudaPrinter, JaxPrinter, PyPrinter, TorchPrinter, print_block, stable_form
+from .printers import POINTS, CudaPrinter, PyPrinter, print_block, stable_form
 
 __all__ = ["generate_module", "assemble", "check_name", "HEADER_MARK", "content_hash"]
 
@@ -153,13 +155,12 @@ def symbols_for(args: list[str]) -> dict[str, sp.Symbol]:
     return {a: table[a] for a in args}
 
 
-def python_function(piece: Piece, params: list[str], printer: PyPrinter, doc: bool = True) -> str:
+def python_function(piece: Piece, params: list[str], printer: PyPrinter) -> str:
     args = piece.args + params
     assigns, (result,) = print_block(printer, [piece.body], f"{piece.name}(...) = {piece.expr}", given=piece.given,
                                   points=piece.points)
-    lines = [f"def {piece.name}({', '.join(args)}):"]
-    if doc:
-        lines += [f'    """{piece.doc}', "", f"    {piece.name} = {sp.sstr(piece.expr)}", '    """']
+    lines = [f"def {piece.name}({', '.join(args)}):",
+             f'    """{piece.doc}', "", f"    {piece.name} = {sp.sstr(piece.expr)}", '    """']
     lines += [f"    {lhs} = {rhs}" for lhs, rhs in assigns]
     expr = piece.expr
     if expr.is_number:
@@ -170,40 +171,6 @@ def python_function(piece: Piece, params: list[str], printer: PyPrinter, doc: bo
         result = f"{printer._call('zeros_like')}({arg}) + {result}" if not expr.is_number else f"{printer._call('full_like')}({arg}, {result})"
     lines.append(f"    return {result}")
     return "\n".join(lines)
-
-
-#: The array frameworks each map module has a section for: (printer, the section's imports, its helpers).
-_SECTION_PRINTERS = {
-    "torch": (TorchPrinter, ["import torch"],
-              {"cbrt(": ["def cbrt(x):", "    return torch.sign(x) * torch.abs(x) ** (1 / 3)"]}),
-    "jax": (JaxPrinter, ["import jax.numpy as jnp"], {"erf(": ["from jax.scipy.special import erf"]}),
-}
-
-
-def _section(target: str, pieces: list[Piece], params: list[str]) -> str:
-    """``def TARGET_routines():`` returning every routine of the contract, printed for ``target``.
-
-    The function imports the framework when called, so the module imports
-    without it; a routine this map does not have is ``None`` in the result.
-    """
-    printer_class, imports, helpers = _SECTION_PRINTERS[target]
-    printer = printer_class()
-    functions = [python_function(piece, params, printer, doc=False) for piece in pieces]
-    code = "\n".join(functions)
-    head = list(imports)
-    for marker, lines in helpers.items():  # a helper only where a routine calls it
-        if marker in code:
-            head += [""] + lines
-    names = contract.routine_names(params)
-    have = {pc.name for pc in pieces}
-    table = ", ".join(f"{n!r}: {n if n in have else None}" for n in names)
-    doc = (f'    """This map\'s routines for {target} (:data:`numeric.contract.SECTIONS`): the NumPy functions '
-           'above, printed for its arrays; the parameters are arrays too."""')
-    body = [f"def {contract.SECTIONS[target]}():", doc] + ["    " + line if line else "" for line in head] + [""]
-    for f in functions:
-        body += ["    " + line for line in f.split("\n")] + [""]
-    body.append(f"    return {{{table}}}")
-    return "\n".join(body)
 
 
 def cuda_function(piece: Piece, params: list[str], printer: CudaPrinter, name: str) -> str:
@@ -263,7 +230,7 @@ def generate_module(dv: Derivation, name: str) -> str:
 
     device = [cuda_function(piece, params, cu, name) for piece in pieces]
     if dv.inversion.method != "closed":
-        device.append(cuda.newton_link_source(name, params))
+        device.append(cuda.newton_link(name, params))
     device.append(cuda.map_struct(name, params, {pc.name for pc in pieces} | {"link"}, dv.threshold.kind,
                                   dv.inversion.form.form))
     device_source = "\n".join(device) + "\n"
@@ -305,8 +272,6 @@ def generate_module(dv: Derivation, name: str) -> str:
     if absent:  # the contract's routines this map does not have
         why = "  # no printable closed form: solve omega_prime(p) = z numerically" if "link" in absent else ""
         body += ["", " = ".join(absent) + " = None" + why, ""]
-    for target in contract.SECTIONS:
-        body += ["", _section(target, pieces, params), ""]
     by_name = {pc.name: pc for pc in pieces}
     triton_text = triton_code.triton_source(
         {n: (by_name[n].args, by_name[n].body, symbols_for(by_name[n].args)[by_name[n].args[0]] if by_name[n].args

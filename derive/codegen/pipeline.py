@@ -16,7 +16,7 @@ A failure carries a scope, from the worst: ``"all"`` (the derivation, the
 NumPy functions or the NumPy map are wrong: the map is not usable),
 ``"device"`` (double device code or its compilation: usable in NumPy only),
 ``"float"`` (float device code: usable in NumPy and, in float64, on a GPU),
-and a framework's name, ``"torch"`` or ``"jax"`` (its section's routines in
+and a framework's name, ``"torch"`` or ``"jax"`` (the routines on its arrays in
 float64: the map is usable, but not with that framework), or that name and
 ``" float"`` (the same in float32).  A framework that is not
 installed is reported and not checked.
@@ -36,6 +36,7 @@ use the map".
 from __future__ import annotations
 
 import dataclasses
+import importlib
 import math
 import random
 import tempfile
@@ -172,8 +173,8 @@ def verdict(failures: Sequence[Failure | tuple[str, str]]) -> str:
 
 def _map_usable(scopes: set[str]) -> str:
     """Where the map is usable given the scopes of the failures that reach it (none of them ``"all"``)."""
-    frameworks = [t for t in contract.SECTIONS if t in scopes]
-    float64_only = [t for t in contract.SECTIONS if f"{t} float" in scopes and t not in scopes]
+    frameworks = [t for t in contract.FRAMEWORKS if t in scopes]
+    float64_only = [t for t in contract.FRAMEWORKS if f"{t} float" in scopes and t not in scopes]
     if "device" in scopes:
         usable = "the map is usable in NumPy only (not with CuPy on a GPU)"
     elif "float" in scopes:
@@ -207,11 +208,11 @@ def _part_statement(part: str, failures: list[Failure]) -> str:
     scopes = {f.scope for f in failures}
     if "all" in scopes:
         return f"{text}: do not use {short}"
-    names = {"device": "CuPy", **{t: t for t in contract.SECTIONS}}
-    bad64 = [names[s] for s in ("device", *contract.SECTIONS) if s in scopes]
+    names = {"device": "CuPy", **{t: t for t in contract.FRAMEWORKS}}
+    bad64 = [names[s] for s in ("device", *contract.FRAMEWORKS) if s in scopes]
     # float device code rounds as NumPy and CuPy do on float32 arrays (the same printed expression): with it
     # the advice is general, else it names the frameworks
-    in_float = [t for t in contract.SECTIONS if f"{t} float" in scopes]
+    in_float = [t for t in contract.FRAMEWORKS if f"{t} float" in scopes]
     advice = [f"do not compute {short} with {' or '.join(bad64)}"] if bad64 else []
     if "float" in scopes or in_float:
         where = "" if "float" in scopes else f" with {' and '.join(in_float)}"
@@ -234,15 +235,15 @@ def _failed_functions(rep) -> list[str]:
 
 
 def _scope(rep) -> str:
-    """A failed check's scope: the NumPy functions ("all"), a framework's section, the double device code,
+    """A failed check's scope: the NumPy functions ("all"), a framework's routines, the double device code,
     or the float one."""
-    if rep.where in contract.SECTIONS:
+    if rep.where in contract.FRAMEWORKS:
         return rep.where if rep.ctype == "double" else f"{rep.where} float"
     return "all" if rep.where == "numpy" else "device" if rep.ctype == "double" else "float"
 
 
-def _section_caller(target: str, table: dict, ctype: str):
-    """``call(fname, args, params) -> float`` through a ``target`` section's routines ``table`` in ``ctype``."""
+def _framework_caller(target: str, table: dict, ctype: str):
+    """``call(fname, args, params) -> float`` through the routines ``table`` on ``target``'s arrays in ``ctype``."""
     if target == "torch":
         import torch
 
@@ -266,19 +267,19 @@ def _section_caller(target: str, table: dict, ctype: str):
     return call
 
 
-def _section_steps(dv: Derivation, module, points: int, seed: int) -> list[Step]:
-    """The routines of each framework's section (:data:`numeric.contract.SECTIONS`) against SymPy, in double
+def _framework_steps(dv: Derivation, module, points: int, seed: int) -> list[Step]:
+    """The routines run on each framework's arrays (:data:`numeric.contract.FRAMEWORKS`) against SymPy, in double
     and float, with the bounds of the device functions; a framework that is not installed is one line."""
     from . import verify as V
 
     steps = []
-    for target, fname in contract.SECTIONS.items():
+    for target in contract.FRAMEWORKS:
         try:
-            table = getattr(module, fname)()  # imports the framework
+            table = importlib.import_module(f"numeric.{target}.maps").routine_table(module)  # imports the framework
         except ImportError:
             steps.append(Step(target, f"not installed (pip install 'regattn[{target}]'): {target} routines not checked"))
             continue
-        reports = [V.check(dv, _section_caller(target, table, ctype), ctype, target, points=points, seed=seed)
+        reports = [V.check(dv, _framework_caller(target, table, ctype), ctype, target, points=points, seed=seed)
                    for ctype in ("double", "float")]
         steps += _check_steps(reports, "max error / (1 + kappa)", lambda c: f"{V.TOLERANCE[c]:g}")
     return steps
@@ -402,7 +403,7 @@ def verify_map(dv: Derivation, name: str = "custom", *, samples: int = 20, point
         ):
             _emit(out, step, on_step)
 
-        for step in _section_steps(dv, module, points, seed):
+        for step in _framework_steps(dv, module, points, seed):
             _emit(out, step, on_step)
 
         from numeric import get_map
@@ -436,7 +437,7 @@ def verify_continuous_map(cm, name: str, *, samples: int = 20, points: int = 40,
     from . import verify_continuous as VC
     from ..continuous import check_density
     from .compilers import host_library
-    from .continuous import DEVICE_FUNCTIONS, generate_continuous_module
+    from .continuous import DEVICE_FUNCTIONS, generate_continuous_module, numpy_function
     from .files import load_module, write_atomic
 
     out = Verification()
@@ -467,7 +468,7 @@ def verify_continuous_map(cm, name: str, *, samples: int = 20, points: int = 40,
                                      f"{len(module.CUDA_KERNELS)} kernels) in {time.perf_counter() - start:.2f} s"), on_step)
 
         def numpy_call(fname, xs):
-            return float(np.broadcast_to(getattr(module, fname)(*[np.array([x]) for x in xs]), (1,))[0])
+            return float(np.broadcast_to(numpy_function(module, fname)(*[np.array([x]) for x in xs]), (1,))[0])
 
         for step in _function_steps(
             VC.check(cm, numpy_call, "double", "numpy", points=points, seed=seed),

@@ -49,7 +49,7 @@ from ..errors import DerivationError
 from ..regularizers import p as _p, refuse_functions
 from ..regularizers import z as _z
 
-__all__ = ["PyPrinter", "TorchPrinter", "JaxPrinter", "CudaPrinter", "blocks", "stable_form", "Select", "MAX_PRODUCT",
+__all__ = ["PyPrinter", "CudaPrinter", "blocks", "stable_form", "Select", "MAX_PRODUCT",
            "POINTS", "cancelling_points", "series_switch"]
 
 #: Largest integer power printed as a product.
@@ -732,8 +732,6 @@ class PyPrinter(_PowerMixin, NumPyPrinter):
     """
 
     _module = "numpy"
-    #: NumPy names this module spells differently (``power`` is ``torch.pow``).
-    _spelling: dict[str, str] = {}
 
     def __init__(self, settings=None):
         super().__init__({"fully_qualified_modules": True, **(settings or {})})
@@ -752,8 +750,8 @@ class PyPrinter(_PowerMixin, NumPyPrinter):
         return "1"
 
     def _call(self, name: str) -> str:
-        """``module.name`` for this printer's array module (NumPy's ``name``, respelled)."""
-        return f"{self._module}.{self._spelling.get(name, name)}"
+        """``module.name`` for this printer's array module (NumPy's ``name``)."""
+        return f"{self._module}.{name}"
 
     def _sqrt(self) -> str:
         return self._call("sqrt")
@@ -796,28 +794,6 @@ class PyPrinter(_PowerMixin, NumPyPrinter):
 
     def _print_NegativeInfinity(self, expr):
         return "-math.inf"
-
-
-class TorchPrinter(PyPrinter):
-    """:class:`PyPrinter` for PyTorch tensors (``torch.pow``; ``cbrt`` and ``erf`` as the section defines them)."""
-
-    _module = "torch"
-    _spelling = {"power": "pow"}
-
-    def _cbrt(self) -> str:
-        return "cbrt"  # torch has no cube root: the torch section defines one
-
-    def _print_erf(self, expr):
-        return f"torch.special.erf({self._print(expr.args[0])})"
-
-
-class JaxPrinter(PyPrinter):
-    """:class:`PyPrinter` for ``jax.numpy`` (as ``jnp``), ``erf`` from ``jax.scipy.special``."""
-
-    _module = "jnp"
-
-    def _print_erf(self, expr):
-        return f"erf({self._print(expr.args[0])})"  # the JAX section imports jax.scipy.special.erf
 
 
 class TritonPrinter(PyPrinter):

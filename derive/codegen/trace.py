@@ -8,6 +8,14 @@ so running the algorithm on a tracer prints it.  :class:`CudaTracer` prints
 CUDA C++ (type-generic in ``T``), :class:`TritonTracer` the body of a
 ``@triton.jit`` function working on blocks (``tl.where`` for every update, a
 ``while`` loop that runs while any entry of the block is going).
+
+The trace is map-independent: it calls ``omega'`` and ``omega''`` through two
+function arguments.  :func:`newton_link_sources` prints it once for each
+language, into package code that ``regattn generate`` writes
+(``numeric/_generated/newton_link.py``: the CUDA template ``rg_newton_link``;
+``numeric/_generated/newton_link_triton.py``: the Triton function
+``newton_link``); a map without a closed-form link calls it with its own
+derivatives.
 """
 
 from __future__ import annotations
@@ -16,7 +24,7 @@ import numpy as np
 
 from numeric.newton import Ops, invert_link
 
-__all__ = ["Value", "Tracer", "CudaTracer", "TritonTracer", "traced_link"]
+__all__ = ["Value", "Tracer", "CudaTracer", "TritonTracer", "newton_link_sources"]
 
 
 class Value:
@@ -199,8 +207,34 @@ class TritonTracer(Tracer):
         return tuple(Value(self, nm, kd) for nm, kd in zip(names, kinds))
 
 
-def traced_link(tracer: Tracer, z: Value, omega_prime: str, omega_second: str, params: list[Value]) -> Value:
-    """:func:`numeric.newton.invert_link` traced: ``p = g(z)`` with ``omega'`` and ``omega''`` the functions
-    named ``omega_prime`` and ``omega_second``, each called as ``f(p, *params)``; returns the result's value."""
-    return invert_link(tracer, z, lambda q: tracer.call(omega_prime, q, *params),
-                       lambda q: tracer.call(omega_second, q, *params))
+_COMMENT = "omega'(p) = z for p: numeric.newton.invert_link (safeguarded Newton on u = log p, then in p)"
+
+
+def _traced(tracer: Tracer, params: list[Value]) -> Value:
+    """:func:`numeric.newton.invert_link` on ``tracer`` for ``z``, calling the functions named ``omega_prime`` and
+    ``omega_second`` as ``f(p, *params)``; returns the result's value."""
+    return invert_link(tracer, Value(tracer, "z"), lambda q: tracer.call("omega_prime", q, *params),
+                       lambda q: tracer.call("omega_second", q, *params))
+
+
+def newton_link_sources() -> tuple[str, str]:
+    """``(cuda, triton)``: the inversion of a link with no closed form, traced once per language.
+
+    * CUDA: ``template <typename T, typename D1, typename D2> T rg_newton_link(T z, D1 omega_prime, D2
+      omega_second)``, the derivatives any callables of one ``T`` (a map passes lambdas over its parameters);
+    * Triton: ``@triton.jit def newton_link(z, params, omega_prime, omega_second)`` on a block, the derivatives
+      ``@triton.jit`` functions taking ``params`` last (Triton passes a function argument as a constant).
+    """
+    cu = CudaTracer()
+    p = _traced(cu, [])
+    cuda = "\n".join([
+        "#ifndef REGATTN_NEWTON_LINK",
+        "#define REGATTN_NEWTON_LINK",
+        "template <typename T, typename D1, typename D2>",
+        "__device__ __forceinline__ T rg_newton_link(T z, D1 omega_prime, D2 omega_second) {",
+        f"    // {_COMMENT}", *cu.lines, f"    return {p.text};", "}", "#endif"])
+    tr = TritonTracer()
+    p = _traced(tr, [Value(tr, "params")])
+    triton = "\n".join(["@triton.jit", "def newton_link(z, params, omega_prime, omega_second):",
+                         f"    # {_COMMENT}", *tr.lines, f"    return {p.text}"])
+    return cuda, triton

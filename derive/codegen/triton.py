@@ -12,10 +12,10 @@ taking the tuple of the map's parameters last:
   (``w = 1/omega''``), ``omega_prime(p, params)`` and ``clip(params)``
   (``omega'(0+)``).
 
-A link with no closed form is :func:`numeric.newton.invert_link` traced into
-Triton (:class:`~derive.codegen.trace.TritonTracer`), as it is traced into CUDA:
-Newton's method on ``omega'(p) = z`` for every entry of a block at once, calling
-the module's ``omega_prime`` and ``omega_second``.
+A link with no closed form is ``newton_link`` of ``numeric/_generated/newton_link_triton.py``
+(:func:`numeric.newton.invert_link` traced into Triton once, as it is traced into
+CUDA: Newton's method on ``omega'(p) = z`` for every entry of a block at once)
+called with the module's ``omega_prime`` and ``omega_second``.
 """
 
 from __future__ import annotations
@@ -25,7 +25,6 @@ import re
 import sympy as sp
 
 from .printers import POINTS, TritonPrinter, print_block
-from .trace import TritonTracer, Value, traced_link
 
 __all__ = ["triton_source", "PIECES"]
 
@@ -54,13 +53,10 @@ def _function(name: str, args: list[str], expr: sp.Expr, arg: sp.Symbol | None, 
     return "\n".join(lines)
 
 
-def _traced_link() -> str:
-    """``link(z, params)`` for a link with no closed form: :func:`numeric.newton.invert_link` traced."""
-    tr = TritonTracer()
-    p = traced_link(tr, Value(tr, "z"), "omega_prime", "omega_second", [Value(tr, "params")])
-    return "\n".join(["@triton.jit", "def link(z, params):",
-                      "    # omega'(p) = z for p: numeric.newton.invert_link (safeguarded Newton on u = log p, then in p)",
-                      *tr.lines, f"    return {p.text}"])
+_NEWTON_LINK = """@triton.jit
+def link(z, params):
+    # omega'(p) = z for p: no closed form; numeric.newton.invert_link, traced
+    return newton_link(z, params, omega_prime, omega_second)"""
 
 
 def triton_source(pieces: dict, params: list[str], points=POINTS) -> str:
@@ -72,7 +68,7 @@ def triton_source(pieces: dict, params: list[str], points=POINTS) -> str:
     fns = [_function(name, list(pieces[name][0]), pieces[name][1], pieces[name][2], printer, params, points)
            for name in names]
     if "link" not in pieces:
-        fns.insert(0, _traced_link())
+        fns.insert(0, _NEWTON_LINK)
     loads = ", ".join(f"tl.load(Params + offset + {i})" for i in range(len(params)))
     load = ["@triton.jit", "def params(Params, offset):", f"    return ({loads}{',' if len(params) == 1 else ''})"]
     code = "\n".join(fns)
@@ -83,6 +79,7 @@ def triton_source(pieces: dict, params: list[str], points=POINTS) -> str:
         "import triton",
         "import triton.language as tl",
         *([f"from numeric.kernels.triton_math import {', '.join(helpers)}"] if helpers else []),
+        *(["from numeric._generated.newton_link_triton import newton_link"] if "link" not in pieces else []),
         "",
         "",
         "\n\n\n".join(["\n".join(load)] + fns),

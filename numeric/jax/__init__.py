@@ -1,8 +1,8 @@
 """regattn's maps and attention for JAX (the optional extra ``[jax]``).
 
-Everything here is computed from the ``jax_routines()`` section of a
-generated map module (:data:`numeric.contract.SECTIONS`): the same derivation
-as the NumPy maps, printed for JAX arrays.  Importing this package imports
+Everything here is computed from the routines of a generated map module run on
+JAX arrays (:func:`numeric.contract.routines_on`): the NumPy maps' code, with
+``jax.numpy`` for NumPy.  Importing this package imports
 JAX; ``import numeric`` does not.
 
     >>> import jax.numpy as jnp

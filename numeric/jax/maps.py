@@ -3,7 +3,8 @@
 A :class:`JaxMap` wraps a generated map module (a built-in name, the name of
 an importable module ``regattn generate`` wrote, or the module itself, checked
 as :func:`numeric.get_map` checks it) and solves it with the rules of
-:mod:`numeric.tensor_rules` on the module's ``jax_routines()`` through
+:mod:`numeric.tensor_rules` on the module's NumPy routines run on JAX arrays
+(:func:`numeric.contract.routines_on` with ``jax.numpy``) through
 :class:`~numeric.jax._ops.JaxOps` (loops are ``lax.while_loop``, so a map
 traces under ``jax.jit`` and ``jax.vmap``).  Each call is a
 :func:`jax.custom_jvp` function whose JVP is the derived one: for a tangent
@@ -48,9 +49,10 @@ from types import ModuleType
 
 import jax
 import jax.numpy as jnp
+import jax.scipy.special
 import numpy as np
 
-from .. import tensor_rules
+from .. import contract, tensor_rules
 from ..maps import FrameworkMap
 from ._ops import ops_for
 
@@ -62,8 +64,8 @@ _REDUCTIONS = ("none", "sum", "mean")
 
 @lru_cache(maxsize=None)
 def routine_table(module: ModuleType) -> dict:
-    """The module's JAX routines (printed once per module)."""
-    return module.jax_routines()
+    """The module's routines on JAX arrays (bound once per module)."""
+    return contract.routines_on(module, jnp, erf=jax.scipy.special.erf)
 
 
 def _concrete(a) -> bool:

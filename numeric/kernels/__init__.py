@@ -13,7 +13,10 @@ so a fix to a kernel is one edit of a file here, and every module compiles the
 fixed kernel without being generated again.
 
 * ``prelude.cuh``: float and double overloads of the math functions generated
-  code calls (``rg_exp``, ``rg_log1p``...), ``rg_inf``, ``rg_eps``;
+  code calls (``rg_exp``, ``rg_log1p``...), ``rg_inf``, ``rg_eps``; after it
+  ``rg_newton_link``, the inversion of a link with no closed form, which
+  ``regattn generate`` traces from :func:`numeric.newton.invert_link`
+  (``numeric/_generated/newton_link.py``, with its Triton twin);
 * ``reductions.cuh``: block-wide sum and maximum (``rg_block_sum``, ``rg_block_max``);
 * ``rows.cuh``: the row kernels of a discrete map (``rg_forward_rows``,
   ``rg_forward_from_tau``, ``rg_jvp``);
@@ -43,8 +46,12 @@ def cuda_file(name: str) -> str:
 
 
 def device_source(functions: str) -> str:
-    """A map's ``CUDA_DEVICE_SOURCE``: the prelude, then its generated device functions ``functions``."""
-    return cuda_file("prelude.cuh") + "\n" + functions
+    """A map's ``CUDA_DEVICE_SOURCE``: the prelude, the inversion of a link with no closed form
+    (``rg_newton_link``, generated: ``numeric/_generated/newton_link.py``), then the map's device functions
+    ``functions``."""
+    from numeric._generated.newton_link import CUDA_SOURCE as newton_link
+
+    return cuda_file("prelude.cuh") + newton_link + "\n" + functions
 
 
 def rows_source(device: str, entries: str) -> str:

@@ -1,8 +1,8 @@
 """regattn's maps, losses, attention and layers for PyTorch (the optional extra ``[torch]``).
 
-Everything here is computed from the ``torch_routines()`` section of a
-generated map module (:data:`numeric.contract.SECTIONS`): the same derivation
-as the NumPy maps, printed for torch tensors.  Importing this package imports
+Everything here is computed from the routines of a generated map module run on
+torch tensors (:func:`numeric.contract.routines_on`): the NumPy maps' code, with
+torch for NumPy.  Importing this package imports
 torch; ``import numeric`` does not.
 
     >>> import torch

@@ -3,7 +3,8 @@
 A :class:`TorchMap` wraps a generated map module (a built-in name, the name
 of an importable module ``regattn generate`` wrote, or the module itself,
 checked as :func:`numeric.get_map` checks it) and solves it with the rules of
-:mod:`numeric.tensor_rules` on the module's ``torch_routines()``.  Each call
+:mod:`numeric.tensor_rules` on the module's NumPy routines run on torch tensors
+(:func:`numeric.contract.routines_on` with :data:`TORCH_AS_NUMPY`).  Each call
 is a :class:`torch.autograd.Function` whose backward is the derived JVP
 ``J v = w*v - w (w.v) / sum(w)``, ``w = weight(p)`` on the support, computed
 from the output ``p`` with torch operations (so it is differentiable again:
@@ -34,7 +35,7 @@ from types import ModuleType
 import numpy as np
 import torch
 
-from .. import tensor_rules
+from .. import contract, tensor_rules
 from ..maps import FrameworkMap
 from ._ops import ops_for
 
@@ -43,10 +44,28 @@ __all__ = ["TorchMap", "get_map", "softmax", "sparsemax", "entmax15", "entmax"]
 _HALF = (torch.float16, torch.bfloat16)
 
 
+def _cbrt(x):
+    return torch.sign(x) * torch.abs(x) ** (1 / 3)
+
+
+def _as_numpy() -> ModuleType:
+    """torch under the names of the NumPy functions generated routines call: ``numpy.power`` is ``torch.pow``,
+    the cube root (torch has none) is real for negative arguments as NumPy's is; every other name is torch's.
+    A module object, which torch.compile reads as it reads torch itself."""
+    namespace = ModuleType("numeric.torch.as_numpy")
+    namespace.__dict__.update((k, v) for k, v in vars(torch).items() if not k.startswith("_"))
+    namespace.power, namespace.cbrt = torch.pow, _cbrt
+    return namespace
+
+
+#: torch as the generated routines' ``numpy`` (see :func:`_as_numpy`).
+TORCH_AS_NUMPY = _as_numpy()
+
+
 @lru_cache(maxsize=None)
 def routine_table(module: ModuleType) -> dict:
-    """The module's torch routines (printed once per module)."""
-    return module.torch_routines()
+    """The module's routines on torch tensors (bound once per module)."""
+    return contract.routines_on(module, TORCH_AS_NUMPY, erf=torch.special.erf)
 
 
 def _check_param(module: ModuleType, name: str, value):

@@ -259,7 +259,7 @@ def test_verify_names_what_failed(monkeypatch, capsys):
     assert "FAILED: omega" in line
     verdict = next(ln for ln in out.splitlines() if ln.startswith("verdict"))
     # the frameworks' float32 routines (where installed) are held to the same bound and fail with it
-    frameworks = [t for t in contract.SECTIONS if importlib.util.find_spec(t) is not None]
+    frameworks = [t for t in contract.FRAMEWORKS if importlib.util.find_spec(t) is not None]
     sections = "".join(rf"; .*omega.* \(float, {t}\) exceed their bound" for t in frameworks)
     tail = f", with {' and '.join(frameworks)} in float64 only" if frameworks else ""
     # the map's routines decide where it is usable; omega (the loss) and the weight (the JVP) are named apart

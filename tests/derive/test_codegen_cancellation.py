@@ -304,7 +304,7 @@ def test_verify_of_a_cancelling_omega_names_the_loss(monkeypatch):
     assert not result.ok
     assert {f.parts for f in result.failures} == {("loss",)}
     text = result.verdict()
-    checks = ", ".join(["device (g++)"] + [t for t in contract.SECTIONS if importlib.util.find_spec(t)])
+    checks = ", ".join(["device (g++)"] + [t for t in contract.FRAMEWORKS if importlib.util.find_spec(t)])
     assert "do not use the map" not in text and "; the map and its JVP are within tolerance; " in text, text
     assert "the Fenchel-Young loss (omega) loses up to " in text and " in float32 near p = " in text, text
     assert text.endswith(f"({checks}): do not use the loss"), text

@@ -18,11 +18,11 @@ def test_verify_map_runs_every_check_and_passes():
     result = verify_map(derive_map(gini()), "sparsemax", samples=3, points=5, on_step=seen.append)
     labels = [step.label for step in result.steps]
     # each framework: its routines in double and in float, or one line saying it is not installed
-    sections = [label for t in contract.SECTIONS for label in ([t, t] if _installed(t) else [t])]
+    sections = [label for t in contract.FRAMEWORKS for label in ([t, t] if _installed(t) else [t])]
     assert labels == ["regularizer", "derived", "reference", "generated", "numpy", "device (g++)", "device (g++)",
                       *sections, "numeric map", "nvrtc", "example"]
     for step in result.steps:
-        if step.label in contract.SECTIONS and not _installed(step.label):
+        if step.label in contract.FRAMEWORKS and not _installed(step.label):
             assert "not installed" in step.text
     assert seen == result.steps  # each step reported as it completed, in order
     assert result.ok and result.verdict() == "all checks passed"
@@ -36,7 +36,7 @@ def test_a_failure_is_scoped_and_named():
     assert not result.ok
     scopes = {scope for _, scope in result.failures}
     # the frameworks' float32 meets the same subnormals (flushed to zero by XLA on CPU)
-    frameworks = [t for t in contract.SECTIONS if _installed(t)]
+    frameworks = [t for t in contract.FRAMEWORKS if _installed(t)]
     assert scopes == {"float", *(f"{t} float" for t in frameworks)}, result.failures
     failed = [step for step in result.steps if not step.ok]
     assert [step.label for step in failed] == ["device (g++)", *frameworks] and "FAILED: " in failed[0].text

@@ -24,6 +24,7 @@ from jax.test_util import check_grads as _check_grads  # noqa: E402
 
 import numeric as nm  # noqa: E402
 from numeric.jax import JaxMap, entmax, entmax15, fenchel_young_loss, get_map, softmax, sparsemax  # noqa: E402
+from numeric.jax.maps import routine_table  # noqa: E402
 
 from .conftest import IDS, MAPS  # noqa: E402
 from tests.numeric.conftest import hard_rows  # noqa: E402
@@ -324,7 +325,7 @@ def test_loss_alpha_gradient(alpha):
     # the envelope theorem: the derivative at fixed p equals the total derivative (p is optimal)
     p = nm.entmax(np.asarray(x), alpha)
     module = nm.get_map("entmax", alpha=alpha).module
-    table = module.jax_routines()
+    table = routine_table(module)
 
     def fixed(a):
         om = lambda q: jnp.where(q > 0, table["omega"](jnp.where(q > 0, q, 1), a), 0)  # noqa: E731
