@@ -41,7 +41,7 @@ from dataclasses import dataclass
 import mpmath
 import sympy as sp
 
-from .argmax import derive_map
+from .argmax import Derivation, derive_map
 from .errors import DerivationError
 from .regularizers import Regularizer, z
 
@@ -305,8 +305,9 @@ def _positive_at_peak(density: sp.Expr) -> bool:
     return bool(value.is_real and value.is_finite and value > 0)
 
 
-def derive_continuous(reg: Regularizer) -> ContinuousDerivation:
-    """Derive the continuous map of ``reg`` for quadratic scores (see the module docstring).
+def derive_continuous(reg: Regularizer, derivation: Derivation | None = None) -> ContinuousDerivation:
+    """Derive the continuous map of ``reg`` for quadratic scores (see the module docstring); ``derivation``:
+    ``derive_map(reg)``, where the caller has it already.
 
     Raises
     ------
@@ -316,7 +317,9 @@ def derive_continuous(reg: Regularizer) -> ContinuousDerivation:
     """
     if reg.parameters:
         raise DerivationError("continuous maps need a regularizer without symbolic parameters")
-    dv = derive_map(reg)
+    dv = derive_map(reg) if derivation is None else derivation
+    if dv.regularizer is not reg:
+        raise DerivationError("derive_continuous: the derivation given is not that of the regularizer")
     if dv.link is None or dv.inversion.method != "closed":
         raise DerivationError(f"the link of {reg.name} has no printable closed form; continuous maps need one")
     if not dv.sparse:

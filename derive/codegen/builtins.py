@@ -95,11 +95,14 @@ def builtin_sources() -> dict[str, str]:
     from ..continuous import derive_continuous
     from .continuous import generate_continuous_module
 
-    out = {f"{b.name}.py": generate_module(derive_map(b.regularizer()), b.name) for b in BUILTINS}
-    continuous = tuple(f"continuous_{b.name}" for b in BUILTINS if b.continuous)
+    out = {}
     for b in BUILTINS:
+        reg = b.regularizer()
+        dv = derive_map(reg)
+        out[f"{b.name}.py"] = generate_module(dv, b.name)
         if b.continuous:
-            out[f"continuous_{b.name}.py"] = generate_continuous_module(derive_continuous(b.regularizer()), f"continuous_{b.name}")
+            out[f"continuous_{b.name}.py"] = generate_continuous_module(derive_continuous(reg, dv), f"continuous_{b.name}")
+    continuous = tuple(f"continuous_{b.name}" for b in BUILTINS if b.continuous)
     init = _INIT.format(names=tuple(b.name for b in BUILTINS), continuous=continuous)
     out["__init__.py"] = _package_module("numeric._generated", init)
     cuda, triton = newton_link_sources()

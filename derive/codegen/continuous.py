@@ -46,8 +46,10 @@ The same determinism and header as :func:`~derive.codegen.emit.generate_module`.
 from __future__ import annotations
 
 import math
+from functools import cache
 
 import mpmath
+import numpy as np
 import sympy as sp
 
 from numeric import contract
@@ -68,6 +70,7 @@ _SATURATED = 8.0
 #: The closed form is used where its cancellation bound stays below this many rounding units.
 _CLOSED_FORM_ULPS = 64.0
 
+@cache
 def legendre_rule(n: int) -> tuple[tuple[float, ...], tuple[float, ...]]:
     """The ``n``-point Gauss-Legendre rule on ``[-1, 1]`` (``n`` even), halved: the nodes
     ``x_i > 0`` in increasing order and the weights doubled, so that
@@ -109,14 +112,14 @@ def quadrature_gamma(n: int, shape: tuple[float, ...], unit: float) -> float:
     so ``M <= sum_j |P_j| R^(j + 2) exp(gamma R^2)``; the bound is minimised over
     ``rho`` on a grid and ``gamma`` found by bisection.
     """
-    def log_bound(gamma: float, rho: float) -> float:
-        big = (rho + 1 / rho) / 2
-        size = sum(abs(p) * big**j for j, p in enumerate(shape)) * big * big
-        return (math.log(64 / 15) + math.log(size) + gamma * big * big - 2 * (n - 1) * math.log(rho)
-                - math.log(rho * rho - 1))
-
     rhos = [1 + 10 ** (e / 50) for e in range(-150, 101)]
-    fits = lambda gamma: min(log_bound(gamma, rho) for rho in rhos) <= math.log(unit)  # noqa: E731
+    bigs = [(rho + 1 / rho) / 2 for rho in rhos]
+    # the log of the bound at (gamma, rho) is head + gamma R^2 - tail, the parts without gamma computed once
+    head = np.array([math.log(64 / 15) + math.log(sum(abs(p) * big**j for j, p in enumerate(shape)) * big * big)
+                     for big in bigs])
+    tail = [2 * (n - 1) * math.log(rho) for rho in rhos], [math.log(rho * rho - 1) for rho in rhos]
+    tail, bigs = (np.array(tail[0]), np.array(tail[1])), np.array(bigs)
+    fits = lambda gamma: float(np.min(head + gamma * bigs * bigs - tail[0] - tail[1])) <= math.log(unit)  # noqa: E731
     if not fits(0.0):
         return 0.0
     lo, hi = 0.0, 500.0

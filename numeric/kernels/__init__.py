@@ -49,9 +49,15 @@ def device_source(functions: str) -> str:
     """A map's ``CUDA_DEVICE_SOURCE``: the prelude, the inversion of a link with no closed form
     (``rg_newton_link``, generated: ``numeric/_generated/newton_link.py``), then the map's device functions
     ``functions``."""
-    from numeric._generated.newton_link import CUDA_SOURCE as newton_link
+    return cuda_file("prelude.cuh") + _newton_link() + "\n" + functions
 
-    return cuda_file("prelude.cuh") + newton_link + "\n" + functions
+
+@cache
+def _newton_link() -> str:
+    """``rg_newton_link``'s text, from the generated module, its header checked as a map's is."""
+    from numeric import trust
+
+    return trust.import_generated("numeric._generated.newton_link").CUDA_SOURCE
 
 
 def rows_source(device: str, entries: str) -> str:

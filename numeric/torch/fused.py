@@ -95,13 +95,18 @@ def warn_fallback(reason: str) -> None:
 
 def map_functions(module):
     """The :class:`~numeric.kernels.triton_attention.MapFunctions` of ``module.TRITON_SOURCE``, imported from a
-    file (Triton reads its functions' source)."""
+    file (Triton reads its functions' source).  A link with no closed form calls the generated
+    ``numeric._generated.newton_link_triton``, whose header is checked first (as a map's is)."""
     global _folder
     text = module.TRITON_SOURCE
     found = _loaded.get(text)  # (by the text itself: a str caches its hash, so a call hashes nothing)
     if found is not None:
         return found
+    from numeric import trust
     from numeric.kernels.triton_attention import MapFunctions
+
+    if module.link is None:
+        trust.import_generated("numeric._generated.newton_link_triton")
 
     with _lock:
         if text in _loaded:

@@ -107,12 +107,13 @@ def _old_format(tmp_path, name, edit):
 
 
 def test_modules_of_an_older_format_say_to_generate_again(tmp_path):
-    """A module written for format 5 (the CUDA kernels pasted into the module) and a continuous module of the
+    """A module written for format 5 (the CUDA kernels pasted into the module) or 7 and a continuous module of the
     formats before 6 (which had no FORMAT_VERSION) are refused with the message to run `regattn generate` again."""
-    old = _old_format(tmp_path, "sparsemax", lambda b: b.replace(f"FORMAT_VERSION = {contract.FORMAT_VERSION}\n",
-                                                                  "FORMAT_VERSION = 5\n"))
-    with pytest.raises(TypeError, match="generated for format 5.*run `regattn generate` again"):
-        nm.get_map(old)
+    for version in (5, 7):  # 7: the torch and JAX routines printed into the module, the Newton link traced into it
+        old = _old_format(tmp_path, "sparsemax", lambda b: b.replace(f"FORMAT_VERSION = {contract.FORMAT_VERSION}\n",
+                                                                      f"FORMAT_VERSION = {version}\n"))
+        with pytest.raises(TypeError, match=f"generated for format {version}.*run `regattn generate` again"):
+            nm.get_map(old)
     old = _old_format(tmp_path, "continuous_sparsemax",
                       lambda b: b.replace(f"FORMAT_VERSION = {contract.FORMAT_VERSION}\n", ""))
     with pytest.raises(TypeError, match="missing FORMAT_VERSION.*run `regattn generate` again"):
