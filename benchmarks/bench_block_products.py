@@ -9,7 +9,9 @@ runs the kernels on CPU tensors through Triton's interpreter (``TRITON_INTERPRET
 ``P V``, ``dO V^T``, ``dS K``, ``dS^T Q``, ``P^T dO``), and reports them per
 (query block, key block) pair, forward and backward, for random normal q, k, v
 (one batch, one head, L = S, not causal).  Softmax's forward is FlashAttention's
-one pass: 2 products per pair.  The typed maps (links with no closed form) are
+one pass: 2 products per pair.  The forward is counted twice: for inference (no
+gradient) and for training, where it also accumulates ``W V`` for the backward
+(one product more, except for softmax, whose ``W V`` is the output).  The typed maps (links with no closed form) are
 generated as ``regattn generate --expr`` would (``benchmarks/_typed.py``).
 """
 
@@ -29,7 +31,8 @@ MAPS = {"softmax": {}, "sparsemax": {}, "entmax15": {}, "entmax-1.3": {"alpha": 
 
 
 def count(mapping, length: int, dim: int, seed: int = 0) -> dict:
-    """``{"forward": products per pair, "backward": ..., "seconds": interpreter time}`` for one map."""
+    """``{"inference": forward products per pair without gradients, "forward": with them, "backward": ...,
+    "seconds": interpreter time}`` for one map."""
     import torch
 
     from numeric.kernels import triton_attention as kernels
@@ -48,6 +51,10 @@ def count(mapping, length: int, dim: int, seed: int = 0) -> dict:
     kernels._mm = counted
     try:
         start = time.perf_counter()
+        with torch.no_grad():
+            attention(q, k, v, mapping=mapping, backend="triton")
+        inference = calls[0]
+        calls[0] = 0
         out = attention(*leaves, mapping=mapping, backend="triton")
         forward = calls[0]
         torch.autograd.grad(out, leaves, do)
@@ -57,7 +64,8 @@ def count(mapping, length: int, dim: int, seed: int = 0) -> dict:
     from numeric.torch.fused import BLOCK
 
     pairs = (-(-length // BLOCK["cpu"])) ** 2
-    return {"forward": forward / pairs, "backward": (calls[0] - forward) / pairs, "seconds": seconds}
+    return {"inference": inference / pairs, "forward": forward / pairs, "backward": (calls[0] - forward) / pairs,
+            "seconds": seconds}
 
 
 def main(argv=None) -> int:
@@ -77,15 +85,16 @@ def main(argv=None) -> int:
     typed = typed_modules() if set(args.maps) & set(TYPED) else {}
     print(f"block products per (query block, key block) pair, L = S = {args.length}, E = {args.dim}, "
           f"random normal q, k, v, not causal")
-    print(f"{'map':<12} {'forward':>8} {'backward':>9} {'x softmax fwd':>14} {'s':>6}")
+    print(f"{'map':<12} {'inference':>9} {'forward':>8} {'backward':>9} {'x softmax fwd':>14} {'s':>6}")
     base = None
     for name in args.maps:
         params = MAPS[name]
         mapping = get_map(typed[name]) if name in typed else get_map(name.split("-")[0], **params)
         got = count(mapping, args.length, args.dim)
-        base = got["forward"] if name == "softmax" else base
-        ratio = f"{got['forward'] / base:.2f}" if base else "-"
-        print(f"{name:<12} {got['forward']:>8.2f} {got['backward']:>9.2f} {ratio:>14} {got['seconds']:>6.1f}")
+        base = got["inference"] if name == "softmax" else base
+        ratio = f"{got['inference'] / base:.2f}" if base else "-"
+        print(f"{name:<12} {got['inference']:>9.2f} {got['forward']:>8.2f} {got['backward']:>9.2f} {ratio:>14} "
+              f"{got['seconds']:>6.1f}")
     return 0
 
 

@@ -30,10 +30,17 @@ kernels, and a fix here is one edit for every map.
   not settled so take Newton steps from ``tau_k``, one pass over the keys per
   step, until every row of the block has converged; a last pass accumulates ``g_+(s - tau) v`` and
   ``F``, writes ``out / F``, ``tau`` and ``F`` per row, and records which key
-  blocks hold a weight above 0 (``Support``, per query block);
+  blocks hold a weight above 0 (``Support``, per query block).  Where a backward
+  will run (``WEIGHTED``) that pass also accumulates ``U = sum_j w_j v_j`` and
+  ``sum_j w_j`` with ``w = weight(g_+(s - tau))`` (one product more per pair;
+  softmax's ``U`` is its output and ``sum w`` is 1): the backward's ``p`` is ``g_+ / F``
+  with ``F`` 1 to the Newton tolerance, a factor that cancels from ``c`` below
+  where the weight is a power of ``p`` (every map with a power or exponential link)
+  and otherwise changes it at the level of that tolerance;
 * :func:`attention_backward_rows`: per query block, ``c = sum w dP / sum w`` with
   ``dP = dO v^T`` and ``w = weight(p)`` on the support (the map's JVP is
-  ``w * dP - w c``), then ``dQ = scale * dS k`` with ``dS = w (dP - c)``;
+  ``w * dP - w c``), read off the forward's ``U`` as ``dO . U / sum w`` (no pass over
+  the keys), then ``dQ = scale * dS k`` with ``dS = w (dP - c)``;
 * :func:`attention_backward_keys`: per key block, ``dV = p^T dO`` and
   ``dK = scale * dS^T q`` over the query blocks.
 
@@ -145,12 +152,12 @@ def _newton_step(tau, lo, hi, f, wsum, m0, fixed):
 
 
 @triton.jit
-def attention_forward(Q, K, V, Out, Tau, Fsum, Support, Bmax, Mask, Params,
+def attention_forward(Q, K, V, Out, Tau, Fsum, Support, Bmax, Mask, Params, U, Wsum,
                       H, L, S, E, EV, scale, n_kblocks, n_params,
                       sq_b, sq_h, sq_l, sq_e, sk_b, sk_h, sk_s, sk_e, sv_b, sv_h, sv_s, sv_e,
                       so_b, so_h, so_l, so_e, sm_b, sm_h, sm_l, sm_s,
                       HAS_MASK: tl.constexpr, MASK_BOOL: tl.constexpr, CAUSAL: tl.constexpr,
-                      EXP_LINK: tl.constexpr, MAX_STEPS: tl.constexpr,
+                      EXP_LINK: tl.constexpr, MAX_STEPS: tl.constexpr, WEIGHTED: tl.constexpr,
                       BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_E: tl.constexpr, BLOCK_EV: tl.constexpr,
                       UPCAST: tl.constexpr, MAP: tl.constexpr):
     qb = tl.program_id(0)
@@ -197,6 +204,8 @@ def attention_forward(Q, K, V, Out, Tau, Fsum, Support, Bmax, Mask, Params,
         tau = tl.where(dead, float("inf"), m + tl.log(tl.where(dead, 1.0, f)) - z_one)
         out = tl.where(dead[:, None], 0.0, acc / tl.where(dead, 1.0, f)[:, None])
         f = tl.full([BLOCK_M], 1.0, tl.float32)  # p = exp(s - tau) sums to 1
+        u = out  # the weights are p itself
+        wsum = tl.where(dead, 0.0, 1.0)
     else:
         # pass 1: each row's maximum m, number of keys n and BLOCK_N largest scores, and per key block an upper
         # bound of max_i (max_j s_ij - m_i) (the running maximum is at most the final one), from the diagonal block
@@ -258,6 +267,8 @@ def attention_forward(Q, K, V, Out, Tau, Fsum, Support, Bmax, Mask, Params,
             step += 1
         f = tl.zeros([BLOCK_M], tl.float32)
         acc = tl.zeros([BLOCK_M, BLOCK_EV], tl.float32)
+        u = tl.zeros([BLOCK_M, BLOCK_EV], tl.float32)
+        wsum = tl.zeros([BLOCK_M], tl.float32)
         for start in range(0, n_keys, BLOCK_N):
             has = False
             if tl.load(gap + start // BLOCK_N) > floor:
@@ -271,12 +282,19 @@ def attention_forward(Q, K, V, Out, Tau, Fsum, Support, Bmax, Mask, Params,
                 acc += _mm(p.to(v.dtype), v, UPCAST)
                 f += tl.sum(p, 1)
                 has = tl.max(tl.max(p, 1), 0) > 0
+                if WEIGHTED:  # w(p) with p = g (F is 1 to the Newton tolerance; see the module's docstring)
+                    w = tl.where(p > 0, MAP.weight(tl.where(p > 0, p, 1.0), params), 0.0)
+                    u += _mm(w.to(v.dtype), v, UPCAST)
+                    wsum += tl.sum(w, 1)
             tl.store(Support + (bh * tl.num_programs(0) + qb) * n_kblocks + start // BLOCK_N, has.to(tl.int8))
         tau = tl.where(dead, float("inf"), tau)
         f = tl.where(dead, 1.0, f)
         out = tl.where(dead[:, None], 0.0, acc / f[:, None])
     tl.store(Out + b * so_b + h * so_h + offs_m[:, None] * so_l + offs_v[None, :] * so_e,
              out.to(Out.dtype.element_ty), mask=row_live[:, None] & (offs_v[None, :] < EV))
+    if WEIGHTED:
+        tl.store(U + (bh * L + offs_m[:, None]) * EV + offs_v[None, :], u, mask=row_live[:, None] & (offs_v[None, :] < EV))
+        tl.store(Wsum + bh * L + offs_m, wsum, mask=row_live)
     tl.store(Tau + bh * L + offs_m, tau, mask=row_live)
     tl.store(Fsum + bh * L + offs_m, f, mask=row_live)
 
@@ -306,7 +324,7 @@ def _weights_and_dp(q, scale, do, K, V, Mask, k_base, v_base, m_base, offs_m, st
 
 
 @triton.jit
-def attention_backward_rows(Q, K, V, DO, DQ, Tau, Fsum, C, Support, Mask, Params,
+def attention_backward_rows(Q, K, V, DO, DQ, Tau, Fsum, C, Support, Mask, Params, U, Wsum,
                             H, L, S, E, EV, scale, n_kblocks, n_params,
                             sq_b, sq_h, sq_l, sq_e, sk_b, sk_h, sk_s, sk_e, sv_b, sv_h, sv_s, sv_e,
                             sd_b, sd_h, sd_l, sd_e, sm_b, sm_h, sm_l, sm_s,
@@ -337,16 +355,11 @@ def attention_backward_rows(Q, K, V, DO, DQ, Tau, Fsum, C, Support, Mask, Params
     else:
         n_keys = S
     support = Support + (bh * tl.num_programs(0) + qb) * n_kblocks
-    wsum = tl.zeros([BLOCK_M], tl.float32)
-    wdp = tl.zeros([BLOCK_M], tl.float32)
-    for start in range(0, n_keys, BLOCK_N):
-        if tl.load(support + start // BLOCK_N) != 0:
-            w, dp = _weights_and_dp(q, scale, do, K, V, Mask, k_base, v_base, m_base, offs_m, start, L, S, E, EV,
-                                    sk_s, sk_e, sv_s, sv_e, sm_l, sm_s, tau, f, z_one, MAP, params,
-                                    HAS_MASK, MASK_BOOL, CAUSAL, BLOCK_N, BLOCK_E, BLOCK_EV, UPCAST)
-            wsum += tl.sum(w, 1)
-            wdp += tl.sum(w * dp, 1)
-    c = wdp / tl.where(wsum > 0, wsum, 1.0)
+    # c = sum_j w_j dP_j / sum_j w_j = dO . U / sum_j w_j, with U = sum_j w_j v_j from the forward
+    u = tl.load(U + (bh * L + offs_m[:, None]) * EV + offs_v[None, :], mask=row_live[:, None] & (offs_v[None, :] < EV),
+                other=0.0)
+    wsum = tl.load(Wsum + bh * L + offs_m, mask=row_live, other=0.0)
+    c = tl.sum(do.to(tl.float32) * u, 1) / tl.where(wsum > 0, wsum, 1.0)
     tl.store(C + bh * L + offs_m, c, mask=row_live)
     dq = tl.zeros([BLOCK_M, BLOCK_E], tl.float32)
     for start in range(0, n_keys, BLOCK_N):

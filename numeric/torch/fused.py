@@ -162,20 +162,24 @@ class _Fused(torch.autograd.Function):
         m, ms = _mask_args(mask, q)
         be, bev = max(16, _triton().next_power_of_2(E)), max(16, _triton().next_power_of_2(EV))
         exp_link = bool(fn.module.TERM_IS_EXP) and fn.module.LINK_FORM == "exp"
+        # what the backward's c = dO . U / sum w needs: U = sum_j w_j v_j and sum_j w_j per row, where it will run
+        weighted = any(ctx.needs_input_grad[:3])
+        u = torch.empty(B * H, L, EV, dtype=torch.float32, device=q.device) if weighted else fsum
+        wsum = torch.empty_like(tau) if weighted else fsum
         kt = _kernels()
         kt.attention_forward[(nq, B * H)](
-            q, k, v, out, tau, fsum, support, bmax, m, params, H, L, S, E, EV, float(scale), nk, params.shape[1],
-            *q.stride(), *k.stride(), *v.stride(), *out.stride(), *ms,
+            q, k, v, out, tau, fsum, support, bmax, m, params, u, wsum, H, L, S, E, EV, float(scale), nk,
+            params.shape[1], *q.stride(), *k.stride(), *v.stride(), *out.stride(), *ms,
             HAS_MASK=mask is not None, MASK_BOOL=mask is None or mask.dtype == torch.bool, CAUSAL=causal,
-            EXP_LINK=exp_link, MAX_STEPS=MAX_STEPS, BLOCK_M=block, BLOCK_N=block, BLOCK_E=be, BLOCK_EV=bev,
-            UPCAST=not q.is_cuda, MAP=fns, **_options(q))
-        ctx.save_for_backward(q, k, v, mask, params, tau, fsum, support)
+            EXP_LINK=exp_link, MAX_STEPS=MAX_STEPS, WEIGHTED=weighted, BLOCK_M=block, BLOCK_N=block, BLOCK_E=be,
+            BLOCK_EV=bev, UPCAST=not q.is_cuda, MAP=fns, **_options(q))
+        ctx.save_for_backward(q, k, v, mask, params, tau, fsum, support, u, wsum)
         ctx.args = (scale, causal, fns, shapes, block, be, bev)
         return out
 
     @staticmethod
     def backward(ctx, dout):
-        q, k, v, mask, params, tau, fsum, support = ctx.saved_tensors
+        q, k, v, mask, params, tau, fsum, support, u, wsum = ctx.saved_tensors
         scale, causal, fns, (B, H, L, S, E, EV), block, be, bev = ctx.args
         nq, nk = math.ceil(L / block), math.ceil(S / block)
         do = dout.contiguous()
@@ -190,8 +194,8 @@ class _Fused(torch.autograd.Function):
         common = (H, L, S, E, EV, float(scale))
         strides = (*q.stride(), *k.stride(), *v.stride(), *do.stride(), *ms)
         kt = _kernels()
-        kt.attention_backward_rows[(nq, B * H)](q, k, v, do, dq, tau, fsum, c, support, m, params, *common, nk,
-                                                 params.shape[1], *strides, **flags)
+        kt.attention_backward_rows[(nq, B * H)](q, k, v, do, dq, tau, fsum, c, support, m, params, u, wsum, *common,
+                                                 nk, params.shape[1], *strides, **flags)
         kt.attention_backward_keys[(nk, B * H)](q, k, v, do, dk, dv, tau, fsum, c, support, m, params, *common, nk,
                                                  nq, params.shape[1], *strides, **flags)
         shape = (B, H)

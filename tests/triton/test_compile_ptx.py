@@ -26,11 +26,11 @@ from numeric.kernels import triton_attention as kernels
 from numeric.torch import fused
 
 POINTERS = {"Tau": "fp32", "Fsum": "fp32", "C": "fp32", "Params": "fp32", "DQ": "fp32", "DK": "fp32", "DV": "fp32",
-            "Support": "i8", "Mask": "u8", "Bmax": "fp32"}
+            "Support": "i8", "Mask": "u8", "Bmax": "fp32", "U": "fp32", "Wsum": "fp32"}
 INPUTS = {"Q", "K", "V", "Out", "DO"}
 name, params, dtype, arch = json.loads(sys.argv[1])
 module = nm.get_map(name, **params).module
-constexprs = dict(MAP=fused.map_functions(module), HAS_MASK=True, MASK_BOOL=True, CAUSAL=True, MAX_STEPS=60, BLOCK_M=64, BLOCK_N=64, BLOCK_E=64,
+constexprs = dict(MAP=fused.map_functions(module), HAS_MASK=True, MASK_BOOL=True, CAUSAL=True, MAX_STEPS=60, WEIGHTED=True, BLOCK_M=64, BLOCK_N=64, BLOCK_E=64,
                   BLOCK_EV=64, UPCAST=False, EXP_LINK=bool(module.TERM_IS_EXP) and module.LINK_FORM == "exp")
 out = {}
 for kernel in ("attention_forward", "attention_backward_rows", "attention_backward_keys"):

@@ -245,6 +245,36 @@ def test_support_skips_blocks_and_backward_reuses_it():
         assert np.all(np.abs(got.double().numpy() - want) <= bound)
 
 
+@pytest.mark.parametrize("name", ["softmax", "entmax15"])
+def test_backward_takes_c_from_the_forward(name, monkeypatch):
+    """The backward reads c = sum w dP / sum w off the forward's U = sum w v (dO . U / sum w) instead of a pass
+    over the keys: 7 block products per (query block, key block) pair (Q K^T, dO V^T and dS K for dQ; Q K^T,
+    P^T dO, dO V^T and dS^T Q for dK and dV), where every pair holds weights; the forward makes one product more
+    for it (none for softmax, whose U is its output); the gradients are the reference's within the bound."""
+    from numeric.kernels import triton_attention as mod
+
+    q, k, v, do = _inputs(5, B=1, H=1, L=32, S=32)
+    q = q * 0.05  # small scores: entmax15's weights are all positive, every pair has support
+    calls = [0]
+    product = mod._mm
+    monkeypatch.setattr(mod, "_mm", lambda *a: calls.__setitem__(0, calls[0] + 1) or product(*a))
+    with torch.no_grad():
+        attention(q, k, v, mapping=name, backend="triton")
+    inference, calls[0] = calls[0], 0
+    leaves = [t.clone().requires_grad_() for t in (q, k, v)]
+    out = attention(*leaves, mapping=name, backend="triton")
+    forward, calls[0] = calls[0], 0
+    grads = torch.autograd.grad(out, leaves, do)
+    pairs = 4
+    assert forward == inference + (0 if name == "softmax" else pairs)
+    assert calls[0] == 7 * pairs
+    d = _dense(name, {}, q, k, v, do, None, False, 1 / math.sqrt(8))
+    assert np.all(d["p"] > 0)
+    _, bounds = _bounds(d, 1 / math.sqrt(8))
+    for got, want, bound in zip(grads, d["grads"], bounds):
+        assert np.all(np.abs(got.double().numpy() - want) <= bound)
+
+
 def test_fallbacks_warn_once_and_say_why():
     from numeric.torch import fused
 
