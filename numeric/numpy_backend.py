@@ -3,9 +3,7 @@
 Rows are solved by :func:`numeric.tensor_rules.solve`, the text torch and JAX
 run, on :class:`numeric.numpy_ops.NumpyRowOps` (whose operations take NumPy's
 shortcuts: no shift for a closed threshold where none is needed, sort
-thresholds from the largest scores, writes into the output).  Power-form rows
-whose ``p_max**(1/k)`` may leave the dtype's normal range still take
-:func:`numeric.root.root_probabilities` (float64, log-domain bisection).  Large
+thresholds from the largest scores, writes into the output).  Large
 inputs are cut into chunks of rows solved side by side (:func:`_on_two_threads`).
 The JVP is ``w*v - w (w.v)/sum(w)`` with ``w = w(p)`` on the support.
 
@@ -62,42 +60,6 @@ def _numpy_table(module) -> dict:
     return {name: getattr(module, name, None) for name in contract.routine_names(module.PARAMETERS)}
 
 
-def _far(module, x, params) -> bool:
-    """Whether a power-form link's ``c = p_max**(1/k)`` may leave ``x``'s normal range: ``(1/n)**(1/k) < tiny / eps``."""
-    if module.LINK_FORM != "power" or module.link_scale is None:
-        return False
-    k = float(module.link_exponent(*params))
-    info = np.finfo(x.dtype)
-    return math.exp(-math.log(max(x.shape[-1], 1)) / k) < info.tiny / info.eps
-
-
-def _old_block(module, kind, x, out, tau, params):
-    """A sort map's rows by :func:`numeric.threshold.sort_probabilities`, a root map's by
-    :func:`numeric.root.root_probabilities`."""
-    from .root import root_probabilities
-    from .rows import row_max
-    from .threshold import sort_probabilities
-
-    solve = sort_probabilities if kind == "sort" else root_probabilities
-    m = row_max(x)
-    bad = ~np.isfinite(m)
-    if not bad.any():
-        with np.errstate(over="ignore"):
-            y = np.subtract(x, m[:, None], out=out)
-        tau[...] = m + solve(module, y, params, out)
-        return
-    live = ~bad
-    if live.any():
-        sub = x[live] - m[live][:, None]
-        tau[live] = m[live] + solve(module, sub, params, sub)
-        out[live] = sub
-    invalid = np.isnan(m) | (m == np.inf)
-    out[bad] = 0
-    tau[bad] = np.inf
-    out[invalid] = np.nan
-    tau[invalid] = np.nan
-
-
 class NumpyBackend(Backend):
     """Maps on NumPy arrays (the reference backend: every other one is tested against it)."""
 
@@ -133,9 +95,6 @@ class NumpyBackend(Backend):
         stay in the cache and are reused by the allocator (on (512, 1024) float32 rows half the time of
         one block).
         """
-        if kind == "root" and _far(module, x, params):
-            _old_block(module, kind, x, out, tau, params)
-            return
         ops = numpy_ops.ops_for(x.dtype)
         routines = tensor_rules.Routines(module, _numpy_table(module), params)
         method = "auto" if kind == module.THRESHOLD else kind

@@ -32,7 +32,8 @@ map without parameters) take part as numbers.
 * :func:`root_rule`: safeguarded Halley on ``omega'(F(t)) = omega'(1)`` inside
   the bracket ``[-omega'(1), -omega'(1/n)]`` (as :mod:`numeric.root`), with the
   link of the power form ``(a (z - clip))**k`` evaluated as ``exp(k log base)``
-  in the variable ``t = -c / a`` (``c = p_max**(1/k)``), else the printed link,
+  in the variable ``t = -c / a`` (``c = p_max**(1/k)``; rows where ``c`` may leave the
+  normal range, large alpha on long rows, in ``log(a / c)``), else the printed link,
   else :func:`numeric.newton.invert_link`;
 * :func:`jvp`: ``J v = w*v - w (w.v) / sum(w)``, ``w = weight(p)`` on the support;
 * :func:`param_vjp`: ``sum_i u_i dp_i/dq = -(J u) . c`` with ``c = omega_prime_d_q(p)``.
@@ -57,6 +58,8 @@ ROOT_STEPS = 100
 SUPPORT_STEPS = 12
 #: Iteration budget of :func:`kkt_rule` before its remaining rows take the safeguarded Halley solve.
 KKT_STEPS = 40
+#: Iteration budget of :func:`_power_log_rule`'s bisection (a bracket of ``log(n) / k`` to a few ulps).
+LOG_STEPS = 200
 #: Steps of :func:`kkt_rule` that need only land in the bracket; later ones must also halve the step before last.
 KKT_FREE_STEPS = 8
 #: The largest step of :func:`kkt_rule` in ``log p`` (``p`` grows at most by ``e`` a step there).
@@ -355,9 +358,8 @@ def _solve_shifted(ops, r, x, method, kind, relative, out=None):
 
 
 def recomputable(r: Routines) -> bool:
-    """Whether a map's ``p`` is :func:`at_threshold` of its ``tau``: a sort or closed map, or a link of the power form.
-
-    (Other maps' root rule combines the two ends of a bracket across a kink of ``F``.)
+    """Whether a map's ``p`` is :func:`at_threshold` of its ``tau``: a sort or closed map, or a link of the power form
+    (whose rows where ``tau`` does not carry ``p`` :func:`at_threshold` solves again).
     """
     module = r.module
     return (module.THRESHOLD == "sort" or module.THRESHOLD == "closed" and r.has("link")
@@ -371,16 +373,41 @@ def at_threshold(ops: TensorOps, r: Routines, x, t):
 
     ``x - tau`` is computed as ``(x - max(x)) - t``, as the solve did.  The sum is 1 to
     rounding; dividing by it gives the solved ``p`` to rounding.  A fully masked row
-    (``t = inf``) gives 0, a NaN row (``t`` NaN) NaN.
+    (``t = inf``) gives 0, a NaN row (``t`` NaN) NaN.  A root map's rows whose sum is
+    not 1 to rounding (at a kink of ``F`` the root rule combines the ends of a bracket;
+    no single ``tau`` gives that ``p``), or whose ``c = p_max**(1/k)`` leaves the normal
+    range (:func:`_power_log_rule`), are solved again.
     """
     m = ops.row_max(x)
     z = x - ops.where(ops.isfinite(m), m, 0) - t
-    if r.module.LINK_FORM == "power" and r.has("link_scale") and _small_power(r) is None:
+    power = r.module.LINK_FORM == "power" and r.has("link_scale")
+    if power and _small_power(r) is None:
         g, _, _ = _power_link(ops, r.link_exponent(), r.link_scale() * (z - r.clip()))
     else:  # the clipped link, as the sort rule evaluates it
         g = sort_link(ops, r, z)
     total = ops.row_sum(g)
-    return ops.where(total == 0, 0, g / total)
+    p = ops.where(total == 0, 0, g / total)
+    if r.module.THRESHOLD != "root" or not power:
+        return p
+    # rows whose tau does not carry p: c = p_max**(1/k) out of range (solved in log(a / c)), or, where F
+    # jumps at a kink (k < 1), F(tau) not 1 to the root rule's tolerance (its p combines a bracket's ends)
+    k = r.link_exponent()
+    far = _far_rows(ops, k, x)
+    if far is True:
+        return solve(ops, r, x)[0]
+    redo = ops.isfinite(t) & (abs(total - 1) > 4 * ops.eps)
+    if isinstance(k, (int, float)):
+        if k >= 1:
+            return p
+    else:
+        redo = redo & (k < 1)
+    if far is not False:
+        redo = redo | far
+
+    def again(x, *params):
+        return solve(ops, Routines(r.module, r.table, params), x)[0]
+
+    return ops.on_rows(redo, again, (x, *r.params), p)
 
 
 def closed_rule(ops: TensorOps, r: Routines, y, out=None):
@@ -612,6 +639,9 @@ def root_rule(ops: TensorOps, r: Routines, y, steps: int = ROOT_STEPS):
         return _root_halley(ops, r, y, steps, None, -r.omega_prime(ops.full(count, 1.0)), -r.omega_prime(1 / count))
     # the variable t = tau - m - clip = -c / a, c = p_max**(1/k): base = max(a y - a t, 0), p = base**k
     a, k, b, reach = _power_parts(ops, r, y)
+    far = _far_rows(ops, k, y)
+    if far is True:
+        return _power_log_rule(ops, r, y)
     lo = -reach(ops.full(count, 1.0))
     hi = -reach(1 / count)
     # g_+ convex (k >= 1): F(t) >= n g(mean(y) - t) (Jensen), so t >= mean(y) - reach(1/n)
@@ -625,7 +655,65 @@ def root_rule(ops: TensorOps, r: Routines, y, steps: int = ROOT_STEPS):
 
     if isinstance(k, (int, float)):  # a number: the rule is chosen here
         return newton() if k >= 1 else _root_halley(ops, r, y, steps, (a, k, b), lo, hi)
-    return ops.branch(k < 1, lambda: _root_halley(ops, r, y, steps, (a, k, b), ops.where(k >= 1, start, lo), hi), newton)
+    p, t = ops.branch(k < 1, lambda: _root_halley(ops, r, y, steps, (a, k, b), ops.where(k >= 1, start, lo), hi), newton)
+
+    def log_rule(y, *params):
+        return ops.cat(*_power_log_rule(ops, Routines(r.module, r.table, params), y))
+
+    return _split(ops.on_rows(far, log_rule, (y, *r.params), ops.cat(p, t)), n)
+
+
+def _far_rows(ops, k, y):
+    """Where a power-form link's ``c = p_max**(1/k)`` may leave the normal range on the rows ``y`` of ``n``
+    scores: ``(1/n)**(1/k) < tiny / eps`` (large alpha on long rows).  A Python bool for a number ``k``,
+    else ``(R, 1)`` booleans; those rows take :func:`_power_log_rule`."""
+    limit = ops.log_tiny - math.log(ops.eps)
+    n = y.shape[-1]
+    if isinstance(k, (int, float)):
+        return bool(-math.log(n) / k < limit)
+    return -math.log(n) / (k + ops.full(y[..., :1], 0.0)) < limit
+
+
+def _power_log_rule(ops, r: Routines, y, steps: int = LOG_STEPS):
+    """``(p, tau - m)`` for shifted rows ``y`` of a power-form map whose ``c = p_max**(1/k)`` may underflow.
+
+    The link is ``g_+(z) = max(a (z - clip), 0)**k``.  With ``r = a / c`` the ratios
+    ``q_i = p_i / p_max = max(1 + r y_i, 0)**k`` lie in ``[0, 1]`` and ``p_max = c**k``, so
+    ``F = sum p = exp(k (log(a) - rho)) Q(rho)``, ``Q = sum q``, in ``rho = log r``, which is
+    representable where ``c`` and ``r`` are not: ``r y_i = -exp(rho + log(-y_i))``.  ``F``
+    decreases in ``rho`` from at least 1 at ``log(a)`` (``p_max = 1``) to at most 1 at
+    ``log(a) + log(count) / k`` (``p_max = 1/count``); bisection keeps ``F(lo) >= 1 >= F(hi)``
+    until the bracket is a few ulps wide.  ``p`` is the combination of ``p(lo)`` and ``p(hi)``
+    with sum 1 (as :func:`_root_halley` at a kink, where ``F`` jumps across 1 between
+    neighbouring floats), divided by its sum.  ``tau - m = -exp(-rho) - clip`` (``-c / a``
+    underflows to 0 in the far rows; :func:`at_threshold` solves them again).
+    """
+    k = r.link_exponent()
+    a = r.link_scale()
+    log_a = math.log(a) if isinstance(a, (int, float)) else ops.log(a)
+    count = ops.row_sum(ops.float_(ops.isfinite(y)))
+    log_y = ops.log(-y)  # -inf at the maximum, +inf where masked (p = 0: 1 - inf < 0)
+
+    def values(rho, log_y, log_a, k):
+        """``p_i = exp(k (log(u_i) + log(a) - rho))``, ``u_i = max(1 - exp(rho + log(-y_i)), 0)``."""
+        return ops.exp(k * (ops.log(ops.pos_part(1 - ops.exp(log_y + rho))) + log_a - rho))
+
+    def body(state, rows):
+        lo, hi = state
+        mid = 0.5 * (lo + hi)
+        above = ops.row_sum(values(mid, *rows)) >= 1  # F(mid) >= 1: the root is at larger rho
+        lo, hi = ops.where(above, mid, lo), ops.where(above, hi, mid)
+        return (lo, hi), hi - lo > 4 * ops.eps * abs(hi)
+
+    lo = log_a + ops.full(count, 0.0)
+    hi = log_a + ops.log(count) / k
+    lo, hi = ops.repeat_rows(steps, body, (lo, hi), ops.full(count, True), (log_y, log_a, k))
+    p_lo, p_hi = values(lo, log_y, log_a, k), values(hi, log_y, log_a, k)
+    f_lo, f_hi = ops.row_sum(p_lo), ops.row_sum(p_hi)
+    ok = f_lo > f_hi
+    lam = ops.where(ok, (f_lo - 1) / ops.where(ok, f_lo - f_hi, 1), 0)
+    p = p_lo + lam * (p_hi - p_lo)
+    return p / ops.row_sum(p), -ops.exp(-lo) - r.clip()
 
 
 def kkt_rule(ops: TensorOps, r: Routines, y, steps: int = KKT_STEPS, candidates: int = KKT_CANDIDATES):

@@ -106,6 +106,23 @@ def test_float32_far_rows(name, params):
         np.testing.assert_allclose(np.asarray(p32, np.float64), want, rtol=0, atol=2e-6)
 
 
+@pytest.mark.parametrize("dtype", [jnp.float32, jnp.float64])
+@pytest.mark.parametrize("alpha", [1000.0, 1e6])
+def test_constant_rows_at_huge_alpha(alpha, dtype):
+    """``(1/n)**(alpha - 1)`` below the normal range (``c = p_max**(1/k)`` underflows; the rows are solved in
+    ``log(a / c)``): a constant row is uniform, to the rounding of its sum, with alpha a number or per row."""
+    x = np.zeros((3, 346))  # (a row of ROWS' 9 scores is solved well either way)
+    x[1] = -1e6
+    x[2, -1] = -INF
+    counts = np.isfinite(x).sum(-1)
+    eps = float(jnp.finfo(dtype).eps)
+    for a in (alpha, jnp.full((3, 1), alpha, dtype)):
+        p = np.asarray(entmax(jnp.asarray(x, dtype), a), np.float64)
+        for row, count in enumerate(counts):
+            assert (p[row, :count] == p[row, 0]).all() and (p[row, count:] == 0).all()
+            np.testing.assert_allclose(p[row, :count], 1 / count, rtol=eps * (16 + count / 8), atol=0)
+
+
 @pytest.mark.parametrize("dtype", [jnp.float16, jnp.bfloat16])
 @pytest.mark.parametrize(("name", "params"), MAPS[:4], ids=IDS[:4])
 def test_half_precision_computes_in_float32(name, params, dtype):

@@ -154,6 +154,23 @@ def test_equals_numpy_attention(name, case, block):
     np.testing.assert_allclose(got.numpy(), want, rtol=0, atol=1e-12)
 
 
+def test_rows_whose_threshold_underflows_backward():
+    """alpha-entmax at alpha = 200 on 64 keys: ``(1/64)**199`` is below float64's normal range, so ``tau`` does not
+    carry ``p`` (``c = p_max**(1/k)`` underflows); the backward solves those rows again and equals NumPy's
+    (``dv = p^T dout`` needs ``p``).  Every key comes twice: supports of two tied keys, ``w = 2**198``."""
+    q, k, v = _qkv(30, L=5, S=64, E=4, Ev=3)
+    k.data[..., 1::2, :] = k.data[..., 0::2, :]
+    out = attention(q, k, v, mapping=get_map("entmax", alpha=200.0))
+    np_map = nm.get_map("entmax", alpha=200.0)
+    arrays = [t.detach().numpy() for t in (q, k, v)]
+    np.testing.assert_allclose(out.detach().numpy(), nm.attention(*arrays, mapping=np_map), rtol=0, atol=1e-12)
+    dout = torch.randn(out.shape, generator=_gen(31), dtype=F64)
+    (got,) = torch.autograd.grad(out, (v,), dout)
+    # (dq and dk are w = 2**198 times differences that vanish in exact arithmetic: rounding, on both sides)
+    want = nm.attention_backward(*arrays, dout.numpy(), mapping=np_map)[2]
+    np.testing.assert_allclose(got.numpy(), want, rtol=0, atol=1e-12)
+
+
 # ------------------------------------------------------------------ gradcheck
 @pytest.mark.parametrize("block", [None, 2])
 @pytest.mark.parametrize("case", ["bool", "float", "causal", "L<S", "L>S-causal", "dead-rows"])

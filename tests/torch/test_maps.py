@@ -73,6 +73,45 @@ def test_float32_far_rows(name, params, shift):
     np.testing.assert_allclose(p32.double().numpy(), _numpy(name, params, x), rtol=0, atol=2e-6)
 
 
+@pytest.mark.parametrize("dtype", [torch.float32, torch.float64])
+@pytest.mark.parametrize("alpha", [40.0, 1000.0, 1e6])
+def test_constant_rows_at_huge_alpha(alpha, dtype):
+    """``(1/n)**(alpha - 1)`` below the normal range (``c = p_max**(1/k)`` underflows; the rows are solved in
+    ``log(a / c)``): a constant row is uniform, to the rounding of its sum, with alpha a number or per row."""
+    n = 346
+    x = torch.zeros(3, n, dtype=dtype)
+    x[1] = -1e6
+    x[2, -1] = -INF
+    eps = torch.finfo(dtype).eps
+    for a in (alpha, torch.full((3, 1), alpha, dtype=dtype)):
+        p = entmax(x, a).double().numpy()
+        for row, count in enumerate((n, n, n - 1)):
+            assert (p[row, :count] == p[row, 0]).all() and (p[row, count:] == 0).all()
+            np.testing.assert_allclose(p[row, :count], 1 / count, rtol=eps * (16 + count / 8), atol=0)
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.float64])
+def test_weights_from_the_threshold_at_huge_alpha(dtype):
+    """The weights attention's backward rebuilds from the forward's threshold (``TorchMap.at``) are the forward's,
+    also on rows whose ``c = p_max**(1/k)`` underflows, which ``tau`` cannot carry (solved again)."""
+    x = _scores(15, shape=(6, 346), scale=0.01).to(dtype)
+    x[0] = 0.0
+    x[1, ::2] = x[1, 1::2]  # ties
+    solver = TorchMap("entmax")._solver
+    for alpha in (1.5, 3.0, 1000.0, [[1000.0], [1.3], [1000.0], [4.0], [20.0], [1e6]]):
+        params = (torch.tensor(alpha, dtype=dtype),)
+        p, t = solver.solve(x, params)
+        torch.testing.assert_close(solver.at(x, t, params), p, rtol=0, atol=8 * torch.finfo(dtype).eps)
+
+
+@pytest.mark.parametrize("alpha", [20.0, 40.0])
+def test_float32_rows_at_huge_alpha_match_float64(alpha):
+    """float32 rows whose ``c`` underflows in float32 but not in float64: two different solves agree to float32."""
+    x = (_scores(14, shape=(16, 300), scale=0.01)).float()
+    p32 = entmax(x, alpha).double().numpy()
+    np.testing.assert_allclose(p32, _numpy("entmax", {"alpha": alpha}, x.double()), rtol=0, atol=4e-7)
+
+
 @pytest.mark.parametrize("dtype", [torch.float16, torch.bfloat16])
 @pytest.mark.parametrize(("name", "params"), MAPS[:4], ids=IDS[:4])
 def test_half_precision_computes_in_float32(name, params, dtype):
