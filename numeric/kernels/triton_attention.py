@@ -61,11 +61,13 @@ from typing import NamedTuple
 import triton
 import triton.language as tl
 
-__all__ = ["MapFunctions", "KERNELS", "link_plus", "attention_forward", "attention_backward_rows",
+__all__ = ["MapFunctions", "KERNELS", "FREE_STEPS", "link_plus", "attention_forward", "attention_backward_rows",
            "attention_backward_keys"]
 
 #: The kernels, by name.
 KERNELS = ("attention_forward", "attention_backward_rows", "attention_backward_keys")
+#: Newton steps of a threshold solve that need only land strictly inside the bracket (see ``_newton_step``).
+FREE_STEPS = tl.constexpr(2)
 
 
 class MapFunctions(NamedTuple):
@@ -136,19 +138,25 @@ def _sums(s, tau, z_one, MAP: tl.constexpr, params):
 
 
 @triton.jit
-def _newton_step(tau, lo, hi, f, wsum, m0, fixed):
-    # one safeguarded Newton step on F(tau) - 1 (F' = -sum w) inside the bracket [lo, hi], which it narrows;
-    # a row is done when F is 1 to a few roundings or tau moves by less than the resolution of s - tau, and
-    # `fixed` rows keep their tau.  Returns (tau, lo, hi, done).
+def _newton_step(tau, lo, hi, step, step_old, count, f, wsum, m0, fixed):
+    # one safeguarded Newton step on F(tau) - 1 (F' = -sum w) inside the bracket [lo, hi], which it narrows.
+    # The Newton point is taken where it lies strictly inside the bracket and, after the first FREE_STEPS
+    # steps, moves at most half as far as the step before last (rtsafe's safeguard: where F' jumps as a
+    # score enters the support with an infinite slope, k < 1, Newton would cycle between the two sides of
+    # the kink); otherwise the bracket is bisected.  A row is done when F is 1 to a few roundings, when a
+    # Newton step moves tau by less than the resolution of s - tau, or when the bracket is that narrow;
+    # `fixed` rows keep their tau.  Returns (tau, lo, hi, step, step_old, done).
     excess = f - 1.0
     lo = tl.where(excess >= 0, tau, lo)
     hi = tl.where(excess < 0, tau, hi)
     newton = tau + excess / tl.where(wsum > 0, wsum, 1.0)
-    # (a Newton point on an end of the bracket is the root to rounding: it stops the row)
-    inside = (newton >= lo) & (newton <= hi) & (wsum > 0)
+    inside = (newton > lo) & (newton < hi) & (wsum > 0)
+    inside = inside & ((count < FREE_STEPS) | (tl.abs(newton - tau) <= 0.5 * tl.abs(step_old)))
     new_tau = tl.where(inside, newton, 0.5 * (lo + hi))
-    done = (tl.abs(excess) <= 2.4e-7) | (tl.abs(new_tau - tau) <= 1.2e-7 * (tl.abs(new_tau) + tl.abs(m0))) | fixed
-    return tl.where(done, tau, new_tau), lo, hi, done
+    resolution = 1.2e-7 * (tl.abs(new_tau) + tl.abs(m0))
+    done = ((tl.abs(excess) <= 2.4e-7) | (inside & (tl.abs(new_tau - tau) <= resolution)) | (hi - lo <= resolution)
+            | fixed)
+    return tl.where(done, tau, new_tau), lo, hi, tl.where(done, step, new_tau - tau), tl.where(done, step_old, step), done
 
 
 @triton.jit
@@ -236,11 +244,13 @@ def attention_forward(Q, K, V, Out, Tau, Fsum, Support, Bmax, Mask, Params, U, W
         tau = lo
         t_lo = lo
         t_hi = m0 - MAP.omega_prime(1.0 / tl.maximum(tl.minimum(n, BLOCK_N), 1.0), params)
+        dt = t_hi - t_lo
+        dt_old = dt
         step = tl.zeros([], tl.int32)
         going = tl.min(out_rows.to(tl.int32), 0) == 0
         while going & (step < MAX_STEPS):
             f, wsum = _sums(top, tau, z_one, MAP, params)
-            tau, t_lo, t_hi, done = _newton_step(tau, t_lo, t_hi, f, wsum, m0, out_rows)
+            tau, t_lo, t_hi, dt, dt_old, done = _newton_step(tau, t_lo, t_hi, dt, dt_old, step, f, wsum, m0, out_rows)
             going = tl.min(done.to(tl.int32), 0) == 0
             step += 1
         kth = tl.min(top, 1)
@@ -250,6 +260,8 @@ def attention_forward(Q, K, V, Out, Tau, Fsum, Support, Bmax, Mask, Params, U, W
         # below lo = m - omega'(1): a key block with s_ij - m_i <= clip - omega'(1) for every row has weights 0
         # at every step, and the passes below skip it
         floor = MAP.clip(params) - z_one
+        dt = hi - tau
+        dt_old = dt
         step = tl.zeros([], tl.int32)
         going = tl.min(fixed.to(tl.int32), 0) == 0
         while going & (step < MAX_STEPS):
@@ -262,7 +274,7 @@ def attention_forward(Q, K, V, Out, Tau, Fsum, Support, Bmax, Mask, Params, U, W
                     f_block, w_block = _sums(s, tau, z_one, MAP, params)
                     f += f_block
                     wsum += w_block
-            tau, lo, hi, done = _newton_step(tau, lo, hi, f, wsum, m0, fixed)
+            tau, lo, hi, dt, dt_old, done = _newton_step(tau, lo, hi, dt, dt_old, step, f, wsum, m0, fixed)
             going = tl.min(done.to(tl.int32), 0) == 0
             step += 1
         f = tl.zeros([BLOCK_M], tl.float32)

@@ -28,7 +28,7 @@ from pathlib import Path
 
 import torch
 
-__all__ = ["unsupported", "check_backend", "fused_attention", "BACKENDS", "BLOCK"]
+__all__ = ["unsupported", "steep_at_clip", "check_backend", "fused_attention", "BACKENDS", "BLOCK"]
 
 #: Query and key rows per block: (on CUDA, in Triton's interpreter).
 BLOCK = {"cuda": 64, "cpu": 16}
@@ -82,7 +82,37 @@ def unsupported(query, attn_mask, fn, is_map: bool, dropout_p: float) -> str | N
             return f"parameter {name} requires grad (the kernels give no parameter gradients)"
         if isinstance(value, torch.Tensor) and value.dim() >= 2 and value.shape[-2] != 1:
             return f"parameter {name} varies along the queries (the kernels take one value per batch and head)"
-    return None
+    return steep_at_clip(fn.module, fn.params)
+
+
+def steep_at_clip(module, params: dict) -> str | None:
+    """Why a sparse map's link is too steep at the clip for the kernels' float32 threshold (``None``: it is not).
+
+    Near the clip the link rises like ``g(clip + u) ~ u**k`` and its weight like ``w(p) ~ p**(1 - 1/k)``;
+    for ``k < 1`` the derivative of ``F(tau) = sum g_+(s - tau)`` is infinite where a score enters the
+    support, and one float32 ulp of ``tau`` there moves that score's ``p`` by about ``(a ulp)**k``.  The
+    kernels solve ``F(tau) = 1`` in float32 and rebuild ``p = g_+(s - tau) / F`` from ``tau`` alone; for
+    ``k < 1/2`` (``w`` growing faster than ``1/p``: alpha-entmax beyond alpha = 3) that leaves errors of
+    the order of ``p`` itself (measured in Triton's interpreter: 8e-3 at alpha = 4, 0.08 at 6, 0.75 at
+    10), which the torch path's solver avoids (it combines the ends of a bracket across the kink).  The
+    exponent is read off the weight, ``1 - 1/k = d log w / d log p`` between ``p = 1e-12`` and ``1e-8``,
+    for every value of the parameters.
+    """
+    import numpy as np
+
+    values = [np.asarray(v.detach().cpu() if isinstance(v, torch.Tensor) else v, dtype=np.float64).reshape(-1)
+              for v in (params[name] for name in module.PARAMETERS)]
+    values = np.broadcast_arrays(*values) if values else []
+    with np.errstate(all="ignore"):
+        clip = np.broadcast_to(np.asarray(module.clip(*values), dtype=np.float64), np.shape(values[0]) if values else ())
+        small, large = (np.asarray(module.weight(np.float64(p), *values), dtype=np.float64) for p in (1e-12, 1e-8))
+        slope = (np.log(large) - np.log(small)) / math.log(1e4)
+    steep = np.isfinite(clip) & ~(slope >= -1 - 1e-9)  # (an overflowing weight: NaN slope, steep)
+    if not steep.any():
+        return None
+    worst = float(np.nanmin(np.where(steep, slope, np.inf))) if np.isfinite(slope[steep]).any() else -math.inf
+    return (f"map {module.NAME}: its link rises from the clip like u**k with k = {1 / (1 - worst):.3g} < 1/2 (weight "
+            f"~ p**{worst:.3g}), steeper than the kernels' float32 threshold resolves")
 
 
 def warn_fallback(reason: str) -> None:

@@ -275,6 +275,29 @@ def test_backward_takes_c_from_the_forward(name, monkeypatch):
         assert np.all(np.abs(got.double().numpy() - want) <= bound)
 
 
+@pytest.mark.parametrize("alpha", [2.5, 3.0])
+def test_threshold_does_not_cycle_at_a_kink(alpha):
+    """alpha-entmax beyond 2: the link has an infinite slope at the clip, so F' jumps where a score enters the
+    support and plain Newton cycled between the two sides of the kink (a row of these inputs stopped at
+    F = 1.009: errors 47 times the bound at alpha = 2.5); rtsafe's safeguard bisects instead."""
+    _check("entmax", {"alpha": alpha}, 21, 19, False, None)
+
+
+@pytest.mark.parametrize("alpha", [4.0, 10.0])
+def test_links_too_steep_at_the_clip_fall_back(alpha):
+    """Beyond alpha = 3 (k = 1/(alpha - 1) < 1/2) one float32 ulp of tau moves an entering score's p by about
+    (a ulp)**k: the torch path runs, with a warning that says why, and equals backend="torch"."""
+    from numeric.torch import fused
+
+    q, k, v, do = _inputs(0, L=21, S=19)
+    mapping = get_map("entmax", alpha=alpha)
+    fused._warned.clear()
+    with pytest.warns(RuntimeWarning, match="steeper than the kernels' float32 threshold resolves"):
+        out = attention(q, k, v, mapping=mapping, backend="triton")
+    torch.testing.assert_close(out, attention(q, k, v, mapping=mapping, backend="torch"), rtol=0, atol=0)
+    assert fused.steep_at_clip(get_map("entmax", alpha=3.0).module, {"alpha": 3.0}) is None
+
+
 def test_fallbacks_warn_once_and_say_why():
     from numeric.torch import fused
 
