@@ -1,48 +1,85 @@
-"""Sort-based threshold: full sort against partial selection (numpy.partition), the sort-free fixed point
-(links of degree 1: sparsemax), and the root solver.
+"""Sort-map thresholds on NumPy (numeric.tensor_rules on numeric.numpy_ops.NumpyRowOps): the sort rule on whole
+sorted rows against the partial selection of each row's largest scores, the sort-free support rule, and the
+root rule.
 
-Run: python benchmarks/bench_thresholds.py
-Float32 rows, about 2**20 scores per case, median of 5 runs; two score
-scales: N(0, 1) (small supports) and N(0, 0.01) (supports of most of the row).
-The figures decide numeric.threshold.PARTIAL_FROM and FIXED_POINT_BELOW; results go to
-benchmarks/results/thresholds.json.
+Run: python benchmarks/bench_thresholds.py [--quick] [--out benchmarks/results]
+Float32 rows, about 2**20 scores per case, median of 5 runs (``--quick``: n = 64, 1024
+and 2**18 scores, 3 runs); two score scales: N(0, 1) (small supports) and N(0, 0.01)
+(supports of most of the row).  The rows are shifted by their maxima once, outside
+the timings (every rule takes shifted rows):
+
+* ``full``: :func:`~numeric.tensor_rules.sort_rule` (a full sort, O(n log n));
+* ``partial``: :func:`~numeric.tensor_rules.sort_threshold` from each row's ``K`` largest
+  scores (``NumpyRowOps.largest``: ``numpy.partition``, O(n)), on operations whose
+  ``support_below`` is 0 so that sparsemax takes it too;
+* ``support``: :func:`~numeric.tensor_rules.support_rule` (Newton on the support, no sort;
+  Michelot's algorithm for sparsemax);
+* ``root``: :func:`~numeric.tensor_rules.root_rule` (what ``threshold="root"`` runs).
+
+The figures decide ``NumpyRowOps.partial_from`` (rows from which a sort map selects
+before sorting) and ``NumpyRowOps.support_below`` (rows of a link of degree 1 shorter
+than this take the support rule); results go to ``--out``/thresholds.json.
 """
 
 from __future__ import annotations
 
+import argparse
 import importlib
 import json
 from pathlib import Path
 
 import numpy as np
 
-from numeric.root import root_threshold
-from numeric.threshold import sort_threshold
+from numeric import contract, tensor_rules
+from numeric.numpy_ops import NumpyRowOps, ops_for
 from _timing import median_seconds
 
 
+class PartialOps(NumpyRowOps):
+    """NumPy's row operations with the partial selection for every sort map and row length."""
+
+    partial_from = 1
+    support_below = 0
+
+
+def routines(module) -> tensor_rules.Routines:
+    """A module's routines as the NumPy backend binds them (no parameters)."""
+    table = {name: getattr(module, name, None) for name in contract.routine_names(module.PARAMETERS)}
+    return tensor_rules.Routines(module, table, ())
+
+
 def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--quick", action="store_true", help="n = 64 and 1024, 2**18 scores a case, 3 runs")
+    parser.add_argument("--out", type=Path, default=Path(__file__).resolve().parent / "results")
+    args = parser.parse_args()
+    sizes = (64, 1024) if args.quick else (64, 128, 256, 1024, 4096, 16384)
+    scores = 2**18 if args.quick else 2**20
+    repeat = 3 if args.quick else 5
+    ops, partial_ops = ops_for(np.float32), PartialOps(np.float32)
     rows = []
     for name in ("sparsemax", "entmax15"):
-        mod = importlib.import_module(f"numeric._generated.{name}")
+        r = routines(importlib.import_module(f"numeric._generated.{name}"))
         for scale in (1.0, 0.01):
-            for n in (64, 128, 256, 1024, 4096, 16384):
-                x = (np.random.default_rng(n).standard_normal((max(1, 2**20 // n), n)) * scale).astype(np.float32)
-                full = median_seconds(lambda: sort_threshold(mod, x, (), method="full"))
-                partial = median_seconds(lambda: sort_threshold(mod, x, (), method="partial"))
-                root = median_seconds(lambda: root_threshold(mod, x, ()), repeat=3)
-                same = float(np.abs(sort_threshold(mod, x, (), method="full") - sort_threshold(mod, x, (), method="partial")).max())
-                row = dict(map=name, scale=scale, n=n, full_ms=full * 1e3, partial_ms=partial * 1e3, root_ms=root * 1e3, max_diff=same)
-                fixed = ""
-                if mod.THRESHOLD_DEGREE == 1:
-                    row["fixed_ms"] = median_seconds(lambda: sort_threshold(mod, x, (), method="fixed")) * 1e3
-                    fixed = f"  fixed point {row['fixed_ms']:7.2f} ms"
+            for n in sizes:
+                x = (np.random.default_rng(n).standard_normal((max(1, scores // n), n)) * scale).astype(np.float32)
+                y = x - x.max(axis=-1, keepdims=True)
+                with np.errstate(all="ignore"):
+                    full = median_seconds(lambda: tensor_rules.sort_rule(ops, r, y), repeat=repeat)
+                    partial = median_seconds(lambda: tensor_rules.sort_threshold(partial_ops, r, y), repeat=repeat)
+                    support = median_seconds(lambda: tensor_rules.support_rule(ops, r, y), repeat=repeat)
+                    root = median_seconds(lambda: tensor_rules.root_rule(ops, r, y), repeat=min(repeat, 3))
+                    t_full = tensor_rules.sort_rule(ops, r, y)
+                    diff = float(np.abs(t_full - tensor_rules.sort_threshold(partial_ops, r, y)).max())
+                    diff_support = float(np.abs(t_full - tensor_rules.support_rule(ops, r, y)).max())
+                row = dict(map=name, scale=scale, n=n, full_ms=full * 1e3, partial_ms=partial * 1e3, support_ms=support * 1e3,
+                           root_ms=root * 1e3, max_diff=diff, max_diff_support=diff_support)
                 rows.append(row)
                 print(f"{name:9s} scale {scale:<5} n {n:6d}: full {full*1e3:7.2f} ms  partial {partial*1e3:7.2f} ms "
-                      f"({full/partial:5.1f}x)  root {root*1e3:7.2f} ms{fixed}  |full - partial| = {same:.1e}")
-    out = Path(__file__).resolve().parent / "results"
-    out.mkdir(exist_ok=True)
-    (out / "thresholds.json").write_text(json.dumps(rows, indent=2) + "\n")
+                      f"({full/partial:5.1f}x)  support {support*1e3:7.2f} ms  root {root*1e3:7.2f} ms  "
+                      f"|full - partial| = {diff:.1e}  |full - support| = {diff_support:.1e}")
+    args.out.mkdir(parents=True, exist_ok=True)
+    (args.out / "thresholds.json").write_text(json.dumps(rows, indent=2) + "\n")
 
 
 if __name__ == "__main__":

@@ -1,8 +1,8 @@
-"""Row operations on 2-D NumPy arrays, shared by the links and the threshold solvers.
+"""Row operations on 2-D NumPy arrays: the row sums and maxima of :class:`numeric.numpy_ops.NumpyRowOps`.
 
 :func:`row_sum` sums along the last axis with einsum, in the calling thread;
 :func:`row_max` takes the maxima of short rows through transposed blocks;
-:func:`scalar` casts a value to a NumPy scalar of a given dtype.
+:func:`scalar` casts a value to a NumPy scalar of a given dtype (:class:`numeric.newton.NumpyOps`).
 """
 
 from __future__ import annotations

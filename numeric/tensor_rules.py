@@ -30,7 +30,7 @@ map without parameters) take part as numbers.
   ``S`` (then ``tau_S`` is exact); rows that do not get there within the
   budget take :func:`sort_rule`;
 * :func:`root_rule`: safeguarded Halley on ``omega'(F(t)) = omega'(1)`` inside
-  the bracket ``[-omega'(1), -omega'(1/n)]`` (as :mod:`numeric.root`), with the
+  the bracket ``[-omega'(1), -omega'(1/n)]``, with the
   link of the power form ``(a (z - clip))**k`` evaluated as ``exp(k log base)``
   in the variable ``t = -c / a`` (``c = p_max**(1/k)``; rows where ``c`` may leave the
   normal range, large alpha on long rows, in ``log(a / c)``), else the printed link,
@@ -49,8 +49,9 @@ from typing import Any, Callable
 
 from .newton import Ops, invert_link
 
-__all__ = ["TensorOps", "CompactRows", "Routines", "solve", "closed_rule", "sort_rule", "sort_threshold", "support_rule", "root_rule", "kkt_rule", "jvp",
-           "param_vjp", "omega_terms", "ROOT_STEPS", "SUPPORT_STEPS", "KKT_STEPS", "KKT_FREE_STEPS", "KKT_CANDIDATES"]
+__all__ = ["TensorOps", "CompactRows", "Routines", "solve", "closed_rule", "sort_rule", "sort_threshold", "support_rule", "root_rule", "kkt_rule",
+           "sort_link", "at_threshold", "recomputable", "jvp", "param_vjp", "omega_terms", "ROOT_STEPS", "SUPPORT_STEPS", "KKT_STEPS",
+           "KKT_FREE_STEPS", "KKT_CANDIDATES"]
 
 #: Iteration budget of the root rule's safeguarded Halley solve.
 ROOT_STEPS = 100
@@ -616,13 +617,16 @@ def _power_parts(ops, r, y):
 def root_rule(ops: TensorOps, r: Routines, y, steps: int = ROOT_STEPS):
     """``(p, tau - m)`` for shifted rows ``y`` by safeguarded Halley on ``h(t) = omega'(F(t)) - omega'(1)``.
 
-    As :func:`numeric.root._halley`: a Halley (else Newton) step is taken only where it
-    lands strictly inside the bracket and is at most half the step before last,
-    otherwise the bracket is bisected; a row stops where ``|F - 1| <= 4 eps``, where
-    the step would change ``F`` by less than that, or where its bracket is a few ulps
-    wide.  ``p = g_+(y - t) / F(t)``; a row whose ``F`` jumps across 1 at a kink
-    (a link with an infinite slope at ``omega'(0+)``) takes the combination of ``p`` at
-    the two ends of its final bracket with sum 1 (as :func:`numeric.root.root_probabilities`).
+    A Halley (else Newton) step is taken only where it lands strictly inside the
+    bracket and is at most half the step before last, otherwise the bracket is
+    bisected (the safeguard of Numerical Recipes' ``rtsafe``: no cycles across the
+    kinks where a score enters or leaves the support); a row stops where
+    ``|F - 1| <= 4 eps``, where the step would change ``F`` by less than that, or
+    where its bracket is a few ulps wide.  ``p = g_+(y - t) / F(t)``; a row whose
+    ``F`` jumps across 1 at a kink (a link with an infinite slope at ``omega'(0+)``)
+    takes the combination of ``p`` at the two ends of its final bracket with sum 1:
+    every score away from the kink moves by a few ulps between the two ends, so the
+    scores at the kink receive the mass the others leave.
 
     A link of the power form with ``k >= 1`` on every row takes :func:`_power_newton`
     instead (plain Newton from a lower bound: no bracket, fewer operations a step), and

@@ -42,12 +42,21 @@ TOY_BACKEND = '''
 
 import numpy as np
 
-from numeric import links
 from numeric.backend import Backend
 
 
 class ToyArray(np.ndarray):
     pass
+
+
+def clipped_link(module, z, params):
+    """g_+(z): the module's link where z > omega'(0+) (module.clip), else 0.  (A map whose link has no
+    closed form, module.link None, would invert omega' with numeric.newton.invert_link.)"""
+    clip = module.clip(*params)
+    live = z > clip
+    with np.errstate(invalid="ignore", over="ignore", under="ignore"):  # a base just below 0 by rounding: NaN
+        g = module.link(np.where(live, z, clip), *params)
+    return np.where(live & (g > 0), g, 0)
 
 
 class ToyBackend(Backend):
@@ -70,9 +79,9 @@ class ToyBackend(Backend):
         hi = -module.omega_prime(1 / count, *params)
         for _ in range(200):  # F(t) = sum g_+(y - t) decreases in t; F(lo) >= 1 >= F(hi)
             mid = (lo + hi) / 2
-            f = links.clipped_link(module, y - mid[:, None], params).sum(axis=-1)
+            f = clipped_link(module, y - mid[:, None], params).sum(axis=-1)
             lo, hi = np.where(f >= 1, mid, lo), np.where(f >= 1, hi, mid)
-        p = links.clipped_link(module, y - lo[:, None], params)
+        p = clipped_link(module, y - lo[:, None], params)
         return p / p.sum(axis=-1, keepdims=True), m + lo
 
     def jvp(self, mapping, y, dx):

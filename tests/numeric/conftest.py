@@ -63,6 +63,17 @@ def hard_rows(x):
     return x
 
 
+def numpy_routines(module, params=(), **replaced):
+    """``module``'s routines bound to ``params`` as :func:`numeric.tensor_rules.solve` takes them on NumPy arrays
+    (the table of :mod:`numeric.numpy_backend`); ``replaced``: routines to swap in (``None`` hides one, e.g.
+    ``link_scale=None`` makes a power-form link take the rules' generic path)."""
+    from numeric import contract, tensor_rules
+
+    table = {name: getattr(module, name, None) for name in contract.routine_names(module.PARAMETERS)}
+    table.update(replaced)
+    return tensor_rules.Routines(module, table, tuple(params))
+
+
 def reference(name: str, row, digits: int = 30, **params):
     params = params or PARAMS.get(name, {})
     return [float(v) for v in derivation(name).evaluate(list(map(float, row)), digits=digits, **params)]

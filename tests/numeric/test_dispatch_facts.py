@@ -13,10 +13,11 @@ import numeric.backends as B
 import numeric.continuous as nc
 from derive import Regularizer, derive_map, generate_module
 from derive.codegen.files import load_module
+from numeric import tensor_rules
 from numeric.numpy_backend import NumpyBackend
-from numeric.threshold import closed_unshifted
+from numeric.numpy_ops import ops_for
 
-from .conftest import USER
+from .conftest import USER, numpy_routines
 
 BUILTINS = ["softmax", "sparsemax", "entmax15", "entmax"]
 #: closed thresholds beside softmax: B(s) = exp(s / 2), exp(2 s) (scaled exps) and exp(s) (a link exp(z))
@@ -68,6 +69,19 @@ def _counting_term(monkeypatch, mod):
     return calls
 
 
+def _counting_shifted(monkeypatch):
+    """The rows each shifted solve of numeric.tensor_rules receives (those a closed map cannot take unshifted)."""
+    rows = []
+    shifted = tensor_rules._solve_shifted
+
+    def counted(ops, r, x, *args, **kwargs):
+        rows.append(x.shape[0])
+        return shifted(ops, r, x, *args, **kwargs)
+
+    monkeypatch.setattr(tensor_rules, "_solve_shifted", counted)
+    return rows
+
+
 def test_softmax_takes_the_exp_fast_path(monkeypatch):
     """Every row qualifies for the unshifted solve (a score of 1 makes the sum at least e), and with
     ``out`` apart from ``x`` softmax writes exp into it: its ``term`` is never called."""
@@ -79,8 +93,11 @@ def test_softmax_takes_the_exp_fast_path(monkeypatch):
     assert calls == []
     e = np.exp(x)
     np.testing.assert_allclose(p, e / e.sum(-1, keepdims=True), rtol=1e-15, atol=0)
-    out, tau = np.empty_like(x), np.empty(x.shape[0])
-    assert closed_unshifted(mod, x, (), out, tau) is None and calls == []
+    shifted = _counting_shifted(monkeypatch)
+    out = np.empty_like(x)
+    got, _ = tensor_rules.closed_unshifted(ops_for(x.dtype), numpy_routines(mod), x, out)
+    assert shifted == [] and calls == []  # every row solved unshifted, by exp
+    assert got is out
     np.testing.assert_array_equal(out, p)
 
 
@@ -98,9 +115,11 @@ def test_a_scaled_exp_term_takes_the_general_path(monkeypatch, closed_maps, name
     np.testing.assert_allclose(p, e / e.sum(-1, keepdims=True), rtol=1e-14, atol=0)
     assert not np.allclose(p, nm.softmax(x))
     calls.clear()
-    out, tau = np.empty_like(x), np.empty(x.shape[0])
-    closed_unshifted(mod, x, (), out, tau)
-    assert calls == [x.shape]
+    shifted = _counting_shifted(monkeypatch)
+    out = np.empty_like(x)
+    got, _ = tensor_rules.closed_unshifted(ops_for(x.dtype), numpy_routines(mod), x, out)
+    assert shifted == [] and calls == [x.shape]
+    assert got is out
     np.testing.assert_array_equal(out, p)
 
 

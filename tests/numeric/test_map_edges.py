@@ -23,8 +23,7 @@ import numeric as nm
 from derive import Regularizer, derive_map, generate_module
 from derive import reference as R
 from derive.codegen.files import load_module
-from numeric.links import power_link
-from numeric.root import root_threshold
+from numeric import tensor_rules
 
 from .conftest import derivation
 
@@ -100,7 +99,7 @@ def test_large_alpha_reference_on_random_rows(alpha):
 
 
 @pytest.mark.parametrize("form", ["power", "general"])
-def test_generic_root_map_at_kinks(tmp_path, form):
+def test_generic_root_map_at_kinks(tmp_path, form, monkeypatch):
     """omega = p**12 has g(z) = (z/12)**(1/11), an infinite slope at the clip.  It is derived to be of
     the power form; with LINK_FORM set to "general" the generic root path runs: same remedy."""
     d = derive_map(Regularizer.from_string("p**12", name="power12"))
@@ -109,9 +108,18 @@ def test_generic_root_map_at_kinks(tmp_path, form):
     path.write_text(generate_module(d, "power12"))
     module = load_module(path)
     module.LINK_FORM = form
-    assert module.THRESHOLD == "root" and (power_link(module, ()) is None) == (form == "general")
+    assert module.THRESHOLD == "root"
+    forms = []  # the power form each safeguarded Halley solve is given (None: the generic path)
+    halley = tensor_rules._root_halley
+
+    def spy(ops, r, y, steps, power, lo, hi):
+        forms.append(power)
+        return halley(ops, r, y, steps, power, lo, hi)
+
+    monkeypatch.setattr(tensor_rules, "_root_halley", spy)
     x = np.random.default_rng(3).standard_normal((60, 6)) * 0.1
     got = nm.get_map(module)(x)
+    assert forms and all((power is None) == (form == "general") for power in forms)
     np.testing.assert_allclose(got.sum(-1), 1, rtol=0, atol=1e-14)
     for r in range(x.shape[0]):
         want = np.array([float(v) for v in d.evaluate(x[r].tolist(), digits=200)])
@@ -166,7 +174,8 @@ def power_truth(d, k, y):
 @pytest.mark.parametrize("form", ["power", "general"])
 def test_steep_power_row_at_a_kink(steep_powers, form):
     """omega = p**100 on a row whose threshold lies 1e-131 below its second score: F jumps from 0.955 to
-    1.65 across one ulp of tau, and the top-32 warm start stops with F_top < 1 on the wrong side of tau."""
+    1.65 across one ulp of tau (a solve on the row's 32 largest scores alone stops with F < 1 on the wrong
+    side of tau)."""
     d, module = steep_powers[100, form]
     draw = random.Random(0)
     for _ in range(5):
@@ -179,7 +188,7 @@ def test_steep_power_row_at_a_kink(steep_powers, form):
     np.testing.assert_allclose(nm.get_map(module)(row), want, rtol=0, atol=bound)
     assert bound < 1e-12
     # tau comes from the solver's bracket of a few ulps (the Newton step from the kink lands far outside)
-    got = root_threshold(module, row[None, :], ())[0] - row.max()
+    got = nm.get_map(module).forward(row[None, :])[1][0] - row.max()
     assert got == pytest.approx(tau, rel=0, abs=1e-15 * (1 + abs(tau)))
 
 
@@ -190,15 +199,15 @@ def test_steep_power_row_at_a_kink(steep_powers, form):
     form=st.sampled_from(["power", "general"]),
 )
 def test_steep_powers_match_reference(steep_powers, rows, k, top, form):
-    """Batches of rows of up to 40 scores (over the warm start's 32), some with the top scores tied."""
+    """Batches of rows of up to 40 scores, some with the top scores tied."""
     d, module = steep_powers[k, form]
     n = max(len(r) for r in rows)
     x = np.full((len(rows), n), -np.inf)
     for i, r in enumerate(rows):
         x[i, : len(r)] = r
         x[i, : min(top, len(r))] = max(r)
-    got = nm.get_map(module)(x)
-    taus = root_threshold(module, x, ()) - x.max(-1)
+    got, taus = nm.get_map(module).forward(x)
+    taus = taus - x.max(-1)
     for i, r in enumerate(rows):
         # the truth of the shifted row: subtracting the maximum rounds (a backward error of half an
         # ulp of each y_i); scores 1e-71 apart become equal and tie exactly at a kink
@@ -281,7 +290,7 @@ def test_huge_alpha_long_rows(alpha, scale):
 def test_float32_wide_supports_match_float64(alpha, scale):
     """L1 distance to float64 on the same float32 rows within 12 ulps of the row's mass.
 
-    The floor is the power ``exp(k log(base))`` (numeric.links.power): a relative error
+    The floor is the power ``exp(k log(base))`` (numeric.tensor_rules' power form): a relative error
     of about ``|log p|`` ulps on each ``p``, 8 at ``p = 1/4096`` (the entmax package's float32
     bisection: 5 to 290 ulps on these rows; before the shifted variable: up to 3e6 ulps).
     """
@@ -307,8 +316,7 @@ def test_root_solver_variable_for_tsallis():
     mod = importlib.import_module("numeric._generated.entmax")
     x = np.random.default_rng(0).standard_normal((20, 50))
     for alpha in (1.3, 2.0, 4.0):
-        tau = root_threshold(mod, x, (alpha,))
-        p = nm.entmax(x, alpha)
+        p, tau = nm.get_map(mod, alpha=alpha).forward(x)
         pmax = p.max(-1)
         want = x.max(-1) + (1 / alpha - pmax ** (alpha - 1)) / (alpha - 1)  # omega'(p_max) = s_max - tau
         np.testing.assert_allclose(tau, want, rtol=0, atol=1e-13)
