@@ -140,17 +140,18 @@ def _sums(s, tau, z_one, MAP: tl.constexpr, params):
 @triton.jit
 def _newton_step(tau, lo, hi, step, step_old, count, f, wsum, m0, fixed):
     # one safeguarded Newton step on F(tau) - 1 (F' = -sum w) inside the bracket [lo, hi], which it narrows.
-    # The Newton point is taken where it lies strictly inside the bracket and, after the first FREE_STEPS
-    # steps, moves at most half as far as the step before last (rtsafe's safeguard: where F' jumps as a
-    # score enters the support with an infinite slope, k < 1, Newton would cycle between the two sides of
-    # the kink); otherwise the bracket is bisected.  A row is done when F is 1 to a few roundings, when a
-    # Newton step moves tau by less than the resolution of s - tau, or when the bracket is that narrow;
-    # `fixed` rows keep their tau.  Returns (tau, lo, hi, step, step_old, done).
+    # The Newton point is taken where it lies in the bracket and, after the first FREE_STEPS steps, moves at
+    # most half as far as the step before last (rtsafe's safeguard: where F' jumps as a score enters the
+    # support with an infinite slope, k < 1, Newton would cycle between the two sides of the kink, each
+    # step landing on the bracket's other end); otherwise the bracket is bisected.  A row is done when F is
+    # 1 to a few roundings, when a Newton step moves tau by less than the resolution of s - tau (a Newton
+    # point on the end tau itself: the root to rounding), or when the bracket is that narrow; `fixed` rows
+    # keep their tau.  Returns (tau, lo, hi, step, step_old, done).
     excess = f - 1.0
     lo = tl.where(excess >= 0, tau, lo)
     hi = tl.where(excess < 0, tau, hi)
     newton = tau + excess / tl.where(wsum > 0, wsum, 1.0)
-    inside = (newton > lo) & (newton < hi) & (wsum > 0)
+    inside = (newton >= lo) & (newton <= hi) & (wsum > 0)
     inside = inside & ((count < FREE_STEPS) | (tl.abs(newton - tau) <= 0.5 * tl.abs(step_old)))
     new_tau = tl.where(inside, newton, 0.5 * (lo + hi))
     resolution = 1.2e-7 * (tl.abs(new_tau) + tl.abs(m0))
