@@ -29,7 +29,8 @@ import numpy as np
 
 from .rows import scalar
 
-__all__ = ["invert_link", "Ops", "NumpyOps", "ScalarOps", "numpy_invert_link", "WIDEN_STEPS", "NEWTON_STEPS", "POLISH_STEPS"]
+__all__ = ["invert_link", "safeguarded_point", "Ops", "NumpyOps", "ScalarOps", "numpy_invert_link", "WIDEN_STEPS",
+           "NEWTON_STEPS", "POLISH_STEPS"]
 
 WIDEN_STEPS = 64  # unit moves of the bracket's upper end past u = 0 (p = 1)
 NEWTON_STEPS = 200  # iterations of the bracketed Newton solve in a floating-point format
@@ -71,6 +72,23 @@ class Ops:
         raise NotImplementedError
 
 
+def safeguarded_point(ops: Ops, x, lo, hi, step_old, newton, usable, free=False):
+    """The next point of a bracketed Newton solve (the safeguard of Numerical Recipes' ``rtsafe``): ``(x_new, took)``.
+
+    ``x`` is the current point, ``[lo, hi]`` the bracket (already moved to ``x``) and ``step_old`` the step
+    before last.  The Newton point ``newton`` is taken (``took``) where ``usable``, it lies in the bracket (an
+    end included: where the step rounds to 0 it is ``x`` itself, the root to rounding) and, unless ``free``,
+    it moves less than half as far as ``step_old``; elsewhere the bracket's midpoint.  The halving rule is
+    what stops Newton cycling across a kink (each step landing on the bracket's other end).
+
+    Written once for every bracketed solve of the package: :func:`invert_link`, the KKT solve of
+    :mod:`numeric.tensor_rules`, and, traced by ``derive.codegen.trace``, the CUDA row kernels' threshold
+    loops (``rg_safeguarded_point``) and the fused Triton attention's (``safeguarded_point``).
+    """
+    take = usable & (newton >= lo) & (newton <= hi) & (free | (abs(newton - x) < 0.5 * abs(step_old)))
+    return ops.where(take, newton, lo + 0.5 * (hi - lo)), take
+
+
 def invert_link(ops: Ops, z, omega_prime: Callable, omega_second: Callable):
     """``p = g(z)`` solving ``omega'(p) = z``, with ``omega'`` increasing on ``(0, inf)``.
 
@@ -98,9 +116,8 @@ def invert_link(ops: Ops, z, omega_prime: Callable, omega_second: Callable):
         lo = ops.where(active & (f < 0), u, lo)
         df = omega_second(q) * q  # d omega'(e^u) / du
         rising = df > 0
-        nxt = u - f / ops.where(rising, df, 1)
-        take = rising & (nxt > lo) & (nxt < hi) & (abs(nxt - u) < 0.5 * abs(step_old))
-        new_step = ops.where(take, nxt - u, 0.5 * (hi - lo) + lo - u)
+        nxt, _ = safeguarded_point(ops, u, lo, hi, step_old, u - f / ops.where(rising, df, 1), rising)
+        new_step = nxt - u
         step_old = ops.where(active, step, step_old)
         step = ops.where(active, new_step, step)
         u = ops.where(active, u + step, u)

@@ -47,7 +47,7 @@ from __future__ import annotations
 import math
 from typing import Any, Callable
 
-from .newton import Ops, invert_link
+from .newton import Ops, invert_link, safeguarded_point
 
 __all__ = ["TensorOps", "CompactRows", "Routines", "solve", "closed_rule", "sort_rule", "sort_threshold", "support_rule", "root_rule", "kkt_rule",
            "sort_link", "at_threshold", "recomputable", "jvp", "param_vjp", "omega_terms", "ROOT_STEPS", "SUPPORT_STEPS", "KKT_STEPS",
@@ -786,7 +786,7 @@ def _kkt_newton(ops: TensorOps, r: Routines, y, steps: int):
     * ``t`` stays in the bracket ``[-omega'(1), -omega'(1/n)]``, which shrinks where the
       first-order value ``F(t) ~ P - sum w r`` is farther from 1 than twice its own
       correction; a step leaving the bracket, or after :data:`KKT_FREE_STEPS` steps one
-      not halving the step before last, bisects it (``rtsafe``'s safeguard).
+      not halving the step before last, bisects it (``rtsafe``'s safeguard, :func:`numeric.newton.safeguarded_point`).
     * A row stops where its step is within rounding: ``t`` moves by at most
       ``4 eps (1 + |t| + sum w e / sum w)`` and every ``p_i`` by at most ``16 eps (p_i + w_i e_i) + tiny``,
       with ``e_i = |z_i| + |t| + |omega'(p_i)|`` the scale of the rounding of ``r_i``; ``p`` is then
@@ -860,9 +860,7 @@ def _kkt_newton(ops: TensorOps, r: Routines, y, steps: int):
         dt = -((one - rr.omega_prime(safe)) / rr.omega_second(safe) + corr) / sum_w
         plain = (f - 1) / sum_w
         dt = ops.where(dt > plain, dt, plain)
-        new = t + dt
-        ok = ops.isfinite(new) & (new >= lo) & (new <= hi) & ((k < KKT_FREE_STEPS) | (abs(dt) <= 0.5 * abs(step_old)))
-        new = ops.where(ok, new, 0.5 * (lo + hi))
+        new, _ = safeguarded_point(ops, t, lo, hi, step_old, t + dt, ops.isfinite(t + dt), k < KKT_FREE_STEPS)
         dt = new - t
         dp = (-dt - res) * w  # 0 off the support
         ahead = p + dp

@@ -13,7 +13,7 @@ import sympy as sp
 from ..argmax import derive_map
 from ..regularizers import FAMILIES, Regularizer
 from .emit import HEADER_MARK, content_hash, generate_module
-from .trace import newton_link_sources
+from .trace import newton_link_sources, safeguard_sources
 
 __all__ = ["Builtin", "BUILTINS", "BUILTIN_MAPS", "CONTINUOUS_MAPS", "builtin_sources"]
 
@@ -57,23 +57,28 @@ CONTINUOUS = {continuous!r}
 '''
 
 
-_NEWTON_CUDA = '''"""The inversion of a link with no closed form, in CUDA: numeric.newton.invert_link traced (derive.codegen.trace).
+_NEWTON_CUDA = '''"""numeric.newton's algorithms traced into CUDA (derive.codegen.trace): the inversion of a link with no closed
+form (invert_link) and the safeguard of every bracketed Newton solve (safeguarded_point).
 
 numeric.kernels.device_source puts CUDA_SOURCE after the prelude of every map's device source; a map
 whose link has no closed form defines NAME_link(z, params...) as rg_newton_link(z, omega', omega'')
-with its own derivatives (derive.codegen.cuda.newton_link).
+with its own derivatives (derive.codegen.cuda.newton_link); the row kernels' threshold loops
+(numeric/kernels/rows.cuh) take their next point from rg_safeguarded_point.
 """
 
-#: the template ``rg_newton_link(z, omega_prime, omega_second)``
+#: the templates ``rg_newton_link(z, omega_prime, omega_second)`` and ``rg_safeguarded_point(...)``
 CUDA_SOURCE = r"""
 {cuda}
 """
 '''
 
-_NEWTON_TRITON = '''"""The inversion of a link with no closed form, in Triton: numeric.newton.invert_link traced (derive.codegen.trace).
+_NEWTON_TRITON = '''"""numeric.newton's algorithms traced into Triton (derive.codegen.trace): the inversion of a link with no
+closed form (invert_link) and the safeguard of every bracketed Newton solve (safeguarded_point).
 
 The Triton module of a map whose link has no closed form (its TRITON_SOURCE) defines
-link(z, params) as newton_link(z, params, omega_prime, omega_second) with its own derivatives.
+link(z, params) as newton_link(z, params, omega_prime, omega_second) with its own derivatives; the
+fused attention's threshold loops (numeric.kernels.triton_attention) take their next point from
+safeguarded_point.
 """
 
 import triton
@@ -106,6 +111,8 @@ def builtin_sources() -> dict[str, str]:
     init = _INIT.format(names=tuple(b.name for b in BUILTINS), continuous=continuous)
     out["__init__.py"] = _package_module("numeric._generated", init)
     cuda, triton = newton_link_sources()
+    safe_cuda, safe_triton = safeguard_sources()
+    cuda, triton = cuda + "\n" + safe_cuda, triton + "\n\n\n" + safe_triton
     out["newton_link.py"] = _package_module("numeric._generated.newton_link", _NEWTON_CUDA.format(cuda=cuda))
     out["newton_link_triton.py"] = _package_module("numeric._generated.newton_link_triton",
                                                    _NEWTON_TRITON.format(triton=triton))

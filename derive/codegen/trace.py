@@ -22,9 +22,9 @@ from __future__ import annotations
 
 import numpy as np
 
-from numeric.newton import Ops, invert_link
+from numeric.newton import Ops, invert_link, safeguarded_point
 
-__all__ = ["Value", "Tracer", "CudaTracer", "TritonTracer", "newton_link_sources"]
+__all__ = ["Value", "Tracer", "CudaTracer", "TritonTracer", "newton_link_sources", "safeguard_sources"]
 
 
 class Value:
@@ -52,6 +52,9 @@ class Value:
     def __eq__(self, o): return self._bin("==", o, "bool")  # type: ignore[override]
     def __ne__(self, o): return self._bin("!=", o, "bool")  # type: ignore[override]
     def __and__(self, o): return self._bin(self.tracer.AND, o, "bool")
+    def __rand__(self, o): return self._bin(self.tracer.AND, o, "bool", swap=True)
+    def __or__(self, o): return self._bin(self.tracer.OR, o, "bool")
+    def __ror__(self, o): return self._bin(self.tracer.OR, o, "bool", swap=True)
     def __neg__(self): return self.tracer.let(f"-{self.text}")
     def __abs__(self): return self.tracer.call(self.tracer.ABS, self)
 
@@ -64,6 +67,7 @@ class Tracer(Ops):
     :meth:`full` and :meth:`repeat`."""
 
     AND = "&"
+    OR = "|"
     ABS = "abs"
     EXP = "exp"
     END = ""  # the end of a statement
@@ -119,6 +123,7 @@ class CudaTracer(Tracer):
     """CUDA C++, type-generic in ``T``: one entry per thread."""
 
     AND = "&&"
+    OR = "||"
     ABS = "rg_fabs"
     EXP = "rg_exp"
     END = ";"
@@ -237,4 +242,37 @@ def newton_link_sources() -> tuple[str, str]:
     p = _traced(tr, [Value(tr, "params")])
     triton = "\n".join(["@triton.jit", "def newton_link(z, params, omega_prime, omega_second):",
                          f"    # {_COMMENT}", *tr.lines, f"    return {p.text}"])
+    return cuda, triton
+
+
+_SAFEGUARD = "the next point of a bracketed Newton solve: numeric.newton.safeguarded_point (rtsafe's safeguard)"
+
+
+def _safeguard_traced(tracer: Tracer) -> tuple[Value, Value]:
+    """:func:`numeric.newton.safeguarded_point` on ``tracer`` for the arguments of its traced function."""
+    T = [Value(tracer, name) for name in ("x", "lo", "hi", "step_old", "newton")]
+    return safeguarded_point(tracer, *T, Value(tracer, "usable", "bool"), Value(tracer, "free", "bool"))
+
+
+def safeguard_sources() -> tuple[str, str]:
+    """``(cuda, triton)``: the bracketed Newton solves' safeguard, traced once per language.
+
+    * CUDA: ``template <typename T> T rg_safeguarded_point(T x, T lo, T hi, T step_old, T newton, bool usable,
+      bool free, bool& took)``, the row kernels' threshold loops' next point;
+    * Triton: ``@triton.jit def safeguarded_point(x, lo, hi, step_old, newton, usable, free)`` returning
+      ``(x_new, took)`` on blocks, the fused attention's.
+    """
+    cu = CudaTracer()
+    new, took = _safeguard_traced(cu)
+    cuda = "\n".join([
+        "#ifndef REGATTN_SAFEGUARDED_POINT",
+        "#define REGATTN_SAFEGUARDED_POINT",
+        "template <typename T>",
+        "__device__ __forceinline__ T rg_safeguarded_point(T x, T lo, T hi, T step_old, T newton, bool usable, bool free,",
+        "                                                  bool& took) {",
+        f"    // {_SAFEGUARD}", *cu.lines, f"    took = {took.text};", f"    return {new.text};", "}", "#endif"])
+    tr = TritonTracer()
+    new, took = _safeguard_traced(tr)
+    triton = "\n".join(["@triton.jit", "def safeguarded_point(x, lo, hi, step_old, newton, usable, free):",
+                         f"    # {_SAFEGUARD}", *tr.lines, f"    return {new.text}, {took.text}"])
     return cuda, triton

@@ -51,7 +51,8 @@ __device__ void rg_jvp(const T* p, const T* v, T* out, long long rows, long long
 }
 
 // Newton on f(tau) = sum_j g_+(s_j - tau) - 1 (decreasing), f' = -sum_j w(p_j), safeguarded by bisection on
-// [m - omega'(1), m - omega'(1/n)]; tau is the root, [lo, hi] the final bracket
+// [m - omega'(1), m - omega'(1/n)] (rg_safeguarded_point, traced from numeric.newton.safeguarded_point);
+// tau is the root, [lo, hi] the final bracket
 template <class M, typename T>
 __device__ void rg_tau_newton(const M& map, const T* sr, long long cols, T m, T finite, T* shared, T& tau, T& lo,
                               T& hi) {
@@ -70,14 +71,9 @@ __device__ void rg_tau_newton(const M& map, const T* sr, long long cols, T m, T 
         df = rg_block_sum(df, shared);
         if (f == T(0)) break;
         if (f > T(0)) lo = tau; else hi = tau;
-        T next = df > T(0) ? tau + f / df : lo - T(1);
-        // (a Newton point on an end of the bracket is the root to rounding: accepted, it stops the
-        // loop; taken for outside, it made every later step a bisection)
-        if (next >= lo && next <= hi && rg_fabs(next - tau) < T(0.5) * rg_fabs(step_old)) {
-            step_old = step; step = next - tau; tau = next;
-        } else {
-            step_old = step; step = (hi - lo) / T(2); tau = lo + step;
-        }
+        bool took;
+        T next = rg_safeguarded_point<T>(tau, lo, hi, step_old, tau + f / df, df > T(0), false, took);
+        step_old = step; step = next - tau; tau = next;
         if (rg_fabs(step) <= T(2) * rg_eps<T>() * (T(1) + rg_fabs(tau))) break;
     }
 }
@@ -129,13 +125,11 @@ __device__ void rg_tau_power(const M& map, const T* sr, long long cols, T m, T f
         if (phi == T(0)) { lo = hi = rho; break; }
         if (phi < T(0)) lo = rho; else hi = rho;  // F >= 1 where phi <= 0
         if (k * rg_fabs(phi) <= T(2) * rg_eps<T>()) break;
-        T next = rho - phi / (T(1) + slope / q_sum);
-        if (next == rho) break;  // the root to rounding (a point on the bracket's end included)
-        if (next >= lo && next <= hi && rg_fabs(next - rho) < T(0.5) * rg_fabs(step_old)) {
-            step_old = step; step = next - rho; rho = next;
-        } else {
-            step_old = step; step = (hi - lo) / T(2); rho = lo + step;
-        }
+        T newton = rho - phi / (T(1) + slope / q_sum);
+        if (newton == rho) break;  // the root to rounding (a point on the bracket's end included)
+        bool took;
+        T next = rg_safeguarded_point<T>(rho, lo, hi, step_old, newton, true, false, took);
+        step_old = step; step = next - rho; rho = next;
         if (hi - lo <= T(4) * rg_eps<T>() * rg_fabs(rho)) break;
     }
     // rho is resolved to about |rho| ulps, r = exp(rho) likewise: where r is finite and the

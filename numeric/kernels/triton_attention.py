@@ -61,6 +61,11 @@ from typing import NamedTuple
 import triton
 import triton.language as tl
 
+from numeric import trust
+
+#: the safeguard of the threshold's Newton steps, traced from numeric.newton.safeguarded_point (generated)
+safeguarded_point = trust.import_generated("numeric._generated.newton_link_triton").safeguarded_point
+
 __all__ = ["MapFunctions", "KERNELS", "FREE_STEPS", "link_plus", "attention_forward", "attention_backward_rows",
            "attention_backward_keys"]
 
@@ -140,10 +145,11 @@ def _sums(s, tau, z_one, MAP: tl.constexpr, params):
 @triton.jit
 def _newton_step(tau, lo, hi, step, step_old, count, f, wsum, m0, fixed):
     # one safeguarded Newton step on F(tau) - 1 (F' = -sum w) inside the bracket [lo, hi], which it narrows.
-    # The Newton point is taken where it lies in the bracket and, after the first FREE_STEPS steps, moves at
-    # most half as far as the step before last (rtsafe's safeguard: where F' jumps as a score enters the
-    # support with an infinite slope, k < 1, Newton would cycle between the two sides of the kink, each
-    # step landing on the bracket's other end); otherwise the bracket is bisected.  A row is done when F is
+    # The Newton point is taken where it lies in the bracket and, after the first FREE_STEPS steps, moves
+    # less than half as far as the step before last (rtsafe's safeguard, `safeguarded_point`, traced from
+    # numeric.newton: where F' jumps as a score enters the support with an infinite slope, k < 1, Newton
+    # would cycle between the two sides of the kink, each step landing on the bracket's other end);
+    # otherwise the bracket is bisected.  A row is done when F is
     # 1 to a few roundings, when a Newton step moves tau by less than the resolution of s - tau (a Newton
     # point on the end tau itself: the root to rounding), or when the bracket is that narrow; `fixed` rows
     # keep their tau.  Returns (tau, lo, hi, step, step_old, done).
@@ -151,9 +157,7 @@ def _newton_step(tau, lo, hi, step, step_old, count, f, wsum, m0, fixed):
     lo = tl.where(excess >= 0, tau, lo)
     hi = tl.where(excess < 0, tau, hi)
     newton = tau + excess / tl.where(wsum > 0, wsum, 1.0)
-    inside = (newton >= lo) & (newton <= hi) & (wsum > 0)
-    inside = inside & ((count < FREE_STEPS) | (tl.abs(newton - tau) <= 0.5 * tl.abs(step_old)))
-    new_tau = tl.where(inside, newton, 0.5 * (lo + hi))
+    new_tau, inside = safeguarded_point(tau, lo, hi, step_old, newton, wsum > 0, count < FREE_STEPS)
     resolution = 1.2e-7 * (tl.abs(new_tau) + tl.abs(m0))
     done = ((tl.abs(excess) <= 2.4e-7) | (inside & (tl.abs(new_tau - tau) <= resolution)) | (hi - lo <= resolution)
             | fixed)

@@ -622,7 +622,16 @@ def test_newton_accepts_a_point_on_the_brackets_end(name):
     Newton point: taken for outside, every later step was a bisection (42 steps for sparsemax at n = 1000 in a
     replica of the loop, where 3 do)."""
     import numeric as nm_
+    from numeric.newton import NumpyOps, safeguarded_point
 
+    # the kernels' threshold loops (tau, and rho for a power-form link) take their next point from
+    # rg_safeguarded_point, numeric.newton.safeguarded_point traced: the same text, run here on NumPy
     source = nm_.get_map(name, **({"alpha": 1.3} if name == "entmax" else {})).module.CUDA_SOURCE
-    assert "next > lo && next < hi" not in source
-    assert "next >= lo && next <= hi" in source
+    assert source.count("rg_safeguarded_point<T>(") == 2 and "__device__ __forceinline__ T rg_safeguarded_point" in source
+    ops = NumpyOps(np.float64)
+    lo, hi, x = np.array([1.0, 0.0, 0.0]), np.array([2.0, 1.0, 1.0]), np.array([1.0, 1.0, 1.0])
+    # a Newton point on either end (the first at x itself: a step rounded to 0), and one that does not move
+    # less than half as far as the step before last (a cycle across a kink): the midpoint
+    new, took = safeguarded_point(ops, x, lo, hi, np.array([1.0, 3.0, 0.5]), np.array([1.0, 0.0, 0.0]),
+                                  np.array([True, True, True]))
+    assert took.tolist() == [True, True, False] and new.tolist() == [1.0, 0.0, 0.5]
