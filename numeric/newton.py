@@ -81,7 +81,7 @@ def safeguarded_point(ops: Ops, x, lo, hi, step_old, newton, usable, free=False)
     it moves less than half as far as ``step_old``; elsewhere the bracket's midpoint.  The halving rule is
     what stops Newton cycling across a kink (each step landing on the bracket's other end).
 
-    Written once for every bracketed solve of the package: :func:`invert_link`, the KKT solve of
+    Written once for every bracketed solve of the package: :func:`invert_link`, the KKT and Halley solves of
     :mod:`numeric.tensor_rules`, and, traced by ``derive.codegen.trace``, the CUDA row kernels' threshold
     loops (``rg_safeguarded_point``) and the fused Triton attention's (``safeguarded_point``).
     """

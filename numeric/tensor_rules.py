@@ -617,10 +617,11 @@ def _power_parts(ops, r, y):
 def root_rule(ops: TensorOps, r: Routines, y, steps: int = ROOT_STEPS):
     """``(p, tau - m)`` for shifted rows ``y`` by safeguarded Halley on ``h(t) = omega'(F(t)) - omega'(1)``.
 
-    A Halley (else Newton) step is taken only where it lands strictly inside the
-    bracket and is at most half the step before last, otherwise the bracket is
-    bisected (the safeguard of Numerical Recipes' ``rtsafe``: no cycles across the
-    kinks where a score enters or leaves the support); a row stops where
+    A Halley (else Newton) step is taken only where it lands in the bracket and
+    moves less than half as far as the step before last, otherwise the bracket is
+    bisected (the safeguard of Numerical Recipes' ``rtsafe``,
+    :func:`numeric.newton.safeguarded_point`: no cycles across the kinks where a
+    score enters or leaves the support); a row stops where
     ``|F - 1| <= 4 eps``, where the step would change ``F`` by less than that, or
     where its bracket is a few ulps wide.  ``p = g_+(y - t) / F(t)``; a row whose
     ``F`` jumps across 1 at a kink (a link with an infinite slope at ``omega'(0+)``)
@@ -1015,11 +1016,8 @@ def _root_halley(ops, r, y, steps, power, lo, hi):
         exact = abs(total - 1) <= tol
         settled_now = exact | ((newton != t) & (abs((newton - t) * d1) <= tol))
         done = exact | (abs((new - t) * d1) <= tol) | (hi - lo <= 4 * ops.eps * (scale + abs(t)))
-        fast = done | (inside(new, lo, hi) & (abs(new - t) <= 0.5 * abs(step_old)))
-        new = ops.where(fast & ops.isfinite(new), new, 0.5 * (lo + hi))
-        # a row that stops on its bracket's width keeps a point of it
-        clamped = ops.where(new < lo, lo, ops.where(new > hi, hi, new))
-        new = ops.where(done & ops.not_(exact), clamped, new)
+        # (a row that stops keeps its point where that lies in the bracket)
+        new, _ = safeguarded_point(ops, t, lo, hi, step_old, new, ops.isfinite(new), done)
         step_old = ops.where(active, step, step_old)
         step = ops.where(active, new - t, step)
         t = ops.where(active & ops.not_(exact), new, t)
