@@ -74,6 +74,53 @@ def numpy_routines(module, params=(), **replaced):
     return tensor_rules.Routines(module, table, tuple(params))
 
 
+def counting_ops(dtype):
+    """NumPy's row operations (:class:`numeric.numpy_ops.NumpyRowOps`) that record the rounds of each
+    ``repeat_rows`` loop (those of its slowest row) in ``.rounds`` and the rows each ``sort_desc`` sorts in
+    ``.sorted_rows``."""
+    from numeric.numpy_ops import NumpyRowOps
+
+    class Counting(NumpyRowOps):
+        def __init__(self, dtype):
+            super().__init__(dtype)
+            self.rounds = []
+            self.sorted_rows = []
+
+        def repeat_rows(self, n, body, state, going, rows=()):
+            count = [0]
+
+            def counted(state, rows):
+                count[0] += 1
+                return body(state, rows)
+
+            out = super().repeat_rows(n, counted, state, going, rows)
+            self.rounds.append(count[0])
+            return out
+
+        def sort_desc(self, x):
+            self.sorted_rows.append(x.shape[0])
+            return super().sort_desc(x)
+
+    return Counting(dtype)
+
+
+@pytest.fixture
+def halley_forms(monkeypatch):
+    """The power form given to each safeguarded Halley solve of :mod:`numeric.tensor_rules` (``None``: the generic
+    path), recorded while the test runs."""
+    from numeric import tensor_rules
+
+    forms = []
+    halley = tensor_rules._root_halley
+
+    def spy(ops, r, y, steps, power, lo, hi):
+        forms.append(power)
+        return halley(ops, r, y, steps, power, lo, hi)
+
+    monkeypatch.setattr(tensor_rules, "_root_halley", spy)
+    return forms
+
+
 def reference(name: str, row, digits: int = 30, **params):
     params = params or PARAMS.get(name, {})
     return [float(v) for v in derivation(name).evaluate(list(map(float, row)), digits=digits, **params)]

@@ -27,35 +27,12 @@ from derive import Regularizer, derive_map, generate_module
 from derive import reference as R
 from derive.codegen.files import load_module
 from numeric import tensor_rules
-from numeric.numpy_ops import NumpyRowOps, ops_for
+from numeric.numpy_ops import ops_for
 from numeric.rows import row_max, row_sum
 
-from .conftest import derivation, numpy_routines, reference
+from .conftest import counting_ops, derivation, numpy_routines, reference
 
 
-class Counting(NumpyRowOps):
-    """NumPy's row operations, recording the rounds of each ``repeat_rows`` loop (those of its slowest row) and
-    the number of rows each ``sort_desc`` sorts."""
-
-    def __init__(self, dtype):
-        super().__init__(dtype)
-        self.rounds = []
-        self.sorted_rows = []
-
-    def repeat_rows(self, n, body, state, going, rows=()):
-        count = [0]
-
-        def counted(state, rows):
-            count[0] += 1
-            return body(state, rows)
-
-        out = super().repeat_rows(n, counted, state, going, rows)
-        self.rounds.append(count[0])
-        return out
-
-    def sort_desc(self, x):
-        self.sorted_rows.append(x.shape[0])
-        return super().sort_desc(x)
 
 
 #: degree-1 user maps: omega'(1) - omega'(0+) = 2 (support counted by comparison), and
@@ -110,7 +87,7 @@ def test_support_rule_equals_sort_rule(linear_maps, name, dtype, x):
     y = _shifted(x.astype(dtype))
     eps = float(np.finfo(dtype).eps)
     reach = float(mod.omega_prime(1.0))
-    ops = Counting(dtype)
+    ops = counting_ops(dtype)
     r = numpy_routines(mod)
     with np.errstate(all="ignore"):
         support = tensor_rules.support_rule(ops, r, y)
@@ -132,7 +109,7 @@ def test_solve_takes_the_support_rule_and_agrees_with_the_sort_rule(linear_maps,
     """solve on unshifted rows: its own choice for short rows of a link of degree 1 (support_rule, shifted by
     the row maximum inside) agrees with method="sort" (sort_rule on whole rows)."""
     mod = linear_maps[name]
-    ops = Counting(np.float64)
+    ops = counting_ops(np.float64)
     r = numpy_routines(mod)
     with np.errstate(all="ignore"):
         p_auto, t_auto = tensor_rules.solve(ops, r, x, relative=True)
@@ -150,7 +127,7 @@ def test_support_rule_rounds_on_random_rows(scale, n):
     mod = importlib.import_module("numeric._generated.sparsemax")
     x = (np.random.default_rng(n).standard_normal((2048, n)) * scale).astype(np.float32)
     y = _shifted(x)
-    ops = Counting(np.float32)
+    ops = counting_ops(np.float32)
     r = numpy_routines(mod)
     with np.errstate(all="ignore"):
         tau = tensor_rules.support_rule(ops, r, y)
@@ -382,7 +359,7 @@ ALPHAS = [1.01, 1.3, 4 / 3, 1.5, 2.0, 3.0, 6.0]
 
 @pytest.mark.parametrize("alpha", ALPHAS)
 @pytest.mark.parametrize("dtype", [np.float64, np.float32])
-def test_tsallis_power_form_equals_the_generic_root_path(alpha, dtype, monkeypatch):
+def test_tsallis_power_form_equals_the_generic_root_path(alpha, dtype, halley_forms):
     """root_rule on alpha-entmax's link of the power form ``(a (z - clip))**k`` (Newton on ``F**(1/k)`` for
     ``k >= 1``, else Halley in ``t = -c / a``, the link as ``exp(k log base)``) and on the generic path (its
     ``link_scale`` hidden: Halley on ``tau - m`` with the printed link and weights) give the same ``p`` and ``tau``."""
@@ -394,14 +371,7 @@ def test_tsallis_power_form_equals_the_generic_root_path(alpha, dtype, monkeypat
     entmax15 = importlib.import_module("numeric._generated.entmax15")
     assert entmax15.LINK_FORM == "power" and (entmax15.link_scale(), entmax15.link_exponent()) == (0.5, 2.0)
     assert importlib.import_module("numeric._generated.softmax").LINK_FORM != "power"
-    forms = []  # the power form given to each safeguarded Halley solve (None: the generic path)
-    halley = tensor_rules._root_halley
-
-    def spy(ops, r, y, steps, power, lo, hi):
-        forms.append(power)
-        return halley(ops, r, y, steps, power, lo, hi)
-
-    monkeypatch.setattr(tensor_rules, "_root_halley", spy)
+    forms = halley_forms  # the power form each safeguarded Halley solve is given (None: the generic path)
     rng = np.random.default_rng(int(alpha * 100))
     x = rng.standard_normal((300, 50)) * 2
     x[::5, 10:] = -np.inf
@@ -491,7 +461,7 @@ def test_power_newton_rounds_on_short_rows(alpha, n):
     rng = np.random.default_rng(n)
     x = (rng.standard_normal((512, n)) * rng.uniform(0.05, 10, (512, 1))).astype(np.float32)
     x[::7, n // 2:] = -np.inf
-    ops = Counting(np.float32)
+    ops = counting_ops(np.float32)
     with np.errstate(all="ignore"):
         p, _ = tensor_rules.solve(ops, numpy_routines(mod, (np.float32(alpha),)), x)
         p64, _ = tensor_rules.solve(ops_for(np.float64), numpy_routines(mod, (alpha,)), x.astype(np.float64))

@@ -19,7 +19,7 @@ from derive import reference as R
 from numeric import tensor_rules
 from numeric.numpy_ops import NumpyRowOps, ops_for
 
-from .conftest import PARAMS, USER, derivation, numpy_routines, reference
+from .conftest import PARAMS, USER, counting_ops, derivation, numpy_routines, reference
 
 BUILTINS = ["softmax", "sparsemax", "entmax15", "entmax"]
 ALL = BUILTINS + list(USER)
@@ -114,23 +114,6 @@ def test_support_never_grows_with_alpha(x):
     assert sizes == sorted(sizes, reverse=True)
 
 
-class _Rounds(NumpyRowOps):
-    """NumPy's row operations, recording the rounds of each ``repeat_rows`` loop (those of its slowest row)."""
-
-    def __init__(self, dtype):
-        super().__init__(dtype)
-        self.rounds = []
-
-    def repeat_rows(self, n, body, state, going, rows=()):
-        count = [0]
-
-        def counted(state, rows):
-            count[0] += 1
-            return body(state, rows)
-
-        out = super().repeat_rows(n, counted, state, going, rows)
-        self.rounds.append(count[0])
-        return out
 
 
 #: (alpha, n) where the root rule takes more than 6 full-row rounds on these rows (measured: 7, 7, 8, 8, 11)
@@ -149,7 +132,7 @@ def test_root_rule_rounds_float32(alpha, n):
     rng = np.random.default_rng(int(alpha * 100) + n)
     mod = importlib.import_module("numeric._generated.entmax")
     x = (rng.standard_normal((64, n)) * rng.uniform(0.05, 10, (64, 1))).astype(np.float32)
-    ops = _Rounds(np.float32)
+    ops = counting_ops(np.float32)
     with np.errstate(all="ignore"):
         p, _ = tensor_rules.solve(ops, numpy_routines(mod, (np.float32(alpha),)), x)
     assert np.abs(p.astype(np.float64).sum(-1) - 1).max() < 1e-5
