@@ -298,6 +298,25 @@ def test_links_too_steep_at_the_clip_fall_back(alpha):
     assert fused.steep_at_clip(get_map("entmax", alpha=3.0).module, {"alpha": 3.0}) is None
 
 
+def test_steep_links_are_read_off_the_weight(tmp_path):
+    """The fallback's test on typed maps (no closed-form link) as on the built-ins: w(p) ~ p**(1 - 1/k) near
+    p = 0, steep where it grows faster than 1/p.  p**4 exp(p) (k = 1/3) is steep, p**3 (k = 1/2: the cube map,
+    run by the kernels above) and p**2/2 + p log(1 + p) (gini_log1p, k = 1) are not, nor is any dense map."""
+    from derive import Regularizer, derive_map, generate_module
+    from derive.codegen.files import load_module
+    from numeric.torch import fused
+
+    path = tmp_path / "quartic_exp.py"
+    path.write_text(generate_module(derive_map(Regularizer.from_string("p**4*exp(p)", name="quartic_exp")),
+                                    "quartic_exp"))
+    steep = load_module(path)
+    assert steep.link is None  # a typed map
+    reason = fused.steep_at_clip(steep, {})
+    assert reason is not None and "k = 0.333" in reason
+    for name in ("cube", "gini_log1p", "shannon_gini", "softmax", "sparsemax", "entmax15"):
+        assert fused.steep_at_clip(nm.get_map(name).module, {}) is None, name
+
+
 def test_fallbacks_warn_once_and_say_why():
     from numeric.torch import fused
 
