@@ -26,6 +26,7 @@ import threading
 import warnings
 from pathlib import Path
 
+import numpy as np
 import torch
 
 __all__ = ["unsupported", "steep_at_clip", "check_backend", "fused_attention", "BACKENDS", "BLOCK"]
@@ -98,8 +99,6 @@ def steep_at_clip(module, params: dict) -> str | None:
     exponent is read off the weight, ``1 - 1/k = d log w / d log p`` between ``p = 1e-12`` and ``1e-8``,
     for every value of the parameters.
     """
-    import numpy as np
-
     values = [np.asarray(v.detach().cpu() if isinstance(v, torch.Tensor) else v, dtype=np.float64).reshape(-1)
               for v in (params[name] for name in module.PARAMETERS)]
     values = np.broadcast_arrays(*values) if values else []
