@@ -392,22 +392,18 @@ def at_threshold(ops: TensorOps, r: Routines, x, t):
         return p
     # rows whose tau does not carry p: c = p_max**(1/k) out of range (solved in log(a / c)), or, where F
     # jumps at a kink (k < 1), F(tau) not 1 to the root rule's tolerance (its p combines a bracket's ends)
-    k = r.link_exponent()
-    far = _far_rows(ops, k, x)
-    if far is True:
-        return solve(ops, r, x)[0]
-    redo = ops.isfinite(t) & (abs(total - 1) > 4 * ops.eps)
-    if isinstance(k, (int, float)):
-        if k >= 1:
-            return p
-    else:
-        redo = redo & (k < 1)
-    if far is not False:
-        redo = redo | far
-
     def again(x, *params):
         return solve(ops, Routines(r.module, r.table, params), x)[0]
 
+    k = r.link_exponent()
+    far = _far_rows(ops, k, x)  # (a Python bool where k is a number)
+    if far is True:
+        return again(x, *r.params)
+    if isinstance(k, (int, float)) and k >= 1:
+        return p
+    redo = ops.isfinite(t) & (abs(total - 1) > 4 * ops.eps)
+    if not isinstance(k, (int, float)):
+        redo = redo & (k < 1) | far
     return ops.on_rows(redo, again, (x, *r.params), p)
 
 

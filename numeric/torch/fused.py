@@ -16,6 +16,7 @@ warning (once per reason) that says why: see :func:`unsupported`.
 from __future__ import annotations
 
 import atexit
+import functools
 import hashlib
 import importlib.util
 import math
@@ -99,9 +100,16 @@ def steep_at_clip(module, params: dict) -> str | None:
     exponent is read off the weight, ``1 - 1/k = d log w / d log p`` between ``p = 1e-12`` and ``1e-8``,
     for every value of the parameters.
     """
-    values = [np.asarray(v.detach().cpu() if isinstance(v, torch.Tensor) else v, dtype=np.float64).reshape(-1)
-              for v in (params[name] for name in module.PARAMETERS)]
-    values = np.broadcast_arrays(*values) if values else []
+    # (a parameter tensor is read back: one synchronisation; the verdict is cached by module and values)
+    return _steep(module, tuple(tuple(np.asarray(v.detach().cpu() if isinstance(v, torch.Tensor) else v,
+                                                 dtype=np.float64).reshape(-1).tolist())
+                                for v in (params[name] for name in module.PARAMETERS)))
+
+
+@functools.lru_cache(maxsize=256)
+def _steep(module, values: tuple) -> str | None:
+    """:func:`steep_at_clip` for the parameters' values, as tuples of floats."""
+    values = np.broadcast_arrays(*(np.array(v, dtype=np.float64) for v in values)) if values else []
     with np.errstate(all="ignore"):
         clip = np.broadcast_to(np.asarray(module.clip(*values), dtype=np.float64), np.shape(values[0]) if values else ())
         small, large = (np.asarray(module.weight(np.float64(p), *values), dtype=np.float64) for p in (1e-12, 1e-8))
