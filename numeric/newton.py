@@ -27,7 +27,7 @@ from typing import Any, Callable
 
 import numpy as np
 
-from .rows import scalar
+from .rows import scalar, select
 
 __all__ = ["invert_link", "safeguarded_point", "Ops", "NumpyOps", "ScalarOps", "numpy_invert_link", "WIDEN_STEPS",
            "NEWTON_STEPS", "POLISH_STEPS"]
@@ -146,7 +146,7 @@ class NumpyOps(Ops):
         return np.full(np.shape(like), value, dtype=bool if isinstance(value, bool) else self.dtype)
 
     exp = staticmethod(np.exp)
-    where = staticmethod(np.where)
+    where = staticmethod(select)
     not_ = staticmethod(np.logical_not)
 
     @staticmethod

@@ -38,6 +38,7 @@ class NumpyRowOps(CompactRows, NumpyOps, TensorOps):
         return np.ceil(np.minimum(u, self._ones(u)))
 
     clamp_min = staticmethod(np.maximum)
+    at_most = staticmethod(np.fmin)  # (fmin(NaN, v) = v, as where(x < v, x, v))
     log = staticmethod(np.log)
     isfinite = staticmethod(np.isfinite)
     isnan = staticmethod(np.isnan)

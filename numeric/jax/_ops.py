@@ -126,6 +126,10 @@ class JaxOps(TensorOps):
         return state
 
     @staticmethod
+    def rare(pred, fn, otherwise):
+        return fn()  # (elementwise work fuses under jit: a cond would cost more than the masking it saves)
+
+    @staticmethod
     def branch(pred, fn, otherwise):
         shapes = jax.eval_shape(otherwise)
         return lax.cond(jnp.any(pred), lambda: jax.tree.map(_like, fn(), shapes),

@@ -108,6 +108,12 @@ class TorchOps(CompactRows, TensorOps):
         return state
 
     @staticmethod
+    def rare(pred, fn, otherwise):
+        if torch.compiler.is_compiling():
+            return fn()  # (the compiled kernels fuse the masking; a torch.cond would split them)
+        return fn() if bool(pred.any()) else otherwise()
+
+    @staticmethod
     def branch(pred, fn, otherwise):
         if torch.compiler.is_compiling():
             # (copies: a branch's outputs may not alias tensors from outside it, as otherwise's often are)

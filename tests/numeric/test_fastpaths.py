@@ -28,7 +28,7 @@ from derive import reference as R
 from derive.codegen.files import load_module
 from numeric import tensor_rules
 from numeric.numpy_ops import ops_for
-from numeric.rows import row_max, row_sum
+from numeric.rows import SELECT_FROM, row_max, row_sum, select
 
 from .conftest import counting_ops, derivation, numpy_routines, reference
 
@@ -155,6 +155,30 @@ def test_row_max_equals_max(rows, n, seed, dtype):
     x[rng.random(rows) < 0.02] = -np.inf
     np.testing.assert_array_equal(row_max(x), x.max(axis=-1))
     assert row_max(x).dtype == dtype
+
+
+@given(
+    shape=st.sampled_from([(3, 5), (SELECT_FROM // 64, 64), (40, 300)]),
+    seed=st.integers(0, 2**16),
+    dtype=st.sampled_from([np.float64, np.float32]),
+    form=st.sampled_from(["arrays", "scalar a", "scalar b", "rows", "row condition"]),
+    true=st.floats(0, 1),
+)
+def test_select_is_where_bit_for_bit(shape, seed, dtype, form, true):
+    """``select`` picks bits where ``np.where`` branches: the same dtype, shape and bits (NaN payloads, -0, inf)
+    for every pattern of the condition, with scalars and rows broadcast."""
+    rng = np.random.default_rng(seed)
+    a = (rng.standard_normal(shape) * 10.0 ** rng.integers(-30, 30, shape)).astype(dtype)
+    b = rng.standard_normal(shape).astype(dtype)
+    for special in (np.nan, -np.nan, -0.0, np.inf, -np.inf):
+        a.flat[rng.integers(a.size)] = special
+        b.flat[rng.integers(b.size)] = special
+    cond = rng.random(shape) < true
+    args = {"arrays": (cond, a, b), "scalar a": (cond, 1.5, b), "scalar b": (cond, a, 0),
+            "rows": (cond, a[:, :1], b), "row condition": (cond[:, :1], a, b)}[form]
+    got, want = select(*args), np.where(*args)
+    assert got.dtype == want.dtype and got.shape == want.shape
+    np.testing.assert_array_equal(got.view(np.uint8), want.view(np.uint8))
 
 
 @pytest.mark.parametrize("dtype", [np.float64, np.float32])
@@ -491,3 +515,40 @@ def test_root_rule_equals_sort_rule_on_long_rows(name, n):
             got, _ = tensor_rules.solve(ops, r, rows, method="root")
             want, _ = tensor_rules.solve(ops, r15, rows, method="sort")
         np.testing.assert_allclose(got, want, rtol=0, atol=1e-12)
+
+
+def _row_ops(target, dtype):
+    """A target's TensorOps and its array constructor (skipped where the target is not installed)."""
+    if target == "numpy":
+        return ops_for(dtype), lambda a: np.asarray(a, dtype=dtype), np.asarray
+    if target == "torch":
+        torch = pytest.importorskip("torch")
+        from numeric.torch._ops import ops_for as torch_ops
+
+        tdtype = getattr(torch, np.dtype(dtype).name)
+        return torch_ops(tdtype), lambda a: torch.tensor(a, dtype=tdtype), lambda t: t.numpy()
+    pytest.importorskip("jax")
+    import jax.numpy as jnp
+
+    from numeric.jax._ops import ops_for as jax_ops
+
+    return jax_ops(jnp.float32 if dtype == np.float32 else jnp.float64), lambda a: jnp.asarray(a, dtype=dtype), np.asarray
+
+
+@pytest.mark.parametrize("target", ["numpy", "torch", "jax"])
+def test_at_most_and_rare_on_every_target(target):
+    """``at_most(x, v)`` is ``where(x < v, x, v)`` (NaN to v, -inf kept); ``rare(pred, fn, otherwise)`` gives
+    ``fn()``'s values whether or not a target skips ``fn`` where ``pred`` is false everywhere."""
+    if target == "jax":
+        pytest.importorskip("jax").config.update("jax_enable_x64", True)
+    ops, array, host = _row_ops(target, np.float32)
+    x = np.array([[-np.inf, -3.0, 0.5, 1.0, 1.5, np.inf, np.nan, 1 - 2.0**-24]], dtype=np.float32)
+    got = host(ops.at_most(array(x), 1.0))
+    np.testing.assert_array_equal(got, np.where(x < 1, x, np.float32(1)))
+    assert got.dtype == np.float32
+    a, b = array(x), array(np.arange(8.0).reshape(1, 8))
+    for pred in (np.zeros((1, 8), bool), np.eye(1, 8, 3, dtype=bool)):
+        want = np.where(pred, x, np.arange(8.0, dtype=np.float32))
+        mask = array(pred) > 0
+        got = host(ops.rare(mask, lambda: ops.where(mask, a, b), lambda: b))
+        np.testing.assert_array_equal(got, want)
