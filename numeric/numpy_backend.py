@@ -31,8 +31,6 @@ __all__ = ["NumpyBackend", "THREADS_FROM", "CHUNKS"]
 THREADS_FROM = 1 << 17
 #: Number of chunks of rows (so at most this many threads work on one input).
 CHUNKS = 2
-#: The most scores in one block of rows of a dense typed map (:meth:`NumpyBackend._forward_block`; 256 KiB of float32).
-KKT_BLOCK = 1 << 16
 
 
 def _on_two_threads(solve, rows: int, size: int, chunks: int | None = None) -> None:
@@ -88,32 +86,15 @@ class NumpyBackend(Backend):
 
     def _forward_block(self, module, kind: str, x: np.ndarray, out: np.ndarray, tau: np.ndarray, params: tuple):
         """``p`` of the rows ``x`` into ``out`` (which may be ``x`` itself) and their thresholds into ``tau``:
-        :func:`numeric.tensor_rules.solve` on :class:`numeric.numpy_ops.NumpyRowOps`.
-
-        A dense map whose link has no closed form (:func:`numeric.tensor_rules.kkt_rule`, every score in
-        every round) is solved in blocks of rows of at most :data:`KKT_BLOCK` scores, whose temporaries
-        stay in the cache and are reused by the allocator (on (512, 1024) float32 rows half the time of
-        one block).
-        """
+        :func:`numeric.tensor_rules.solve` on :class:`numeric.numpy_ops.NumpyRowOps`."""
         ops = numpy_ops.ops_for(x.dtype)
         routines = tensor_rules.Routines(module, _numpy_table(module), params)
         method = "auto" if kind == module.THRESHOLD else kind
-        rows = x.shape[0]
-        if kind == "root" and module.link is None and module.LINK_FORM != "power" and not np.isfinite(routines.clip()):
-            rows = max(1, KKT_BLOCK // max(1, x.shape[-1]))
         with np.errstate(all="ignore"):  # off-support branches are evaluated and masked
-            if rows >= x.shape[0]:
-                p, t = tensor_rules.solve(ops, routines, x, method=method, out=out)
-                if p is not out:
-                    np.copyto(out, p)
-                tau[...] = t[:, 0]
-                return
-            for lo in range(0, x.shape[0], rows):
-                dest = out[lo:lo + rows]
-                p, t = tensor_rules.solve(ops, routines, x[lo:lo + rows], method=method, out=dest)
-                if p is not dest:
-                    np.copyto(dest, p)
-                tau[lo:lo + rows] = t[:, 0]
+            p, t = tensor_rules.solve(ops, routines, x, method=method, out=out)
+            if p is not out:
+                np.copyto(out, p)
+            tau[...] = t[:, 0]
 
     def jvp(self, mapping, y: np.ndarray, dx: np.ndarray) -> np.ndarray:
         """``J dx`` along the last axis at ``y = m(x)``: ``w*dx - w (w.dx) / sum(w)``, ``w = w(y)`` on the support."""

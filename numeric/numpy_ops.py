@@ -156,6 +156,10 @@ class NumpyRowOps(CompactRows, NumpyOps, TensorOps):
         return a[index]
 
     @staticmethod
+    def cat_rows(arrays):
+        return np.concatenate(arrays, axis=0)
+
+    @staticmethod
     def put_rows(a, index, b):
         out = np.array(a, copy=True)
         out[index] = b

@@ -51,7 +51,7 @@ from .newton import Ops, invert_link, safeguarded_point
 
 __all__ = ["TensorOps", "CompactRows", "Routines", "solve", "closed_rule", "sort_rule", "sort_threshold", "support_rule", "root_rule", "kkt_rule",
            "sort_link", "at_threshold", "recomputable", "jvp", "param_vjp", "omega_terms", "ROOT_STEPS", "SUPPORT_STEPS", "KKT_STEPS",
-           "KKT_FREE_STEPS", "KKT_CANDIDATES"]
+           "KKT_FREE_STEPS", "KKT_CANDIDATES", "KKT_BLOCK"]
 
 #: Iteration budget of the root rule's safeguarded Halley solve.
 ROOT_STEPS = 100
@@ -67,6 +67,9 @@ KKT_FREE_STEPS = 8
 KKT_LOG_STEP = 1.0
 #: A sparse map's :func:`kkt_rule` solves its rows' KKT_CANDIDATES + 1 largest scores first.
 KKT_CANDIDATES = 15
+#: The most scores in one block of rows of :func:`kkt_rule` on whole rows (256 KiB of float32), where a target
+#: solves in blocks (:meth:`TensorOps.in_blocks`).
+KKT_BLOCK = 1 << 16
 
 
 class TensorOps(Ops):
@@ -150,6 +153,14 @@ class TensorOps(Ops):
 
     def pos_diff(self, y, c):
         return self.pos_part(y - c)
+
+    def in_blocks(self, size: int, fn: Callable, rows: tuple):
+        """``fn(*rows)``, an array of shape ``(R, ...)`` computed row by row, which a target may compute on
+        consecutive blocks of at most ``size`` rows and put together.
+
+        ``rows`` as in :meth:`repeat_rows`.
+        """
+        return fn(*rows)
 
     def at_most(self, x, v):
         """``where(x < v, x, v)`` for a number ``v`` (NaN to ``v``)."""
@@ -237,8 +248,9 @@ class CompactRows:
     A round runs on the rows still going once they are at most half of those of the round before (gathered
     together); the others' state is written back then.  The target provides ``count_rows(mask)`` and
     ``row_index(mask)`` (how many rows, and which, an ``(R, 1)`` boolean marks: an int, a 1-D index),
-    ``take_rows(a, index)`` and ``put_rows(a, index, b)`` (a copy
-    of ``a`` with those rows ``b``).
+    ``take_rows(a, index)`` (``index`` also a slice) and ``put_rows(a, index, b)`` (a copy
+    of ``a`` with those rows ``b``), and ``cat_rows(arrays)``, arrays one below the other
+    (:meth:`in_blocks` solves blocks of rows one after the other).
     """
 
     def repeat_rows(self, n: int, body: Callable, state: tuple, going, rows: tuple = ()):
@@ -265,6 +277,13 @@ class CompactRows:
         if len(keep) == mask.shape[0]:
             return fn(*rows)
         return self.put_rows(otherwise, keep, fn(*self._take_all(rows, keep, mask.shape[0])))
+
+    def in_blocks(self, size: int, fn: Callable, rows: tuple):
+        count = rows[0].shape[0]
+        if size >= count:
+            return fn(*rows)
+        parts = [fn(*self._take_all(rows, slice(lo, lo + size), count)) for lo in range(0, count, size)]
+        return self.cat_rows(parts)
 
     def _take_all(self, values, keep, count):
         """The rows ``keep`` of each array with ``count`` rows; other values (numbers, 0-d arrays) as they are."""
@@ -734,7 +753,9 @@ def _power_log_rule(ops, r: Routines, y, steps: int = LOG_STEPS):
 def kkt_rule(ops: TensorOps, r: Routines, y, steps: int = KKT_STEPS, candidates: int = KKT_CANDIDATES):
     """``(p, tau - m)`` for shifted rows ``y`` of a map whose link has no closed form: Newton on the KKT system.
 
-    A sparse map (``omega'(0+)`` a finite number) whose rows hold more than twice
+    Every score takes part in every round of a dense map (``omega'(0+) = -inf``): its rows are solved in
+    blocks of at most :data:`KKT_BLOCK` scores (:meth:`TensorOps.in_blocks`), whose temporaries stay in
+    the cache.  A sparse map (``omega'(0+)`` a finite number) whose rows hold more than twice
     ``candidates + 1`` scores solves each row's ``candidates + 1`` largest scores first:
     where the smallest of them is off that solution's support, every other score is
     too, and the solution is the row's.  Where it is not, the candidates' threshold is
@@ -746,7 +767,10 @@ def kkt_rule(ops: TensorOps, r: Routines, y, steps: int = KKT_STEPS, candidates:
     n = y.shape[-1]
     clip = r.clip()
     if not isinstance(clip, (int, float)) or not math.isfinite(clip) or n <= 2 * (candidates + 1):
-        return _kkt_newton(ops, r, y, steps)
+        def whole(y, *params):
+            return ops.cat(*_kkt_newton(ops, Routines(r.module, r.table, params), y, steps))
+
+        return _split(ops.in_blocks(max(1, KKT_BLOCK // n), whole, (y, *r.params)), n)
     values, index = ops.top(y, candidates + 1)
     p, t = _kkt_newton(ops, r, values, steps)
     # the smallest candidate off the support (masked scores are): the excluded scores are too
@@ -843,15 +867,17 @@ def _kkt_newton(ops: TensorOps, r: Routines, y, steps: int):
         z = y - t
         if sparse:
             p = ops.where(z > rr.clip(), p, 0)
-        need = (p == 0) & (z > edge)
+        zero = p == 0
+        need = zero & (z > edge)
 
         def enter():
             w0 = rr.weight(ops.full(t, 0.0))
             e = c * (z - anchor) + at
             start = ops.where(ops.isfinite(w0) & (w0 > 0), w0 * (z - rr.clip()), ops.exp(ops.where(e < 0, e, 0)))
-            return ops.where(need, start, p)
+            q = ops.where(need, start, p)
+            return q, q == 0
 
-        p = ops.branch(need, enter, lambda: p)
+        p, zero = ops.branch(need, enter, lambda: (p, zero))
 
         def masked():  # a score off the support (p = 0) reads as p = 1 and z = 0, with weight 0
             sup = p > 0
@@ -859,7 +885,7 @@ def _kkt_newton(ops: TensorOps, r: Routines, y, steps: int):
             return ps, ops.where(sup, z, 0), ops.where(sup, rr.weight(ps), 0)
 
         # (a dense map's p is 0 only where it underflowed)
-        ps, zs, w = masked() if sparse else ops.rare(p == 0, masked, lambda: (p, z, rr.weight(p)))
+        ps, zs, w = masked() if sparse else ops.rare(zero, masked, lambda: (p, z, rr.weight(p)))
         o1 = rr.omega_prime(ps)
         res = o1 - zs
         wr = w * res

@@ -66,6 +66,11 @@ class TorchOps(CompactRows, TensorOps):
         return torch.where(cond, a, b)
 
     @staticmethod
+    def at_most(x, v):
+        # (clamp keeps NaN, which where(x < v, x, v) sends to v; on the CPU a comparison and where take 5 times as long)
+        return torch.clamp(x, max=v).nan_to_num_(nan=v, posinf=v, neginf=-math.inf)
+
+    @staticmethod
     def row_sum(x):
         return x.sum(dim=-1, keepdim=True)
 
@@ -102,7 +107,7 @@ class TorchOps(CompactRows, TensorOps):
         if torch.compiler.is_compiling():
             return _traced_repeat(n, body, state, going)
         for _ in range(n):
-            if not bool(going.any()):
+            if not _any(going):
                 break
             state, going = body(state)
         return state
@@ -111,14 +116,14 @@ class TorchOps(CompactRows, TensorOps):
     def rare(pred, fn, otherwise):
         if torch.compiler.is_compiling():
             return fn()  # (the compiled kernels fuse the masking; a torch.cond would split them)
-        return fn() if bool(pred.any()) else otherwise()
+        return fn() if _any(pred) else otherwise()
 
     @staticmethod
     def branch(pred, fn, otherwise):
         if torch.compiler.is_compiling():
             # (copies: a branch's outputs may not alias tensors from outside it, as otherwise's often are)
             return torch.cond(pred.any(), lambda: _copies(fn()), lambda: _copies(otherwise()))
-        return fn() if bool(pred.any()) else otherwise()
+        return fn() if _any(pred) else otherwise()
 
     @staticmethod
     def pos_diff(y, c):
@@ -149,6 +154,11 @@ class TorchOps(CompactRows, TensorOps):
             return TensorOps.on_rows(self, mask, fn, rows, otherwise)
         return CompactRows.on_rows(self, mask, fn, rows, otherwise)
 
+    def in_blocks(self, size, fn, rows):
+        if torch.compiler.is_compiling():
+            return TensorOps.in_blocks(self, size, fn, rows)
+        return CompactRows.in_blocks(self, size, fn, rows)
+
     @staticmethod
     def count_rows(mask):
         return int(mask.sum())
@@ -159,11 +169,21 @@ class TorchOps(CompactRows, TensorOps):
 
     @staticmethod
     def take_rows(a, index):
-        return a.index_select(0, index)
+        return a[index] if isinstance(index, slice) else a.index_select(0, index)
+
+    @staticmethod
+    def cat_rows(tensors):
+        return torch.cat(tensors, dim=0)
 
     @staticmethod
     def put_rows(a, index, b):
         return a.index_copy(0, index, b.to(a.dtype))
+
+
+def _any(mask) -> bool:
+    """``bool(mask.any())`` for a boolean tensor, read as bytes: on the CPU torch's ``any`` takes ten times as
+    long as the bytes' maximum (32 us against 2.6 us on 64 Ki entries)."""
+    return mask.numel() > 0 and bool(mask.view(torch.uint8).max())
 
 
 def _copies(values):

@@ -214,3 +214,42 @@ def test_numpy_torch_jax_agree(name, n):
         got_jax = np.asarray(rj.get_map(module)(jax.numpy.asarray(x), axis=-1))
     np.testing.assert_allclose(got_torch, want, rtol=0, atol=1e-13)
     np.testing.assert_allclose(got_jax, want, rtol=0, atol=1e-13)
+
+
+@pytest.mark.parametrize("name", ["shannon_gini", "plogp_cube"])
+@pytest.mark.parametrize("dtype", [np.float64, np.float32])
+def test_blocks_of_rows_give_the_whole_solution(name, dtype, monkeypatch):
+    """A dense map is solved in blocks of KKT_BLOCK scores: each row's rounds read that row alone, so blocks of 3
+    rows (the last one short) give the bits of one block, and NumPy's p equals torch's in blocks and whole."""
+    module = importlib.import_module(name)
+    rng = np.random.default_rng(5)
+    x = (rng.standard_normal((20, 50)) * np.geomspace(0.1, 30, 20)[:, None]).astype(dtype)
+    x[2, ::3] = -np.inf
+    y = x - x.max(axis=-1, keepdims=True)
+    r = routines(module)
+    blocks = []
+    whole = tensor_rules._kkt_newton
+
+    def newton(ops, r, y, steps):
+        blocks.append(y.shape[0])
+        return whole(ops, r, y, steps)
+
+    monkeypatch.setattr(tensor_rules, "_kkt_newton", newton)
+    with np.errstate(all="ignore"):
+        one_p, one_t = tensor_rules.kkt_rule(ops_for(dtype), r, y)
+        monkeypatch.setattr(tensor_rules, "KKT_BLOCK", 3 * 50 + 7)
+        p, t = tensor_rules.kkt_rule(ops_for(dtype), r, y)
+    assert blocks == [20, 3, 3, 3, 3, 3, 3, 2]
+    np.testing.assert_array_equal(p, one_p)
+    np.testing.assert_array_equal(t, one_t)
+    torch = pytest.importorskip("torch")
+    from numeric.torch import TorchMap
+    from numeric.torch._ops import ops_for as torch_ops
+
+    tdtype = getattr(torch, np.dtype(dtype).name)
+    blocks.clear()
+    with torch.no_grad():
+        tp, tt = tensor_rules.kkt_rule(torch_ops(tdtype), TorchMap(module)._solver.routines(()), torch.from_numpy(y))
+    assert blocks == [3, 3, 3, 3, 3, 3, 2]
+    np.testing.assert_allclose(tp.numpy(), p, rtol=0, atol=4 * np.finfo(dtype).eps)
+    assert np.all(np.abs(tt.numpy() - t) <= 4 * np.finfo(dtype).eps * (1 + np.abs(t)))
