@@ -125,6 +125,12 @@ class JaxOps(TensorOps):
         _, state, _ = lax.while_loop(cond, step, (jnp.asarray(0, jnp.int32), state, jnp.asarray(going, bool)))
         return state
 
+    @property
+    def candidates_from(self):
+        # on the CPU, gini_log1p's (512, n) float32 rows under jit: whole rows 3.1x entmax15's time at n = 64,
+        # 3.8x at 256, 4.2x at 512, 6.4x at 1024; candidates first 4.9x, 9.2x, 7.2x and 5.3x
+        return 1024 if jax.default_backend() == "cpu" else 0
+
     @staticmethod
     def rare(pred, fn, otherwise):
         return fn()  # (elementwise work fuses under jit: a cond would cost more than the masking it saves)
