@@ -824,11 +824,16 @@ def _kkt_newton(ops: TensorOps, r: Routines, y, steps: int):
       instead of 6 to 7, ``p**4 + p**2/2`` 5 instead of 15 to 19.  (Where scores enter the
       support, Newton's ``t`` overshoots and the bracket takes over: ``p**4 + p**2/2`` on
       rows of spread 5 to 30 still needs up to 24 rounds.)
-    * ``p`` stays in the domain: each score steps in ``p`` or in ``log p``, whichever
+    * ``p`` stays in the domain.  A dense map's score steps in ``p`` or in ``log p``, whichever
       linearisation of ``omega'`` curves less there (``|omega'''| <= |omega''/p + omega'''|``,
-      that is ``omega''' p w >= -1/2``: ``log p`` for Shannon, ``p`` for Gini), in ``log p``
-      wherever ``p + dp <= 0``, and there up by a factor of at most ``e``
-      (:data:`KKT_LOG_STEP`).  A score entering the support (``p = 0``) starts from
+      that is ``omega''' p w >= -1/2``: ``log p`` for Shannon), in ``log p`` wherever
+      ``p + dp <= 0``, and there up by a factor of at most ``e`` (:data:`KKT_LOG_STEP`).
+      A sparse map's steps in ``v = p**beta``, ``beta = p omega''(p) / (omega'(p) - omega'(0+))``
+      the elasticity of ``omega' - omega'(0+)`` at ``p``, in which ``omega'`` is linear
+      wherever it is a power of ``p``: ``p_new = p (1 + beta dp/p)**(1/beta)`` (Gini:
+      ``beta = 1``, a step in ``p``; alpha-entmax: ``alpha - 1``, exact near ``p = 0``, where
+      a step in ``p`` or ``log p`` converges only linearly), and in ``log p`` where
+      ``1 + beta dp/p <= 0``.  A score entering the support (``p = 0``) starts from
       ``w(0) (z - omega'(0+))`` where ``w(0)`` is finite and positive, else from the
       start's exponential; a score whose ``p`` underflowed to 0 stays there where ``g(z)``
       is below the smallest normal number (``z <= omega'(tiny)``).
@@ -889,6 +894,12 @@ def _kkt_newton(ops: TensorOps, r: Routines, y, steps: int):
             w0 = rr.weight(ops.full(t, 0.0))
             e = c * (z - anchor) + at
             start = ops.where(ops.isfinite(w0) & (w0 > 0), w0 * (z - rr.clip()), ops.exp(ops.where(e < 0, e, 0)))
+            if sparse:  # one step of Newton's on omega'(p) = z from the start (see _elastic_step)
+                on = need & (start > 0)
+                q = ops.where(on, start, 1)
+                o = rr.omega_prime(q)
+                wq = rr.weight(q)
+                start = ops.where(on, _elastic_step(ops, rr, q, q, o, wq, (z - o) * wq / q), start)
             q = ops.where(need, start, p)
             return q, q == 0
 
@@ -920,17 +931,21 @@ def _kkt_newton(ops: TensorOps, r: Routines, y, steps: int):
         new, _ = safeguarded_point(ops, t, lo, hi, step_old, t + dt, ops.isfinite(t + dt), k < KKT_FREE_STEPS)
         dt = new - t
         dp = (-dt - res) * w  # 0 off the support
-        ahead = p + dp
-        in_p = (rr.omega_third(ps) * ps * w >= -0.5) & (ahead > 0)
         du = dp / ps
 
         def log_step():
             return p * ops.exp(ops.at_most(du, KKT_LOG_STEP))
 
-        def mixed():
-            return ops.rare(in_p, lambda: ops.where(in_p, ahead, log_step()), log_step)
+        if sparse:
+            p_new = _elastic_step(ops, rr, p, ps, o1, w, du)
+        else:
+            ahead = p + dp
+            in_p = (rr.omega_third(ps) * ps * w >= -0.5) & (ahead > 0)
 
-        p_new = ops.rare(ops.not_(in_p), mixed, lambda: ahead)
+            def mixed():
+                return ops.rare(in_p, lambda: ops.where(in_p, ahead, log_step()), log_step)
+
+            p_new = ops.rare(ops.not_(in_p), mixed, lambda: ahead)
         # steps within the rounding of the residuals: eps (|z| + |omega'(p)|) in each r_i
         noise = w * (abs(zs) + abs(o1) + abs(t))  # w times the scale of res's rounding
         small_t = abs(dt) <= tol_t * (1 + abs(t) + ops.row_sum(noise) / sum_w)
@@ -956,6 +971,20 @@ def _kkt_newton(ops: TensorOps, r: Routines, y, steps: int):
         return ops.cat(q, s)
 
     return _split(ops.on_rows(ops.not_(settled), halley, rows, ops.cat(p, t)), n)
+
+
+def _elastic_step(ops, r: Routines, p, ps, o1, w, du):
+    """``p`` moved by ``du = dp / p`` in ``v = p**beta``: ``p (1 + beta du)**(1/beta)``, ``beta`` the elasticity of
+    ``omega' - omega'(0+)`` at ``p`` (see :func:`_kkt_newton`); in ``log p`` where ``1 + beta du <= 0``.
+
+    ``ps`` is ``p`` where ``p > 0`` and 1 elsewhere, ``o1 = omega'(ps)`` and ``w = 1 / omega''(ps)`` (0 off the
+    support, where ``du = 0`` and ``p`` stays 0).
+    """
+    beta = ps / (w * (o1 - r.clip()))
+    beta = ops.where(ops.isfinite(beta) & (beta > 0), beta, 1)
+    grow = 1 + beta * du
+    up = grow > 0
+    return ops.where(up, p * ops.exp(ops.log(ops.where(up, grow, 1)) / beta), p * ops.exp(ops.at_most(du, KKT_LOG_STEP)))
 
 
 def _linear_start(ops, r: Routines, y, live, count, clip, steps: int = LINEAR_START_STEPS):
