@@ -67,6 +67,8 @@ KKT_FREE_STEPS = 8
 KKT_LOG_STEP = 1.0
 #: A sparse map's :func:`kkt_rule` solves its rows' KKT_CANDIDATES + 1 largest scores first.
 KKT_CANDIDATES = 15
+#: The least factor by which :func:`_kkt_newton`'s step in ``p**beta`` multiplies ``p**beta`` (a sparse map's).
+KKT_ELASTIC_FLOOR = 1 / 16
 #: Rounds of Michelot's fixed point for a sparse map's start in :func:`kkt_rule` (``_linear_start``).
 LINEAR_START_STEPS = 6
 #: The most scores in one block of rows of :func:`kkt_rule` on whole rows (256 KiB of float32), where a target
@@ -897,9 +899,7 @@ def _kkt_newton(ops: TensorOps, r: Routines, y, steps: int):
             if sparse:  # one step of Newton's on omega'(p) = z from the start (see _elastic_step)
                 on = need & (start > 0)
                 q = ops.where(on, start, 1)
-                o = rr.omega_prime(q)
-                wq = rr.weight(q)
-                start = ops.where(on, _elastic_step(ops, rr, q, q, o, wq, (z - o) * wq / q), start)
+                start = ops.where(on, _elastic_step(ops, rr, q, q, rr.omega_prime(q), rr.weight(q), z), start)
             q = ops.where(need, start, p)
             return q, q == 0
 
@@ -931,14 +931,14 @@ def _kkt_newton(ops: TensorOps, r: Routines, y, steps: int):
         new, _ = safeguarded_point(ops, t, lo, hi, step_old, t + dt, ops.isfinite(t + dt), k < KKT_FREE_STEPS)
         dt = new - t
         dp = (-dt - res) * w  # 0 off the support
-        du = dp / ps
-
-        def log_step():
-            return p * ops.exp(ops.at_most(du, KKT_LOG_STEP))
-
         if sparse:
-            p_new = _elastic_step(ops, rr, p, ps, o1, w, du)
+            p_new = _elastic_step(ops, rr, p, ps, o1, w, zs - dt)
         else:
+            du = dp / ps
+
+            def log_step():
+                return p * ops.exp(ops.at_most(du, KKT_LOG_STEP))
+
             ahead = p + dp
             in_p = (rr.omega_third(ps) * ps * w >= -0.5) & (ahead > 0)
 
@@ -973,18 +973,19 @@ def _kkt_newton(ops: TensorOps, r: Routines, y, steps: int):
     return _split(ops.on_rows(ops.not_(settled), halley, rows, ops.cat(p, t)), n)
 
 
-def _elastic_step(ops, r: Routines, p, ps, o1, w, du):
-    """``p`` moved by ``du = dp / p`` in ``v = p**beta``: ``p (1 + beta du)**(1/beta)``, ``beta`` the elasticity of
-    ``omega' - omega'(0+)`` at ``p`` (see :func:`_kkt_newton`); in ``log p`` where ``1 + beta du <= 0``.
+def _elastic_step(ops, r: Routines, p, ps, o1, w, z):
+    """``p`` after one Newton step on ``omega'(p) = z`` in ``v = p**beta``, ``beta = p omega''(p) / (omega'(p) - omega'(0+))``
+    the elasticity of ``omega' - omega'(0+)`` at ``p`` (see :func:`_kkt_newton`).
 
-    ``ps`` is ``p`` where ``p > 0`` and 1 elsewhere, ``o1 = omega'(ps)`` and ``w = 1 / omega''(ps)`` (0 off the
-    support, where ``du = 0`` and ``p`` stays 0).
+    In ``v`` the derivative of ``omega'`` is ``(omega'(p) - omega'(0+)) / v``, so the step multiplies ``v`` by
+    ``ratio = (z - omega'(0+)) / (omega'(p) - omega'(0+))`` and ``p`` by ``ratio**(1/beta)``, with
+    ``1/beta = w (omega'(p) - omega'(0+)) / p``.  ``ratio`` is kept at least :data:`KKT_ELASTIC_FLOOR` (a score
+    whose ``z`` falls to ``omega'(0+)`` leaves the support in the next round).  ``ps`` is ``p`` where ``p > 0``
+    and 1 elsewhere, ``o1 = omega'(ps)`` and ``w = 1 / omega''(ps)``, 0 off the support, where ``p`` stays 0.
     """
-    beta = ps / (w * (o1 - r.clip()))
-    beta = ops.where(ops.isfinite(beta) & (beta > 0), beta, 1)
-    grow = 1 + beta * du
-    up = grow > 0
-    return ops.where(up, p * ops.exp(ops.log(ops.where(up, grow, 1)) / beta), p * ops.exp(ops.at_most(du, KKT_LOG_STEP)))
+    above = o1 - r.clip()
+    ratio = ops.clamp_min((z - r.clip()) / above, KKT_ELASTIC_FLOOR)
+    return p * ops.exp(w * above / ps * ops.log(ratio))
 
 
 def _linear_start(ops, r: Routines, y, live, count, clip, steps: int = LINEAR_START_STEPS):
