@@ -67,8 +67,9 @@ KKT_FREE_STEPS = 8
 KKT_LOG_STEP = 1.0
 #: A sparse map's :func:`kkt_rule` solves its rows' KKT_CANDIDATES + 1 largest scores first.
 KKT_CANDIDATES = 15
-#: The least factor by which :func:`_kkt_newton`'s step in ``p**beta`` multiplies ``p**beta`` (a sparse map's).
-KKT_ELASTIC_FLOOR = 1 / 16
+#: The largest factor by which :func:`_kkt_newton`'s step in ``p**beta`` multiplies ``p**beta`` (a sparse map's;
+#: :func:`_elastic_step`).
+KKT_ELASTIC_CEIL = 2.0**20
 #: Rounds of Michelot's fixed point for a sparse map's start in :func:`kkt_rule` (``_linear_start``).
 LINEAR_START_STEPS = 6
 #: The most scores in one block of rows of :func:`kkt_rule` on whole rows (256 KiB of float32), where a target
@@ -821,23 +822,21 @@ def _kkt_newton(ops: TensorOps, r: Routines, y, steps: int):
       with the link's slope there, whose threshold has a closed form (a log-sum-exp); ``t``
       starts there (clamped into the bracket) and ``p`` at that link's values.  For Shannon
       the start is exact, for maps near it (``p log p + p**3``) a few steps off.  A sparse
-      map's is replaced by a linear link, sparsemax's form (:func:`_linear_start`); on whole
-      rows of 64 to 1024 N(0, 1) scores ``p**2/2 + p log(1 + p)`` then takes 4 rounds
-      instead of 6 to 7, ``p**4 + p**2/2`` 5 instead of 15 to 19.  (Where scores enter the
-      support, Newton's ``t`` overshoots and the bracket takes over: ``p**4 + p**2/2`` on
-      rows of spread 5 to 30 still needs up to 24 rounds.)
+      map's is replaced by a linear link, sparsemax's form (:func:`_linear_start`).
     * ``p`` stays in the domain.  A dense map's score steps in ``p`` or in ``log p``, whichever
       linearisation of ``omega'`` curves less there (``|omega'''| <= |omega''/p + omega'''|``,
       that is ``omega''' p w >= -1/2``: ``log p`` for Shannon), in ``log p`` wherever
       ``p + dp <= 0``, and there up by a factor of at most ``e`` (:data:`KKT_LOG_STEP`).
-      A sparse map's steps in ``v = p**beta``, ``beta = p omega''(p) / (omega'(p) - omega'(0+))``
-      the elasticity of ``omega' - omega'(0+)`` at ``p``, in which ``omega'`` is linear
-      wherever it is a power of ``p``: ``p_new = p (1 + beta dp/p)**(1/beta)`` (Gini:
-      ``beta = 1``, a step in ``p``; alpha-entmax: ``alpha - 1``, exact near ``p = 0``, where
-      a step in ``p`` or ``log p`` converges only linearly), and in ``log p`` where
-      ``1 + beta dp/p <= 0``.  A score entering the support (``p = 0``) starts from
+      A sparse map's steps by Newton's in ``v = p**beta``, ``beta = p omega''(p) / (omega'(p) -
+      omega'(0+))`` the elasticity of ``omega' - omega'(0+)`` at ``p``, in which ``omega'`` is
+      linear wherever it is a power of ``p`` (:func:`_elastic_step`; Gini: ``beta = 1``, a step
+      in ``p``; alpha-entmax: ``alpha - 1``, exact near ``p = 0``, where a step in ``p`` or
+      ``log p`` converges only linearly), towards ``omega'(p) = z - dt``.  With the linear
+      start, on rows of 8 to 1024 scores of spreads 0.1 to 30, ``p**4 + p**2/2`` and
+      ``(p**1.5 - p)/0.75 + p**3`` take at most 12 rounds (23 and 45 with the exponential start
+      and steps in ``p`` or ``log p``).  A score entering the support (``p = 0``) starts from
       ``w(0) (z - omega'(0+))`` where ``w(0)`` is finite and positive, else from the
-      start's exponential; a score whose ``p`` underflowed to 0 stays there where ``g(z)``
+      start's exponential (a sparse map's then takes one step in ``p**beta``); a score whose ``p`` underflowed to 0 stays there where ``g(z)``
       is below the smallest normal number (``z <= omega'(tiny)``).
     * ``t`` stays in the bracket ``[-omega'(1), -omega'(1/n)]``, which shrinks where the
       first-order value ``F(t) ~ P - sum w r`` is farther from 1 than twice its own
@@ -979,12 +978,15 @@ def _elastic_step(ops, r: Routines, p, ps, o1, w, z):
 
     In ``v`` the derivative of ``omega'`` is ``(omega'(p) - omega'(0+)) / v``, so the step multiplies ``v`` by
     ``ratio = (z - omega'(0+)) / (omega'(p) - omega'(0+))`` and ``p`` by ``ratio**(1/beta)``, with
-    ``1/beta = w (omega'(p) - omega'(0+)) / p``.  ``ratio`` is kept at least :data:`KKT_ELASTIC_FLOOR` (a score
-    whose ``z`` falls to ``omega'(0+)`` leaves the support in the next round).  ``ps`` is ``p`` where ``p > 0``
-    and 1 elsewhere, ``o1 = omega'(ps)`` and ``w = 1 / omega''(ps)``, 0 off the support, where ``p`` stays 0.
+    ``1/beta = w (omega'(p) - omega'(0+)) / p``.  ``ratio`` is kept in ``[tiny, KKT_ELASTIC_CEIL]``: a score
+    whose ``z`` falls to ``omega'(0+)`` goes to 0 (it leaves the support, and enters again where the next
+    ``t`` puts it above), one just above it falls as far as Newton's step says (a floor of a fixed
+    factor made such rows converge linearly), and where ``omega'(p) - omega'(0+)`` rounds to 0 (``p`` within
+    rounding of the support's edge: ``p**(alpha-1)`` below ``eps``) ``1/beta`` is 0 and ``p`` stays.  ``ps`` is ``p`` where ``p > 0`` and 1 elsewhere,
+    ``o1 = omega'(ps)`` and ``w = 1 / omega''(ps)``, 0 off the support, where ``p`` stays 0.
     """
     above = o1 - r.clip()
-    ratio = ops.clamp_min((z - r.clip()) / above, KKT_ELASTIC_FLOOR)
+    ratio = ops.at_most(ops.clamp_min((z - r.clip()) / above, ops.tiny), KKT_ELASTIC_CEIL)  # (NaN: the ceiling)
     return p * ops.exp(w * above / ps * ops.log(ratio))
 
 

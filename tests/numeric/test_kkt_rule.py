@@ -314,3 +314,26 @@ def test_whole_rows_rounds(name, most):
             p, _ = tensor_rules.kkt_rule(Whole(np.float64), routines(module), x - x.max(-1, keepdims=True))
         assert max(rounds) <= most, (n, rounds)
         np.testing.assert_allclose(p.sum(-1), 1, rtol=1e-13)
+
+
+@pytest.mark.parametrize("dtype", [np.float64, np.float32])
+def test_scores_at_the_support_edge(dtype, monkeypatch):
+    """A score a few ulps above the threshold of an entmax-like map (p of order ulp**2) is solved by the Newton
+    rounds, not the Halley fallback, with the KKT conditions (before: 6 of 8 rows fell back in float64)."""
+    module = importlib.import_module("entmax_cube")
+    x = np.random.default_rng(0).standard_normal((8, 40)).astype(dtype)
+    p, tau = solve(module, x)
+    edge = (tau + module.clip()).astype(dtype)
+    for k in range(8):  # the score nearest the threshold off the support, moved to k + 1 ulps above it
+        j = np.argmin(np.where(p[k] > 0, np.inf, np.abs(x[k] - tau[k])))
+        x[k, j] = edge[k] + np.spacing(edge[k]) * (k + 1)
+    spy = Spy(monkeypatch)
+    p, tau = solve(module, x)
+    assert spy.fallback_rows == 0
+    eps = np.finfo(dtype).eps
+    np.testing.assert_allclose(p.sum(-1), 1, rtol=0, atol=8 * eps)
+    z = (x - tau[:, None]).astype(np.float64)
+    on = p > 0
+    residual = np.abs(module.omega_prime(np.where(on, p.astype(np.float64), 1)) - z)[on]
+    assert np.all(residual <= 64 * eps * (np.abs(z[on]) + 1) + np.spacing(p[on]) / module.weight(p[on].astype(np.float64)) * 64)
+    assert np.all(z[~on] <= module.clip() + 64 * eps * (1 + np.abs(z[~on])))
