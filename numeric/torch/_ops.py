@@ -112,11 +112,10 @@ class TorchOps(CompactRows, TensorOps):
             state, going = body(state)
         return state
 
-    @staticmethod
-    def rare(pred, fn, otherwise):
+    def rare(self, pred, fn, otherwise):
         if torch.compiler.is_compiling():
             return fn()  # (the compiled kernels fuse the masking; a torch.cond would split them)
-        return fn() if _any(pred) else otherwise()
+        return self.branch(pred, fn, otherwise)
 
     @staticmethod
     def branch(pred, fn, otherwise):
