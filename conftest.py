@@ -33,3 +33,21 @@ if "triton" not in sys.modules and importlib.util.find_spec("triton") is not Non
         _gpu = torch.cuda.is_available()
     if not _gpu:
         os.environ.setdefault("TRITON_INTERPRET", "1")
+
+
+# JAX's 64-bit switch is process-wide: a test that turns it on with ``jax.config.update`` (instead of the
+# ``jax.enable_x64`` context) changes the dtypes every later test in its worker sees, numeric.jax's float32
+# doctests among them, and which tests those are depends on how xdist deals them out.  A test that leaves the
+# switch changed fails here, by name.
+import pytest  # noqa: E402
+
+
+@pytest.fixture(autouse=True)
+def _jax_x64_left_as_found():
+    jax = sys.modules.get("jax")
+    before = jax.config.jax_enable_x64 if jax is not None else False
+    yield
+    jax = sys.modules.get("jax")
+    if jax is not None and jax.config.jax_enable_x64 != before:
+        jax.config.update("jax_enable_x64", before)
+        pytest.fail(f"the test left jax_enable_x64 = {not before}: use the jax.enable_x64 context", pytrace=False)
