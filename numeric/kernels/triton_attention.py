@@ -17,20 +17,28 @@ kernels, and a fix here is one edit for every map.
 * :func:`attention_forward`: one program per (batch x head, block of ``BLOCK_M``
   queries).  With an exponential link (``EXP_LINK``, softmax) it is
   FlashAttention's one pass with online rescaling.  Otherwise a pass over the key
-  blocks finds each row's maximum ``m``, its number of keys ``n`` and its
-  ``BLOCK_N`` largest scores (merged block by block with ``tl.sort``).  The
-  threshold lies in ``[m - omega'(1), m - omega'(1/n)]`` (``F(tau) = sum g_+(s -
-  tau)`` is at least 1 at the left end, where the largest score alone has
-  ``p = 1``, and at most 1 at the right end, where it has ``p = 1/n``).  Newton on
-  ``F(tau) - 1`` (``F' = -sum w(p)``) safeguarded by bisection of the bracket
-  finds first ``tau_k``, the threshold of the kept largest scores alone, without
-  a pass over the keys: it is the row's threshold where the smallest kept score
-  has weight 0 (every score left out is at most it) or the row has at most
-  ``BLOCK_N`` keys, and otherwise a start left of it (``F(tau_k) >= 1``).  Rows
-  not settled so take Newton steps from ``tau_k``, one pass over the keys per
-  step, until every row of the block has converged; a last pass accumulates ``g_+(s - tau) v`` and
-  ``F``, writes ``out / F``, ``tau`` and ``F`` per row, and records which key
-  blocks hold a weight above 0 (``Support``, per query block).  Where a backward
+  blocks finds each row's maximum ``m``, its number of keys ``n`` and its ``KEEP``
+  largest scores (merged block by block by a bitonic sort).  The threshold lies in
+  ``[m - omega'(1), m - omega'(1/n)]`` (``F(tau) = sum g_+(s - tau)`` is at least 1
+  at the left end, where the largest score alone has ``p = 1``, and at most 1 at
+  the right end, where it has ``p = 1/n``).  Newton on ``F(tau) - 1``
+  (``F' = -sum w(p)``) safeguarded by bisection of the bracket finds first
+  ``tau_k``, the threshold of the kept scores alone, without a pass over the keys:
+  it is the row's threshold where the smallest kept score has weight 0 (every
+  score left out is at most it) or the row has at most ``KEEP`` keys, and
+  otherwise a start left of it (``F(tau_k) >= 1``).  Each other row steps from
+  ``tau_k``, one pass over the keys per step, which sums ``F`` and ``F'`` over
+  the scores left out (the tail): the step goes to the root of the kept scores'
+  ``F`` (exact, no pass) plus the tail modelled as ``T exp(kappa (t - tau))``
+  with its sum ``T`` and slope ``kappa T`` at ``tau``.  That is Newton's step
+  where the tail is nearly linear, and far closer for a tail of small weights
+  (exponential for softmax-like maps, a high power for entmax's); where the
+  model's tail at the new point is within ``TRUST`` of its tangent's, the step is
+  taken without a pass to measure ``F`` there.  A last pass accumulates
+  ``g_+(s - tau) v`` and ``F``, writes ``out / F``, ``tau`` and ``F`` per row, and
+  records which key blocks hold a weight above 0 (``Support``, per query block);
+  a row whose trusted step left ``F`` off 1 by more than the Newton tolerance
+  steps again, and the pass is repeated.  Where a backward
   will run (``WEIGHTED``) that pass also accumulates ``U = sum_j w_j v_j`` and
   ``sum_j w_j`` with ``w = weight(g_+(s - tau))`` (one product more per pair;
   softmax's ``U`` is its output and ``sum w`` is 1): the backward's ``p`` is ``g_+ / F``
@@ -66,13 +74,16 @@ from numeric import trust
 #: the safeguard of the threshold's Newton steps, traced from numeric.newton.safeguarded_point (generated)
 safeguarded_point = trust.import_generated("numeric._generated.newton_link_triton").safeguarded_point
 
-__all__ = ["MapFunctions", "KERNELS", "FREE_STEPS", "link_plus", "attention_forward", "attention_backward_rows",
+__all__ = ["MapFunctions", "KERNELS", "FREE_STEPS", "TRUST", "link_plus", "attention_forward", "attention_backward_rows",
            "attention_backward_keys"]
 
 #: The kernels, by name.
 KERNELS = ("attention_forward", "attention_backward_rows", "attention_backward_keys")
-#: Newton steps of a threshold solve that need only land strictly inside the bracket (see ``_newton_step``).
+#: Newton steps of a threshold solve that need only land strictly inside the bracket (see ``_bracket_step``).
 FREE_STEPS = tl.constexpr(2)
+#: A step of the tail model is taken without a pass to measure F where the model's tail there is within this of
+#: its tangent's (about 4 float32 roundings of F = 1; the model's own error is a fraction of that difference).
+TRUST = tl.constexpr(2.4e-7)
 
 
 class MapFunctions(NamedTuple):
@@ -127,11 +138,56 @@ def _scores(q, scale, K, Mask, k_base, m_base, offs_m, start, L, S, E, stride_ks
     return tl.where(keep, s, float("-inf"))
 
 
+@triton.constexpr_function
+def _log2(n):
+    return n.bit_length() - 1
+
+
 @triton.jit
-def _keep_largest(top, s, BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr):
-    # each row's BLOCK_N largest of its running largest `top` and the block's scores `s` (in descending order)
-    both = tl.sort(tl.reshape(tl.join(top, s), [BLOCK_M, 2 * BLOCK_N]), 1, descending=True)
-    first, _ = tl.split(tl.permute(tl.reshape(both, [BLOCK_M, 2, BLOCK_N]), [0, 2, 1]))
+def _side(N_DIMS: tl.constexpr, d: tl.constexpr):
+    # 0 or 1: an element's position along the hypercube's innermost dimension d (shaped to broadcast)
+    return tl.reshape(tl.arange(0, 2), [1] * (N_DIMS - 1 - d) + [2] + [1] * d)
+
+
+@triton.jit
+def _exchange(h, descending, N_DIMS: tl.constexpr, d: tl.constexpr):
+    # one compare-exchange of a bitonic network: each element and its partner across the innermost dimension d
+    # of the hypercube h keep the smaller first where `descending` is 0 (a 0/1 indicator), else the larger.
+    # The partner is read off the pair's sum of bits (integer addition wraps, so the sum minus an element is
+    # the other one exactly): a sum is a reduction Triton's interpreter runs as one NumPy call
+    bits = h.to(tl.int32, bitcast=True)
+    other = (tl.sum(bits, N_DIMS - 1 - d, keep_dims=True) - bits).to(tl.float32, bitcast=True)
+    right = _side(N_DIMS, d)
+    return tl.where((h > other) != ((descending ^ right) != 0), other, h)
+
+
+@triton.jit
+def _sort_descending(x, ROWS: tl.constexpr, N: tl.constexpr):
+    # each row of x (ROWS x N, N a power of 2) in descending order, by Batcher's bitonic sort on the hypercube
+    # [ROWS, 2, ..., 2]: stage k makes runs of 2**k alternately ascending and descending (the last: descending)
+    LOG_N: tl.constexpr = _log2(N)
+    N_DIMS: tl.constexpr = LOG_N + 1
+    h = tl.reshape(x, [ROWS] + [2] * LOG_N)
+    for k in tl.static_range(1, LOG_N + 1):
+        if k < LOG_N:
+            descending = _side(N_DIMS, k)
+        else:
+            descending = tl.full([1] * N_DIMS, 1, tl.int32)
+        for i in tl.static_range(k):
+            h = _exchange(h, descending, N_DIMS, k - 1 - i)
+    return tl.reshape(h, [ROWS, N])
+
+
+@triton.jit
+def _keep_largest(top, s, BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, KEEP: tl.constexpr):
+    # each row's KEEP largest of its running largest `top` and the block's scores `s` (in descending order);
+    # KEEP is a multiple of BLOCK_N: the block is widened to KEEP columns with -inf
+    if KEEP > BLOCK_N:
+        copies = tl.broadcast_to(s[:, None, :], [BLOCK_M, KEEP // BLOCK_N, BLOCK_N])
+        first_copy = tl.arange(0, KEEP // BLOCK_N)[None, :, None] == 0
+        s = tl.reshape(tl.where(first_copy, copies, float("-inf")), [BLOCK_M, KEEP])
+    both = _sort_descending(tl.reshape(tl.join(top, s), [BLOCK_M, 2 * KEEP]), BLOCK_M, 2 * KEEP)
+    first, _ = tl.split(tl.permute(tl.reshape(both, [BLOCK_M, 2, KEEP]), [0, 2, 1]))
     return first
 
 
@@ -143,25 +199,68 @@ def _sums(s, tau, z_one, MAP: tl.constexpr, params):
 
 
 @triton.jit
-def _newton_step(tau, lo, hi, step, step_old, count, f, wsum, m0, fixed):
-    # one safeguarded Newton step on F(tau) - 1 (F' = -sum w) inside the bracket [lo, hi], which it narrows.
-    # The Newton point is taken where it lies in the bracket and, after the first FREE_STEPS steps, moves
-    # less than half as far as the step before last (rtsafe's safeguard, `safeguarded_point`, traced from
-    # numeric.newton: where F' jumps as a score enters the support with an infinite slope, k < 1, Newton
-    # would cycle between the two sides of the kink, each step landing on the bracket's other end);
-    # otherwise the bracket is bisected.  A row is done when F is
-    # 1 to a few roundings, when a Newton step moves tau by less than the resolution of s - tau (a Newton
-    # point on the end tau itself: the root to rounding), or when the bracket is that narrow; `fixed` rows
-    # keep their tau.  Returns (tau, lo, hi, step, step_old, done).
-    excess = f - 1.0
-    lo = tl.where(excess >= 0, tau, lo)
-    hi = tl.where(excess < 0, tau, hi)
-    newton = tau + excess / tl.where(wsum > 0, wsum, 1.0)
-    new_tau, inside = safeguarded_point(tau, lo, hi, step_old, newton, wsum > 0, count < FREE_STEPS)
+def _tail_sums(s, tau, kth, z_one, MAP: tl.constexpr, params):
+    # per row, over the scores s of a block below the smallest kept score kth: F and sum w (as _sums), and the
+    # number of scores equal to kth (of which the kept hold some)
+    p = link_plus(s - tau[:, None], z_one, MAP, params)
+    w = tl.where(p > 0, MAP.weight(tl.where(p > 0, p, 1.0), params), 0.0)
+    below = s < kth[:, None]
+    return (tl.sum(tl.where(below, p, 0.0), 1), tl.sum(tl.where(below, w, 0.0), 1),
+            tl.sum((s == kth[:, None]).to(tl.float32), 1))
+
+
+@triton.jit
+def _bracket_step(tau, lo, hi, step, step_old, count, f, wsum, m0, fixed, point):
+    # one safeguarded step on F(tau) - 1 (F' = -sum w) inside the bracket [lo, hi], which it narrows, towards
+    # `point` (a function of lo and hi; see _newton_point and _tail_point).  The point is taken where it
+    # lies in the bracket and, after the first FREE_STEPS steps, moves less than half as far as the step before
+    # last (rtsafe's safeguard, `safeguarded_point`, traced from numeric.newton: where F' jumps as a score enters
+    # the support with an infinite slope, k < 1, Newton would cycle between the two sides of the kink, each step
+    # landing on the bracket's other end); otherwise the bracket is bisected.  A row is done when F is 1 to a few
+    # roundings, when a step moves tau by less than the resolution of s - tau (a point on the end tau itself: the
+    # root to rounding), or when the bracket is that narrow; `fixed` rows keep their tau.  Returns (tau, lo, hi,
+    # step, step_old, done, took): `took` where the point was taken.
+    new_tau, inside = safeguarded_point(tau, lo, hi, step_old, point, wsum > 0, count < FREE_STEPS)
     resolution = 1.2e-7 * (tl.abs(new_tau) + tl.abs(m0))
-    done = ((tl.abs(excess) <= 2.4e-7) | (inside & (tl.abs(new_tau - tau) <= resolution)) | (hi - lo <= resolution)
+    done = ((tl.abs(f - 1.0) <= 2.4e-7) | (inside & (tl.abs(new_tau - tau) <= resolution)) | (hi - lo <= resolution)
             | fixed)
-    return tl.where(done, tau, new_tau), lo, hi, tl.where(done, step, new_tau - tau), tl.where(done, step_old, step), done
+    return (tl.where(done, tau, new_tau), lo, hi, tl.where(done, step, new_tau - tau), tl.where(done, step_old, step),
+            done, inside)
+
+
+@triton.jit
+def _narrow(tau, lo, hi, f):
+    # the bracket [lo, hi] moved to tau by the sign of F(tau) - 1
+    return tl.where(f >= 1.0, tau, lo), tl.where(f < 1.0, tau, hi)
+
+
+@triton.jit
+def _newton_point(tau, f, wsum):
+    return tau + (f - 1.0) / tl.where(wsum > 0, wsum, 1.0)
+
+
+@triton.jit
+def _solve_kept(top, tau, lo, hi, tail, kappa, m0, fixed, z_one, MAP: tl.constexpr, params,
+                MAX_STEPS: tl.constexpr):
+    # the root in [lo, hi] of sum_kept g_+(top - t) + tail exp(kappa (t - tau)) = 1 (tail >= 0, kappa <= 0: the
+    # scores left out of the kept, modelled from their sum and slope at tau), by the steps of _bracket_step
+    # from tau, with no pass over the keys; `fixed` rows keep tau
+    t = tau
+    dt = hi - lo
+    dt_old = dt
+    step = tl.zeros([], tl.int32)
+    going = tl.min(fixed.to(tl.int32), 0) == 0
+    while going & (step < MAX_STEPS):
+        f, wsum = _sums(top, t, z_one, MAP, params)
+        rest = tail * tl.exp(tl.minimum(kappa * (t - tau), 30.0))
+        f += rest
+        wsum -= kappa * rest
+        lo, hi = _narrow(t, lo, hi, f)
+        t, lo, hi, dt, dt_old, done, _ = _bracket_step(t, lo, hi, dt, dt_old, step, f, wsum, m0, fixed,
+                                                       _newton_point(t, f, wsum))
+        going = tl.min(done.to(tl.int32), 0) == 0
+        step += 1
+    return t
 
 
 @triton.jit
@@ -172,7 +271,7 @@ def attention_forward(Q, K, V, Out, Tau, Fsum, Support, Bmax, Mask, Params, U, W
                       HAS_MASK: tl.constexpr, MASK_BOOL: tl.constexpr, CAUSAL: tl.constexpr,
                       EXP_LINK: tl.constexpr, MAX_STEPS: tl.constexpr, WEIGHTED: tl.constexpr,
                       BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_E: tl.constexpr, BLOCK_EV: tl.constexpr,
-                      UPCAST: tl.constexpr, MAP: tl.constexpr):
+                      KEEP: tl.constexpr, UPCAST: tl.constexpr, MAP: tl.constexpr):
     qb = tl.program_id(0)
     bh = tl.program_id(1)
     b = bh // H
@@ -220,12 +319,12 @@ def attention_forward(Q, K, V, Out, Tau, Fsum, Support, Bmax, Mask, Params, U, W
         u = out  # the weights are p itself
         wsum = tl.where(dead, 0.0, 1.0)
     else:
-        # pass 1: each row's maximum m, number of keys n and BLOCK_N largest scores, and per key block an upper
+        # pass 1: each row's maximum m, number of keys n and KEEP largest scores, and per key block an upper
         # bound of max_i (max_j s_ij - m_i) (the running maximum is at most the final one), from the diagonal block
         gap = Bmax + (bh * tl.num_programs(0) + qb) * n_kblocks
         m = tl.full([BLOCK_M], float("-inf"), tl.float32)
         n = tl.zeros([BLOCK_M], tl.float32)
-        top = tl.full([BLOCK_M, BLOCK_N], float("-inf"), tl.float32)
+        top = tl.full([BLOCK_M, KEEP], float("-inf"), tl.float32)
         n_blocks = tl.cdiv(n_keys, BLOCK_N)
         first = tl.minimum((qb * BLOCK_M) // BLOCK_N, n_blocks - 1)
         for j in range(0, n_blocks):
@@ -238,72 +337,103 @@ def attention_forward(Q, K, V, Out, Tau, Fsum, Support, Bmax, Mask, Params, U, W
             tl.store(gap + kb, tl.max(tl.where(top_s > float("-inf"), top_s - tl.where(top_s > float("-inf"), m, 0.0),
                                                float("-inf")), 0))
             if tl.max((top_s > tl.min(top, 1)).to(tl.int32), 0) > 0:  # (some row's largest kept scores change)
-                top = _keep_largest(top, s, BLOCK_M, BLOCK_N)
+                top = _keep_largest(top, s, BLOCK_M, BLOCK_N, KEEP)
         dead = m == float("-inf")
         m0 = tl.where(dead, 0.0, m)
         out_rows = dead | (offs_m >= L)
         lo = m0 - z_one
-        # the threshold of the largest scores alone, tau_k, by the Newton steps below on `top` (no pass over the
-        # keys): F(tau_k) >= 1 for the whole row, and tau_k is its threshold where the smallest kept score has
-        # weight 0 (every score left out is at most it) or the row has no more than BLOCK_N keys
-        tau = lo
-        t_lo = lo
-        t_hi = m0 - MAP.omega_prime(1.0 / tl.maximum(tl.minimum(n, BLOCK_N), 1.0), params)
-        dt = t_hi - t_lo
-        dt_old = dt
-        step = tl.zeros([], tl.int32)
-        going = tl.min(out_rows.to(tl.int32), 0) == 0
-        while going & (step < MAX_STEPS):
-            f, wsum = _sums(top, tau, z_one, MAP, params)
-            tau, t_lo, t_hi, dt, dt_old, done = _newton_step(tau, t_lo, t_hi, dt, dt_old, step, f, wsum, m0, out_rows)
-            going = tl.min(done.to(tl.int32), 0) == 0
-            step += 1
-        kth = tl.min(top, 1)
-        fixed = out_rows | (n <= BLOCK_N) | (link_plus(kth - tau, z_one, MAP, params) == 0)
         hi = m0 - MAP.omega_prime(1.0 / tl.maximum(n, 1.0), params)
-        # the other rows: Newton on F(tau) - 1 from tau_k, one pass over the keys per step; tau never falls
-        # below lo = m - omega'(1): a key block with s_ij - m_i <= clip - omega'(1) for every row has weights 0
-        # at every step, and the passes below skip it
+        nothing = tl.zeros([BLOCK_M], tl.float32)
+        # the threshold of the kept scores alone, tau_k, with no pass over the keys: F(tau_k) >= 1 for the whole
+        # row, and tau_k is its threshold where the smallest kept score kth has weight 0 (every score left out is
+        # at most it) or the row has no more than KEEP keys (`exact`)
+        hi_k = m0 - MAP.omega_prime(1.0 / tl.maximum(tl.minimum(n, KEEP), 1.0), params)
+        tau = _solve_kept(top, lo, lo, hi_k, nothing, nothing, m0, out_rows, z_one, MAP, params, MAX_STEPS)
+        kth = tl.min(top, 1)
+        kept_at_kth = tl.sum((top == kth[:, None]).to(tl.float32), 1)
+        exact = out_rows | (n <= KEEP) | (link_plus(kth - tau, z_one, MAP, params) == 0)
+        # the other rows: steps from tau_k, one pass over the keys each, which sums F and F' = -sum w over the
+        # scores left out (the tail); the step goes to the root of the kept scores' F plus the tail modelled
+        # as exponential in tau from its sum and slope (_solve_kept; the model has F's value and slope at tau:
+        # a Newton step where the tail is linear, and more accurate for an exponential or power-law tail).
+        # Where the model's tail at the new point differs from its tangent's by at most TRUST, the point is taken
+        # without a pass to measure F there (`trusted`): the output pass measures it, and rows whose F is not 1
+        # there take steps again.  tau never falls below lo = m - omega'(1): a key block with
+        # s_ij - m_i <= clip - omega'(1) for every row has weights 0 at every step, and the passes skip it
         floor = MAP.clip(params) - z_one
         dt = hi - tau
         dt_old = dt
-        step = tl.zeros([], tl.int32)
-        going = tl.min(fixed.to(tl.int32), 0) == 0
-        while going & (step < MAX_STEPS):
-            f = tl.zeros([BLOCK_M], tl.float32)
-            wsum = tl.zeros([BLOCK_M], tl.float32)
-            for start in range(0, n_keys, BLOCK_N):
-                if tl.load(gap + start // BLOCK_N) > floor:
-                    s = _scores(q, scale, K, Mask, k_base, m_base, offs_m, start, L, S, E, sk_s, sk_e, sm_l, sm_s,
-                                HAS_MASK, MASK_BOOL, CAUSAL, BLOCK_N, BLOCK_E, UPCAST)
-                    f_block, w_block = _sums(s, tau, z_one, MAP, params)
-                    f += f_block
-                    wsum += w_block
-            tau, lo, hi, dt, dt_old, done = _newton_step(tau, lo, hi, dt, dt_old, step, f, wsum, m0, fixed)
-            going = tl.min(done.to(tl.int32), 0) == 0
-            step += 1
+        settled = exact
+        wsum_at = tl.full([BLOCK_M], 1.0, tl.float32)  # sum w at tau, from the last pass that measured it
         f = tl.zeros([BLOCK_M], tl.float32)
         acc = tl.zeros([BLOCK_M, BLOCK_EV], tl.float32)
         u = tl.zeros([BLOCK_M, BLOCK_EV], tl.float32)
         wsum = tl.zeros([BLOCK_M], tl.float32)
-        for start in range(0, n_keys, BLOCK_N):
-            has = False
-            if tl.load(gap + start // BLOCK_N) > floor:
-                s = _scores(q, scale, K, Mask, k_base, m_base, offs_m, start, L, S, E, sk_s, sk_e, sm_l, sm_s,
-                            HAS_MASK, MASK_BOOL, CAUSAL, BLOCK_N, BLOCK_E, UPCAST)
-                p = link_plus(s - tau[:, None], z_one, MAP, params)
-                p = tl.where(dead[:, None], 0.0, p)
-                offs_n = start + tl.arange(0, BLOCK_N)
-                v = tl.load(V + v_base + offs_n[:, None] * sv_s + offs_v[None, :] * sv_e,
-                            mask=(offs_n[:, None] < S) & (offs_v[None, :] < EV), other=0.0)
-                acc += _mm(p.to(v.dtype), v, UPCAST)
-                f += tl.sum(p, 1)
-                has = tl.max(tl.max(p, 1), 0) > 0
-                if WEIGHTED:  # w(p) with p = g (F is 1 to the Newton tolerance; see the module's docstring)
-                    w = tl.where(p > 0, MAP.weight(tl.where(p > 0, p, 1.0), params), 0.0)
-                    u += _mm(w.to(v.dtype), v, UPCAST)
-                    wsum += tl.sum(w, 1)
-            tl.store(Support + (bh * tl.num_programs(0) + qb) * n_kblocks + start // BLOCK_N, has.to(tl.int8))
+        step = tl.zeros([], tl.int32)
+        pending = step == 0
+        while pending:
+            going = tl.min(settled.to(tl.int32), 0) == 0
+            while going & (step < MAX_STEPS):
+                t_f = tl.zeros([BLOCK_M], tl.float32)
+                t_w = tl.zeros([BLOCK_M], tl.float32)
+                at_kth = tl.zeros([BLOCK_M], tl.float32)
+                for start in range(0, n_keys, BLOCK_N):
+                    if tl.load(gap + start // BLOCK_N) > floor:
+                        s = _scores(q, scale, K, Mask, k_base, m_base, offs_m, start, L, S, E, sk_s, sk_e, sm_l, sm_s,
+                                    HAS_MASK, MASK_BOOL, CAUSAL, BLOCK_N, BLOCK_E, UPCAST)
+                        f_block, w_block, n_block = _tail_sums(s, tau, kth, z_one, MAP, params)
+                        t_f += f_block
+                        t_w += w_block
+                        at_kth += n_block
+                # the scores equal to kth that the kept do not hold belong to the tail
+                extra = tl.maximum(at_kth - kept_at_kth, 0.0)
+                p_kth = link_plus(kth - tau, z_one, MAP, params)
+                t_f += extra * p_kth
+                t_w += extra * tl.where(p_kth > 0, MAP.weight(tl.where(p_kth > 0, p_kth, 1.0), params), 0.0)
+                f_kept, w_kept = _sums(top, tau, z_one, MAP, params)
+                f_tau = f_kept + t_f
+                w_tau = w_kept + t_w
+                lo, hi = _narrow(tau, lo, hi, f_tau)
+                kappa = tl.where(t_f > 0, -t_w / tl.where(t_f > 0, t_f, 1.0), 0.0)
+                point = _solve_kept(top, tau, lo, hi, t_f, kappa, m0, settled, z_one, MAP, params, MAX_STEPS)
+                new_tau, lo, hi, dt, dt_old, done, took = _bracket_step(tau, lo, hi, dt, dt_old, step, f_tau, w_tau,
+                                                                        m0, settled, point)
+                moved = new_tau - tau
+                trusted = took & (tl.abs(t_f * tl.exp(tl.minimum(kappa * moved, 30.0)) - (t_f - t_w * moved)) <= TRUST)
+                wsum_at = tl.where(settled, wsum_at, w_tau)
+                exact = exact | (done & ~settled)
+                settled = settled | done | trusted
+                tau = new_tau
+                going = tl.min(settled.to(tl.int32), 0) == 0
+                step += 1
+            f = tl.zeros([BLOCK_M], tl.float32)
+            acc = tl.zeros([BLOCK_M, BLOCK_EV], tl.float32)
+            u = tl.zeros([BLOCK_M, BLOCK_EV], tl.float32)
+            wsum = tl.zeros([BLOCK_M], tl.float32)
+            for start in range(0, n_keys, BLOCK_N):
+                has = False
+                if tl.load(gap + start // BLOCK_N) > floor:
+                    s = _scores(q, scale, K, Mask, k_base, m_base, offs_m, start, L, S, E, sk_s, sk_e, sm_l, sm_s,
+                                HAS_MASK, MASK_BOOL, CAUSAL, BLOCK_N, BLOCK_E, UPCAST)
+                    p = link_plus(s - tau[:, None], z_one, MAP, params)
+                    p = tl.where(dead[:, None], 0.0, p)
+                    offs_n = start + tl.arange(0, BLOCK_N)
+                    v = tl.load(V + v_base + offs_n[:, None] * sv_s + offs_v[None, :] * sv_e,
+                                mask=(offs_n[:, None] < S) & (offs_v[None, :] < EV), other=0.0)
+                    acc += _mm(p.to(v.dtype), v, UPCAST)
+                    f += tl.sum(p, 1)
+                    has = tl.max(tl.max(p, 1), 0) > 0
+                    if WEIGHTED:  # w(p) with p = g (F is 1 to the Newton tolerance; see the module's docstring)
+                        w = tl.where(p > 0, MAP.weight(tl.where(p > 0, p, 1.0), params), 0.0)
+                        u += _mm(w.to(v.dtype), v, UPCAST)
+                        wsum += tl.sum(w, 1)
+                tl.store(Support + (bh * tl.num_programs(0) + qb) * n_kblocks + start // BLOCK_N, has.to(tl.int8))
+            # a trusted tau is kept where the output pass finds F within 2u of 1, or within what the step to its
+            # root would move tau by less than the resolution of s - tau
+            resolution = 1.2e-7 * (tl.abs(tau) + tl.abs(m0))
+            exact = exact | (tl.abs(f - 1.0) <= 2.4e-7) | (tl.abs(f - 1.0) <= resolution * wsum_at)
+            settled = exact
+            pending = (tl.min(exact.to(tl.int32), 0) == 0) & (step < MAX_STEPS)
         tau = tl.where(dead, float("inf"), tau)
         f = tl.where(dead, 1.0, f)
         out = tl.where(dead[:, None], 0.0, acc / f[:, None])

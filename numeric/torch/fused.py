@@ -30,10 +30,14 @@ from pathlib import Path
 import numpy as np
 import torch
 
-__all__ = ["unsupported", "steep_at_clip", "check_backend", "fused_attention", "BACKENDS", "BLOCK"]
+__all__ = ["unsupported", "steep_at_clip", "check_backend", "fused_attention", "BACKENDS", "BLOCK", "KEEP"]
 
 #: Query and key rows per block: (on CUDA, in Triton's interpreter).
 BLOCK = {"cuda": 64, "cpu": 16}
+#: Largest scores the forward keeps per row from its first pass (a multiple of the block's width): a sparse
+#: row whose support fits in them is solved with no pass over the keys, and the others model only the scores
+#: left out (see numeric.kernels.triton_attention).
+KEEP = {"cuda": 64, "cpu": 64}
 #: Newton / bisection steps of the threshold at most (float32 converges in far fewer; bisection alone halves a
 #: bracket of width <= omega'(1) - omega'(1/n) to float32's resolution within ~40).
 MAX_STEPS = 60
@@ -209,7 +213,7 @@ class _Fused(torch.autograd.Function):
             params.shape[1], *q.stride(), *k.stride(), *v.stride(), *out.stride(), *ms,
             HAS_MASK=mask is not None, MASK_BOOL=mask is None or mask.dtype == torch.bool, CAUSAL=causal,
             EXP_LINK=exp_link, MAX_STEPS=MAX_STEPS, WEIGHTED=weighted, BLOCK_M=block, BLOCK_N=block, BLOCK_E=be,
-            BLOCK_EV=bev, UPCAST=not q.is_cuda, MAP=fns, **_options(q))
+            BLOCK_EV=bev, KEEP=KEEP["cuda" if q.is_cuda else "cpu"], UPCAST=not q.is_cuda, MAP=fns, **_options(q))
         ctx.save_for_backward(q, k, v, mask, params, tau, fsum, support, u, wsum)
         ctx.args = (scale, causal, fns, shapes, block, be, bev)
         return out

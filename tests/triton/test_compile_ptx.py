@@ -31,7 +31,7 @@ INPUTS = {"Q", "K", "V", "Out", "DO"}
 name, params, dtype, arch = json.loads(sys.argv[1])
 module = nm.get_map(name, **params).module
 constexprs = dict(MAP=fused.map_functions(module), HAS_MASK=True, MASK_BOOL=True, CAUSAL=True, MAX_STEPS=60, WEIGHTED=True, BLOCK_M=64, BLOCK_N=64, BLOCK_E=64,
-                  BLOCK_EV=64, UPCAST=False, EXP_LINK=bool(module.TERM_IS_EXP) and module.LINK_FORM == "exp")
+                  BLOCK_EV=64, KEEP=fused.KEEP["cuda"], UPCAST=False, EXP_LINK=bool(module.TERM_IS_EXP) and module.LINK_FORM == "exp")
 out = {}
 for kernel in ("attention_forward", "attention_backward_rows", "attention_backward_keys"):
     fn = getattr(kernels, kernel)

@@ -141,8 +141,8 @@ def _bounds(d, scale):
     return out, (dq, dk, dv)
 
 
-def _check(name, params, L, S, causal, mask_kind, seed=0, dtype=None):
-    q, k, v, do = _inputs(seed, L=L, S=S)
+def _check(name, params, L, S, causal, mask_kind, seed=0, dtype=None, inputs=None):
+    q, k, v, do = _inputs(seed, L=L, S=S) if inputs is None else inputs
     mask = _mask(mask_kind, L, S)
     scale = 1 / math.sqrt(q.shape[-1])
     mapping = get_map(name, **{n: torch.as_tensor(p, dtype=torch.float32) if isinstance(p, np.ndarray) else p
@@ -401,3 +401,49 @@ def test_threshold_passes_skip_blocks_without_weight(monkeypatch):
         assert counts[i, i] == 2 if sizes[i] < 16 else 3 <= counts[i, i] <= 1 + 17 + 1, (counts, sizes)
     bound, _ = _bounds(d, 1 / math.sqrt(8))
     assert np.all(np.abs(out.double().numpy() - d["out"]) <= bound)
+
+
+def _forward_products(monkeypatch, q, k, v, mapping):
+    """Block products per (query block, key block) pair of a forward with no gradient."""
+    from numeric.kernels import triton_attention as mod
+
+    calls = [0]
+    product = mod._mm
+    monkeypatch.setattr(mod, "_mm", lambda *a: calls.__setitem__(0, calls[0] + 1) or product(*a))
+    with torch.no_grad():
+        attention(q, k, v, mapping=mapping, backend="triton")
+    monkeypatch.setattr(mod, "_mm", product)
+    return calls[0] / (q.shape[0] * q.shape[1] * math.ceil(q.shape[-2] / 16) * math.ceil(k.shape[-2] / 16))
+
+
+#: maps whose rows' supports pass 16 of 40 keys: two sparse, one dense typed (its link traced)
+BEYOND = [("entmax", {"alpha": 1.3}), ("entmax15", {}), ("shannon_gini", {})]
+
+
+@pytest.mark.parametrize(("name", "params"), BEYOND, ids=[n if n != "entmax" else "entmax-1.3" for n, _ in BEYOND])
+def test_rows_beyond_the_kept_scores(name, params, monkeypatch):
+    """Rows whose support passes the kept largest scores (16 kept here, 40 keys) take the tail model's steps:
+    the forward makes more than the first pass and the output pass (3 products per pair), and the output and
+    gradients are within the float32 bounds; among the keys are 8 repeated 4 times, so that scores tie with
+    the smallest kept one (the tail counts the copies the kept do not hold)."""
+    from numeric.torch import fused
+
+    monkeypatch.setitem(fused.KEEP, "cpu", 16)
+    q, k, v, do = _inputs(11, L=40, S=40)
+    k[..., 8:40, :] = k[..., 8:16, :].repeat(1, 1, 4, 1)
+    mapping = get_map(name, **params)
+    assert _forward_products(monkeypatch, q, k, v, mapping) > 3
+    _check(name, params, 40, 40, False, None, inputs=(q, k, v, do))
+    _check(name, params, 40, 40, True, "bool", inputs=(q, k, v, do))
+
+
+def test_trusted_steps_are_measured_by_the_output_pass(monkeypatch):
+    """With every step of the tail model trusted (TRUST huge), rows whose F the output pass finds off 1 step
+    again: the results stay within the float32 bounds (a dense typed map, whose first model step is off by
+    about 1e-4 in F with 16 of 40 scores kept)."""
+    from numeric.kernels import triton_attention as mod
+    from numeric.torch import fused
+
+    monkeypatch.setitem(fused.KEEP, "cpu", 16)
+    monkeypatch.setattr(mod, "TRUST", 1e30)
+    _check("shannon_gini", {}, 40, 40, False, None, seed=12)
