@@ -29,11 +29,11 @@ kernels, and a fix here is one edit for every map.
   otherwise a start left of it (``F(tau_k) >= 1``).  Each other row steps from
   ``tau_k``, one pass over the keys per step, which sums ``F`` and ``F'`` over
   the scores left out (the tail): the step goes to the root of the kept scores'
-  ``F`` (exact, no pass) plus the tail modelled as ``T exp(kappa (t - tau))``
-  with its sum ``T`` and slope ``kappa T`` at ``tau``.  That is Newton's step
-  where the tail is nearly linear, and far closer for a tail of small weights
-  (exponential for softmax-like maps, a high power for entmax's); where the
-  model's tail at the new point is within ``TRUST`` of its tangent's, the step is
+  ``F`` (exact, no pass) plus the tail modelled with its value and first two
+  derivatives at ``tau`` (``_tail_model``: exact for one power law, entmax's,
+  and for an exponential link).  A dense map starts from its tail's estimate
+  from the first pass, which sums ``exp(s - m)`` as softmax's does.  Where the
+  model's curvature term at the new point is at most ``TRUST``, the step is
   taken without a pass to measure ``F`` there.  A last pass accumulates
   ``g_+(s - tau) v`` and ``F``, writes ``out / F``, ``tau`` and ``F`` per row, and
   records which key blocks hold a weight above 0 (``Support``, per query block);
@@ -70,6 +70,7 @@ import triton
 import triton.language as tl
 
 from numeric import trust
+from numeric.kernels.triton_math import rg_log1p
 
 #: the safeguard of the threshold's Newton steps, traced from numeric.newton.safeguarded_point (generated)
 safeguarded_point = trust.import_generated("numeric._generated.newton_link_triton").safeguarded_point
@@ -81,9 +82,11 @@ __all__ = ["MapFunctions", "KERNELS", "FREE_STEPS", "TRUST", "link_plus", "atten
 KERNELS = ("attention_forward", "attention_backward_rows", "attention_backward_keys")
 #: Newton steps of a threshold solve that need only land strictly inside the bracket (see ``_bracket_step``).
 FREE_STEPS = tl.constexpr(2)
-#: A step of the tail model is taken without a pass to measure F where the model's tail there is within this of
-#: its tangent's (about 4 float32 roundings of F = 1; the model's own error is a fraction of that difference).
-TRUST = tl.constexpr(2.4e-7)
+#: A step of the tail model is taken without a pass to measure F where the model's curvature term there (its
+#: difference from the exponential with the same value and slope) is at most this: the model matches the tail
+#: to second order, and its error is then far below 2 float32 roundings of F = 1 on the rows measured in
+#: docs/benchmarks.md (the output pass measures F, and a row off 1 steps again).
+TRUST = tl.constexpr(1e-4)
 
 
 class MapFunctions(NamedTuple):
@@ -199,14 +202,39 @@ def _sums(s, tau, z_one, MAP: tl.constexpr, params):
 
 
 @triton.jit
+def _bend(p, w, z, clip):
+    # w (beta - 1) / x = w**2 / p - w / x, beta = w x / p the elasticity of g at x = z - clip (a power
+    # p = c x**beta has g'' = w (beta - 1) / x; x = inf for a dense map), 0 off the support
+    live = p > 0
+    x = tl.where(live, z, 0.0) - clip
+    return tl.where(live, w * w / tl.where(live, p, 1.0) - w / tl.where(live, x, 1.0), 0.0)
+
+
+@triton.jit
 def _tail_sums(s, tau, kth, z_one, MAP: tl.constexpr, params):
-    # per row, over the scores s of a block below the smallest kept score kth: F and sum w (as _sums), and the
-    # number of scores equal to kth (of which the kept hold some)
-    p = link_plus(s - tau[:, None], z_one, MAP, params)
+    # per row, over the scores s of a block below the smallest kept score kth: F, sum w (as _sums) and sum of
+    # _bend, and the number of scores equal to kth (of which the kept hold some)
+    z = s - tau[:, None]
+    p = link_plus(z, z_one, MAP, params)
     w = tl.where(p > 0, MAP.weight(tl.where(p > 0, p, 1.0), params), 0.0)
     below = s < kth[:, None]
     return (tl.sum(tl.where(below, p, 0.0), 1), tl.sum(tl.where(below, w, 0.0), 1),
+            tl.sum(tl.where(below, _bend(p, w, z, MAP.clip(params)), 0.0), 1),
             tl.sum((s == kth[:, None]).to(tl.float32), 1))
+
+
+@triton.jit
+def _tail_model(tail, rate, eta, d):
+    # the tail's F at tau + d, modelled as tail (1 - eta rate d)**(1/eta) (tail exp(-rate d) at eta = 0), and
+    # minus its slope.  With rate = W / T and eta = 1 - C T / W**2 from the tail's sums T, W = sum w and
+    # C = sum of _bend at tau, the model has the tail's value and first two derivatives there; it is exact for
+    # scores of one power law (eta = 1 / beta) and for an exponential link (eta = 0)
+    y = -eta * rate * d
+    live = 1.0 + y > 0
+    ys = tl.where(live, y, 0.0)
+    e = tl.where(eta == 0, -rate * d, rg_log1p(ys) / tl.where(eta == 0, 1.0, eta))
+    rest = tl.where(live, tail * tl.exp(tl.minimum(e, 30.0)), tl.where(eta > 0, 0.0, tail * 1e13))
+    return rest, rest * rate / tl.where(live, 1.0 + ys, 1.0)
 
 
 @triton.jit
@@ -240,11 +268,11 @@ def _newton_point(tau, f, wsum):
 
 
 @triton.jit
-def _solve_kept(top, tau, lo, hi, tail, kappa, m0, fixed, z_one, MAP: tl.constexpr, params,
+def _solve_kept(top, tau, lo, hi, tail, rate, eta, m0, fixed, z_one, MAP: tl.constexpr, params,
                 MAX_STEPS: tl.constexpr):
-    # the root in [lo, hi] of sum_kept g_+(top - t) + tail exp(kappa (t - tau)) = 1 (tail >= 0, kappa <= 0: the
-    # scores left out of the kept, modelled from their sum and slope at tau), by the steps of _bracket_step
-    # from tau, with no pass over the keys; `fixed` rows keep tau
+    # the root in [lo, hi] of sum_kept g_+(top - t) + _tail_model(tail, rate, eta, t - tau) = 1 (the scores
+    # left out of the kept, modelled from their sums at tau), by the steps of _bracket_step from tau, with no
+    # pass over the keys; `fixed` rows keep tau
     t = tau
     dt = hi - lo
     dt_old = dt
@@ -252,9 +280,9 @@ def _solve_kept(top, tau, lo, hi, tail, kappa, m0, fixed, z_one, MAP: tl.constex
     going = tl.min(fixed.to(tl.int32), 0) == 0
     while going & (step < MAX_STEPS):
         f, wsum = _sums(top, t, z_one, MAP, params)
-        rest = tail * tl.exp(tl.minimum(kappa * (t - tau), 30.0))
+        rest, drop = _tail_model(tail, rate, eta, t - tau)
         f += rest
-        wsum -= kappa * rest
+        wsum += drop
         lo, hi = _narrow(t, lo, hi, f)
         t, lo, hi, dt, dt_old, done, _ = _bracket_step(t, lo, hi, dt, dt_old, step, f, wsum, m0, fixed,
                                                        _newton_point(t, f, wsum))
@@ -327,11 +355,18 @@ def attention_forward(Q, K, V, Out, Tau, Fsum, Support, Bmax, Mask, Params, U, W
         top = tl.full([BLOCK_M, KEEP], float("-inf"), tl.float32)
         n_blocks = tl.cdiv(n_keys, BLOCK_N)
         first = tl.minimum((qb * BLOCK_M) // BLOCK_N, n_blocks - 1)
+        dense = MAP.clip(params) == float("-inf")
+        z_all = tl.zeros([BLOCK_M], tl.float32)  # a dense map's sum of exp(s - m), rescaled as m grows
         for j in range(0, n_blocks):
             kb = (j + first) % n_blocks
             s = _scores(q, scale, K, Mask, k_base, m_base, offs_m, kb * BLOCK_N, L, S, E, sk_s, sk_e, sm_l, sm_s,
                         HAS_MASK, MASK_BOOL, CAUSAL, BLOCK_N, BLOCK_E, UPCAST)
             top_s = tl.max(s, 1)
+            if dense:
+                grown = tl.maximum(m, top_s)
+                shift = tl.where(grown == float("-inf"), 0.0, grown)
+                z_all = (z_all * tl.exp(tl.where(m == float("-inf"), float("-inf"), m - shift))
+                         + tl.sum(tl.exp(s - shift[:, None]), 1))
             m = tl.maximum(m, top_s)
             n += tl.sum((s > float("-inf")).to(tl.float32), 1)
             tl.store(gap + kb, tl.max(tl.where(top_s > float("-inf"), top_s - tl.where(top_s > float("-inf"), m, 0.0),
@@ -348,15 +383,25 @@ def attention_forward(Q, K, V, Out, Tau, Fsum, Support, Bmax, Mask, Params, U, W
         # row, and tau_k is its threshold where the smallest kept score kth has weight 0 (every score left out is
         # at most it) or the row has no more than KEEP keys (`exact`)
         hi_k = m0 - MAP.omega_prime(1.0 / tl.maximum(tl.minimum(n, KEEP), 1.0), params)
-        tau = _solve_kept(top, lo, lo, hi_k, nothing, nothing, m0, out_rows, z_one, MAP, params, MAX_STEPS)
+        tau = _solve_kept(top, lo, lo, hi_k, nothing, nothing, nothing, m0, out_rows, z_one, MAP, params, MAX_STEPS)
         kth = tl.min(top, 1)
         kept_at_kth = tl.sum((top == kth[:, None]).to(tl.float32), 1)
-        exact = out_rows | (n <= KEEP) | (link_plus(kth - tau, z_one, MAP, params) == 0)
-        # the other rows: steps from tau_k, one pass over the keys each, which sums F and F' = -sum w over the
-        # scores left out (the tail); the step goes to the root of the kept scores' F plus the tail modelled
-        # as exponential in tau from its sum and slope (_solve_kept; the model has F's value and slope at tau:
-        # a Newton step where the tail is linear, and more accurate for an exponential or power-law tail).
-        # Where the model's tail at the new point differs from its tangent's by at most TRUST, the point is taken
+        p_kth = link_plus(kth - tau, z_one, MAP, params)
+        exact = out_rows | (n <= KEEP) | (p_kth == 0)
+        if dense:
+            # a dense map's tail starts as the scores left out weighted like exponentials, scaled to the
+            # smallest kept score's weight: sum_tail exp(s - kth) g(kth - t), from the first pass's exp sums
+            z_tail = tl.maximum(z_all - tl.sum(tl.exp(top - m0[:, None]), 1), 0.0)
+            scaled = p_kth > 0  # (kth = -inf where a row has fewer keys than KEEP: exact)
+            z_tail = tl.where(scaled, z_tail * tl.exp(tl.where(scaled, m0 - kth, 0.0)) * p_kth, 0.0)
+            w_kth = MAP.weight(tl.where(scaled, p_kth, 1.0), params)
+            rate = tl.where(scaled, w_kth / tl.where(scaled, p_kth, 1.0), 0.0)
+            tau = _solve_kept(top, tau, lo, hi, tl.where(exact, 0.0, z_tail), rate, nothing, m0, exact,
+                              z_one, MAP, params, MAX_STEPS)
+        # the other rows: steps from tau_k (a dense map: from its estimate above), one pass over the keys
+        # each, which sums F, F' = -sum w and the curvature term over the scores left out (the tail); the step
+        # goes to the root of the kept scores' F plus the tail's model (_solve_kept, _tail_model).  Where the
+        # model's curvature term at the new point is at most TRUST, the point is taken
         # without a pass to measure F there (`trusted`): the output pass measures it, and rows whose F is not 1
         # there take steps again.  tau never falls below lo = m - omega'(1): a key block with
         # s_ij - m_i <= clip - omega'(1) for every row has weights 0 at every step, and the passes skip it
@@ -376,30 +421,36 @@ def attention_forward(Q, K, V, Out, Tau, Fsum, Support, Bmax, Mask, Params, U, W
             while going & (step < MAX_STEPS):
                 t_f = tl.zeros([BLOCK_M], tl.float32)
                 t_w = tl.zeros([BLOCK_M], tl.float32)
+                t_c = tl.zeros([BLOCK_M], tl.float32)
                 at_kth = tl.zeros([BLOCK_M], tl.float32)
                 for start in range(0, n_keys, BLOCK_N):
                     if tl.load(gap + start // BLOCK_N) > floor:
                         s = _scores(q, scale, K, Mask, k_base, m_base, offs_m, start, L, S, E, sk_s, sk_e, sm_l, sm_s,
                                     HAS_MASK, MASK_BOOL, CAUSAL, BLOCK_N, BLOCK_E, UPCAST)
-                        f_block, w_block, n_block = _tail_sums(s, tau, kth, z_one, MAP, params)
+                        f_block, w_block, c_block, n_block = _tail_sums(s, tau, kth, z_one, MAP, params)
                         t_f += f_block
                         t_w += w_block
+                        t_c += c_block
                         at_kth += n_block
                 # the scores equal to kth that the kept do not hold belong to the tail
                 extra = tl.maximum(at_kth - kept_at_kth, 0.0)
-                p_kth = link_plus(kth - tau, z_one, MAP, params)
-                t_f += extra * p_kth
-                t_w += extra * tl.where(p_kth > 0, MAP.weight(tl.where(p_kth > 0, p_kth, 1.0), params), 0.0)
+                p_at = link_plus(kth - tau, z_one, MAP, params)
+                w_at = tl.where(p_at > 0, MAP.weight(tl.where(p_at > 0, p_at, 1.0), params), 0.0)
+                t_f += extra * p_at
+                t_w += extra * w_at
+                t_c += extra * _bend(p_at, w_at, kth - tau, MAP.clip(params))
                 f_kept, w_kept = _sums(top, tau, z_one, MAP, params)
                 f_tau = f_kept + t_f
                 w_tau = w_kept + t_w
                 lo, hi = _narrow(tau, lo, hi, f_tau)
-                kappa = tl.where(t_f > 0, -t_w / tl.where(t_f > 0, t_f, 1.0), 0.0)
-                point = _solve_kept(top, tau, lo, hi, t_f, kappa, m0, settled, z_one, MAP, params, MAX_STEPS)
+                rate = tl.where(t_f > 0, t_w / tl.where(t_f > 0, t_f, 1.0), 0.0)
+                eta = tl.where(t_w > 0, 1.0 - t_c * t_f / tl.where(t_w > 0, t_w * t_w, 1.0), 0.0)
+                point = _solve_kept(top, tau, lo, hi, t_f, rate, eta, m0, settled, z_one, MAP, params, MAX_STEPS)
                 new_tau, lo, hi, dt, dt_old, done, took = _bracket_step(tau, lo, hi, dt, dt_old, step, f_tau, w_tau,
                                                                         m0, settled, point)
                 moved = new_tau - tau
-                trusted = took & (tl.abs(t_f * tl.exp(tl.minimum(kappa * moved, 30.0)) - (t_f - t_w * moved)) <= TRUST)
+                curved, _ = _tail_model(t_f, rate, eta, moved)
+                trusted = took & (tl.abs(curved - t_f * tl.exp(tl.minimum(-rate * moved, 30.0))) <= TRUST)
                 wsum_at = tl.where(settled, wsum_at, w_tau)
                 exact = exact | (done & ~settled)
                 settled = settled | done | trusted
