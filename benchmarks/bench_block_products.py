@@ -5,7 +5,8 @@ Run: python benchmarks/bench_block_products.py [--length 256] [--dim 64] [--maps
 On a GPU the fused kernels' cost is their matrix products over (query block, key
 block) pairs: every pass over the key blocks recomputes ``Q K^T``.  This script
 runs the kernels on CPU tensors through Triton's interpreter (``TRITON_INTERPRET=1``,
-16-wide blocks), counts the calls of the kernels' product (``_mm``: ``Q K^T``,
+16-wide blocks, each row's 64 largest scores kept as on a GPU: ``numeric.torch.fused.KEEP``), counts the calls
+of the kernels' product (``_mm``: ``Q K^T``,
 ``P V``, ``dO V^T``, ``dS K``, ``dS^T Q``, ``P^T dO``), and reports them per
 (query block, key block) pair, forward and backward, for random normal q, k, v
 (one batch, one head, L = S, not causal).  Softmax's forward is FlashAttention's

@@ -447,3 +447,29 @@ def test_trusted_steps_are_measured_by_the_output_pass(monkeypatch):
     monkeypatch.setitem(fused.KEEP, "cpu", 16)
     monkeypatch.setattr(mod, "TRUST", 1e30)
     _check("shannon_gini", {}, 40, 40, False, None, seed=12)
+
+
+#: maps and the block products per pair their inference forward makes at most (L = S = 128, E = 64, 64 scores
+#: kept): the first pass and the output pass where a row's support fits in the kept scores; one tail pass more
+#: where it does not (alpha = 1.2: supports of about 80 keys; a dense map: all 128)
+PASSES = [("sparsemax", {}, 3), ("entmax15", {}, 3), ("entmax", {"alpha": 1.2}, 4), ("shannon_gini", {}, 4)]
+
+
+@pytest.mark.parametrize(("name", "params", "most"), PASSES, ids=[p[0] if p[0] != "entmax" else "entmax-1.2" for p in PASSES])
+def test_forward_makes_at_most_twice_softmax_products(name, params, most, monkeypatch):
+    """Issue 23's goal for the fused forward: at most twice softmax's 2 block products per (query block, key block)
+    pair on random normal scores, and the output within the float32 bound of the float64 reference."""
+    from numeric.torch import fused
+
+    assert fused.KEEP["cpu"] == 64
+    g = torch.Generator().manual_seed(0)
+    q, k, v = (torch.randn(1, 1, 128, 64, generator=g) for _ in range(3))
+    mapping = get_map(name, **params)
+    assert _forward_products(monkeypatch, q, k, v, mapping) <= most
+    with torch.no_grad():
+        out = attention(q, k, v, mapping=mapping, backend="triton")
+    d = _dense(name, params, q, k, v, torch.zeros_like(v), None, False, 1 / 8)
+    if most == 4:
+        assert (d["p"] > 0).sum(-1).max() > 64  # (rows beyond the kept scores)
+    bound, _ = _bounds(d, 1 / 8)
+    assert np.all(np.abs(out.double().numpy() - d["out"]) <= bound)
