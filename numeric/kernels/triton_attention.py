@@ -409,6 +409,7 @@ def attention_forward(Q, K, V, Out, Tau, Fsum, Support, Bmax, Mask, Params, U, W
         dt = hi - tau
         dt_old = dt
         settled = exact
+        may_trust = out_rows == out_rows  # (a row whose trusted step the output pass found off takes measured steps)
         wsum_at = tl.full([BLOCK_M], 1.0, tl.float32)  # sum w at tau, from the last pass that measured it
         f = tl.zeros([BLOCK_M], tl.float32)
         acc = tl.zeros([BLOCK_M, BLOCK_EV], tl.float32)
@@ -450,7 +451,7 @@ def attention_forward(Q, K, V, Out, Tau, Fsum, Support, Bmax, Mask, Params, U, W
                                                                         m0, settled, point)
                 moved = new_tau - tau
                 curved, _ = _tail_model(t_f, rate, eta, moved)
-                trusted = took & (tl.abs(curved - t_f * tl.exp(tl.minimum(-rate * moved, 30.0))) <= TRUST)
+                trusted = took & may_trust & (tl.abs(curved - t_f * tl.exp(tl.minimum(-rate * moved, 30.0))) <= TRUST)
                 wsum_at = tl.where(settled, wsum_at, w_tau)
                 exact = exact | (done & ~settled)
                 settled = settled | done | trusted
@@ -483,6 +484,7 @@ def attention_forward(Q, K, V, Out, Tau, Fsum, Support, Bmax, Mask, Params, U, W
             # root would move tau by less than the resolution of s - tau
             resolution = 1.2e-7 * (tl.abs(tau) + tl.abs(m0))
             exact = exact | (tl.abs(f - 1.0) <= 2.4e-7) | (tl.abs(f - 1.0) <= resolution * wsum_at)
+            may_trust = may_trust & exact
             settled = exact
             pending = (tl.min(exact.to(tl.int32), 0) == 0) & (step < MAX_STEPS)
         tau = tl.where(dead, float("inf"), tau)
