@@ -58,7 +58,8 @@ THOROUGH = settings._current_profile == "thorough"  # (set from --hypothesis-pro
 CASES = [("softmax", {}, "fp16", 80), ("entmax", {"alpha": 1.5}, "bf16", 90),
          ("gini_log1p", {}, "fp16", 90)]  # (a link with no closed form: its traced Newton loop)
 if THOROUGH:
-    CASES += [("sparsemax", {}, "fp16", 80), ("entmax15", {}, "bf16", 80), ("softmax", {}, "fp32", 90)]
+    CASES += [("sparsemax", {}, "fp16", 80), ("entmax15", {}, "bf16", 80), ("softmax", {}, "fp32", 90),
+              ("shannon_gini", {}, "fp32", 80)]  # (a dense map: its first pass sums exp(s - m))
 
 
 @pytest.mark.parametrize(("name", "params", "dtype", "arch"), CASES, ids=[f"{c[0]}-{c[2]}-sm{c[3]}" for c in CASES])
