@@ -449,6 +449,17 @@ def test_rows_beyond_the_kept_scores(name, params, monkeypatch):
     _check(name, params, 40, 40, True, "bool", inputs=(q, k, v, do))
 
 
+@pytest.mark.parametrize("alpha", [1.05, 3.0])
+def test_tail_steps_at_the_ends_of_alpha(alpha, monkeypatch):
+    """The tail model across the Tsallis family's range in the kernels: alpha = 1.05 (near softmax: a tail of
+    high power, nearly exponential) and alpha = 3 (g concave, an infinite slope where a score enters: eta > 1),
+    with 16 of 40 scores kept, causal with a boolean mask, within the float32 bounds."""
+    from numeric.torch import fused
+
+    monkeypatch.setitem(fused.KEEP, "cpu", 16)
+    _check("entmax", {"alpha": alpha}, 40, 40, True, "bool")
+
+
 def test_trusted_steps_are_measured_by_the_output_pass(monkeypatch):
     """With every step trusted (TRUST huge) and the tail's model falling half as fast as it should, the trusted
     thresholds are wrong: the output pass finds their F off 1, those rows take measured steps again, and the
