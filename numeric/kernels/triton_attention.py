@@ -75,7 +75,7 @@ from numeric.kernels.triton_math import rg_log1p
 #: the safeguard of the threshold's Newton steps, traced from numeric.newton.safeguarded_point (generated)
 safeguarded_point = trust.import_generated("numeric._generated.newton_link_triton").safeguarded_point
 
-__all__ = ["MapFunctions", "KERNELS", "FREE_STEPS", "TRUST", "link_plus", "attention_forward", "attention_backward_rows",
+__all__ = ["MapFunctions", "KERNELS", "FREE_STEPS", "TRUST", "F_TOLERANCE", "RESOLUTION", "link_plus", "attention_forward", "attention_backward_rows",
            "attention_backward_keys"]
 
 #: The kernels, by name.
@@ -87,6 +87,10 @@ FREE_STEPS = tl.constexpr(2)
 #: to second order, and its error is then far below 2 float32 roundings of F = 1 on the rows measured in
 #: docs/benchmarks.md (the output pass measures F, and a row off 1 steps again).
 TRUST = tl.constexpr(1e-4)
+#: A threshold is the root where F is within this of 1 (2 float32 roundings of 1) ...
+F_TOLERANCE = tl.constexpr(2.4e-7)
+#: ... or where a step would move it by less than this times |tau| + |m| (the resolution of s - tau).
+RESOLUTION = tl.constexpr(1.2e-7)
 
 
 class MapFunctions(NamedTuple):
@@ -195,10 +199,17 @@ def _keep_largest(top, s, BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, KEEP: tl
 
 
 @triton.jit
+def _weight_plus(p, MAP: tl.constexpr, params):
+    # weight(p) on the support (p > 0), 0 off it (weight is evaluated at 1 there)
+    live = p > 0
+    return tl.where(live, MAP.weight(tl.where(live, p, 1.0), params), 0.0)
+
+
+@triton.jit
 def _sums(s, tau, z_one, MAP: tl.constexpr, params):
     # per row, F = sum g_+(s - tau) and sum w(p) over the support, for scores s of a block
     p = link_plus(s - tau[:, None], z_one, MAP, params)
-    return tl.sum(p, 1), tl.sum(tl.where(p > 0, MAP.weight(tl.where(p > 0, p, 1.0), params), 0.0), 1)
+    return tl.sum(p, 1), tl.sum(_weight_plus(p, MAP, params), 1)
 
 
 @triton.jit
@@ -216,7 +227,7 @@ def _tail_sums(s, tau, kth, z_one, MAP: tl.constexpr, params):
     # _bend, and the number of scores equal to kth (of which the kept hold some)
     z = s - tau[:, None]
     p = link_plus(z, z_one, MAP, params)
-    w = tl.where(p > 0, MAP.weight(tl.where(p > 0, p, 1.0), params), 0.0)
+    w = _weight_plus(p, MAP, params)
     below = s < kth[:, None]
     return (tl.sum(tl.where(below, p, 0.0), 1), tl.sum(tl.where(below, w, 0.0), 1),
             tl.sum(tl.where(below, _bend(p, w, z, MAP.clip(params)), 0.0), 1),
@@ -233,27 +244,28 @@ def _tail_model(tail, rate, eta, d):
     live = 1.0 + y > 0
     ys = tl.where(live, y, 0.0)
     e = tl.where(eta == 0, -rate * d, rg_log1p(ys) / tl.where(eta == 0, 1.0, eta))
-    rest = tl.where(live, tail * tl.exp(tl.minimum(e, 30.0)), tl.where(eta > 0, 0.0, tail * 1e13))
+    # past 1 - eta rate d = 0 the power tail (eta > 0) has run out, and the other one (eta < 0, left of tau)
+    # has grown without bound: tail e**30, as the exponent is capped at 30 everywhere
+    rest = tl.where(live, tail * tl.exp(tl.minimum(e, 30.0)), tl.where(eta > 0, 0.0, tail * 1.0686474581524463e13))
     return rest, rest * rate / tl.where(live, 1.0 + ys, 1.0)
 
 
 @triton.jit
 def _bracket_step(tau, lo, hi, step, step_old, count, f, wsum, m0, fixed, point):
-    # one safeguarded step on F(tau) - 1 (F' = -sum w) inside the bracket [lo, hi], which it narrows, towards
-    # `point` (a function of lo and hi; see _newton_point and _tail_point).  The point is taken where it
+    # one safeguarded step on F(tau) - 1 (F' = -sum w) inside the bracket [lo, hi] (already moved to tau by
+    # _narrow) towards `point` (_newton_point, or the root of the tail's model).  The point is taken where it
     # lies in the bracket and, after the first FREE_STEPS steps, moves less than half as far as the step before
     # last (rtsafe's safeguard, `safeguarded_point`, traced from numeric.newton: where F' jumps as a score enters
     # the support with an infinite slope, k < 1, Newton would cycle between the two sides of the kink, each step
     # landing on the bracket's other end); otherwise the bracket is bisected.  A row is done when F is 1 to a few
     # roundings, when a step moves tau by less than the resolution of s - tau (a point on the end tau itself: the
-    # root to rounding), or when the bracket is that narrow; `fixed` rows keep their tau.  Returns (tau, lo, hi,
-    # step, step_old, done, took): `took` where the point was taken.
+    # root to rounding), or when the bracket is that narrow; `fixed` rows keep their tau.  Returns (tau, step,
+    # step_old, done, took): `took` where the point was taken.
     new_tau, inside = safeguarded_point(tau, lo, hi, step_old, point, wsum > 0, count < FREE_STEPS)
-    resolution = 1.2e-7 * (tl.abs(new_tau) + tl.abs(m0))
-    done = ((tl.abs(f - 1.0) <= 2.4e-7) | (inside & (tl.abs(new_tau - tau) <= resolution)) | (hi - lo <= resolution)
-            | fixed)
-    return (tl.where(done, tau, new_tau), lo, hi, tl.where(done, step, new_tau - tau), tl.where(done, step_old, step),
-            done, inside)
+    resolution = RESOLUTION * (tl.abs(new_tau) + tl.abs(m0))
+    done = ((tl.abs(f - 1.0) <= F_TOLERANCE) | (inside & (tl.abs(new_tau - tau) <= resolution))
+            | (hi - lo <= resolution) | fixed)
+    return tl.where(done, tau, new_tau), tl.where(done, step, new_tau - tau), tl.where(done, step_old, step), done, inside
 
 
 @triton.jit
@@ -284,8 +296,8 @@ def _solve_kept(top, tau, lo, hi, tail, rate, eta, m0, fixed, z_one, MAP: tl.con
         f += rest
         wsum += drop
         lo, hi = _narrow(t, lo, hi, f)
-        t, lo, hi, dt, dt_old, done, _ = _bracket_step(t, lo, hi, dt, dt_old, step, f, wsum, m0, fixed,
-                                                       _newton_point(t, f, wsum))
+        t, dt, dt_old, done, _ = _bracket_step(t, lo, hi, dt, dt_old, step, f, wsum, m0, fixed,
+                                               _newton_point(t, f, wsum))
         going = tl.min(done.to(tl.int32), 0) == 0
         step += 1
     return t
@@ -394,8 +406,7 @@ def attention_forward(Q, K, V, Out, Tau, Fsum, Support, Bmax, Mask, Params, U, W
             z_tail = tl.maximum(z_all - tl.sum(tl.exp(top - m0[:, None]), 1), 0.0)
             scaled = p_kth > 0  # (kth = -inf where a row has fewer keys than KEEP: exact)
             z_tail = tl.where(scaled, z_tail * tl.exp(tl.where(scaled, m0 - kth, 0.0)) * p_kth, 0.0)
-            w_kth = MAP.weight(tl.where(scaled, p_kth, 1.0), params)
-            rate = tl.where(scaled, w_kth / tl.where(scaled, p_kth, 1.0), 0.0)
+            rate = tl.where(scaled, _weight_plus(p_kth, MAP, params) / tl.where(scaled, p_kth, 1.0), 0.0)
             tau = _solve_kept(top, tau, lo, hi, tl.where(exact, 0.0, z_tail), rate, nothing, m0, exact,
                               z_one, MAP, params, MAX_STEPS)
         # the other rows: steps from tau_k (a dense map: from its estimate above), one pass over the keys
@@ -436,7 +447,7 @@ def attention_forward(Q, K, V, Out, Tau, Fsum, Support, Bmax, Mask, Params, U, W
                 # the scores equal to kth that the kept do not hold belong to the tail
                 extra = tl.maximum(at_kth - kept_at_kth, 0.0)
                 p_at = link_plus(kth - tau, z_one, MAP, params)
-                w_at = tl.where(p_at > 0, MAP.weight(tl.where(p_at > 0, p_at, 1.0), params), 0.0)
+                w_at = _weight_plus(p_at, MAP, params)
                 t_f += extra * p_at
                 t_w += extra * w_at
                 t_c += extra * _bend(p_at, w_at, kth - tau, MAP.clip(params))
@@ -447,11 +458,12 @@ def attention_forward(Q, K, V, Out, Tau, Fsum, Support, Bmax, Mask, Params, U, W
                 rate = tl.where(t_f > 0, t_w / tl.where(t_f > 0, t_f, 1.0), 0.0)
                 eta = tl.where(t_w > 0, 1.0 - t_c * t_f / tl.where(t_w > 0, t_w * t_w, 1.0), 0.0)
                 point = _solve_kept(top, tau, lo, hi, t_f, rate, eta, m0, settled, z_one, MAP, params, MAX_STEPS)
-                new_tau, lo, hi, dt, dt_old, done, took = _bracket_step(tau, lo, hi, dt, dt_old, step, f_tau, w_tau,
-                                                                        m0, settled, point)
+                new_tau, dt, dt_old, done, took = _bracket_step(tau, lo, hi, dt, dt_old, step, f_tau, w_tau, m0,
+                                                                settled, point)
                 moved = new_tau - tau
                 curved, _ = _tail_model(t_f, rate, eta, moved)
-                trusted = took & may_trust & (tl.abs(curved - t_f * tl.exp(tl.minimum(-rate * moved, 30.0))) <= TRUST)
+                flat, _ = _tail_model(t_f, rate, nothing, moved)
+                trusted = took & may_trust & (tl.abs(curved - flat) <= TRUST)
                 wsum_at = tl.where(settled, wsum_at, w_tau)
                 exact = exact | (done & ~settled)
                 settled = settled | done | trusted
@@ -476,14 +488,14 @@ def attention_forward(Q, K, V, Out, Tau, Fsum, Support, Bmax, Mask, Params, U, W
                     f += tl.sum(p, 1)
                     has = tl.max(tl.max(p, 1), 0) > 0
                     if WEIGHTED:  # w(p) with p = g (F is 1 to the Newton tolerance; see the module's docstring)
-                        w = tl.where(p > 0, MAP.weight(tl.where(p > 0, p, 1.0), params), 0.0)
+                        w = _weight_plus(p, MAP, params)
                         u += _mm(w.to(v.dtype), v, UPCAST)
                         wsum += tl.sum(w, 1)
                 tl.store(Support + (bh * tl.num_programs(0) + qb) * n_kblocks + start // BLOCK_N, has.to(tl.int8))
             # a trusted tau is kept where the output pass finds F within 2u of 1, or within what the step to its
             # root would move tau by less than the resolution of s - tau
-            resolution = 1.2e-7 * (tl.abs(tau) + tl.abs(m0))
-            exact = exact | (tl.abs(f - 1.0) <= 2.4e-7) | (tl.abs(f - 1.0) <= resolution * wsum_at)
+            resolution = RESOLUTION * (tl.abs(tau) + tl.abs(m0))
+            exact = exact | (tl.abs(f - 1.0) <= F_TOLERANCE) | (tl.abs(f - 1.0) <= resolution * wsum_at)
             may_trust = may_trust & exact
             settled = exact
             pending = (tl.min(exact.to(tl.int32), 0) == 0) & (step < MAX_STEPS)
@@ -503,7 +515,7 @@ def attention_forward(Q, K, V, Out, Tau, Fsum, Support, Bmax, Mask, Params, U, W
 def _weights_at(s, tau, f, z_one, MAP: tl.constexpr, params):
     # (p, w): the weights of scores s at the forward's tau and F, and weight(p) on the support (0 off it)
     p = link_plus(s - tau[:, None], z_one, MAP, params) / f[:, None]
-    w = tl.where(p > 0, MAP.weight(tl.where(p > 0, p, 1.0), params), 0.0)
+    w = _weight_plus(p, MAP, params)
     return p, w
 
 
