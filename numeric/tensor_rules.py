@@ -45,6 +45,7 @@ NaN of an unused branch reaches a result or a gradient.
 from __future__ import annotations
 
 import math
+import numbers
 from typing import Any, Callable
 
 from .newton import Ops, invert_link, safeguarded_point
@@ -161,11 +162,20 @@ class TensorOps(Ops):
 
     def in_blocks(self, size: int, fn: Callable, rows: tuple):
         """``fn(*rows)``, an array of shape ``(R, ...)`` computed row by row, which a target may compute on
-        consecutive blocks of at most ``size`` rows and put together.
+        consecutive blocks of rows holding at most ``size`` scores (at least one row) and put together.
 
-        ``rows`` as in :meth:`repeat_rows`.
+        ``rows`` as in :meth:`repeat_rows`; the first holds the scores.
         """
         return fn(*rows)
+
+    def invert_link(self, z, omega_prime: Callable, omega_second: Callable):
+        """``g(z) = (omega')^{-1}(z)`` of a link with no closed form: :func:`numeric.newton.invert_link` on this
+        target (a device target calls the map's own ``link``, that algorithm traced)."""
+        return invert_link(self, z, omega_prime, omega_second)
+
+    #: Whether the target sorts rows (:meth:`sort_desc`); where it does not (device code), :func:`support_rule`'s
+    #: open rows take the support at :func:`root_rule`'s threshold instead of :func:`sort_rule`.
+    sorts = True
 
     def at_most(self, x, v):
         """``where(x < v, x, v)`` for a number ``v`` (NaN to ``v``)."""
@@ -291,6 +301,7 @@ class CompactRows:
 
     def in_blocks(self, size: int, fn: Callable, rows: tuple):
         count = rows[0].shape[0]
+        size = max(1, size // rows[0].shape[-1])
         if size >= count:
             return fn(*rows)
         parts = [fn(*self._take_all(rows, slice(lo, lo + size), count)) for lo in range(0, count, size)]
@@ -563,7 +574,7 @@ def support_rule(ops: TensorOps, r: Routines, y, steps: int = SUPPORT_STEPS):
     branch, so ``tau_S`` is ``t*``.  The start is the larger of ``-omega'(1)`` and the
     Jensen bound ``mean(y) - omega'(1/n)`` (on rows without masked scores).  For degree 1 the Newton step is
     ``tau_S`` itself (Michelot's algorithm).  Rows still open after ``steps`` steps
-    take :func:`sort_rule`.
+    take :func:`sort_rule` (on a target that cannot sort, :func:`_support_at_root`).
     """
     power = _small_power(r)
     n = y.shape[-1]
@@ -614,7 +625,25 @@ def support_rule(ops: TensorOps, r: Routines, y, steps: int = SUPPORT_STEPS):
             return (t, result, active), active
 
         t, result, active = ops.repeat_rows(steps, body, (t, result, active), active, rows)
-    return ops.on_rows(active, lambda *rows: sort_rule(ops, bound(rows)[1], rows[0]), rows, result)
+    if ops.sorts:
+        return ops.on_rows(active, lambda *rows: sort_rule(ops, bound(rows)[1], rows[0]), rows, result)
+    return ops.on_rows(active, lambda *rows: _support_at_root(ops, *bound(rows)), rows, result)
+
+
+def _support_at_root(ops, y, r):
+    """``tau - m`` of a sort map for a target that cannot sort: the candidate ``tau_S`` of the support ``S`` at
+    :func:`root_rule`'s threshold (exact where the root rule finds the support; its threshold where ``S`` is empty
+    or gives no real candidate)."""
+    _, t = root_rule(ops, r, y)
+    clip = r.clip()
+    pos = y - t > clip
+    k = ops.row_sum(ops.float_(pos))
+    s1 = ops.row_sum(ops.where(pos, y, 0))
+    s2 = ops.row_sum(ops.where(pos, y * y, 0))
+    ok = k > 0
+    if r.has("discriminant"):
+        ok = ok & (r.discriminant(k, s1, s2) >= 0)
+    return ops.where(ok, r.tau_candidate(ops.where(ok, k, 1), s1, s2), t)
 
 
 def _support_generic(ops, bound, rows, t, result, active, steps):
@@ -676,7 +705,7 @@ def root_rule(ops: TensorOps, r: Routines, y, steps: int = ROOT_STEPS):
     """
     clip = r.clip()
     n = y.shape[-1]
-    count = ops.full(y[..., :1], float(n))  # (masked scores make -reach(1/n) a looser upper end, still one)
+    count = ops.full(y[..., :1], _length(y))  # (masked scores make -reach(1/n) a looser upper end, still one)
     power = r.module.LINK_FORM == "power" and r.has("link_scale")
     if not power and not r.has("link"):
         return kkt_rule(ops, r, y)
@@ -698,7 +727,7 @@ def root_rule(ops: TensorOps, r: Routines, y, steps: int = ROOT_STEPS):
         p, t = _power_newton(ops, a, k, b, start, steps)
         return p, t - clip  # tau - m = t - clip
 
-    if isinstance(k, (int, float)):  # a number: the rule is chosen here
+    if isinstance(k, (int, float)) and far is False:  # a number: the rule is chosen here
         return newton() if k >= 1 else _root_halley(ops, r, y, steps, (a, k, b), lo, hi)
     p, t = ops.branch(k < 1, lambda: _root_halley(ops, r, y, steps, (a, k, b), ops.where(k >= 1, start, lo), hi), newton)
 
@@ -712,11 +741,11 @@ def _far_rows(ops, k, y):
     """Where a power-form link's ``c = p_max**(1/k)`` may leave the normal range on the rows ``y`` of ``n``
     scores: ``(1/n)**(1/k) < tiny / eps`` (large alpha on long rows).  A Python bool for a number ``k``,
     else ``(R, 1)`` booleans; those rows take :func:`_power_log_rule`."""
-    limit = ops.log_tiny - math.log(ops.eps)
-    n = y.shape[-1]
-    if isinstance(k, (int, float)):
+    limit = ops.log_tiny - _log(ops, ops.eps)
+    n = _length(y)
+    if isinstance(k, (int, float)) and isinstance(n, float):
         return bool(-math.log(n) / k < limit)
-    return -math.log(n) / (k + ops.full(y[..., :1], 0.0)) < limit
+    return -_log(ops, n) / (k + ops.full(y[..., :1], 0.0)) < limit
 
 
 def _power_log_rule(ops, r: Routines, y, steps: int = LOG_STEPS):
@@ -782,7 +811,7 @@ def kkt_rule(ops: TensorOps, r: Routines, y, steps: int = KKT_STEPS, candidates:
         def whole(y, *params):
             return ops.cat(*_kkt_newton(ops, Routines(r.module, r.table, params), y, steps))
 
-        return _split(ops.in_blocks(max(1, KKT_BLOCK // n), whole, (y, *r.params)), n)
+        return _split(ops.in_blocks(KKT_BLOCK, whole, (y, *r.params)), n)
     values, index = ops.top(y, candidates + 1)
     p, t = _kkt_newton(ops, r, values, steps)
     # the smallest candidate off the support (masked scores are): the excluded scores are too
@@ -801,6 +830,17 @@ def kkt_rule(ops: TensorOps, r: Routines, y, steps: int = KKT_STEPS, candidates:
 def _split(both, n):
     """``(p, t)`` from ``p`` and ``t`` side by side."""
     return both[..., :n], both[..., n:]
+
+
+def _length(y):
+    """The length of the rows ``y`` as a float (or as a target that traces gives it, a value of its own)."""
+    n = y.shape[-1]
+    return float(n) if isinstance(n, int) else n
+
+
+def _log(ops, x):
+    """``log(x)`` of a number (``math.log``) or of a target's value."""
+    return math.log(x) if isinstance(x, (int, float)) else ops.log(x)
 
 
 def _kkt_newton(ops: TensorOps, r: Routines, y, steps: int):
@@ -845,7 +885,7 @@ def _kkt_newton(ops: TensorOps, r: Routines, y, steps: int):
     * A row stops where its step is within rounding: ``t`` moves by at most
       ``4 eps (1 + |t| + sum w e / sum w)`` and every ``p_i`` by at most ``16 eps (p_i + w_i e_i) + tiny``,
       with ``e_i = |z_i| + |t| + |omega'(p_i)|`` the scale of the rounding of ``r_i``; ``p`` is then
-      divided by its sum.  Rows that do
+      taken to sum 1 by a first-order step in ``t`` (:func:`_to_sum_one`).  Rows that do
       not (the budget of ``steps`` runs out, or the bracket closes on a kink of ``F``)
       are solved by :func:`_root_halley` with the link inverted by
       :func:`numeric.newton.invert_link`.
@@ -961,15 +1001,33 @@ def _kkt_newton(ops: TensorOps, r: Routines, y, steps: int):
     state = (t, p, lo, hi, width, width, ops.full(count, 0.0), ops.not_(true), true)
     t, p, _, _, _, _, _, settled, _ = ops.repeat_rows(steps, body, state, true, rows)
     p = ops.where(live & (y - t > clip) if sparse else live, p, 0)
-    p = p / ops.row_sum(p)
+    p = _to_sum_one(ops, r, p)
 
     def halley(y, c, anchor, at, one, edge, *params):
         rr = Routines(r.module, r.table, params)
-        size = ops.full(y[..., :1], float(n))
+        size = ops.full(y[..., :1], _length(y))
         q, s = _root_halley(ops, rr, y, ROOT_STEPS, None, -rr.omega_prime(ops.full(size, 1.0)), -rr.omega_prime(1 / size))
         return ops.cat(q, s)
 
     return _split(ops.on_rows(ops.not_(settled), halley, rows, ops.cat(p, t)), n)
+
+
+def _to_sum_one(ops, r: Routines, p):
+    """``p`` moved to sum 1 by the threshold's first-order step, ``p + w (1 - P) / sum w`` (``w = weight(p)`` on the
+    support, ``P = sum p``), then divided by its sum (the rounding left).
+
+    The step puts the sum's error where ``p`` is least determined by its own equation ``omega'(p_i) = z_i - t``:
+    at a kink, a score just inside the support with a flat ``omega'`` (``p**12 + p**13``: ``w`` of ``p = 0.07``
+    is 1e8 times that of ``p = 0.5``) stops within its wide rounding, and dividing by the sum would spread its
+    error over every score.  A row the step would take off the support (a ``p`` at most 0) is only divided.
+    """
+    w = _weights(ops, r, p)
+    total = ops.row_sum(p)
+    sum_w = ops.row_sum(w)
+    q = p + w * ops.where(sum_w > 0, (1 - total) / ops.where(sum_w > 0, sum_w, 1), 0)
+    off = ops.row_sum(ops.float_((p > 0) & ops.not_(q > 0))) > 0
+    q = ops.where(off, p, q)
+    return q / ops.row_sum(q)
 
 
 def _elastic_step(ops, r: Routines, p, ps, o1, w, z):
@@ -1034,12 +1092,12 @@ def _power_newton(ops, a, k, b, t, steps):
     by rounding) or its step is below ``4 eps |t|``, and keeps its ``t`` (evaluated again
     it stops again): the loop's last evaluation is at every row's final ``t`` and gives ``p / F``.
     """
-    tol = (4 + math.log2(b.shape[-1])) * ops.eps
+    tol = (4 + _log(ops, _length(b)) / math.log(2)) * ops.eps
     tol_t = -4 * ops.eps  # t < 0
     km1 = k - 1
     # at least tiny: the exponent rounds below log(tiny) for k - 1 <= 0.9, and a subnormal floor
     # is 0 where subnormals are flushed (XLA on CPU): log(0) would give 0 * inf
-    if isinstance(km1, (int, float)):
+    if isinstance(km1, (int, float)) and isinstance(ops.log_tiny, numbers.Real):  # (not a traced value)
         floor = max(math.exp(0.9 * ops.log_tiny / max(km1, 0.9)), ops.tiny)
     else:
         floor = ops.clamp_min(ops.exp(0.9 * ops.log_tiny / ops.clamp_min(km1, 0.9)), ops.tiny)
@@ -1071,7 +1129,7 @@ def _power_link(ops, k, raw):
 def _root_halley(ops, r, y, steps, power, lo, hi):
     """:func:`root_rule`'s safeguarded Halley from the bracket ``[lo, hi]``; ``power``: ``(a, k, b)`` of the link's power form, or ``None``."""
     clip = r.clip()
-    count = ops.full(y[..., :1], float(y.shape[-1]))
+    count = ops.full(y[..., :1], _length(y))
     if power is not None:
         a, k, b = power
         scale = 0  # t has no offset: the bracket's width is judged relative to t
@@ -1098,7 +1156,7 @@ def _root_halley(ops, r, y, steps, power, lo, hi):
             if r.has("link"):
                 g = r.link(safe)
             else:
-                g = invert_link(ops, safe, r.omega_prime, r.omega_second)
+                g = ops.invert_link(safe, r.omega_prime, r.omega_second)
             pos = pos & (g > 0)
             return ops.where(pos, g, 0), None, pos
 

@@ -13,7 +13,8 @@ import sympy as sp
 from ..argmax import derive_map
 from ..regularizers import FAMILIES, Regularizer
 from .emit import HEADER_MARK, content_hash, generate_module
-from .trace import newton_link_sources, safeguard_sources
+from .trace import newton_link_sources, safeguard_source
+from .trace_rows import rows_solve_source, solver_enum_source
 
 __all__ = ["Builtin", "BUILTINS", "BUILTIN_MAPS", "CONTINUOUS_MAPS", "builtin_sources"]
 
@@ -57,16 +58,15 @@ CONTINUOUS = {continuous!r}
 '''
 
 
-_NEWTON_CUDA = '''"""numeric.newton's algorithms traced into CUDA (derive.codegen.trace): the inversion of a link with no closed
-form (invert_link) and the safeguard of every bracketed Newton solve (safeguarded_point).
+_NEWTON_CUDA = '''"""numeric.newton's inversion of a link with no closed form (invert_link) traced into CUDA
+(derive.codegen.trace).
 
 numeric.kernels.device_source puts CUDA_SOURCE after the prelude of every map's device source; a map
 whose link has no closed form defines NAME_link(z, params...) as rg_newton_link(z, omega', omega'')
-with its own derivatives (derive.codegen.cuda.newton_link); the row kernels' threshold loops
-(numeric/kernels/rows.cuh) take their next point from rg_safeguarded_point.
+with its own derivatives (derive.codegen.cuda.newton_link).
 """
 
-#: the templates ``rg_newton_link(z, omega_prime, omega_second)`` and ``rg_safeguarded_point(...)``
+#: the template ``rg_newton_link(z, omega_prime, omega_second)``
 CUDA_SOURCE = r"""
 {cuda}
 """
@@ -89,14 +89,36 @@ import triton.language as tl
 '''
 
 
+_ROWS_SOLVE = '''"""numeric.tensor_rules.solve traced into CUDA (derive.codegen.trace_rows): the row kernels' forward pass,
+one function per kind of map (rg_solve_closed, rg_solve_sort_linear, ..., rg_solve_kkt_dense), each
+solving one row in one block, and rg_solve_row, which calls the one a map's struct names (M::solver).
+
+numeric.kernels.rows_source puts CUDA_SOURCE before numeric/kernels/rows.cuh, whose rg_forward_rows
+calls rg_solve_row for each row.
+"""
+
+#: the enum ``rg_solver`` (numeric.kernels.device_source puts it before a map's device functions: its
+#: struct names one)
+ENUM_SOURCE = r"""
+{enum}
+"""
+
+#: the templates ``rg_solve_NAME(map, sr, pr, cols, shared, tau)`` and ``rg_solve_row``
+CUDA_SOURCE = r"""
+{cuda}
+"""
+'''
+
+
 def _package_module(package: str, text: str) -> str:
     """A generated file of package code: the header (with the content hash) and ``text``."""
     return f"{HEADER_MARK}\n# package: {package}\n# content-hash: {content_hash(text)}\n{text}"
 
 
 def builtin_sources() -> dict[str, str]:
-    """File name -> text for every built-in map, the package's ``__init__.py`` and the traced inversion of a link
-    with no closed form (``newton_link.py``, CUDA; ``newton_link_triton.py``)."""
+    """File name -> text for every built-in map, the package's ``__init__.py``, the traced inversion of a link
+    with no closed form (``newton_link.py``, CUDA; ``newton_link_triton.py``) and the traced row solves
+    (``rows_solve.py``)."""
     from ..continuous import derive_continuous
     from .continuous import generate_continuous_module
 
@@ -111,9 +133,10 @@ def builtin_sources() -> dict[str, str]:
     init = _INIT.format(names=tuple(b.name for b in BUILTINS), continuous=continuous)
     out["__init__.py"] = _package_module("numeric._generated", init)
     cuda, triton = newton_link_sources()
-    safe_cuda, safe_triton = safeguard_sources()
-    cuda, triton = cuda + "\n" + safe_cuda, triton + "\n\n\n" + safe_triton
+    triton = triton + "\n\n\n" + safeguard_source()
     out["newton_link.py"] = _package_module("numeric._generated.newton_link", _NEWTON_CUDA.format(cuda=cuda))
     out["newton_link_triton.py"] = _package_module("numeric._generated.newton_link_triton",
                                                    _NEWTON_TRITON.format(triton=triton))
+    out["rows_solve.py"] = _package_module("numeric._generated.rows_solve", _ROWS_SOLVE.format(enum=solver_enum_source(),
+                                                                                      cuda=rows_solve_source()))
     return out

@@ -17,7 +17,7 @@ once; a generated module holds what is derived from its regularizer:
 
 from __future__ import annotations
 
-__all__ = ["newton_link", "map_struct", "entry_points", "kernel_names", "THRESHOLD_KINDS", "ROLES"]
+__all__ = ["newton_link", "map_struct", "entry_points", "kernel_names", "ROLES"]
 
 
 def newton_link(name: str, params: list[str]) -> str:
@@ -33,25 +33,24 @@ def newton_link(name: str, params: list[str]) -> str:
         "}"])
 
 
-#: The map struct's ``threshold`` (``rg_threshold`` of ``numeric/kernels/prelude.cuh``) by threshold kind and
-#: link form: a root threshold with a link of the power form iterates on ``log(a / c)``, other roots on ``tau``.
-THRESHOLD_KINDS = {"closed": "RG_CLOSED", "sort": "RG_SORT", "root": "RG_ROOT", "root power": "RG_ROOT_POWER"}
 #: The struct's methods (the routines of the kernels' interface) by routine, with their arguments.
-_METHODS = {"clip": (), "link": ("z",), "weight": ("p",), "omega_prime": ("p",), "term": ("s",),
-            "tau_from_sum": ("S",), "tau_candidate": ("k", "S_1", "S_2"), "link_scale": (), "link_exponent": ()}
+_METHODS = {"clip": (), "link": ("z",), "link_dtau": ("z",), "omega": ("p",), "omega_prime": ("p",),
+            "omega_second": ("p",), "omega_third": ("p",), "weight": ("p",), "weight_d2": ("p",), "term": ("s",),
+            "tau_from_sum": ("S",), "tau_candidate": ("k", "S_1", "S_2"), "discriminant": ("k", "S_1", "S_2"),
+            "link_scale": (), "link_exponent": ()}
 #: The kernels of every discrete map, each an entry point per dtype: (role, pointer arguments).
 ROLES = (("forward_from_tau", "const T* s, const T* tau, T* p"), ("forward_rows", "const T* s, T* p, T* tau"),
          ("jvp", "const T* p, const T* v, T* out"))
 
 
-def map_struct(name: str, params: list[str], routines, kind: str, form: str) -> str:
+def map_struct(name: str, params: list[str], routines, solver: str) -> str:
     """``NAME_map<T>``: the map's parameters and the routines (of ``routines``) that the row kernels call, as the
-    interface of ``numeric/kernels/rows.cuh``; then ``NAME_link_plus(z, params...)``, the clipped link."""
-    threshold = THRESHOLD_KINDS["root power" if kind == "root" and form == "power" else kind]
+    interface of ``numeric/kernels/rows.cuh``, and ``solver``, the ``rg_solver`` of the traced solve its rows take
+    (:data:`derive.codegen.trace_rows.SOLVERS`); then ``NAME_link_plus(z, params...)``, the clipped link."""
     call = ", ".join(params)
     lines = [f"// the interface of the row kernels (numeric/kernels/rows.cuh) to {name}",
              f"template <typename T> struct {name}_map {{",
-             f"    static constexpr rg_threshold threshold = {threshold};"]
+             f"    static constexpr rg_solver solver = {solver};"]
     if params:
         lines.append(f"    T {', '.join(params)};")
     for routine, args in _METHODS.items():

@@ -48,6 +48,7 @@ from ..regularizers import p, z
 from . import cuda
 from . import triton as triton_code
 from .printers import POINTS, CudaPrinter, PyPrinter, print_block, stable_form
+from .trace_rows import solver_for
 
 __all__ = ["generate_module", "assemble", "check_name", "HEADER_MARK", "content_hash"]
 
@@ -231,8 +232,12 @@ def generate_module(dv: Derivation, name: str) -> str:
     device = [cuda_function(piece, params, cu, name) for piece in pieces]
     if dv.inversion.method != "closed":
         device.append(cuda.newton_link(name, params))
-    device.append(cuda.map_struct(name, params, {pc.name for pc in pieces} | {"link"}, dv.threshold.kind,
-                                  dv.inversion.form.form))
+    form = dv.inversion.form
+    exponent = None if form.exponent is None else sp.sympify(form.exponent)
+    exponent = exponent if exponent is not None and exponent.is_number else None
+    solver = solver_for(dv.threshold.kind, dv.threshold.degree, dv.inversion.method, form.form,
+                        None if exponent is None else float(exponent), dv.clip == sp.S.NegativeInfinity)
+    device.append(cuda.map_struct(name, params, {pc.name for pc in pieces} | {"link"}, solver.enum))
     device_source = "\n".join(device) + "\n"
     kernels = cuda.kernel_names(name)
 

@@ -24,7 +24,7 @@ import numpy as np
 
 from numeric.newton import Ops, invert_link, safeguarded_point
 
-__all__ = ["Value", "Tracer", "CudaTracer", "TritonTracer", "newton_link_sources", "safeguard_sources"]
+__all__ = ["Value", "Tracer", "CudaTracer", "TritonTracer", "newton_link_sources", "safeguard_source"]
 
 
 class Value:
@@ -34,6 +34,8 @@ class Value:
         self.tracer, self.text, self.kind = tracer, text, kind
 
     def _bin(self, op, other, kind="T", swap=False):
+        if getattr(other, "elementwise", False):  # a value per score (derive.codegen.trace_rows.Elem) takes it
+            return NotImplemented
         a, b = self.text, self.tracer.value(other).text
         return self.tracer.let(f"{b} {op} {a}" if swap else f"{a} {op} {b}", kind)
 
@@ -254,25 +256,11 @@ def _safeguard_traced(tracer: Tracer) -> tuple[Value, Value]:
     return safeguarded_point(tracer, *T, Value(tracer, "usable", "bool"), Value(tracer, "free", "bool"))
 
 
-def safeguard_sources() -> tuple[str, str]:
-    """``(cuda, triton)``: the bracketed Newton solves' safeguard, traced once per language.
-
-    * CUDA: ``template <typename T> T rg_safeguarded_point(T x, T lo, T hi, T step_old, T newton, bool usable,
-      bool free, bool& took)``, the row kernels' threshold loops' next point;
-    * Triton: ``@triton.jit def safeguarded_point(x, lo, hi, step_old, newton, usable, free)`` returning
-      ``(x_new, took)`` on blocks, the fused attention's.
-    """
-    cu = CudaTracer()
-    new, took = _safeguard_traced(cu)
-    cuda = "\n".join([
-        "#ifndef REGATTN_SAFEGUARDED_POINT",
-        "#define REGATTN_SAFEGUARDED_POINT",
-        "template <typename T>",
-        "__device__ __forceinline__ T rg_safeguarded_point(T x, T lo, T hi, T step_old, T newton, bool usable, bool free,",
-        "                                                  bool& took) {",
-        f"    // {_SAFEGUARD}", *cu.lines, f"    took = {took.text};", f"    return {new.text};", "}", "#endif"])
+def safeguard_source() -> str:
+    """The bracketed Newton solves' safeguard traced into Triton: ``@triton.jit def safeguarded_point(x, lo, hi,
+    step_old, newton, usable, free)`` returning ``(x_new, took)`` on blocks, the fused attention's next point.
+    (The CUDA row kernels' solves trace it inline: :mod:`derive.codegen.trace_rows`.)"""
     tr = TritonTracer()
     new, took = _safeguard_traced(tr)
-    triton = "\n".join(["@triton.jit", "def safeguarded_point(x, lo, hi, step_old, newton, usable, free):",
-                         f"    # {_SAFEGUARD}", *tr.lines, f"    return {new.text}, {took.text}"])
-    return cuda, triton
+    return "\n".join(["@triton.jit", "def safeguarded_point(x, lo, hi, step_old, newton, usable, free):",
+                       f"    # {_SAFEGUARD}", *tr.lines, f"    return {new.text}, {took.text}"])

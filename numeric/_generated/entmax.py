@@ -2,7 +2,7 @@
 # map: entmax
 # regularizer: omega(p) = (-p + p**alpha)/(alpha*(alpha - 1))
 # format: 8
-# content-hash: sha256:d241bf6bb5f82a60c7a78b03789c0cc1ca7f63d06c648c515c7a6eef0941b6ac
+# content-hash: sha256:1da0b4633b1fbfbd8a945e0b1263e6454f08dcb2be121dd6d6339eeaa43ab14c
 """The entmax map, generated from omega(p) = (-p + p**alpha)/(alpha*(alpha - 1)).
 
 Regularizer: tsallis; link: closed (SymPy's solve gives an elementary inverse);
@@ -267,12 +267,17 @@ template <typename T> __device__ __forceinline__ T entmax_link_exponent(T alpha)
 }
 // the interface of the row kernels (numeric/kernels/rows.cuh) to entmax
 template <typename T> struct entmax_map {
-    static constexpr rg_threshold threshold = RG_ROOT_POWER;
+    static constexpr rg_solver solver = RG_SOLVE_ROOT_POWER;
     T alpha;
     __device__ T clip() const { return entmax_clip<T>(alpha); }
     __device__ T link(T z) const { return entmax_link<T>(z, alpha); }
-    __device__ T weight(T p) const { return entmax_weight<T>(p, alpha); }
+    __device__ T link_dtau(T z) const { return entmax_link_dtau<T>(z, alpha); }
+    __device__ T omega(T p) const { return entmax_omega<T>(p, alpha); }
     __device__ T omega_prime(T p) const { return entmax_omega_prime<T>(p, alpha); }
+    __device__ T omega_second(T p) const { return entmax_omega_second<T>(p, alpha); }
+    __device__ T omega_third(T p) const { return entmax_omega_third<T>(p, alpha); }
+    __device__ T weight(T p) const { return entmax_weight<T>(p, alpha); }
+    __device__ T weight_d2(T p) const { return entmax_weight_d2<T>(p, alpha); }
     __device__ T link_scale() const { return entmax_link_scale<T>(alpha); }
     __device__ T link_exponent() const { return entmax_link_exponent<T>(alpha); }
 };

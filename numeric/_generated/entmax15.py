@@ -2,7 +2,7 @@
 # map: entmax15
 # regularizer: omega(p) = 4*p**(3/2)/3 - 4*p/3
 # format: 8
-# content-hash: sha256:e8cdb19e904426f7355327d9ea4b6c5abd74a4a17661f336d5461c8423c2638b
+# content-hash: sha256:9142bce91a6d4d9f2eb14b2ae4e3aeabf1f7c342cc1c9cb0147b7b8d275064a6
 """The entmax15 map, generated from omega(p) = 4*p**(3/2)/3 - 4*p/3.
 
 Regularizer: tsallis(alpha=3/2); link: closed (SymPy's solve gives an elementary inverse);
@@ -256,12 +256,18 @@ template <typename T> __device__ __forceinline__ T entmax15_discriminant(T k, T 
 }
 // the interface of the row kernels (numeric/kernels/rows.cuh) to entmax15
 template <typename T> struct entmax15_map {
-    static constexpr rg_threshold threshold = RG_SORT;
+    static constexpr rg_solver solver = RG_SOLVE_SORT_SQUARE;
     __device__ T clip() const { return entmax15_clip<T>(); }
     __device__ T link(T z) const { return entmax15_link<T>(z); }
-    __device__ T weight(T p) const { return entmax15_weight<T>(p); }
+    __device__ T link_dtau(T z) const { return entmax15_link_dtau<T>(z); }
+    __device__ T omega(T p) const { return entmax15_omega<T>(p); }
     __device__ T omega_prime(T p) const { return entmax15_omega_prime<T>(p); }
+    __device__ T omega_second(T p) const { return entmax15_omega_second<T>(p); }
+    __device__ T omega_third(T p) const { return entmax15_omega_third<T>(p); }
+    __device__ T weight(T p) const { return entmax15_weight<T>(p); }
+    __device__ T weight_d2(T p) const { return entmax15_weight_d2<T>(p); }
     __device__ T tau_candidate(T k, T S_1, T S_2) const { return entmax15_tau_candidate<T>(k, S_1, S_2); }
+    __device__ T discriminant(T k, T S_1, T S_2) const { return entmax15_discriminant<T>(k, S_1, S_2); }
     __device__ T link_scale() const { return entmax15_link_scale<T>(); }
     __device__ T link_exponent() const { return entmax15_link_exponent<T>(); }
 };

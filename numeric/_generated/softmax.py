@@ -2,7 +2,7 @@
 # map: softmax
 # regularizer: omega(p) = p*log(p)
 # format: 8
-# content-hash: sha256:7b2b19e26b9eb55cb822b0d4405a8a30937d8fdac70305adaaccc979a6ce58ed
+# content-hash: sha256:5f227b9e1dc2fb6ddc34403b45aa69ec140cbeed43ddf160be6f970a38d0ce0f
 """The softmax map, generated from omega(p) = p*log(p).
 
 Regularizer: shannon; link: closed (SymPy's solve gives an elementary inverse);
@@ -229,11 +229,16 @@ template <typename T> __device__ __forceinline__ T softmax_tau_from_sum(T S) {
 }
 // the interface of the row kernels (numeric/kernels/rows.cuh) to softmax
 template <typename T> struct softmax_map {
-    static constexpr rg_threshold threshold = RG_CLOSED;
+    static constexpr rg_solver solver = RG_SOLVE_CLOSED;
     __device__ T clip() const { return softmax_clip<T>(); }
     __device__ T link(T z) const { return softmax_link<T>(z); }
-    __device__ T weight(T p) const { return softmax_weight<T>(p); }
+    __device__ T link_dtau(T z) const { return softmax_link_dtau<T>(z); }
+    __device__ T omega(T p) const { return softmax_omega<T>(p); }
     __device__ T omega_prime(T p) const { return softmax_omega_prime<T>(p); }
+    __device__ T omega_second(T p) const { return softmax_omega_second<T>(p); }
+    __device__ T omega_third(T p) const { return softmax_omega_third<T>(p); }
+    __device__ T weight(T p) const { return softmax_weight<T>(p); }
+    __device__ T weight_d2(T p) const { return softmax_weight_d2<T>(p); }
     __device__ T term(T s) const { return softmax_term<T>(s); }
     __device__ T tau_from_sum(T S) const { return softmax_tau_from_sum<T>(S); }
 };

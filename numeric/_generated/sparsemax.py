@@ -2,7 +2,7 @@
 # map: sparsemax
 # regularizer: omega(p) = p**2/2
 # format: 8
-# content-hash: sha256:b8e2c16a56b91f3ac5cb13070441b9dba4f4f46f0b438c2849cf520a42ac6090
+# content-hash: sha256:781bdcaa023de47091a0750af1200a9e4b16bc4945ec9b26f9c37eca93518338
 """The sparsemax map, generated from omega(p) = p**2/2.
 
 Regularizer: gini; link: closed (SymPy's solve gives an elementary inverse);
@@ -239,11 +239,16 @@ template <typename T> __device__ __forceinline__ T sparsemax_tau_candidate(T k, 
 }
 // the interface of the row kernels (numeric/kernels/rows.cuh) to sparsemax
 template <typename T> struct sparsemax_map {
-    static constexpr rg_threshold threshold = RG_SORT;
+    static constexpr rg_solver solver = RG_SOLVE_SORT_LINEAR;
     __device__ T clip() const { return sparsemax_clip<T>(); }
     __device__ T link(T z) const { return sparsemax_link<T>(z); }
-    __device__ T weight(T p) const { return sparsemax_weight<T>(p); }
+    __device__ T link_dtau(T z) const { return sparsemax_link_dtau<T>(z); }
+    __device__ T omega(T p) const { return sparsemax_omega<T>(p); }
     __device__ T omega_prime(T p) const { return sparsemax_omega_prime<T>(p); }
+    __device__ T omega_second(T p) const { return sparsemax_omega_second<T>(p); }
+    __device__ T omega_third(T p) const { return sparsemax_omega_third<T>(p); }
+    __device__ T weight(T p) const { return sparsemax_weight<T>(p); }
+    __device__ T weight_d2(T p) const { return sparsemax_weight_d2<T>(p); }
     __device__ T tau_candidate(T k, T S_1, T S_2) const { return sparsemax_tau_candidate<T>(k, S_1, S_2); }
     __device__ T link_scale() const { return sparsemax_link_scale<T>(); }
     __device__ T link_exponent() const { return sparsemax_link_exponent<T>(); }

@@ -19,7 +19,9 @@ fixed kernel without being generated again.
   (``numeric/_generated/newton_link.py``, with its Triton twin);
 * ``reductions.cuh``: block-wide sum and maximum (``rg_block_sum``, ``rg_block_max``);
 * ``rows.cuh``: the row kernels of a discrete map (``rg_forward_rows``,
-  ``rg_forward_from_tau``, ``rg_jvp``);
+  ``rg_forward_from_tau``, ``rg_jvp``); the forward pass solves each row with
+  ``rg_solve_row``, :func:`numeric.tensor_rules.solve` traced by ``regattn generate``
+  (``numeric/_generated/rows_solve.py``, :mod:`derive.codegen.trace_rows`);
 * ``context.cuh``: the context kernel of a continuous map (``rg_rbf_context``)
   and its Gauss-Legendre branch;
 * :mod:`numeric.kernels.triton_attention`: the fused attention kernels, taking
@@ -47,9 +49,10 @@ def cuda_file(name: str) -> str:
 
 def device_source(functions: str) -> str:
     """A map's ``CUDA_DEVICE_SOURCE``: the prelude, the inversion of a link with no closed form
-    (``rg_newton_link``, generated: ``numeric/_generated/newton_link.py``), then the map's device functions
+    (``rg_newton_link``, generated: ``numeric/_generated/newton_link.py``), the enum of the traced row solves
+    (``rg_solver``, generated: ``numeric/_generated/rows_solve.py``), then the map's device functions
     ``functions``."""
-    return cuda_file("prelude.cuh") + _newton_link() + "\n" + functions
+    return cuda_file("prelude.cuh") + _newton_link() + "\n" + _rows_solve().ENUM_SOURCE + "\n" + functions
 
 
 @cache
@@ -61,8 +64,19 @@ def _newton_link() -> str:
 
 
 def rows_source(device: str, entries: str) -> str:
-    """A discrete map's ``CUDA_SOURCE``: its device source, the row kernels, then its entry points ``entries``."""
-    return device + "\n" + cuda_file("reductions.cuh") + "\n" + cuda_file("rows.cuh") + "\n" + entries
+    """A discrete map's ``CUDA_SOURCE``: its device source, the reductions, the traced row solves (generated:
+    ``numeric/_generated/rows_solve.py``), the row kernels, then its entry points ``entries``."""
+    return (device + "\n" + cuda_file("reductions.cuh") + "\n" + _rows_solve().CUDA_SOURCE + "\n" + cuda_file("rows.cuh")
+            + "\n" + entries)
+
+
+@cache
+def _rows_solve():
+    """The traced row solves (``ENUM_SOURCE``, ``CUDA_SOURCE``), the generated module, its header checked as a
+    map's is."""
+    from numeric import trust
+
+    return trust.import_generated("numeric._generated.rows_solve")
 
 
 def context_source(device: str, entries: str) -> str:

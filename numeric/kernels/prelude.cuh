@@ -1,6 +1,6 @@
 // regattn's CUDA prelude: float and double overloads of the math functions generated code calls (rg_*),
-// infinity, the rounding unit and the log of the smallest normal, the kinds of threshold a map's struct
-// names, and the clipped link and weight of such a struct.  No header and no intrinsic: the same text
+// infinity, NaN, the rounding unit, the smallest normal and its log, a compensated running sum, and the
+// clipped link and weight of a map's struct (see rows.cuh).  No header and no intrinsic: the same text
 // compiles with NVRTC and, behind a header that empties __device__ (derive.codegen.compilers.HOST_HEADER),
 // with g++ on the host.
 #ifndef REGATTN_PRELUDE
@@ -48,6 +48,10 @@ __device__ __forceinline__ double rg_log1p(double x) { return log1p(x); }
 __device__ __forceinline__ float rg_expm1(float x) { return expm1f(x); }
 __device__ __forceinline__ double rg_expm1(double x) { return expm1(x); }
 template <typename T> __device__ __forceinline__ T rg_inf() { return T(1) / T(0); }
+template <typename T> __device__ __forceinline__ T rg_nan() { return T(0) / T(0); }
+template <typename T> __device__ __forceinline__ T rg_tiny();  // the smallest normal
+template <> __device__ __forceinline__ float rg_tiny<float>() { return 1.17549435e-38f; }
+template <> __device__ __forceinline__ double rg_tiny<double>() { return 2.2250738585072014e-308; }
 template <typename T> __device__ __forceinline__ T rg_eps();
 template <> __device__ __forceinline__ float rg_eps<float>() { return 1.1920929e-07f; }
 template <> __device__ __forceinline__ double rg_eps<double>() { return 2.220446049250313e-16; }
@@ -55,8 +59,13 @@ template <typename T> __device__ __forceinline__ T rg_log_tiny();  // log of the
 template <> __device__ __forceinline__ float rg_log_tiny<float>() { return -87.3f; }
 template <> __device__ __forceinline__ double rg_log_tiny<double>() { return -708.3; }
 
-// How a map's row kernel finds tau (the `threshold` of a map's struct, see rows.cuh)
-enum rg_threshold { RG_CLOSED, RG_SORT, RG_ROOT, RG_ROOT_POWER };
+// Kahan: sum - carry holds a thread's running total to about one ulp however many terms it adds (an
+// infinite total has no carry: inf - inf would make it NaN)
+template <typename T> __device__ __forceinline__ void rg_add_compensated(T& sum, T& carry, T v) {
+    T y = v - carry, t = sum + y;
+    carry = rg_fabs(t) < rg_inf<T>() ? (t - sum) - y : T(0);
+    sum = t;
+}
 
 // the clipped link g_+(z) of a map's struct (see rows.cuh): 0 at or below omega'(0+) (and for z = -inf), NaN for NaN
 template <class M, typename T> __device__ __forceinline__ T rg_link_plus(const M& map, T z) {

@@ -624,10 +624,10 @@ def test_newton_accepts_a_point_on_the_brackets_end(name):
     import numeric as nm_
     from numeric.newton import NumpyOps, safeguarded_point
 
-    # the kernels' threshold loops (tau, and rho for a power-form link) take their next point from
-    # rg_safeguarded_point, numeric.newton.safeguarded_point traced: the same text, run here on NumPy
+    # the kernels solve each row by numeric.tensor_rules.solve traced (numeric/_generated/rows_solve.py), whose
+    # bracketed solves take their next point from numeric.newton.safeguarded_point: the same text, run here on NumPy
     source = nm_.get_map(name, **({"alpha": 1.3} if name == "entmax" else {})).module.CUDA_SOURCE
-    assert source.count("rg_safeguarded_point<T>(") == 2 and "__device__ __forceinline__ T rg_safeguarded_point" in source
+    assert "rg_solve_row(map, s + row * cols, p + row * cols, cols, shared, tau);" in source
     ops = NumpyOps(np.float64)
     lo, hi, x = np.array([1.0, 0.0, 0.0]), np.array([2.0, 1.0, 1.0]), np.array([1.0, 1.0, 1.0])
     # a Newton point on either end (the first at x itself: a step rounded to 0), and one that does not move

@@ -1,0 +1,622 @@
+"""The threshold solver of :mod:`numeric.tensor_rules` traced into CUDA: the row kernels' forward pass.
+
+:func:`numeric.tensor_rules.solve` is written once against
+:class:`numeric.tensor_rules.TensorOps` on 2-D arrays of rows.  :class:`RowTracer`
+is such a target whose "arrays" are one row of a CUDA block (one block per
+row), so running ``solve`` on it prints the solve as CUDA C++:
+
+* a row-wide value (shape ``(rows, 1)`` on the host: a maximum, a threshold, a
+  flag) is a :class:`derive.codegen.trace.Value`, a local every thread of the
+  block holds alike;
+* a value per score (shape ``(rows, n)``) is an :class:`Elem`, an expression
+  over the row's scores ``sr[j]`` and row-wide values, evaluated lazily: a
+  reduction (``row_sum``, ``row_max``) prints a loop over the thread's scores
+  ``j`` computing the expressions it needs, then the block reduction; the
+  reductions that come one after another share one loop;
+* ``repeat`` prints a ``for`` loop, ``branch`` an ``if`` (its results are
+  selected afterwards, ``pred ? a : b``), ``rare`` takes its first function (as
+  JAX under ``jit`` does).  Every local is declared at the top of the function,
+  so values computed in a branch or in a loop's last round stay readable after it;
+* a per-score value that a loop carries from round to round and reads (the KKT
+  solve's ``p``) is stored in the output row ``pr`` between rounds; one that the
+  loop only writes (the power Newton's last ``p``) stays an expression.  A read of
+  the row after it was written over is an error of the trace (:class:`TraceError`),
+  as is an operation device code cannot run (a sort).
+
+The trace is map-independent: it calls the map's routines as methods of the
+map's struct (``map.omega_prime(p)``, see ``numeric/kernels/rows.cuh``).  The
+choices ``solve`` makes in Python from a module's constants (the threshold
+kind, the link's form, whether a routine exists, whether ``omega'(0+)`` is
+``-inf``) make one trace per kind of map, a :class:`Solver` of :data:`SOLVERS`;
+:func:`rows_solve_source` prints them all, and the function
+``rg_solve_row<M, T>`` that picks the one the struct names
+(``M::solver``).  ``regattn generate`` writes it to
+``numeric/_generated/rows_solve.py``.
+"""
+
+from __future__ import annotations
+
+import math
+import re
+from dataclasses import dataclass
+
+import numpy as np
+
+from numeric import tensor_rules as TR
+
+from .trace import CudaTracer, Value
+
+__all__ = ["TraceError", "Elem", "Pair", "RowTracer", "Solver", "SOLVERS", "solver_for", "trace_solver",
+           "solver_enum_source", "rows_solve_source"]
+
+
+class TraceError(Exception):
+    """An algorithm did something the row trace cannot print (a sort, a read of a row written over)."""
+
+
+class Elem:
+    """A value per score of the row: an expression ``op`` (``str.format`` over ``args``, Elem or Value) of kind
+    ``"T"`` or ``"bool"``; a leaf has no ``args`` (``sr[j]``, a constant); ``buffer``: ``(name, version)`` of a
+    row of memory the leaf reads."""
+
+    elementwise = True
+
+    def __init__(self, tracer: RowTracer, op: str, args: tuple = (), kind: str = "T", buffer=None):
+        self.tracer, self.op, self.args, self.kind, self.buffer = tracer, op, args, kind, buffer
+
+    @property
+    def shape(self):
+        return (None, self.tracer.cols)
+
+    def __getitem__(self, key):
+        # (y[..., :1]: a row-wide value of the row's shape, which the rules pass to ``full`` as ``like``)
+        return self.tracer.value(0.0)
+
+    def _bin(self, op, other, kind="T", swap=False):
+        o = other if isinstance(other, Elem) else self.tracer.value(other)
+        a, b = (o, self) if swap else (self, o)
+        return Elem(self.tracer, f"{{0}} {op} {{1}}", (a, b), kind)
+
+    def __add__(self, o): return self._bin("+", o)
+    def __radd__(self, o): return self._bin("+", o, swap=True)
+    def __sub__(self, o): return self._bin("-", o)
+    def __rsub__(self, o): return self._bin("-", o, swap=True)
+    def __mul__(self, o): return self._bin("*", o)
+    def __rmul__(self, o): return self._bin("*", o, swap=True)
+    def __truediv__(self, o): return self._bin("/", o)
+    def __rtruediv__(self, o): return self._bin("/", o, swap=True)
+    def __lt__(self, o): return self._bin("<", o, "bool")
+    def __le__(self, o): return self._bin("<=", o, "bool")
+    def __gt__(self, o): return self._bin(">", o, "bool")
+    def __ge__(self, o): return self._bin(">=", o, "bool")
+    def __eq__(self, o): return self._bin("==", o, "bool")  # type: ignore[override]
+    def __ne__(self, o): return self._bin("!=", o, "bool")  # type: ignore[override]
+    def __and__(self, o): return self._bin("&&", o, "bool")
+    def __rand__(self, o): return self._bin("&&", o, "bool", swap=True)
+    def __or__(self, o): return self._bin("||", o, "bool")
+    def __ror__(self, o): return self._bin("||", o, "bool", swap=True)
+    def __neg__(self): return Elem(self.tracer, "-{0}", (self,))
+    def __abs__(self): return Elem(self.tracer, "rg_fabs({0})", (self,))
+
+    __hash__ = None  # type: ignore[assignment]
+
+
+class Pair:
+    """Two values side by side (``TensorOps.cat``): ``both[..., :n]`` is the first, ``both[..., n:]`` the second."""
+
+    def __init__(self, a, b):
+        self.a, self.b = a, b
+
+    def __getitem__(self, key):
+        part = key[-1]
+        return self.a if part.stop is not None else self.b
+
+
+def _leaves(x):
+    """The values of a result (tuples and pairs of values), depth first."""
+    if isinstance(x, tuple):
+        return [v for item in x for v in _leaves(item)]
+    if isinstance(x, Pair):
+        return _leaves(x.a) + _leaves(x.b)
+    return [x]
+
+
+def _walk(values):
+    """Every Elem and Value the expressions ``values`` read (each once)."""
+    seen, stack, out = set(), list(values), []
+    while stack:
+        v = stack.pop()
+        if id(v) in seen or not isinstance(v, (Elem, Value)):
+            continue
+        seen.add(id(v))
+        out.append(v)
+        if isinstance(v, Elem):
+            stack.extend(v.args)
+    return out
+
+
+class RowTracer(CudaTracer, TR.TensorOps):
+    """:class:`numeric.tensor_rules.TensorOps` printing CUDA for one row of a block (see the module's text).
+
+    The printed code reads the row's scores from ``sr``, its length from ``cols``, writes into the row ``pr``
+    and reduces through ``shared`` (``rg_block_sum``, ``rg_block_max``).
+    """
+
+    sorts = False
+    partial_from = None
+    candidates_from = math.inf
+    shift_free = False
+
+    def __init__(self, indent: str = "    "):
+        super().__init__(indent)
+        self.decls: list[str] = []
+        self.pending: list[tuple[str, str, Elem]] = []  # (sum | max | store, accumulator or row, expression)
+        self.versions = {"pr": 0}
+        self.cols = Value(self, "T(cols)")
+        self.tiny = Value(self, "rg_tiny<T>()")
+        self.scores = Elem(self, "sr[j]")
+
+    # ------------------------------------------------------------ statements
+    def literal(self, x) -> str:
+        if isinstance(x, (bool, np.bool_)):
+            return "true" if x else "false"
+        x = float(x)
+        if math.isnan(x):
+            return "rg_nan<T>()"
+        if math.isinf(x):
+            return "rg_inf<T>()" if x > 0 else "(-rg_inf<T>())"
+        return f"T({x!r})"
+
+    def value(self, x) -> Value:
+        if isinstance(x, Elem):
+            raise TraceError("a value per score where a row-wide one is needed")
+        return super().value(x)
+
+    def _name(self, kind: str, prefix: str | None = None) -> str:
+        self.count += 1
+        name = f"{prefix or ('b' if kind == 'bool' else 'v')}{self.count}"
+        self.decls.append(f"{kind} {name} = {'false' if kind == 'bool' else 'T(0)'};")
+        return name
+
+    def line(self, text: str) -> None:
+        self.flush()
+        self.lines.append(self.indent + text)
+
+    def let(self, expr: str, kind: str = "T") -> Value:
+        self.flush()
+        name = self._name(kind)
+        self.lines.append(f"{self.indent}{name} = {expr};")
+        return Value(self, name, kind)
+
+    def call(self, fname: str, *args):
+        if any(isinstance(a, Elem) for a in args):
+            return Elem(self, f"{fname}({', '.join('{%d}' % i for i in range(len(args)))})",
+                        tuple(a if isinstance(a, Elem) else self.value(a) for a in args))
+        return super().call(fname, *args)
+
+    def _elementwise(self, template: str, *args, kind: str = "T"):
+        """``template`` (over ``{0}``, ``{1}``...) of ``args``: per score where one is, else row-wide."""
+        if any(isinstance(a, Elem) for a in args):
+            return Elem(self, template, tuple(a if isinstance(a, Elem) else self.value(a) for a in args), kind)
+        return self.let(template.format(*(self.value(a).text for a in args)), kind)
+
+    # ------------------------------------------------------------ reductions and stores
+    def _pend(self, what: str, target: str, e: Elem) -> None:
+        """Queues a reduction or a store of ``e``; a loop over the row prints the queue (:meth:`flush`)."""
+        nodes = _walk([e])
+        for v in nodes:
+            if isinstance(v, Elem) and v.buffer is not None and v.buffer[1] != self.versions[v.buffer[0]]:
+                raise TraceError(f"the row {v.buffer[0]} is read after it was written over")
+        queued = {t for _, t, _ in self.pending}
+        if any(isinstance(v, Value) and v.text in queued for v in nodes):
+            self.flush()  # (it reads a reduction still queued)
+        self.pending.append((what, target, e))
+
+    def _reduce(self, what: str, x):
+        if not isinstance(x, Elem):
+            raise TraceError(f"row_{what} of a row-wide value")
+        name = self._name("T", "acc")
+        if what == "sum":  # (the thread's sum is compensated: ``acc`` less its carry ``acc_c``)
+            self.decls.append(f"T {name}_c = T(0);")
+        self._pend(what, name, x)
+        return Value(self, name)
+
+    def row_sum(self, x):
+        return self._reduce("sum", x)
+
+    def row_max(self, x):
+        return self._reduce("max", x)
+
+    def store(self, e) -> Elem:
+        """``e`` written into the row ``pr``; the leaf that reads it back."""
+        if not isinstance(e, Elem):
+            e = Elem(self, self.value(e).text, (), self.value(e).kind)
+        self._pend("store", "pr", e)
+        self.flush()
+        self.versions["pr"] += 1
+        return Elem(self, "pr[j]", (), e.kind, ("pr", self.versions["pr"]))
+
+    def flush(self) -> None:
+        """Prints the queued reductions and stores: one loop over the thread's scores, then the block reductions."""
+        if not self.pending:
+            return
+        pending, self.pending = self.pending, []
+        ind = self.indent
+        for what, target, _ in pending:
+            if what == "sum":
+                self.lines.append(f"{ind}{target} = T(0);")
+                self.lines.append(f"{ind}{target}_c = T(0);")
+            elif what == "max":
+                self.lines.append(f"{ind}{target} = -rg_inf<T>();")
+        self.lines.append(f"{ind}for (long long j = threadIdx.x; j < cols; j += blockDim.x) {{")
+        memo: dict = {}  # id(Elem) and expression text -> its local
+        body: list[str] = []
+        writes = []
+        for what, target, e in pending:
+            text = self._emit(e, memo, body)
+            if what == "sum":
+                body.append(f"rg_add_compensated({target}, {target}_c, {text});")
+            elif what == "max":
+                body.append(f"{target} = ({text} > {target} || {text} != {text}) ? {text} : {target};")
+            else:
+                writes.append(f"{target}[j] = {text};")
+        self.lines.extend(f"{ind}    {b}" for b in body + writes)
+        self.lines.append(f"{ind}}}")
+        for what, target, _ in pending:
+            if what == "sum":
+                self.lines.append(f"{ind}{target} = rg_block_sum({target} - {target}_c, shared);")
+            elif what == "max":
+                self.lines.append(f"{ind}{target} = rg_block_max({target}, shared);")
+
+    def _emit(self, e, memo: dict, out: list) -> str:
+        """The text of ``e`` inside the loop over scores, its nodes declared into ``out`` once each."""
+        if isinstance(e, Value):
+            return e.text
+        if id(e) in memo:
+            return memo[id(e)]
+        if not e.args:
+            return e.op
+        args = [self._emit(a, memo, out) for a in e.args]
+        text = e.op.format(*args)
+        if text in memo:  # (the same expression built twice)
+            memo[id(e)] = memo[text]
+            return memo[text]
+        self.count += 1
+        name = f"e{self.count}"
+        out.append(f"const {e.kind} {name} = {text};")
+        memo[id(e)] = memo[text] = name
+        return name
+
+    # ------------------------------------------------------------ TensorOps
+    def full(self, like, value):
+        if isinstance(like, Elem):
+            v = self.value(value)
+            return Elem(self, v.text, (), v.kind)
+        return self.value(value)
+
+    def exp(self, x):
+        return self.call("rg_exp", x)
+
+    def log(self, x):
+        return self.call("rg_log", x)
+
+    def where(self, cond, a, b):
+        if isinstance(a, Pair) or isinstance(b, Pair):
+            if not (isinstance(a, Pair) and isinstance(b, Pair)):
+                raise TraceError("a pair selected against a single value")
+            return Pair(self.where(cond, a[..., :1], b[..., :1]), self.where(cond, a[..., 1:], b[..., 1:]))
+        if isinstance(cond, bool):
+            return a if cond else b
+        if a is b:
+            return a
+        if any(isinstance(v, Elem) for v in (cond, a, b)):
+            args = tuple(v if isinstance(v, Elem) else self.value(v) for v in (cond, a, b))
+            return Elem(self, "{0} ? {1} : {2}", args, args[1].kind)
+        return super().where(cond, a, b)
+
+    def not_(self, b):
+        if isinstance(b, bool):
+            return not b
+        return self._elementwise("!{0}", b, kind="bool")
+
+    def float_(self, b):
+        return self.where(b, 1.0, 0.0)
+
+    def pos_part(self, x):  # (NaN stays NaN, -inf to 0)
+        return self._elementwise("({0} < T(0) ? T(0) : {0})", x)
+
+    def support(self, u):  # (1 where u > 0, 0 where u == 0, NaN stays NaN)
+        return self._elementwise("({0} > T(0) ? T(1) : ({0} == T(0) ? T(0) : {0}))", u)
+
+    def clamp_min(self, x, v):
+        return self._elementwise("({0} < {1} ? {1} : {0})", x, v)
+
+    def isfinite(self, x):
+        return self._elementwise("(rg_fabs({0}) < rg_inf<T>())", x, kind="bool")
+
+    def isnan(self, x):
+        return self._elementwise("({0} != {0})", x, kind="bool")
+
+    def cat(self, a, b):
+        return Pair(a, b)
+
+    def int_max(self, x):
+        return None
+
+    def _no_sort(self, *args):
+        raise TraceError("device code does not sort a row")
+
+    sort_desc = cumsum = top = put = _no_sort
+
+    def invert_link(self, z, omega_prime, omega_second):
+        # the map's own link: for a link with no closed form, numeric.newton.invert_link traced (rg_newton_link)
+        return self.call("map.link", z)
+
+    def rare(self, pred, fn, otherwise):
+        return fn()
+
+    def branch(self, pred, fn, otherwise):
+        """``fn()`` under ``if (pred)``, ``otherwise()`` under ``else``, each value ``pred ? a : b`` after them (a
+        per-score ``pred``: ``fn()``)."""
+        if isinstance(pred, bool):
+            return fn() if pred else otherwise()
+        if isinstance(pred, Elem):
+            return fn()
+        pred = self.value(pred)
+        self.flush()
+        start, versions = len(self.lines), dict(self.versions)
+        self.lines.append(f"{self.indent}if ({pred.text}) {{")
+        outer, self.indent = self.indent, self.indent + "    "
+        a = fn()
+        self.flush()
+        self.indent = outer
+        self.lines.append(f"{self.indent}}} else {{")
+        self.indent = outer + "    "
+        b = otherwise()
+        self.flush()
+        self.indent = outer
+        self.lines.append(f"{self.indent}}}")
+        if self.versions != versions:
+            raise TraceError("a branch writes the row")
+        if len(self.lines) == start + 3:  # neither side printed anything
+            del self.lines[start:]
+        return self._select(pred, a, b)
+
+    def _select(self, pred, a, b):
+        if isinstance(a, tuple):
+            return tuple(self._select(pred, x, y) for x, y in zip(a, b, strict=True))
+        return self.where(pred, a, b)
+
+    def repeat(self, n, body, state, going):
+        """A ``for`` loop of at most ``n`` rounds while ``going`` (row-wide)."""
+        state = tuple(state)
+        if isinstance(going, Elem):
+            raise TraceError("a loop per score")
+        self.flush()
+        mark, count, decls, versions = len(self.lines), self.count, len(self.decls), dict(self.versions)
+        indent = self.indent
+        try:
+            return self._loop(n, body, state, going, store=False)
+        except _ReadsState:
+            del self.lines[mark:], self.decls[decls:]
+            self.count, self.versions, self.pending, self.indent = count, versions, [], indent
+            return self._loop(n, body, state, going, store=True)
+
+    def _loop(self, n, body, state, going, store: bool):
+        self.count += 1
+        tag = self.count
+        per_score = [isinstance(v, Elem) for v in state]
+        if sum(per_score) > 1 and store:
+            raise TraceError("a loop carries more than one value per score")
+        names = {}
+        for i, v in enumerate(state):
+            if not per_score[i]:
+                v = self.value(v)
+                names[i] = f"s{tag}_{i}"
+                self.decls.append(f"{v.kind} {names[i]} = {'false' if v.kind == 'bool' else 'T(0)'};")
+                self.lines.append(f"{self.indent}{names[i]} = {v.text};")
+        marks = {}
+        for i, v in enumerate(state):
+            if per_score[i]:
+                if store:
+                    marks[i] = self.store(v)
+                else:
+                    marks[i] = Elem(self, f"STATE{tag}_{i}", (), v.kind)
+        ran = self._name("bool", "ran")
+        self.line(f"{ran} = false;")
+        go = self._name("bool", "go")
+        self.line(f"{go} = {self.value(going).text};")
+        self.line(f"for (int i{tag} = 0; i{tag} < {n} && {go}; ++i{tag}) {{")
+        outer, self.indent = self.indent, self.indent + "    "
+        start = len(self.lines)
+        current = tuple(marks[i] if per_score[i] else self.let(names[i], self.value(state[i]).kind)
+                        for i in range(len(state)))
+        new, cont = body(current)
+        new = tuple(new)
+        if not store:
+            reads = any(isinstance(v, Elem) and v.op.startswith(f"STATE{tag}_") for v in _walk(
+                [x for x in new if isinstance(x, Elem)] + [e for _, _, e in self.pending]))
+            if reads or any(f"STATE{tag}_" in text for text in self.lines[start:]):
+                raise _ReadsState
+        for i, v in enumerate(new):
+            if per_score[i] and store:
+                self.store(v)
+        cont = self.value(cont)
+        for i, v in enumerate(new):
+            if not per_score[i]:
+                if isinstance(v, Elem):
+                    raise TraceError("a loop's row-wide value becomes a value per score")
+                self.line(f"{names[i]} = {self.value(v).text};")
+        self.line(f"{ran} = true;")
+        self.line(f"{go} = {cont.text};")
+        self.indent = outer
+        self.line("}")
+        out = []
+        for i, v in enumerate(state):
+            if not per_score[i]:
+                out.append(Value(self, names[i], self.value(v).kind))
+            elif store:
+                out.append(Elem(self, "pr[j]", (), v.kind, ("pr", self.versions["pr"])))
+            else:
+                out.append(self.where(Value(self, ran, "bool"), new[i], v))
+        return tuple(out)
+
+
+class _ReadsState(Exception):
+    """A loop's body reads the value per score it carries: it is traced again with that value in memory."""
+
+
+@dataclass(frozen=True)
+class Solver:
+    """One trace of :func:`numeric.tensor_rules.solve`: the module constants and routines its choices read.
+
+    ``routines``: those the map has (besides ``omega``, its derivatives, ``weight``, ``weight_d2`` and
+    ``clip``); ``exponent``: the power form's ``k`` where it is a number the rules branch on; ``dense``:
+    ``omega'(0+) = -inf`` (the KKT solve's start and steps differ)."""
+
+    name: str
+    threshold: str
+    link_form: str
+    routines: tuple[str, ...]
+    exponent: float | None = None
+    dense: bool = False
+    doc: str = ""
+
+    @property
+    def enum(self) -> str:
+        return f"RG_SOLVE_{self.name.upper()}"
+
+
+_COMMON = ("omega", "omega_prime", "omega_second", "omega_third", "weight", "weight_d2", "clip")
+
+#: The kinds of map the row kernels solve, each a trace of ``solve`` (:func:`solver_for` picks one).
+SOLVERS: tuple[Solver, ...] = (
+    Solver("closed", "closed", "exp", ("term", "tau_from_sum"), doc="a closed threshold: p = B(y) / sum B(y)"),
+    Solver("sort_linear", "sort", "power", ("link", "link_scale", "link_exponent", "tau_candidate"), 1.0,
+           doc="a sort threshold, link (a (z - clip))_+: support rule (Michelot)"),
+    Solver("sort_square", "sort", "power", ("link", "link_scale", "link_exponent", "tau_candidate", "discriminant"),
+           2.0, doc="a sort threshold, link (a (z - clip))_+**2: support rule with Newton steps"),
+    Solver("sort_link", "sort", "other", ("link", "link_dtau", "tau_candidate"),
+           doc="a sort threshold of degree 1, another link: support rule with Newton steps"),
+    Solver("sort_link_quadratic", "sort", "other", ("link", "link_dtau", "tau_candidate", "discriminant"),
+           doc="a sort threshold of degree 2, another link: support rule with Newton steps"),
+    Solver("root_power", "root", "power", ("link", "link_scale", "link_exponent"),
+           doc="a root threshold, link (a (z - clip))_+**k: Newton on F**(1/k), safeguarded Halley for k < 1"),
+    Solver("root_link", "root", "other", ("link",), doc="a root threshold, a printed link: safeguarded Halley"),
+    Solver("kkt", "root", "other", (), doc="a link with no closed form, omega'(0+) finite: Newton on the KKT system"),
+    Solver("kkt_dense", "root", "other", (), dense=True,
+           doc="a link with no closed form, omega'(0+) = -inf: Newton on the KKT system"),
+)
+
+
+def solver_for(threshold: str, degree, link_method: str, link_form: str, exponent, dense: bool) -> Solver:
+    """The :class:`Solver` of a map: its threshold kind and degree, how its link is found (``"closed"``,
+    ``"newton"``), the link's form and its exponent (a number or ``None``), and whether ``omega'(0+) = -inf``."""
+    by = {s.name: s for s in SOLVERS}
+    if threshold == "closed":
+        return by["closed"]
+    if threshold == "sort":
+        if link_form == "power" and exponent in (1, 2):
+            return by["sort_linear" if exponent == 1 else "sort_square"]
+        return by["sort_link_quadratic" if degree == 2 else "sort_link"]
+    if link_method != "closed":
+        return by["kkt_dense" if dense else "kkt"]
+    return by["root_power" if link_form == "power" else "root_link"]
+
+
+class _Module:
+    """The constants of a map module that :func:`numeric.tensor_rules.solve` reads."""
+
+    def __init__(self, solver: Solver):
+        self.THRESHOLD = solver.threshold
+        self.LINK_FORM = solver.link_form
+        self.TERM_IS_EXP = False
+
+
+def _routines(tracer: RowTracer, solver: Solver) -> TR.Routines:
+    """The map's routines as calls of its struct's methods (``clip``: ``-inf`` where dense; ``link_exponent``:
+    the number a sort map's power form has)."""
+    table = {}
+    for name in (*_COMMON, "term", "tau_from_sum", "link", "link_dtau", "link_scale", "link_exponent",
+                 "tau_candidate", "discriminant"):
+        if name in _COMMON or name in solver.routines:
+            table[name] = (lambda *args, name=name: tracer.call(f"map.{name}", *args))
+        else:
+            table[name] = None
+    if solver.dense:
+        table["clip"] = lambda: -math.inf
+    if solver.exponent is not None:
+        table["link_exponent"] = lambda: solver.exponent
+    return TR.Routines(_Module(solver), table)
+
+
+_ASSIGN = re.compile(r"^\s*(?:(?:const )?(?:(?:T|bool) )?(\w+) (?:=|\+=) |rg_add_compensated\((\w+), )")
+_NAME = re.compile(r"\b[A-Za-z_]\w*\b")
+
+
+def _prune(lines: list[str]) -> list[str]:
+    """``lines`` without the locals no other line reads (their declarations and assignments; a trace computes
+    values the algorithm does not use here), then without the loops and branches left empty."""
+    while True:
+        uses: dict[str, int] = {}
+        for text in lines:
+            m = _ASSIGN.match(text)
+            own = (m.group(1) or m.group(2)) if m else None
+            for name in _NAME.findall(text if m is None else text[m.end():]):
+                if name != own:
+                    uses[name] = uses.get(name, 0) + 1
+        keep = [t for t in lines if not ((m := _ASSIGN.match(t)) and (m.group(1) or m.group(2)) not in uses
+                                         and m.group(1) != "tau")]
+        out: list[str] = []
+        for text in keep:
+            t = text.strip()
+            if out and t == "}" and out[-1].strip().endswith("{") and not out[-1].strip().startswith("} else"):
+                out.pop()  # an empty loop or branch
+            elif out and t == "}" and out[-1].strip() == "} else {":
+                out[-1] = out[-1].replace("} else {", "}")
+            else:
+                out.append(text)
+        if out == lines:
+            return out
+        lines = out
+
+
+def trace_solver(solver: Solver) -> str:
+    """``template <class M, typename T> __device__ void rg_solve_NAME(const M& map, const T* sr, T* pr, long long
+    cols, T* shared, T& tau)``: :func:`numeric.tensor_rules.solve` of one row, traced."""
+    tr = RowTracer()
+    p, tau = TR.solve(tr, _routines(tr, solver), tr.scores)
+    tr.store(p)
+    tau = tr.value(tau)
+    body = _prune([tr.indent + d for d in tr.decls] + tr.lines + [f"    tau = {tau.text};"])
+    return "\n".join([
+        f"// {solver.doc}",
+        "template <class M, typename T>",
+        f"__device__ void rg_solve_{solver.name}(const M& map, const T* sr, T* pr, long long cols, T* shared, T& tau) {{",
+        *body, "}"])
+
+
+def solver_enum_source() -> str:
+    """The enum ``rg_solver`` naming every :class:`Solver` (a map's struct names one: it comes before the maps'
+    device functions)."""
+    return "\n".join(["#ifndef REGATTN_SOLVER_ENUM", "#define REGATTN_SOLVER_ENUM",
+                      f"enum rg_solver {{ {', '.join(s.enum for s in SOLVERS)} }};", "#endif"])
+
+
+def rows_solve_source() -> str:
+    """The CUDA text of every :class:`Solver`'s trace and ``rg_solve_row<M, T>(map, sr, pr, cols, shared, tau)``,
+    which calls the one ``M::solver`` names."""
+    pick = []
+    for i, s in enumerate(SOLVERS):
+        head = "if constexpr" if i == 0 else "} else if constexpr"
+        pick.append(f"    {head} (M::solver == {s.enum}) {{")
+        pick.append(f"        rg_solve_{s.name}(map, sr, pr, cols, shared, tau);")
+    pick.append("    }")
+    return "\n".join([
+        "#ifndef REGATTN_ROWS_SOLVE",
+        "#define REGATTN_ROWS_SOLVE",
+        *[trace_solver(s) for s in SOLVERS],
+        "// the solve of the kind of map M::solver names",
+        "template <class M, typename T>",
+        "__device__ void rg_solve_row(const M& map, const T* sr, T* pr, long long cols, T* shared, T& tau) {",
+        *pick, "}", "#endif"])

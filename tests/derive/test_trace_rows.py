@@ -1,0 +1,190 @@
+"""The row kernels' forward pass is :func:`numeric.tensor_rules.solve` traced into CUDA (``derive.codegen.trace_rows``).
+
+Checked here: the kernels (compiled for the host, one thread per block) give NumPy's ``p`` and ``tau`` to 1e-13 in
+float64 for every test map, typed maps included, on rows long enough for every rule's rounds; each kind of map
+takes the solve its struct names; the tracer's rules (a read of a row written over, a sort, a loop per score are
+errors; a loop that reads the value per score it carries keeps it in the output row); the host rules the trace
+needs (the sort maps' rounds without a sort, the KKT solve's last step to sum 1).
+"""
+
+from __future__ import annotations
+
+import ctypes
+import math
+
+import numpy as np
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+from hypothesis.extra import numpy as hnp
+
+import numeric
+from derive import Regularizer, derive_map, generate_module
+from derive.codegen import trace_rows as TRR
+from derive.codegen.files import load_module
+from numeric import tensor_rules as TR
+from numeric.numpy_backend import _numpy_table
+from numeric.numpy_ops import NumpyRowOps
+
+from .test_codegen import ALL_MAPS, module_for
+from .test_kernels_host import PARAMS, _kernel, _ptr
+
+#: the solve each test map's struct names
+SOLVER_OF = {"softmax": "closed", "sparsemax": "sort_linear", "entmax15": "sort_square", "entmax": "root_power",
+             "shannon_gini": "kkt_dense", "cube": "root_power", "quartic": "kkt"}
+
+
+def kernel_forward(name, x):
+    """``(p, tau)`` of the map's ``forward_rows`` kernel (host, one thread per block) on float64 rows ``x``."""
+    x = np.ascontiguousarray(x, dtype=np.float64)
+    p, tau = np.full_like(x, 7.0), np.full(x.shape[0], 7.0)
+    params = [float(v) for v in PARAMS.get(name, {}).values()]
+    _kernel(name, "forward_rows", "f64")(_ptr(x, ctypes.c_double), _ptr(p, ctypes.c_double),
+                                          _ptr(tau, ctypes.c_double), x.shape[0], x.shape[1], *params)
+    return p, tau
+
+
+def numpy_forward(name, x):
+    return numeric.Map(module_for(name), **PARAMS.get(name, {})).forward(np.asarray(x, dtype=np.float64))
+
+
+@pytest.mark.parametrize("name", ALL_MAPS)
+def test_each_map_takes_its_solve(name):
+    src = module_for(name).CUDA_DEVICE_SOURCE
+    assert f"static constexpr rg_solver solver = RG_SOLVE_{SOLVER_OF[name].upper()};" in src
+
+
+rows = hnp.arrays(np.float64, st.tuples(st.integers(1, 6), st.sampled_from([1, 2, 7, 40, 130])),
+                  elements=st.one_of(st.floats(-8, 8), st.just(-math.inf)))
+
+
+@pytest.mark.parametrize("name", ALL_MAPS)
+@settings(deadline=None)
+@given(x=rows, scale=st.sampled_from([0.05, 1.0, 6.0]))
+def test_kernels_give_numpys_p_and_tau(name, x, scale):
+    """The kernels run the algorithm NumPy runs: the same ``p`` to 1e-13 (the sums' order differs), the same
+    ``tau`` to 1e-13 of the scores' scale, on masked, fully masked and NaN rows too."""
+    x = x * scale
+    x[-1, 0] = np.nan if x.shape[0] > 2 else x[-1, 0]
+    p, tau = kernel_forward(name, x)
+    want, want_tau = numpy_forward(name, x)
+    np.testing.assert_allclose(p, want, rtol=0, atol=1e-13)
+    finite = np.isfinite(want_tau)
+    assert np.array_equal(np.isnan(tau), np.isnan(want_tau)) and np.array_equal(tau[~finite], want_tau[~finite], equal_nan=True)
+    scale_of = np.max(np.abs(np.where(np.isfinite(x), x, 0)), axis=-1) + 1
+    assert np.all(np.abs(tau[finite] - want_tau[finite]) <= 1e-13 * scale_of[finite])
+
+
+@pytest.mark.parametrize("name", ["sparsemax", "entmax15", "quartic", "shannon_gini", "entmax"])
+def test_kernels_on_long_rows(name):
+    """Rows of 3000 scores: the sort maps' rounds and the KKT solve's rounds over many scores per thread."""
+    x = np.random.default_rng(7).standard_normal((4, 3000)) * np.array([[0.1], [1.0], [3.0], [10.0]])
+    p, tau = kernel_forward(name, x)
+    want, want_tau = numpy_forward(name, x)
+    np.testing.assert_allclose(p, want, rtol=0, atol=1e-13)
+    np.testing.assert_allclose(tau, want_tau, rtol=1e-13, atol=1e-13)
+
+
+# ----------------------------------------------------------------- the tracer
+def test_a_read_of_a_row_written_over_is_an_error():
+    tr = TRR.RowTracer()
+    first = tr.store(tr.scores * 2)
+    tr.store(first + 1)
+    with pytest.raises(TRR.TraceError, match="written over"):
+        tr.row_sum(first)
+
+
+def test_a_sort_is_an_error():
+    tr = TRR.RowTracer()
+    with pytest.raises(TRR.TraceError, match="sort"):
+        tr.sort_desc(tr.scores)
+
+
+def test_a_loop_per_score_is_an_error():
+    tr = TRR.RowTracer()
+    with pytest.raises(TRR.TraceError, match="per score"):
+        tr.repeat(3, lambda s: (s, s[0] > 0), (tr.scores,), tr.scores > 0)
+
+
+def test_a_loop_that_reads_its_value_per_score_keeps_it_in_the_output_row():
+    """``p`` halved three times: the loop reads the ``p`` it carries, so it lives in ``pr`` between rounds; a value
+    the loop only writes stays an expression (no store in its rounds)."""
+    tr = TRR.RowTracer()
+    (p,) = tr.repeat(3, lambda s: ((s[0] * 0.5,), True), (tr.scores,), True)
+    text = "\n".join(tr.lines)
+    assert p.buffer is not None and text.count("pr[j] = ") == 2  # the start, and each round's
+    tr2 = TRR.RowTracer()
+    q, _ = tr2.repeat(3, lambda s: ((tr2.scores * s[1], s[1] + 1), True), (tr2.full(tr2.scores, 0.0), 1.0), True)
+    assert q.buffer is None and "pr[j]" not in "\n".join(tr2.lines)
+
+
+def test_reductions_in_a_row_share_a_loop_and_are_compensated():
+    tr = TRR.RowTracer()
+    a = tr.row_sum(tr.scores)
+    b = tr.row_max(tr.scores * 2)
+    tr.let(f"{a.text} + {b.text}")
+    text = "\n".join(tr.lines)
+    assert text.count("for (long long j") == 1
+    assert f"rg_add_compensated({a.text}, {a.text}_c," in text and f"rg_block_sum({a.text} - {a.text}_c" in text
+
+
+def test_a_reduction_of_a_queued_one_waits_for_it():
+    tr = TRR.RowTracer()
+    f = tr.row_sum(tr.scores)
+    tr.row_sum(tr.scores / f)
+    tr.flush()
+    assert "\n".join(tr.lines).count("for (long long j") == 2
+
+
+def test_prune_drops_what_nothing_reads():
+    lines = ["    T v1 = T(0);", "    T v2 = T(0);", "    v1 = T(3.0);", "    v2 = v1 * T(2.0);",
+             "    for (long long j = threadIdx.x; j < cols; j += blockDim.x) {", "        const T e3 = sr[j] - v1;",
+             "    }", "    tau = v1;"]
+    assert TRR._prune(lines) == ["    T v1 = T(0);", "    v1 = T(3.0);", "    tau = v1;"]
+
+
+def test_solver_for_every_kind():
+    assert TRR.solver_for("closed", None, "closed", "exp", None, True).name == "closed"
+    assert TRR.solver_for("sort", 1, "closed", "power", 1.0, False).name == "sort_linear"
+    assert TRR.solver_for("sort", 2, "closed", "power", 2.0, False).name == "sort_square"
+    assert TRR.solver_for("sort", 2, "closed", "general", None, False).name == "sort_link_quadratic"
+    assert TRR.solver_for("root", None, "closed", "power", None, False).name == "root_power"
+    assert TRR.solver_for("root", None, "closed", "general", None, False).name == "root_link"
+    assert TRR.solver_for("root", None, "newton", "general", None, False).name == "kkt"
+    assert TRR.solver_for("root", None, "newton", "general", None, True).name == "kkt_dense"
+
+
+# ------------------------------------------------ the host rules the trace needs
+class UnsortedOps(NumpyRowOps):
+    """NumPy without sorting, as device code: the sort maps' open rows take the support at the root rule's tau."""
+
+    sorts = False
+    partial_from = None
+
+
+@pytest.mark.parametrize("name", ["sparsemax", "entmax15"])
+def test_support_rule_without_a_sort(name):
+    """With no rounds (every row open), the support at the root rule's threshold gives the sorted rule's tau."""
+    mod = module_for(name)
+    r = TR.Routines(mod, _numpy_table(mod), ())
+    y = np.random.default_rng(2).standard_normal((50, 37)) * 2
+    y[3, 5:] = -np.inf
+    y = y - y.max(-1, keepdims=True)
+    got = TR.support_rule(UnsortedOps(np.float64), r, y, steps=0)
+    want = TR.sort_rule(NumpyRowOps(np.float64), r, y)
+    np.testing.assert_allclose(got, want, rtol=0, atol=1e-14)
+
+
+def test_kkt_step_to_sum_one_at_a_kink(tmp_path):
+    """``p**12 + p**13`` on a row with a score just inside the support (``p = 0.066``, ``w`` 5e8 times the others'):
+    its ``p`` is fixed by the sum, not by its flat ``omega'``.  Dividing by the sum spread its rounding over
+    the row (6.4e-10 off the reference); the step in the threshold keeps the others to 1e-12 of their weights."""
+    d = derive_map(Regularizer.from_string("p**12 + p**13", name="power12_13"))
+    path = tmp_path / "power12_13.py"
+    path.write_text(generate_module(d, "power12_13"))
+    module = load_module(path)
+    x = np.random.default_rng(3).standard_normal((60, 6))[36:37] * 0.1
+    p = numeric.Map(module)(x)[0]
+    want = np.array([float(v) for v in d.evaluate(x[0].tolist(), digits=60)])
+    w = np.sort(1 / (132 * want[want > 0] ** 10 + 156 * want[want > 0] ** 11))
+    np.testing.assert_allclose(p, want, rtol=0, atol=1e-12 * max(1.0, float(w[:-1].sum())))
