@@ -53,6 +53,12 @@ def _on_two_threads(solve, rows: int, size: int, chunks: int | None = None) -> N
 
 
 @lru_cache(maxsize=64)
+def _at_zero(module):
+    """:func:`numeric.tensor_rules.weight_at_zero` of a module, once."""
+    return tensor_rules.weight_at_zero(module)
+
+
+@lru_cache(maxsize=64)
 def _numpy_table(module) -> dict:
     """A module's routines by name (:func:`numeric.contract.routine_names`), for :class:`numeric.tensor_rules.Routines`."""
     return {name: getattr(module, name, None) for name in contract.routine_names(module.PARAMETERS)}
@@ -97,15 +103,12 @@ class NumpyBackend(Backend):
             tau[...] = t[:, 0]
 
     def jvp(self, mapping, y: np.ndarray, dx: np.ndarray) -> np.ndarray:
-        """``J dx`` along the last axis at ``y = m(x)``: ``w*dx - w (w.dx) / sum(w)``, ``w = w(y)`` on the support."""
-        w = mapping.on_support(mapping.module.weight, y, np)
-        nan = np.isnan(y[..., :1])  # a NaN row (NaN in every entry): its JVP is NaN, whatever the weight's form
-        if nan.any():
-            w = np.where(nan, np.nan, w)
-        total = w.sum(axis=-1, keepdims=True)
-        dot = (w * dx).sum(axis=-1, keepdims=True)
-        mean = np.where(total > 0, dot / np.where(total > 0, total, 1), 0)
-        return w * (dx - mean)
+        """``J dx`` along the last axis at ``y = m(x)``: :func:`numeric.tensor_rules.jvp` on
+        :class:`numeric.numpy_ops.NumpyRowOps`, ``w*dx - w (w.dx) / sum(w)``, ``w = w(y)`` on the support."""
+        module = mapping.module
+        routines = tensor_rules.Routines(module, _numpy_table(module), mapping.cast_params(y.dtype))
+        with np.errstate(all="ignore"):  # off-support branches are evaluated and masked
+            return tensor_rules.jvp(numpy_ops.ops_for(y.dtype), routines, y, dx, _at_zero(module))
 
     def rbf_expectation(self, cmap, mu: np.ndarray, sigma2: np.ndarray, basis, grad: bool):
         """``(r, dr/dmu, dr/dsigma2)`` (the derivatives ``None`` when ``grad=False``) for float64 ``mu``, ``sigma2``

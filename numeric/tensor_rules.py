@@ -52,7 +52,7 @@ from .newton import Ops, invert_link, safeguarded_point
 
 __all__ = ["TensorOps", "CompactRows", "Routines", "solve", "closed_rule", "sort_rule", "sort_threshold", "support_rule", "root_rule", "kkt_rule",
            "sort_link", "at_threshold", "recomputable", "jvp", "param_vjp", "omega_terms", "ROOT_STEPS", "SUPPORT_STEPS", "KKT_STEPS",
-           "KKT_FREE_STEPS", "KKT_CANDIDATES", "KKT_BLOCK"]
+           "KKT_FREE_STEPS", "KKT_CANDIDATES", "KKT_BLOCK", "weight_at_zero"]
 
 #: Iteration budget of the root rule's safeguarded Halley solve.
 ROOT_STEPS = 100
@@ -1276,6 +1276,18 @@ def omega_terms(ops: TensorOps, r: Routines, x, p, y):
     value = ops.row_sum(ops.where(finite & (y != p), term, 0))
     value = ops.where(ops.row_max(ops.where(finite, 0, y)) > 0, math.inf, value)
     return ops.where(ops.isnan(ops.row_max(x)), math.nan, value)
+
+
+def weight_at_zero(module) -> str | None:
+    """:func:`_weights`' ``at_zero`` for a map module: ``"zero"`` or ``"finite"`` where the map has no parameters
+    and its ``weight(0)`` is 0 or a finite number, else ``None`` (read off the module's NumPy ``weight``)."""
+    import numpy as np  # (the module's NumPy routine, on a NumPy zero: a Python 0.0 may divide by zero)
+
+    if module.PARAMETERS:
+        return None
+    with np.errstate(all="ignore"):  # (0 ** negative, log(0): the weight's off-support branches)
+        w0 = float(module.weight(np.float64(0.0)))
+    return "zero" if w0 == 0 else "finite" if math.isfinite(w0) else None
 
 
 def jvp(ops: TensorOps, r: Routines, p, v, at_zero=None):

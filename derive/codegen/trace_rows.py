@@ -47,7 +47,7 @@ from numeric import tensor_rules as TR
 from .trace import CudaTracer, Value
 
 __all__ = ["TraceError", "Elem", "Pair", "RowTracer", "Solver", "SOLVERS", "solver_for", "trace_solver",
-           "solver_enum_source", "rows_solve_source"]
+           "JVP_FORMS", "jvp_form", "trace_jvp", "solver_enum_source", "rows_solve_source"]
 
 
 class TraceError(Exception):
@@ -138,8 +138,9 @@ def _walk(values):
 class RowTracer(CudaTracer, TR.TensorOps):
     """:class:`numeric.tensor_rules.TensorOps` printing CUDA for one row of a block (see the module's text).
 
-    The printed code reads the row's scores from ``sr``, its length from ``cols``, writes into the row ``pr``
-    and reduces through ``shared`` (``rg_block_sum``, ``rg_block_max``).
+    The printed code reads the row's scores from ``sr`` (:attr:`scores`; other input rows: :meth:`row`), its
+    length from ``cols``, writes into the row ``out`` (``pr``) and reduces through ``shared``
+    (``rg_block_sum``, ``rg_block_max``).
     """
 
     sorts = False
@@ -147,14 +148,19 @@ class RowTracer(CudaTracer, TR.TensorOps):
     candidates_from = math.inf
     shift_free = False
 
-    def __init__(self, indent: str = "    "):
+    def __init__(self, indent: str = "    ", out: str = "pr"):
         super().__init__(indent)
         self.decls: list[str] = []
         self.pending: list[tuple[str, str, Elem]] = []  # (sum | max | store, accumulator or row, expression)
-        self.versions = {"pr": 0}
+        self.out = out
+        self.versions = {out: 0}
         self.cols = Value(self, "T(cols)")
         self.tiny = Value(self, "rg_tiny<T>()")
-        self.scores = Elem(self, "sr[j]")
+        self.scores = self.row("sr")
+
+    def row(self, name: str) -> Elem:
+        """The input row ``name`` (a pointer of the printed function), a value per score."""
+        return Elem(self, f"{name}[j]")
 
     # ------------------------------------------------------------ statements
     def literal(self, x) -> str:
@@ -228,13 +234,13 @@ class RowTracer(CudaTracer, TR.TensorOps):
         return self._reduce("max", x)
 
     def store(self, e) -> Elem:
-        """``e`` written into the row ``pr``; the leaf that reads it back."""
+        """``e`` written into the output row; the leaf that reads it back."""
         if not isinstance(e, Elem):
             e = Elem(self, self.value(e).text, (), self.value(e).kind)
-        self._pend("store", "pr", e)
+        self._pend("store", self.out, e)
         self.flush()
-        self.versions["pr"] += 1
-        return Elem(self, "pr[j]", (), e.kind, ("pr", self.versions["pr"]))
+        self.versions[self.out] += 1
+        return Elem(self, f"{self.out}[j]", (), e.kind, (self.out, self.versions[self.out]))
 
     def flush(self) -> None:
         """Prints the queued reductions and stores: one loop over the thread's scores, then the block reductions."""
@@ -456,7 +462,7 @@ class RowTracer(CudaTracer, TR.TensorOps):
             if not per_score[i]:
                 out.append(Value(self, names[i], self.value(v).kind))
             elif store:
-                out.append(Elem(self, "pr[j]", (), v.kind, ("pr", self.versions["pr"])))
+                out.append(Elem(self, f"{self.out}[j]", (), v.kind, (self.out, self.versions[self.out])))
             else:
                 out.append(self.where(Value(self, ran, "bool"), new[i], v))
         return tuple(out)
@@ -603,20 +609,55 @@ def solver_enum_source() -> str:
                       f"enum rg_solver {{ {', '.join(s.enum for s in SOLVERS)} }};", "#endif"])
 
 
+#: The JVP's two forms (:func:`numeric.tensor_rules._weights`): a link of the power form takes its weight as
+#: ``a k exp((1 - 1/k) log p)``, another the map's ``weight``.
+JVP_FORMS = ("power", "general")
+
+
+def jvp_form(solver: Solver) -> str:
+    return "power" if solver.link_form == "power" else "general"
+
+
+def trace_jvp(form: str) -> str:
+    """``template <class M, typename T> __device__ void rg_jvp_FORM(const M& map, const T* pr, const T* vr, T* out,
+    long long cols, T* shared)``: :func:`numeric.tensor_rules.jvp` of one row (``J v`` at ``p``), traced."""
+    tr = RowTracer(out="out")
+    solver = next(s for s in SOLVERS if s.threshold == "root" and s.link_form == ("power" if form == "power" else "other"))
+    r = _routines(tr, solver)
+    tr.store(TR.jvp(tr, r, tr.row("pr"), tr.row("vr")))
+    body = _prune([tr.indent + d for d in tr.decls] + tr.lines)
+    return "\n".join([
+        f"// J v = w*v - w (w.v) / sum(w) at p, w = weight(p) on the support ({form} link)",
+        "template <class M, typename T>",
+        f"__device__ void rg_jvp_{form}(const M& map, const T* pr, const T* vr, T* out, long long cols, T* shared) {{",
+        *body, "}"])
+
+
 def rows_solve_source() -> str:
     """The CUDA text of every :class:`Solver`'s trace and ``rg_solve_row<M, T>(map, sr, pr, cols, shared, tau)``,
-    which calls the one ``M::solver`` names."""
+    which calls the one ``M::solver`` names; the JVP's traces (:data:`JVP_FORMS`) and ``rg_jvp_row``."""
     pick = []
     for i, s in enumerate(SOLVERS):
         head = "if constexpr" if i == 0 else "} else if constexpr"
         pick.append(f"    {head} (M::solver == {s.enum}) {{")
         pick.append(f"        rg_solve_{s.name}(map, sr, pr, cols, shared, tau);")
     pick.append("    }")
+    power = " || ".join(f"M::solver == {s.enum}" for s in SOLVERS if jvp_form(s) == "power")
     return "\n".join([
         "#ifndef REGATTN_ROWS_SOLVE",
         "#define REGATTN_ROWS_SOLVE",
         *[trace_solver(s) for s in SOLVERS],
+        *[trace_jvp(form) for form in JVP_FORMS],
         "// the solve of the kind of map M::solver names",
         "template <class M, typename T>",
         "__device__ void rg_solve_row(const M& map, const T* sr, T* pr, long long cols, T* shared, T& tau) {",
-        *pick, "}", "#endif"])
+        *pick, "}",
+        "// the JVP of the form of M's link",
+        "template <class M, typename T>",
+        "__device__ void rg_jvp_row(const M& map, const T* pr, const T* vr, T* out, long long cols, T* shared) {",
+        f"    if constexpr ({power}) {{",
+        "        rg_jvp_power(map, pr, vr, out, cols, shared);",
+        "    } else {",
+        "        rg_jvp_general(map, pr, vr, out, cols, shared);",
+        "    }",
+        "}", "#endif"])

@@ -18,7 +18,7 @@
 //   `regattn generate` (derive.codegen.trace_rows), the one algorithm the NumPy, torch and JAX maps run;
 //   writes p and tau;
 // * rg_jvp: one block per row, J v = w*v - w (w.v) / sum(w) with w = w(p) on the support (J is symmetric,
-//   so this is also the VJP).
+//   so this is also the VJP): rg_jvp_row, numeric.tensor_rules.jvp traced likewise.
 #ifndef REGATTN_ROWS
 #define REGATTN_ROWS
 
@@ -32,20 +32,11 @@ __device__ void rg_forward_from_tau(const T* s, const T* tau, T* p, long long ro
 
 template <class M, typename T>
 __device__ void rg_jvp(const T* p, const T* v, T* out, long long rows, long long cols, const M map) {
+    // one block per row: numeric.tensor_rules.jvp traced (a NaN row comes out NaN as a whole)
     __shared__ T shared[32];
     for (long long row = blockIdx.x; row < rows; row += gridDim.x) {
-        const T* pr = p + row * cols; const T* vr = v + row * cols; T* outr = out + row * cols;
-        T sw = 0, swv = 0;
-        for (long long j = threadIdx.x; j < cols; j += blockDim.x) {
-            T w = rg_weight_plus(map, pr[j]);  // a NaN row comes out NaN as a whole
-            sw += w; swv += w * vr[j];
-        }
-        sw = rg_block_sum(sw, shared);
-        swv = rg_block_sum(swv, shared);
-        T mean = sw > T(0) ? swv / sw : (sw == sw ? T(0) : sw);
-        for (long long j = threadIdx.x; j < cols; j += blockDim.x) {
-            outr[j] = rg_weight_plus(map, pr[j]) * (vr[j] - mean);
-        }
+        rg_jvp_row(map, p + row * cols, v + row * cols, out + row * cols, cols, shared);
+        __syncthreads();
     }
 }
 

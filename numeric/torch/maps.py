@@ -32,7 +32,6 @@ import math
 from functools import lru_cache
 from types import ModuleType
 
-import numpy as np
 import torch
 
 from .. import contract, tensor_rules
@@ -111,13 +110,9 @@ class _Solver:
         self.names = tuple(module.PARAMETERS)
         self.method = threshold
         self.softmax = bool(module.TERM_IS_EXP) and not self.names and threshold == "auto"
-        self.at_zero = None  # weight(0) of a map without parameters (see numeric.tensor_rules._weights)
-        if not self.names:
-            # (the module's NumPy weight: a torch tensor read back would break a torch.compile graph that
-            # builds the first map of a module)
-            with np.errstate(all="ignore"):
-                w0 = float(module.weight(np.float64(0.0)))
-            self.at_zero = "zero" if w0 == 0 else "finite" if math.isfinite(w0) else None
+        # weight(0) of a map without parameters (the module's NumPy weight: a torch tensor read back would break a
+        # torch.compile graph that builds the first map of a module)
+        self.at_zero = tensor_rules.weight_at_zero(module)
 
     def routines(self, params) -> tensor_rules.Routines:
         return tensor_rules.Routines(self.module, self.table, params)

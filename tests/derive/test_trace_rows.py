@@ -85,6 +85,24 @@ def test_kernels_on_long_rows(name):
     np.testing.assert_allclose(tau, want_tau, rtol=1e-13, atol=1e-13)
 
 
+@pytest.mark.parametrize("name", ALL_MAPS)
+def test_kernel_jvp_is_numpys(name):
+    """The JVP kernel is :func:`numeric.tensor_rules.jvp` traced: NumPy's ``J v`` to 1e-13, a NaN row NaN."""
+    rng = np.random.default_rng(11)
+    x = rng.standard_normal((5, 70)) * np.array([[0.1], [1.0], [4.0], [1.0], [1.0]])
+    x[3, 20:] = -np.inf
+    x[4, 3] = np.nan
+    p, _ = numpy_forward(name, x)
+    v = rng.standard_normal(x.shape)
+    out = np.full_like(p, 7.0)
+    params = [float(q) for q in PARAMS.get(name, {}).values()]
+    ptr = [_ptr(np.ascontiguousarray(a), ctypes.c_double) for a in (p, v, out)]
+    _kernel(name, "jvp", "f64")(*ptr, x.shape[0], x.shape[1], *params)
+    want = numeric.Map(module_for(name), **PARAMS.get(name, {})).jvp(p, v)
+    np.testing.assert_allclose(out, want, rtol=0, atol=1e-13 * (1 + np.nanmax(np.abs(want))))
+    assert np.isnan(out[4]).all() and np.isnan(want[4]).all()
+
+
 # ----------------------------------------------------------------- the tracer
 def test_a_read_of_a_row_written_over_is_an_error():
     tr = TRR.RowTracer()
