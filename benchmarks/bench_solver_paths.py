@@ -9,7 +9,9 @@ medians line by line (only figures from one machine and one session compare):
   and 3.0 (the safeguarded Halley, k < 1);
 * torch ``rt.entmax`` forward+backward on the same scores;
 * torch ``rt.attention`` forward+backward, (2, 4, 512, 64), causal, alpha a number or one per head (the
-  backward rebuilds the weights from each row's threshold, ``tensor_rules.at_threshold``).
+  backward rebuilds the weights from each row's threshold, ``tensor_rules.at_threshold``);
+* NumPy forward of the typed maps (``benchmarks/_typed.py``: the KKT solve) and NumPy ``jvp`` of softmax,
+  1.5-entmax, entmax(1.3) and a typed map, on the same scores.
 
 Prints ``what<TAB>ms`` lines.
 """
@@ -54,6 +56,18 @@ def main(argv=None) -> int:
             rows[f"numpy entmax({alpha}) n={n}"] = _median_ms(lambda: nm.entmax(x, alpha), args.repeat)
             rows[f"torch entmax({alpha}) fwd+bwd n={n}"] = _median_ms(
                 lambda: torch.autograd.grad((rt.entmax(xt, alpha) * d).sum(), xt), args.repeat)
+    from _typed import typed_modules
+
+    typed = {name: nm.Map(module) for name, module in typed_modules().items()}
+    for n in (64, 1024):
+        x = rng.standard_normal((512, n)).astype(np.float32)
+        d = rng.standard_normal((512, n)).astype(np.float32)
+        for name, mapping in typed.items():
+            rows[f"numpy {name} n={n}"] = _median_ms(lambda: mapping(x), args.repeat)
+        for name, mapping in (("softmax", nm.get_map("softmax")), ("entmax15", nm.get_map("entmax15")),
+                              ("entmax(1.3)", nm.get_map("entmax", alpha=1.3)), ("plogp_cube", typed["plogp_cube"])):
+            p = mapping(x)
+            rows[f"numpy jvp {name} n={n}"] = _median_ms(lambda: mapping.jvp(p, d), args.repeat)
     q, k, v = (torch.randn(2, 4, 512, 64, requires_grad=True) for _ in range(3))
     for alpha in (1.3, 3.0):
         for per_head in (False, True):

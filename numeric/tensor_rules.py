@@ -1001,7 +1001,10 @@ def _kkt_newton(ops: TensorOps, r: Routines, y, steps: int):
     state = (t, p, lo, hi, width, width, ops.full(count, 0.0), ops.not_(true), true)
     t, p, _, _, _, _, _, settled, _ = ops.repeat_rows(steps, body, state, true, rows)
     p = ops.where(live & (y - t > clip) if sparse else live, p, 0)
-    p = _to_sum_one(ops, r, p)
+    total = ops.row_sum(p)
+    # (rows off 1 by more than rounding: the others take the division alone)
+    p = ops.on_rows(abs(total - 1) > 16 * ops.eps, lambda p, *params: _to_sum_one(ops, Routines(r.module, r.table, params), p),
+                    (p, *r.params), p / total)
 
     def halley(y, c, anchor, at, one, edge, *params):
         rr = Routines(r.module, r.table, params)
@@ -1020,6 +1023,7 @@ def _to_sum_one(ops, r: Routines, p):
     at a kink, a score just inside the support with a flat ``omega'`` (``p**12 + p**13``: ``w`` of ``p = 0.07``
     is 1e8 times that of ``p = 0.5``) stops within its wide rounding, and dividing by the sum would spread its
     error over every score.  A row the step would take off the support (a ``p`` at most 0) is only divided.
+    (:func:`_kkt_newton` takes the step on the rows whose sum is off 1 by more than rounding, and divides the others.)
     """
     w = _weights(ops, r, p)
     total = ops.row_sum(p)
