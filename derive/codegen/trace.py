@@ -24,20 +24,17 @@ import numpy as np
 
 from numeric.newton import Ops, invert_link, safeguarded_point
 
-__all__ = ["Value", "Tracer", "CudaTracer", "TritonTracer", "newton_link_sources", "safeguard_source"]
+__all__ = ["Operators", "Value", "Tracer", "CudaTracer", "TritonTracer", "newton_link_sources", "safeguard_source"]
 
 
-class Value:
-    """A value of a trace: the name of a local (or a literal) and its kind, ``"T"`` (a number) or ``"bool"``."""
+class Operators:
+    """The arithmetic, comparisons and boolean ``&``, ``|`` of a traced value, each ``_bin(op, other, kind, swap)``
+    (``&`` and ``|`` in the tracer's spelling, ``AND`` and ``OR``)."""
 
-    def __init__(self, tracer: Tracer, text: str, kind: str = "T"):
-        self.tracer, self.text, self.kind = tracer, text, kind
+    tracer: Tracer
 
-    def _bin(self, op, other, kind="T", swap=False):
-        if getattr(other, "elementwise", False):  # a value per score (derive.codegen.trace_rows.Elem) takes it
-            return NotImplemented
-        a, b = self.text, self.tracer.value(other).text
-        return self.tracer.let(f"{b} {op} {a}" if swap else f"{a} {op} {b}", kind)
+    def _bin(self, op, other, kind="T", swap=False):  # pragma: no cover - interface
+        raise NotImplementedError
 
     def __add__(self, o): return self._bin("+", o)
     def __radd__(self, o): return self._bin("+", o, swap=True)
@@ -57,10 +54,24 @@ class Value:
     def __rand__(self, o): return self._bin(self.tracer.AND, o, "bool", swap=True)
     def __or__(self, o): return self._bin(self.tracer.OR, o, "bool")
     def __ror__(self, o): return self._bin(self.tracer.OR, o, "bool", swap=True)
-    def __neg__(self): return self.tracer.let(f"-{self.text}")
-    def __abs__(self): return self.tracer.call(self.tracer.ABS, self)
 
     __hash__ = None  # type: ignore[assignment]
+
+
+class Value(Operators):
+    """A value of a trace: the name of a local (or a literal) and its kind, ``"T"`` (a number) or ``"bool"``."""
+
+    def __init__(self, tracer: Tracer, text: str, kind: str = "T"):
+        self.tracer, self.text, self.kind = tracer, text, kind
+
+    def _bin(self, op, other, kind="T", swap=False):
+        if getattr(other, "elementwise", False):  # a value per score (derive.codegen.trace_rows.Elem) takes it
+            return NotImplemented
+        a, b = self.text, self.tracer.value(other).text
+        return self.tracer.let(f"{b} {op} {a}" if swap else f"{a} {op} {b}", kind)
+
+    def __neg__(self): return self.tracer.let(f"-{self.text}")
+    def __abs__(self): return self.tracer.call(self.tracer.ABS, self)
 
 
 class Tracer(Ops):

@@ -44,7 +44,7 @@ import numpy as np
 
 from numeric import tensor_rules as TR
 
-from .trace import CudaTracer, Value
+from .trace import CudaTracer, Operators, Value
 
 __all__ = ["TraceError", "Elem", "Pair", "RowTracer", "Solver", "SOLVERS", "solver_for", "trace_solver",
            "JVP_FORMS", "jvp_form", "trace_jvp", "solver_enum_source", "rows_solve_source"]
@@ -54,7 +54,7 @@ class TraceError(Exception):
     """An algorithm did something the row trace cannot print (a sort, a read of a row written over)."""
 
 
-class Elem:
+class Elem(Operators):
     """A value per score of the row: an expression ``op`` (``str.format`` over ``args``, Elem or Value) of kind
     ``"T"`` or ``"bool"``; a leaf has no ``args`` (``sr[j]``, a constant); ``buffer``: ``(name, version)`` of a
     row of memory the leaf reads."""
@@ -77,28 +77,8 @@ class Elem:
         a, b = (o, self) if swap else (self, o)
         return Elem(self.tracer, f"{{0}} {op} {{1}}", (a, b), kind)
 
-    def __add__(self, o): return self._bin("+", o)
-    def __radd__(self, o): return self._bin("+", o, swap=True)
-    def __sub__(self, o): return self._bin("-", o)
-    def __rsub__(self, o): return self._bin("-", o, swap=True)
-    def __mul__(self, o): return self._bin("*", o)
-    def __rmul__(self, o): return self._bin("*", o, swap=True)
-    def __truediv__(self, o): return self._bin("/", o)
-    def __rtruediv__(self, o): return self._bin("/", o, swap=True)
-    def __lt__(self, o): return self._bin("<", o, "bool")
-    def __le__(self, o): return self._bin("<=", o, "bool")
-    def __gt__(self, o): return self._bin(">", o, "bool")
-    def __ge__(self, o): return self._bin(">=", o, "bool")
-    def __eq__(self, o): return self._bin("==", o, "bool")  # type: ignore[override]
-    def __ne__(self, o): return self._bin("!=", o, "bool")  # type: ignore[override]
-    def __and__(self, o): return self._bin("&&", o, "bool")
-    def __rand__(self, o): return self._bin("&&", o, "bool", swap=True)
-    def __or__(self, o): return self._bin("||", o, "bool")
-    def __ror__(self, o): return self._bin("||", o, "bool", swap=True)
     def __neg__(self): return Elem(self.tracer, "-{0}", (self,))
     def __abs__(self): return Elem(self.tracer, "rg_fabs({0})", (self,))
-
-    __hash__ = None  # type: ignore[assignment]
 
 
 class Pair:
