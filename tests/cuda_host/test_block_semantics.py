@@ -342,7 +342,7 @@ def test_kernel_signatures_are_parsed():
 # (b) the generated kernels
 
 MAPS = [("softmax", {}), ("sparsemax", {}), ("entmax15", {}), ("entmax", {"alpha": 1.3}), ("entmax", {"alpha": 1.7}),
-        ("shannon_gini", {})]  # shannon_gini: a user map (tests/numeric/conftest.py USER), root threshold, Newton link
+        ("shannon_gini", {}), ("gini_log1p", {})]  # user maps (tests/numeric/conftest.py USER), Newton links: the KKT solve, dense and sparse
 MAP_IDS = [name + "".join(f"-{k}{v}" for k, v in params.items()) for name, params in MAPS]
 SIZES = [1, 37, 255, 256, 257, 1000]  # shorter than, one short of, equal to, one past and longer than the block
 ROWS, GRID = 3, 2  # fewer blocks than rows: block 0 takes rows 0 and 2 through the grid-stride loop

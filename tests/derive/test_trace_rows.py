@@ -103,6 +103,28 @@ def test_kernel_jvp_is_numpys(name):
     assert np.isnan(out[4]).all() and np.isnan(want[4]).all()
 
 
+def test_root_link_kernel_is_numpys(tmp_path):
+    """A root map with a printed link not of the power form (``p**2/2 + p**3/3``: ``g(z) = (sqrt(1 + 4z) - 1)/2``)
+    takes the ``root_link`` solve (safeguarded Halley): the kernel gives NumPy's ``p`` to 1e-13."""
+    name = "quad_cubic"
+    path = tmp_path / f"{name}.py"
+    path.write_text(generate_module(derive_map(Regularizer.from_string("p**2/2 + p**3/3", name=name)), name))
+    module = load_module(path)
+    assert "RG_SOLVE_ROOT_LINK;" in module.CUDA_DEVICE_SOURCE
+    from derive.codegen.compilers import host_kernels
+
+    fn = getattr(host_kernels(module.CUDA_SOURCE, name), f"{name}_forward_rows_f64")
+    dp = ctypes.POINTER(ctypes.c_double)
+    fn.argtypes = [dp, dp, dp, ctypes.c_longlong, ctypes.c_longlong]
+    x = np.random.default_rng(4).standard_normal((6, 90)) * np.array([[0.05], [0.5], [1.0], [3.0], [10.0], [1.0]])
+    x[5, 30:] = -np.inf
+    p, tau = np.full_like(x, 7.0), np.full(6, 7.0)
+    fn(*(_ptr(a, ctypes.c_double) for a in (x, p, tau)), 6, 90)
+    want, want_tau = numeric.Map(module).forward(x)
+    np.testing.assert_allclose(p, want, rtol=0, atol=1e-13)
+    np.testing.assert_allclose(tau, want_tau, rtol=1e-13, atol=1e-13)
+
+
 # ----------------------------------------------------------------- the tracer
 def test_a_read_of_a_row_written_over_is_an_error():
     tr = TRR.RowTracer()
