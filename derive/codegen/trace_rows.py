@@ -38,6 +38,7 @@ from __future__ import annotations
 
 import math
 import re
+import sys
 from dataclasses import dataclass
 
 import numpy as np
@@ -351,7 +352,7 @@ class RowTracer(CudaTracer, TR.TensorOps):
         pred = self.value(pred)
         self.flush()
         start, versions = len(self.lines), dict(self.versions)
-        self.lines.append(f"{self.indent}if ({pred.text}) {{")
+        self.lines.append(f"{self.indent}if ({pred.text}) {{{_origin()}")
         outer, self.indent = self.indent, self.indent + "    "
         a = fn()
         self.flush()
@@ -412,7 +413,7 @@ class RowTracer(CudaTracer, TR.TensorOps):
         self.line(f"{ran} = false;")
         go = self._name("bool", "go")
         self.line(f"{go} = {self.value(going).text};")
-        self.line(f"for (int i{tag} = 0; i{tag} < {n} && {go}; ++i{tag}) {{")
+        self.line(f"for (int i{tag} = 0; i{tag} < {n} && {go}; ++i{tag}) {{{_origin()}")
         outer, self.indent = self.indent, self.indent + "    "
         start = len(self.lines)
         current = tuple(marks[i] if per_score[i] else self.let(names[i], self.value(state[i]).kind)
@@ -446,6 +447,19 @@ class RowTracer(CudaTracer, TR.TensorOps):
             else:
                 out.append(self.where(Value(self, ran, "bool"), new[i], v))
         return tuple(out)
+
+
+def _origin() -> str:
+    """``  // module.function``: the function of :mod:`numeric` whose loop or branch is being printed (the nearest
+    caller outside the operations), as a comment that ties the printed code to its text."""
+    frame = sys._getframe(2)
+    while frame is not None:
+        code = frame.f_code
+        module = frame.f_globals.get("__name__", "")
+        if module.startswith("numeric.") and not hasattr(TR.TensorOps, code.co_name) and code.co_name != "<lambda>":
+            return f"  // {module.rsplit('.', 1)[-1]}.{code.co_name}"
+        frame = frame.f_back
+    return ""
 
 
 class _ReadsState(Exception):
@@ -556,7 +570,8 @@ def _prune(lines: list[str]) -> list[str]:
         out: list[str] = []
         for text in keep:
             t = text.strip()
-            if out and t == "}" and out[-1].strip().endswith("{") and not out[-1].strip().startswith("} else"):
+            last = out[-1].split("  //")[0].strip() if out else ""  # (a loop's or branch's line ends in a comment)
+            if out and t == "}" and last.endswith("{") and not last.startswith("} else"):
                 out.pop()  # an empty loop or branch
             elif out and t == "}" and out[-1].strip() == "} else {":
                 out[-1] = out[-1].replace("} else {", "}")
