@@ -93,15 +93,6 @@ class Pair:
         return self.a if part.stop is not None else self.b
 
 
-def _leaves(x):
-    """The values of a result (tuples and pairs of values), depth first."""
-    if isinstance(x, tuple):
-        return [v for item in x for v in _leaves(item)]
-    if isinstance(x, Pair):
-        return _leaves(x.a) + _leaves(x.b)
-    return [x]
-
-
 def _walk(values):
     """Every Elem and Value the expressions ``values`` read (each once)."""
     seen, stack, out = set(), list(values), []
