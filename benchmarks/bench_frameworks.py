@@ -31,8 +31,9 @@ so every temporary tensor is page-faulted in again when it is allocated (about
 0.3 us per 4 KiB page, and worse on two threads, which fault in parallel).  That
 cost grows with the number of temporaries, not with the arithmetic; a caching
 allocator (jemalloc, tcmalloc, or glibc told to keep freed memory) removes it.
-``--keep-freed-memory`` runs the same measurements under
-``GLIBC_TUNABLES`` that keep freed blocks in the process, for both sides.  A missing peer is reported, not fatal.  Writes
+``import numeric`` tells glibc to keep 32 MiB (:mod:`numeric.heap`, for every
+library in the process, peers included); ``--keep-freed-memory`` runs the same
+measurements under ``GLIBC_TUNABLES`` that keep up to 256 MiB from the start, for both sides.  A missing peer is reported, not fatal.  Writes
 ``frameworks.json`` and ``frameworks.md`` to ``--out``.
 """
 

@@ -16,7 +16,11 @@ from .attention import attention, attention_backward
 from .continuous import ContinuousAttention, GaussianBasis, continuous_attention, continuous_attention_backward, get_continuous_map
 from .layers import MultiHeadAttention, SelfAttention, sinusoidal_encoding
 from .maps import Map, entmax, entmax15, get_map, softmax, sparsemax
+from .heap import apply_default as _apply_heap_default
+from .heap import get_heap_reserve, set_heap_reserve
 from .parallel import get_num_threads, set_num_threads
+
+_apply_heap_default()
 
 __all__ = [
     "Map",
@@ -37,5 +41,7 @@ __all__ = [
     "ContinuousAttention",
     "set_num_threads",
     "get_num_threads",
+    "set_heap_reserve",
+    "get_heap_reserve",
 ]
 __version__ = "0.1.0"

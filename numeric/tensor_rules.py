@@ -986,10 +986,21 @@ def _kkt_newton(ops: TensorOps, r: Routines, y, steps: int):
 
             p_new = ops.rare(ops.not_(in_p), mixed, lambda: ahead)
         # steps within the rounding of the residuals: eps (|z| + |omega'(p)|) in each r_i
-        noise = w * (abs(zs) + abs(o1) + abs(t))  # w times the scale of res's rounding
+        scale = abs(zs) + abs(o1) + abs(t)  # the scale of res's rounding
+        noise = w * scale
         small_t = abs(dt) <= tol_t * (1 + abs(t) + ops.row_sum(noise) / sum_w)
         # (tiny: subnormal p carry few digits)
         now = ops.rare(small_t, lambda: small_t & (ops.row_max(abs(dp) - tol_p * (ps + noise)) <= ops.tiny), lambda: small_t)
+        # a row whose next step is Newton's in p to within rounding takes it and stops (_final_step)
+        more = active & ops.not_(now)
+
+        def final():
+            last, q, s = _final_step(ops, rr, y, p_new, new, scale, edge, sparse)
+            last = more & last
+            return last, ops.where(last, q, p_new), ops.where(last, s, new)
+
+        last, p_new, new = ops.rare(more, final, lambda: (more, p_new, new))
+        now = now | last
         # a row that stopped keeps its state (the rounds may go on over every row)
         going = active & ops.not_(now) & (hi - lo > tol_t * (1 + abs(new)))
         keep = lambda a, b: ops.where(active, a, b)  # noqa: E731
@@ -1013,6 +1024,40 @@ def _kkt_newton(ops: TensorOps, r: Routines, y, steps: int):
         return ops.cat(q, s)
 
     return _split(ops.on_rows(ops.not_(settled), halley, rows, ops.cat(p, t)), n)
+
+
+def _final_step(ops, r: Routines, y, p, t, scale, edge, sparse: bool):
+    """``(last, p', t')``: :func:`_kkt_newton`'s next step from ``(p, t)`` taken in ``p`` without safeguards, and
+    per row whether it is the last one, its result within rounding of the solution.
+
+    The step is Newton's, ``dt = (sum p - sum w r - 1) / sum w`` and ``dp_i = -w_i (r_i + dt)``, with
+    ``r_i = omega'(p_i) - y_i + t`` and ``w_i = 1/omega''(p_i)`` (``sum p' = 1`` to rounding).  After it each
+    equation is left with the linearisation's remainder, ``omega'''(xi) dp_i**2 / 2``: a row's step is its last
+    where that, with ``omega'''`` at ``p_i``, is at most half a rounding of its residual, ``eps scale_i``
+    (``scale = |y - t| + |t| + |omega'(p)|``, the round's: the scale of the rounding, which its step changes
+    by ``|dt|`` and ``|d omega'(p)|``), where no ``p_i`` moves by more than an eighth of itself (so that ``xi``
+    is near ``p_i``) and no score enters or leaves the support.  Its next step would then be within the
+    rounding that :func:`_kkt_newton`'s stopping test allows.
+    """
+    z = y - t
+    off = ops.not_(p > 0)
+
+    def masked():  # a score off the support (p = 0) reads as p = 1, with weight 0 and residual 0
+        ps = ops.where(off, 1, p)
+        return ps, ops.where(off, 0, r.weight(ps)), ops.where(off, 0, r.omega_prime(ps) - z)
+
+    ps, w, res = masked() if sparse else ops.rare(off, masked, lambda: (p, r.weight(p), r.omega_prime(p) - z))
+    sum_w = ops.row_sum(w)
+    some = sum_w > 0
+    dt = (ops.row_sum(p) - ops.row_sum(w * res) - 1) / ops.where(some, sum_w, 1)
+    dp = -w * (res + dt)
+    fine = (abs(r.omega_third(ps)) * (dp * dp) <= ops.eps * scale) & (abs(dp) <= 0.125 * ps)
+    if sparse:
+        crossing = (z > r.clip()) == off
+    else:
+        crossing = ops.rare(off, lambda: off & (z > edge), lambda: off)
+    bad = ops.float_(ops.not_(fine) | crossing)
+    return some & (ops.row_max(bad) <= 0), p + dp, t + dt
 
 
 def _to_sum_one(ops, r: Routines, p):

@@ -316,6 +316,28 @@ def test_whole_rows_rounds(name, most):
         np.testing.assert_allclose(p.sum(-1), 1, rtol=1e-13)
 
 
+@pytest.mark.parametrize("name, most32, most64", [("shannon_gini", 1.5, 2.5), ("plogp_cube", 1.5, 2.5), ("gini_log1p", 1.5, 2.5),
+                                                  ("quartic_gini", 2.5, 3.5), ("entmax_cube", 3.0, 4.0)])
+def test_the_final_step_ends_the_rounds(name, most32, most64):
+    """A row whose next Newton step leaves only a remainder below rounding takes it and stops (_final_step): on
+    512 rows of 64 N(0, 1) scores the rounds per row, averaged, are at most ``most`` (before it, each row ran one
+    round more to find its step within rounding: 3.0 and 4.1 for the dense maps, 3.1 and 4.1 for gini_log1p,
+    3.8 and 5.0 for quartic_gini, 4.4 and 5.8 for entmax_cube); the KKT conditions hold as before."""
+    module = importlib.import_module(name)
+    for dtype, most in ((np.float32, most32), (np.float64, most64)):
+        x = np.random.default_rng(7).standard_normal((512, 64)).astype(dtype)
+        rounds = []
+        p, tau = solve(module, x, rounds=rounds)
+        assert sum(rounds) / x.shape[0] <= most, (dtype, rounds)
+        eps = np.finfo(dtype).eps
+        np.testing.assert_allclose(p.sum(-1), 1, rtol=0, atol=8 * eps)
+        on = p > 0
+        z = (x - tau[:, None]).astype(np.float64)
+        residual = np.abs(module.omega_prime(np.where(on, p, 1).astype(np.float64)) - z)
+        allowed = 64 * (eps * (np.abs(z) + 1) + np.spacing(p).astype(np.float64) / module.weight(np.where(on, p, 1).astype(np.float64)))
+        assert np.all(residual[on] <= allowed[on])
+
+
 @pytest.mark.parametrize("dtype", [np.float64, np.float32])
 def test_scores_at_the_support_edge(dtype, monkeypatch):
     """A score a few ulps above the threshold of an entmax-like map (p of order ulp**2) is solved by the Newton

@@ -1,0 +1,78 @@
+"""numeric.heap: NumPy's temporaries served from memory the process already has (glibc's malloc parameters)."""
+
+from __future__ import annotations
+
+import os
+import resource
+import subprocess
+import sys
+
+import numpy as np
+import pytest
+
+import numeric as nm
+from numeric import heap
+
+glibc = pytest.mark.skipif(heap._mallopt() is None, reason="malloc is not glibc's")
+
+
+def _faults_per_round(size: int, rounds: int = 20) -> float:
+    """Minor page faults per round of three temporaries of ``size`` bytes, one made from the other."""
+    a = np.ones(size // 4, np.float32)
+
+    def once():
+        b = a * 2
+        c = b + 1
+        return float((c * b)[0])
+
+    once()
+    start = resource.getrusage(resource.RUSAGE_SELF).ru_minflt
+    for _ in range(rounds):
+        once()
+    return (resource.getrusage(resource.RUSAGE_SELF).ru_minflt - start) / rounds
+
+
+@glibc
+def test_reserve_keeps_temporaries_in_mapped_memory():
+    # 1 MiB temporaries: 256 pages each, which glibc's defaults map afresh every time (mmap threshold 128 KiB)
+    try:
+        assert nm.set_heap_reserve(0)
+        assert nm.get_heap_reserve() == 0
+        fresh = _faults_per_round(1 << 20)
+        assert nm.set_heap_reserve(32 << 20)
+        assert nm.get_heap_reserve() == 32 << 20
+        kept = _faults_per_round(1 << 20)
+    finally:
+        heap.apply_default()
+    assert fresh >= 256  # at least one of the three temporaries new memory each round
+    assert kept <= fresh / 20
+
+
+@glibc
+def test_import_sets_the_default():
+    assert nm.get_heap_reserve() == heap.DEFAULT_RESERVE or os.environ.get(heap.ENV) is not None
+
+
+@pytest.mark.parametrize("value", [-1, (32 << 20) + 1, 1.5, True, "1024"])
+def test_reserve_out_of_range_is_an_error(value):
+    with pytest.raises(ValueError, match="heap reserve"):
+        nm.set_heap_reserve(value)
+
+
+def _reserve_in_child(env_value: str) -> subprocess.CompletedProcess:
+    env = dict(os.environ, **{heap.ENV: env_value})
+    return subprocess.run([sys.executable, "-W", "always", "-c", "import numeric as nm; print(nm.get_heap_reserve())"],
+                          env=env, capture_output=True, text=True, check=True)
+
+
+@glibc
+@pytest.mark.parametrize(("env_value", "reserve"), [("0", "None"), ("1048576", "1048576"), ("", str(heap.DEFAULT_RESERVE))])
+def test_environment_sets_the_reserve(env_value, reserve):
+    assert _reserve_in_child(env_value).stdout.strip() == reserve
+
+
+@pytest.mark.parametrize("env_value", ["a lot", "-5", str(1 << 40)])
+def test_a_bad_environment_value_warns_and_leaves_malloc(env_value):
+    run = _reserve_in_child(env_value)
+    assert run.stdout.strip() == "None"
+    assert "REGATTN_HEAP_RESERVE" in run.stderr and "malloc is left as it is" in run.stderr
