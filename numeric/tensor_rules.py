@@ -1036,10 +1036,13 @@ def _final_step(ops, r: Routines, y, p, t, scale, edge, sparse: bool):
     where that, with ``omega'''`` at ``p_i``, is at most half a rounding of its residual, ``eps scale_i``
     (``scale = |y - t| + |t| + |omega'(p)|``, the round's: the scale of the rounding, which its step changes
     by ``|dt|`` and ``|d omega'(p)|``), where no ``p_i`` moves by more than an eighth of itself (so that ``xi``
-    is near ``p_i``) and no score enters or leaves the support.  Its next step would then be within the
+    is near ``p_i``) and no score enters the support: a sparse map's scores that left it at ``t`` are dropped
+    (``p_i = 0``), and every score off it must stay there at ``t + dt``.  Its next step would then be within the
     rounding that :func:`_kkt_newton`'s stopping test allows.
     """
     z = y - t
+    if sparse:  # a score that left the support (z <= omega'(0+)) is dropped: the step solves the rest
+        p = ops.where(z > r.clip(), p, 0)
     off = ops.not_(p > 0)
 
     def masked():  # a score off the support (p = 0) reads as p = 1, with weight 0 and residual 0
@@ -1052,8 +1055,8 @@ def _final_step(ops, r: Routines, y, p, t, scale, edge, sparse: bool):
     dt = (ops.row_sum(p) - ops.row_sum(w * res) - 1) / ops.where(some, sum_w, 1)
     dp = -w * (res + dt)
     fine = (abs(r.omega_third(ps)) * (dp * dp) <= ops.eps * scale) & (abs(dp) <= 0.125 * ps)
-    if sparse:
-        crossing = (z > r.clip()) == off
+    if sparse:  # every score off the support stays off it at t + dt
+        crossing = off & (z - dt > r.clip())
     else:
         crossing = ops.rare(off, lambda: off & (z > edge), lambda: off)
     bad = ops.float_(ops.not_(fine) | crossing)

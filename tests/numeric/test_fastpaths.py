@@ -141,7 +141,7 @@ def test_support_rule_rounds_on_random_rows(scale, n):
 
 # ------------------------------------------------------------ row maxima and sums
 @given(
-    rows=st.sampled_from([1, 1023, 1024, 1500, 2049]),
+    rows=st.sampled_from([1, 63, 64, 142, 512, 1023, 1024, 1500, 2049]),
     n=st.integers(1, 70),
     seed=st.integers(0, 2**16),
     dtype=st.sampled_from([np.float64, np.float32]),
