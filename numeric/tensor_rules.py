@@ -886,7 +886,9 @@ def _kkt_newton(ops: TensorOps, r: Routines, y, steps: int):
       not halving the step before last, bisects it (``rtsafe``'s safeguard, :func:`numeric.newton.safeguarded_point`).
     * A row stops where its step is within rounding: ``t`` moves by at most
       ``4 eps (1 + |t| + sum w e / sum w)`` and every ``p_i`` by at most ``16 eps (p_i + w_i e_i) + tiny``,
-      with ``e_i = |z_i| + |t| + |omega'(p_i)|`` the scale of the rounding of ``r_i``; ``p`` is then
+      with ``e_i = |z_i| + |t| + |omega'(p_i)|`` the scale of the rounding of ``r_i``, or where the
+      round's next step, taken at its end, leaves only a remainder below that rounding
+      (:func:`_final_step`: one round fewer per row); ``p`` is then
       taken to sum 1 by a first-order step in ``t`` (:func:`_to_sum_one`).  Rows that do
       not (the budget of ``steps`` runs out, or the bracket closes on a kink of ``F``)
       are solved by :func:`_root_halley` with the link inverted by
