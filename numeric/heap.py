@@ -26,13 +26,12 @@ import os
 import platform
 import sys
 import warnings
+from functools import lru_cache
 
 __all__ = ["DEFAULT_RESERVE", "ENV", "set_heap_reserve", "get_heap_reserve"]
 
 #: Environment variable giving the reserve ``import numeric`` sets.
 ENV = "REGATTN_HEAP_RESERVE"
-#: The reserve ``import numeric`` sets (32 MiB: glibc's own largest mmap threshold).
-DEFAULT_RESERVE = 32 << 20
 #: glibc's defaults of both parameters (``mallopt(3)``).
 GLIBC_DEFAULT = 128 << 10
 #: ``mallopt`` parameters (``malloc.h``).
@@ -40,12 +39,15 @@ M_TOP_PAD = -2
 M_MMAP_THRESHOLD = -3
 #: glibc takes no mmap threshold above this (``HEAP_MAX_SIZE / 2`` on 64-bit systems).
 LARGEST = 32 << 20
+#: The reserve ``import numeric`` sets (glibc's own largest mmap threshold).
+DEFAULT_RESERVE = LARGEST
 
 _state = {"reserve": None}
 
 
+@lru_cache(maxsize=None)
 def _mallopt():
-    """glibc's ``mallopt``, or ``None`` elsewhere."""
+    """glibc's ``mallopt``, or ``None`` elsewhere (looked up once: ``platform.libc_ver`` reads the interpreter's file)."""
     if not sys.platform.startswith("linux") or platform.libc_ver()[0] != "glibc":
         return None
     try:

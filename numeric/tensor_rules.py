@@ -948,13 +948,9 @@ def _kkt_newton(ops: TensorOps, r: Routines, y, steps: int):
 
         p, zero = ops.branch(need, enter, lambda: (p, zero))
 
-        def masked():  # a score off the support (p = 0) reads as p = 1 and z = 0, with weight 0
-            sup = p > 0
-            ps = ops.where(sup, p, 1)
-            return ps, ops.where(sup, z, 0), ops.where(sup, rr.weight(ps), 0)
-
         # (a dense map's p is 0 only where it underflowed)
-        ps, zs, w = masked() if sparse else ops.rare(zero, masked, lambda: (p, z, rr.weight(p)))
+        ps, zs, w = _on_support(ops, rr, p, z) if sparse else ops.rare(zero, lambda: _on_support(ops, rr, p, z),
+                                                                        lambda: (p, z, rr.weight(p)))
         o1 = rr.omega_prime(ps)
         res = o1 - zs
         wr = w * res
@@ -1030,6 +1026,14 @@ def _kkt_newton(ops: TensorOps, r: Routines, y, steps: int):
     return _split(ops.on_rows(ops.not_(settled), halley, rows, ops.cat(p, t)), n)
 
 
+def _on_support(ops, r: Routines, p, z):
+    """``(ps, zs, w)``: ``p``, ``z`` and ``weight(p)`` on the support (``p > 0``); off it ``p`` reads as 1, ``z`` as 0
+    and the weight is 0."""
+    sup = p > 0
+    ps = ops.where(sup, p, 1)
+    return ps, ops.where(sup, z, 0), ops.where(sup, r.weight(ps), 0)
+
+
 def _final_step(ops, r: Routines, y, p, t, scale, edge, sparse: bool):
     """``(last, p', t')``: :func:`_kkt_newton`'s next step from ``(p, t)`` taken in ``p`` without safeguards, and
     per row whether it is the last one, its result within rounding of the solution.
@@ -1048,12 +1052,9 @@ def _final_step(ops, r: Routines, y, p, t, scale, edge, sparse: bool):
     if sparse:  # a score that left the support (z <= omega'(0+)) is dropped: the step solves the rest
         p = ops.where(z > r.clip(), p, 0)
     off = ops.not_(p > 0)
-
-    def masked():  # a score off the support (p = 0) reads as p = 1, with weight 0 and residual 0
-        ps = ops.where(off, 1, p)
-        return ps, ops.where(off, 0, r.weight(ps)), ops.where(off, 0, r.omega_prime(ps) - z)
-
-    ps, w, res = masked() if sparse else ops.rare(off, masked, lambda: (p, r.weight(p), r.omega_prime(p) - z))
+    ps, zs, w = _on_support(ops, r, p, z) if sparse else ops.rare(off, lambda: _on_support(ops, r, p, z),
+                                                                   lambda: (p, z, r.weight(p)))
+    res = r.omega_prime(ps) - zs  # (weight 0 off the support)
     sum_w = ops.row_sum(w)
     some = sum_w > 0
     dt = (ops.row_sum(p) - ops.row_sum(w * res) - 1) / ops.where(some, sum_w, 1)
