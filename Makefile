@@ -15,7 +15,7 @@ $(BIN)/regattn: pyproject.toml
 	$(PYTHON) -m venv $(VENV)
 	$(BIN)/python -m pip install --quiet --upgrade pip
 	$(BIN)/python -m pip install --quiet torch==2.13.0
-	$(BIN)/python -m pip install --quiet -e '.[test,torch,jax,triton]'
+	$(BIN)/python -m pip install --quiet -e '.[test,torch,jax,triton,peers]'
 	touch $@
 
 setup: $(BIN)/regattn
