@@ -1,6 +1,6 @@
 """Block products of the fused Triton attention kernels, counted in Triton's interpreter, per map.
 
-Run: python benchmarks/bench_block_products.py [--length 256] [--dim 64] [--maps softmax sparsemax ...]
+Run: python benchmarks/bench_block_products.py [--length 256] [--dim 64] [--maps softmax sparsemax ...] [--inference-only]
 
 On a GPU the fused kernels' cost is their matrix products over (query block, key
 block) pairs: every pass over the key blocks recomputes ``Q K^T``.  This script
@@ -31,9 +31,9 @@ MAPS = {"softmax": {}, "sparsemax": {}, "entmax15": {}, "entmax-1.3": {"alpha": 
         "gini_log1p": {}}
 
 
-def count(mapping, length: int, dim: int, seed: int = 0) -> dict:
+def count(mapping, length: int, dim: int, seed: int = 0, inference_only: bool = False) -> dict:
     """``{"inference": forward products per pair without gradients, "forward": with them, "backward": ...,
-    "seconds": interpreter time}`` for one map."""
+    "seconds": interpreter time}`` for one map (``forward`` and ``backward`` NaN where ``inference_only``)."""
     import torch
 
     from numeric.kernels import triton_attention as kernels
@@ -55,10 +55,12 @@ def count(mapping, length: int, dim: int, seed: int = 0) -> dict:
         with torch.no_grad():
             attention(q, k, v, mapping=mapping, backend="triton")
         inference = calls[0]
+        forward = float("nan")
         calls[0] = 0
-        out = attention(*leaves, mapping=mapping, backend="triton")
-        forward = calls[0]
-        torch.autograd.grad(out, leaves, do)
+        if not inference_only:
+            out = attention(*leaves, mapping=mapping, backend="triton")
+            forward = calls[0]
+            torch.autograd.grad(out, leaves, do)
         seconds = time.perf_counter() - start
     finally:
         kernels._mm = product
@@ -74,6 +76,8 @@ def main(argv=None) -> int:
     parser.add_argument("--length", type=int, default=256)
     parser.add_argument("--dim", type=int, default=64)
     parser.add_argument("--maps", nargs="+", default=list(MAPS))
+    parser.add_argument("--inference-only", action="store_true",
+                        help="count the forward without gradients only (a quarter of the time at long lengths)")
     args = parser.parse_args(argv)
     import triton
 
@@ -91,7 +95,7 @@ def main(argv=None) -> int:
     for name in args.maps:
         params = MAPS[name]
         mapping = get_map(typed[name]) if name in typed else get_map(name.split("-")[0], **params)
-        got = count(mapping, args.length, args.dim)
+        got = count(mapping, args.length, args.dim, inference_only=args.inference_only)
         base = got["inference"] if name == "softmax" else base
         ratio = f"{got['inference'] / base:.2f}" if base else "-"
         print(f"{name:<12} {got['inference']:>9.2f} {got['forward']:>8.2f} {got['backward']:>9.2f} {ratio:>14} "

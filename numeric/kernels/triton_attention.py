@@ -84,9 +84,10 @@ KERNELS = ("attention_forward", "attention_backward_rows", "attention_backward_k
 FREE_STEPS = tl.constexpr(2)
 #: A step of the tail model is taken without a pass to measure F where the model's curvature term there (its
 #: difference from the exponential with the same value and slope) is at most this: the model matches the tail
-#: to second order, and its error is then far below 2 float32 roundings of F = 1 on the rows measured in
-#: docs/benchmarks.md (the output pass measures F, and a row off 1 steps again).
-TRUST = tl.constexpr(1e-4)
+#: to second order.  The output pass measures F, and a row off 1 steps again.  On the rows measured in
+#: docs/benchmarks.md (alpha = 1.3, L = 1024) every step with a term up to 7e-4 landed where the output pass
+#: accepts F; the few rows it sent back had terms below 5e-5.
+TRUST = tl.constexpr(1e-3)
 #: A threshold is the root where F is within this of 1 (2 float32 roundings of 1) ...
 F_TOLERANCE = tl.constexpr(2.4e-7)
 #: ... or where a step would move it by less than this times |tau| + |m| (the resolution of s - tau).
