@@ -259,14 +259,16 @@ def _bracket_step(tau, lo, hi, step, step_old, count, f, wsum, m0, fixed, point)
     # last (rtsafe's safeguard, `safeguarded_point`, traced from numeric.newton: where F' jumps as a score enters
     # the support with an infinite slope, k < 1, Newton would cycle between the two sides of the kink, each step
     # landing on the bracket's other end); otherwise the bracket is bisected.  A row is done when F is 1 to a few
-    # roundings, when a step moves tau by less than the resolution of s - tau (a point on the end tau itself: the
-    # root to rounding), or when the bracket is that narrow; `fixed` rows keep their tau.  Returns (tau, step,
-    # step_old, done, took): `took` where the point was taken.
+    # roundings, when the point moves tau by less than the resolution of s - tau (the root to rounding), or when
+    # the bracket is that narrow.  A row done by its small step takes it: the step still moves F by up to sum w
+    # times the resolution, which is what the output pass allows F to be off 1.  `fixed` rows keep their tau.
+    # Returns (tau, step, step_old, done, took): `took` where the point was taken.
     new_tau, inside = safeguarded_point(tau, lo, hi, step_old, point, wsum > 0, count < FREE_STEPS)
     resolution = RESOLUTION * (tl.abs(new_tau) + tl.abs(m0))
-    done = ((tl.abs(f - 1.0) <= F_TOLERANCE) | (inside & (tl.abs(new_tau - tau) <= resolution))
-            | (hi - lo <= resolution) | fixed)
-    return tl.where(done, tau, new_tau), tl.where(done, step, new_tau - tau), tl.where(done, step_old, step), done, inside
+    small = inside & (tl.abs(new_tau - tau) <= resolution) & ~fixed
+    done = (tl.abs(f - 1.0) <= F_TOLERANCE) | small | (hi - lo <= resolution) | fixed
+    keep = done & ~small
+    return tl.where(keep, tau, new_tau), tl.where(keep, step, new_tau - tau), tl.where(keep, step_old, step), done, inside
 
 
 @triton.jit
