@@ -77,7 +77,7 @@ def main(argv=None) -> int:
     parser.add_argument("--dim", type=int, default=64)
     parser.add_argument("--maps", nargs="+", default=list(MAPS))
     parser.add_argument("--inference-only", action="store_true",
-                        help="count the forward without gradients only (a quarter of the time at long lengths)")
+                        help="count the forward without gradients only (about half the time)")
     args = parser.parse_args(argv)
     import triton
 
