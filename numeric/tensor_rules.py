@@ -1185,8 +1185,77 @@ def _power_link(ops, k, raw):
 
 def _root_halley(ops, r, y, steps, power, lo, hi):
     """:func:`root_rule`'s safeguarded Halley from the bracket ``[lo, hi]``; ``power``: ``(a, k, b)`` of the link's power form, or ``None``."""
+    t, lo, hi, active, settled, probabilities = halley_threshold(ops, r, y, lo, hi, steps=steps, power=power)
+    p = probabilities(t)
+    total = ops.row_sum(p)
+    p = p / total
+    # a row whose F jumps across 1 between the ends of its bracket: p(lo) + lam (p(hi) - p(lo)), sum 1
+    kink = (active | ops.not_(settled)) & (abs(total - 1) > 4 * ops.eps)
+
+    def combine():
+        p_lo, p_hi = probabilities(lo), probabilities(hi)
+        f_lo, f_hi = ops.row_sum(p_lo), ops.row_sum(p_hi)
+        ok = (f_lo >= 1) & (f_hi <= 1) & (f_lo > f_hi)
+        lam = ops.where(ok, (f_lo - 1) / ops.where(ok, f_lo - f_hi, 1), 0)
+        mixed = ops.where(ok, p_lo + lam * (p_hi - p_lo), p_lo / ops.where(f_lo > 0, f_lo, 1))
+        return ops.where(kink, mixed, p)
+
+    p = ops.branch(kink, combine, lambda: p)
+    return p, t + (-r.clip() if power is not None else 0)  # (power: tau - m = t - clip)
+
+
+def narrow_bracket(ops, t, lo, hi, active, f):
+    """The bracket ``[lo, hi]`` of a decreasing ``F``'s root of ``F = 1`` moved to ``t``, where ``F`` is ``f``, on
+    the rows ``active``."""
+    return ops.where(active & (f > 1), t, lo), ops.where(active & (f < 1), t, hi)
+
+
+def threshold_round(ops, t, lo, hi, step, step_old, active, f, slope, point, usable, scale, free=False):
+    """One round of a bracketed solve of ``F(t) = 1`` for a decreasing ``F``, at ``t``, where ``F`` is ``f`` and
+    ``F'`` is ``slope``, towards ``point``: ``(t, step, step_old, active, exact, took)``.
+
+    The bracket ``[lo, hi]`` is already moved to ``t`` (:func:`narrow_bracket`).  The point is taken
+    (``took``) where ``usable`` and as :func:`numeric.newton.safeguarded_point` allows, which needs it to
+    halve the step before last unless ``free`` or the step is small; otherwise the bracket is bisected.  A
+    row is done (no longer ``active``) where ``F`` is 1 to ``4 eps`` (``exact``: it keeps ``t``), where it
+    takes a small step (one that moves ``F`` by less than that, or ``t`` by less than the resolution of
+    ``s - t``, ``eps (scale + |t|)``: ``t`` is the root to rounding, and the step is still worth up to
+    ``|F'|`` times the resolution), or where the bracket is 4 resolutions wide.  Rows not ``active`` keep
+    ``t`` and their steps.
+
+    Written once for the threshold solves: :func:`halley_threshold`'s rounds (the host's, and the fused
+    Triton attention's kept scores), and the rounds of that attention's passes over the keys, whose point
+    comes from its kept scores (traced, ``threshold_round``).
+    """
+    tol = 4 * ops.eps
+    resolution = ops.eps * (scale + abs(t))
+    exact = abs(f - 1) <= tol
+    step_small = (abs((point - t) * slope) <= tol) | (abs(point - t) <= resolution)
+    new, took = safeguarded_point(ops, t, lo, hi, step_old, point, usable, step_small if free is False else free | step_small)
+    done = exact | (took & step_small) | (hi - lo <= 4 * resolution)
+    return (ops.where(active & ops.not_(exact), new, t), ops.where(active, new - t, step),
+            ops.where(active, step, step_old), active & ops.not_(done), exact, took)
+
+
+def halley_threshold(ops, r, y, lo, hi, *, steps: int = ROOT_STEPS, power=None, start=None, going=None, rest=None,
+                     peak=None):
+    """The threshold of the rows ``y`` in the bracket ``[lo, hi]`` by safeguarded Halley on
+    ``h(t) = omega'(F(t)) - omega'(1)`` (:func:`root_rule`): ``(t, lo, hi, active, settled, probabilities)``.
+
+    ``t``, ``lo`` and ``hi`` have shape ``(rows, 1)``: ``F(lo) >= 1 >= F(hi)`` and ``t = tau - m`` for rows
+    shifted to their maximum ``m`` (``peak``, the rows' largest score, is 0 where ``None``; a device kernel
+    passes the scores as they are and their maximum).  ``power``: ``(a, k, b)`` of the link's power form (then ``t`` is
+    ``tau - m - clip`` and ``y`` is read through ``b``), or ``None``: the link ``r.link`` or, without one,
+    the link inverted (:meth:`TensorOps.invert_link`).  ``active``: the rows still going after ``steps``
+    rounds; ``settled``: where ``F`` was 1 to ``4 eps`` or a step would have moved it less;
+    ``probabilities(t)``: ``g_+(y - t)``.
+
+    The fused Triton attention solves each query block's kept scores with this text, traced
+    (:mod:`derive.codegen.trace`): from ``start`` (else ``lo``), on the rows ``going`` (else all; the
+    others keep ``start``), with ``F`` the kept scores' sum plus ``rest(t)``, ``(value, first, second
+    derivative)`` of the row's other scores at ``t`` (a model of them; ``None``: the row is whole).
+    """
     clip = r.clip()
-    count = ops.full(y[..., :1], _length(y))
     if power is not None:
         a, k, b = power
         scale = 0  # t has no offset: the bracket's width is judged relative to t
@@ -1202,35 +1271,38 @@ def _root_halley(ops, r, y, steps, power, lo, hi):
             d2 = a * a * k * (k - 1) * ops.row_sum(q / base)
             return total, d1, d2
 
-        offset = -clip  # tau - m = t - clip
+        def weights(t):
+            return probabilities(t)[0]
     else:
-        scale = 1
+        scale = 1 if peak is None else 1 + abs(peak)
 
         def probabilities(t):
             z = y - t
             pos = z > clip
-            safe = ops.where(pos, z, -t)  # -t: the maximum's z, inside the support (t <= -omega'(1/n))
+            safe = ops.where(pos, z, -t if peak is None else peak - t)  # the maximum's z, inside the support (t <= -omega'(1/n))
             if r.has("link"):
                 g = r.link(safe)
             else:
                 g = ops.invert_link(safe, r.omega_prime, r.omega_second)
             pos = pos & (g > 0)
-            return ops.where(pos, g, 0), None, pos
+            return ops.where(pos, g, 0), pos
 
         def sums(t):
-            p, _, pos = probabilities(t)
+            p, pos = probabilities(t)
             safe = ops.where(pos, p, 1)
             total = ops.row_sum(p)
             d1 = -ops.row_sum(ops.where(pos, r.weight(safe), 0))
             d2 = ops.row_sum(ops.where(pos, r.weight_d2(safe), 0))
             return total, d1, d2
 
-        offset = 0
-    one = _reach_one(ops, r, count)
+        def weights(t):
+            return probabilities(t)[0]
+    one = _reach_one(ops, r, lo)
     tol = 4 * ops.eps
-    false = ops.full(count, False)
     width = hi - lo
-    state = (lo, lo, hi, width, width, ops.full(count, True), false)
+    start = lo if start is None else start
+    going = ops.full(lo, True) if going is None else going
+    state = (start, lo, hi, width, width, going, ops.full(lo, False))
 
     def inside(v, lo, hi):
         return (v > lo) & (v < hi) & ops.isfinite(v)
@@ -1238,47 +1310,33 @@ def _root_halley(ops, r, y, steps, power, lo, hi):
     def body(state):
         t, lo, hi, step, step_old, active, settled = state
         total, d1, d2 = sums(t)
-        lo = ops.where(active & (total > 1), t, lo)
-        hi = ops.where(active & (total < 1), t, hi)
-        o2 = r.omega_second(total)
-        o3 = r.omega_third(total)
-        h = r.omega_prime(total) - one
+        if rest is not None:
+            more, more_d1, more_d2 = rest(t)
+            total, d1, d2 = total + more, d1 + more_d1, d2 + more_d2
+        lo, hi = narrow_bracket(ops, t, lo, hi, active, total)
+        # (F = 0 and F' = 0 only on a row without scores: its derivatives are taken at 1 and it bisects, so that
+        # no lane of a device block divides by 0)
+        some = total > 0
+        at = ops.where(some, total, 1)
+        o2 = r.omega_second(at)
+        o3 = r.omega_third(at)
+        h = r.omega_prime(at) - one
         h1 = o2 * d1
         h2 = o3 * d1 * d1 + o2 * d2
         denom = 2 * h1 * h1 - h * h2
-        halley = t - 2 * h * h1 / denom
-        newton = t - h / h1
+        sloped = h1 != 0
+        halley = t - 2 * h * h1 / ops.where(denom > 0, denom, 1)
+        newton = t - h / ops.where(sloped, h1, 1)
         new = ops.where((denom > 0) & inside(halley, lo, hi), halley, newton)
-        exact = abs(total - 1) <= tol
+        usable = ops.isfinite(new) & sloped & some
+        t_new, step, step_old, going, exact, _ = threshold_round(ops, t, lo, hi, step, step_old, active, total, d1,
+                                                                 new, usable, scale)
         settled_now = exact | ((newton != t) & (abs((newton - t) * d1) <= tol))
-        done = exact | (abs((new - t) * d1) <= tol) | (hi - lo <= 4 * ops.eps * (scale + abs(t)))
-        # (a row that stops keeps its point where that lies in the bracket)
-        new, _ = safeguarded_point(ops, t, lo, hi, step_old, new, ops.isfinite(new), done)
-        step_old = ops.where(active, step, step_old)
-        step = ops.where(active, new - t, step)
-        t = ops.where(active & ops.not_(exact), new, t)
         settled = ops.where(active, settled_now, settled)
-        active = active & ops.not_(done)
-        return (t, lo, hi, step, step_old, active, settled), active
+        return (t_new, lo, hi, step, step_old, going, settled), going
 
     t, lo, hi, _, _, active, settled = ops.repeat(steps, body, state, state[5])
-    p, _, _ = probabilities(t)
-    total = ops.row_sum(p)
-    p = p / total
-    # a row whose F jumps across 1 between the ends of its bracket: p(lo) + lam (p(hi) - p(lo)), sum 1
-    kink = (active | ops.not_(settled)) & (abs(total - 1) > tol)
-
-    def combine():
-        p_lo, _, _ = probabilities(lo)
-        p_hi, _, _ = probabilities(hi)
-        f_lo, f_hi = ops.row_sum(p_lo), ops.row_sum(p_hi)
-        ok = (f_lo >= 1) & (f_hi <= 1) & (f_lo > f_hi)
-        lam = ops.where(ok, (f_lo - 1) / ops.where(ok, f_lo - f_hi, 1), 0)
-        mixed = ops.where(ok, p_lo + lam * (p_hi - p_lo), p_lo / ops.where(f_lo > 0, f_lo, 1))
-        return ops.where(kink, mixed, p)
-
-    p = ops.branch(kink, combine, lambda: p)
-    return p, t + offset
+    return t, lo, hi, active, settled, weights
 
 
 # -------------------------------------------------------------- derivatives

@@ -13,7 +13,7 @@ import sympy as sp
 from ..argmax import derive_map
 from ..regularizers import FAMILIES, Regularizer
 from .emit import HEADER_MARK, content_hash, generate_module
-from .trace import newton_link_sources, safeguard_source
+from .trace import kept_threshold_source, newton_link_sources, safeguard_source
 from .trace_rows import rows_solve_source, solver_enum_source
 
 __all__ = ["Builtin", "BUILTINS", "BUILTIN_MAPS", "CONTINUOUS_MAPS", "builtin_sources"]
@@ -72,13 +72,14 @@ CUDA_SOURCE = r"""
 """
 '''
 
-_NEWTON_TRITON = '''"""numeric.newton's algorithms traced into Triton (derive.codegen.trace): the inversion of a link with no
-closed form (invert_link) and the safeguard of every bracketed Newton solve (safeguarded_point).
+_NEWTON_TRITON = '''"""numeric's algorithms traced into Triton (derive.codegen.trace): the inversion of a link with no closed
+form (numeric.newton.invert_link), the safeguard of every bracketed Newton solve
+(numeric.newton.safeguarded_point) and the threshold of a block of rows (numeric.tensor_rules.halley_threshold).
 
 The Triton module of a map whose link has no closed form (its TRITON_SOURCE) defines
 link(z, params) as newton_link(z, params, omega_prime, omega_second) with its own derivatives; the
-fused attention's threshold loops (numeric.kernels.triton_attention) take their next point from
-safeguarded_point.
+fused attention's forward (numeric.kernels.triton_attention) solves its kept scores with kept_threshold
+and takes the next point of its passes from safeguarded_point.
 """
 
 import triton
@@ -133,7 +134,7 @@ def builtin_sources() -> dict[str, str]:
     init = _INIT.format(names=tuple(b.name for b in BUILTINS), continuous=continuous)
     out["__init__.py"] = _package_module("numeric._generated", init)
     cuda, triton = newton_link_sources()
-    triton = triton + "\n\n\n" + safeguard_source()
+    triton = "\n\n\n".join([triton, safeguard_source(), kept_threshold_source()])
     out["newton_link.py"] = _package_module("numeric._generated.newton_link", _NEWTON_CUDA.format(cuda=cuda))
     out["newton_link_triton.py"] = _package_module("numeric._generated.newton_link_triton",
                                                    _NEWTON_TRITON.format(triton=triton))

@@ -22,9 +22,11 @@ from __future__ import annotations
 
 import numpy as np
 
+from numeric import tensor_rules as TR
 from numeric.newton import Ops, invert_link, safeguarded_point
 
-__all__ = ["Operators", "Value", "Tracer", "CudaTracer", "TritonTracer", "newton_link_sources", "safeguard_source"]
+__all__ = ["Operators", "Value", "Tracer", "CudaTracer", "TritonTracer", "TritonRowsTracer", "newton_link_sources",
+           "safeguard_source", "kept_threshold_source"]
 
 
 class Operators:
@@ -191,10 +193,19 @@ class TritonTracer(Tracer):
     def literal(self, x) -> str:
         if isinstance(x, (bool, np.bool_)):
             return "True" if x else "False"
-        return repr(float(x))
+        return repr(float(x)) if np.isfinite(x) else f"float({str(float(x))!r})"
 
     def declare(self, name, kind, expr, const=True):
         return f"{name} = {expr}"
+
+    def call_many(self, fname: str, n: int, *args) -> tuple[Value, ...]:
+        """``fname(*args)`` returning a tuple of ``n`` numbers."""
+        names = []
+        for _ in range(n):
+            self.count += 1
+            names.append(f"v{self.count}")
+        self.lines.append(f"{self.indent}{', '.join(names)} = {fname}({', '.join(self.value(a).text for a in args)})")
+        return tuple(Value(self, nm) for nm in names)
 
     def full(self, like, value):
         zero = f"tl.zeros_like({self.value(like).text})"
@@ -258,20 +269,101 @@ def newton_link_sources() -> tuple[str, str]:
     return cuda, triton
 
 
-_SAFEGUARD = "the next point of a bracketed Newton solve: numeric.newton.safeguarded_point (rtsafe's safeguard)"
-
-
-def _safeguard_traced(tracer: Tracer) -> tuple[Value, Value]:
-    """:func:`numeric.newton.safeguarded_point` on ``tracer`` for the arguments of its traced function."""
-    T = [Value(tracer, name) for name in ("x", "lo", "hi", "step_old", "newton")]
-    return safeguarded_point(tracer, *T, Value(tracer, "usable", "bool"), Value(tracer, "free", "bool"))
+def _triton_function(name: str, fn, args: str, comment: str) -> str:
+    """``@triton.jit def name(args)``: ``fn(tracer, *values)`` traced into Triton on blocks, for the comma-separated
+    ``args`` (a name ending in ``?`` is a boolean, written without it); returns its values."""
+    tr = TritonTracer()
+    names = [a.strip() for a in args.split(",")]
+    out = fn(tr, *(Value(tr, a.rstrip("?"), "bool" if a.endswith("?") else "T") for a in names))
+    out = out if isinstance(out, tuple) else (out,)
+    return "\n".join(["@triton.jit", f"def {name}({', '.join(a.rstrip('?') for a in names)}):", f"    # {comment}",
+                      *tr.lines, f"    return {', '.join(tr.value(v).text for v in out)}"])
 
 
 def safeguard_source() -> str:
-    """The bracketed Newton solves' safeguard traced into Triton: ``@triton.jit def safeguarded_point(x, lo, hi,
-    step_old, newton, usable, free)`` returning ``(x_new, took)`` on blocks, the fused attention's next point.
-    (The CUDA row kernels' solves trace it inline: :mod:`derive.codegen.trace_rows`.)"""
-    tr = TritonTracer()
-    new, took = _safeguard_traced(tr)
-    return "\n".join(["@triton.jit", "def safeguarded_point(x, lo, hi, step_old, newton, usable, free):",
-                       f"    # {_SAFEGUARD}", *tr.lines, f"    return {new.text}, {took.text}"])
+    """The bracketed Newton solves' safeguard and the rounds of a threshold's solve traced into Triton, on blocks:
+
+    * ``safeguarded_point(x, lo, hi, step_old, newton, usable, free)`` returning ``(x_new, took)``
+      (:func:`numeric.newton.safeguarded_point`);
+    * ``narrow_bracket(t, lo, hi, active, f)`` and ``threshold_round(t, lo, hi, step, step_old, active, f,
+      slope, point, usable, scale, free)`` (:func:`numeric.tensor_rules.narrow_bracket`,
+      :func:`numeric.tensor_rules.threshold_round`): the fused attention's passes over the keys.
+
+    (The CUDA row kernels' solves trace them inline: :mod:`derive.codegen.trace_rows`.)"""
+    return "\n\n\n".join([
+        _triton_function("safeguarded_point", safeguarded_point, "x, lo, hi, step_old, newton, usable?, free?",
+                         "the next point of a bracketed Newton solve: numeric.newton.safeguarded_point (rtsafe's "
+                         "safeguard)"),
+        _triton_function("narrow_bracket", TR.narrow_bracket, "t, lo, hi, active?, f",
+                         "a threshold's bracket moved to t by the sign of F - 1: numeric.tensor_rules.narrow_bracket"),
+        _triton_function("threshold_round", TR.threshold_round,
+                         "t, lo, hi, step, step_old, active?, f, slope, point, usable?, scale, free?",
+                         "one round of a threshold's bracketed solve: numeric.tensor_rules.threshold_round"),
+    ])
+
+
+class TritonRowsTracer(TritonTracer, TR.TensorOps):
+    """:class:`numeric.tensor_rules.TensorOps` on a block of rows in a ``@triton.jit`` function: a value per
+    score has the block's shape ``[ROWS, N]``, a row-wide one ``[ROWS, 1]``, and Triton broadcasts them as
+    NumPy does; a reduction along the rows keeps its axis.  What device code cannot do (a sort, a branch
+    that skips work) is not provided: tracing a rule that needs it fails."""
+
+    sorts = False
+
+    def __init__(self, indent: str = "    "):
+        super().__init__(indent)
+        self.tiny = self.value(float(np.finfo(np.float32).tiny))
+
+    def float_(self, b):
+        return self.let(f"{self.value(b).text}.to(tl.float32)")
+
+    def log(self, x):
+        return self.call("tl.log", x)
+
+    def isfinite(self, x):
+        return self.let(f"tl.abs({self.value(x).text}) < float('inf')", "bool")
+
+    def isnan(self, x):
+        return self.let(f"{self.value(x).text} != {self.value(x).text}", "bool")
+
+    def row_sum(self, x):
+        return self.let(f"tl.sum({self.value(x).text}, 1, keep_dims=True)")
+
+    def row_max(self, x):
+        return self.let(f"tl.max({self.value(x).text}, 1, keep_dims=True)")
+
+
+class _MapCalls:
+    """A map's routines in a traced kernel (as :class:`numeric.tensor_rules.Routines`): ``r.name(x)`` prints
+    ``MAP.name(x, params)``, ``r.clip()`` ``MAP.clip(params)``; a map's Triton functions have every routine."""
+
+    def __init__(self, tracer: Tracer):
+        self.tracer = tracer
+
+    def has(self, name: str) -> bool:
+        return True
+
+    def clip(self):
+        return self.tracer.let("MAP.clip(params)")
+
+    def __getattr__(self, name: str):
+        return lambda x: self.tracer.call(f"MAP.{name}", x, Value(self.tracer, "params"))
+
+
+_KEPT = ("the threshold of each row of the scores y in [lo, hi] from start (the rows not going keep it), with F\n"
+         "    # the sum over y plus rest(t, rest_args) (value, first and second derivative of the row's other scores):\n"
+         "    # numeric.tensor_rules.halley_threshold, the host's safeguarded Halley, traced")
+
+
+def kept_threshold_source() -> str:
+    """:func:`numeric.tensor_rules.halley_threshold` traced into Triton: ``@triton.jit def kept_threshold(y,
+    start, lo, hi, going, peak, MAP, params, rest, rest_args)`` on a block of rows (``y``: ``[ROWS, N]``, the
+    rest ``[ROWS, 1]``, ``peak`` the rows' largest scores), returning ``t`` (``[ROWS, 1]``).  The fused
+    attention's forward solves each query block's kept scores with it, ``rest`` modelling the scores left out."""
+    tr = TritonRowsTracer()
+    y, start, lo, hi, peak = (Value(tr, name) for name in ("y", "start", "lo", "hi", "peak"))
+    rest_args = Value(tr, "rest_args")
+    t, *_ = TR.halley_threshold(tr, _MapCalls(tr), y, lo, hi, start=start, going=Value(tr, "going", "bool"),
+                                rest=lambda t: tr.call_many("rest", 3, t, rest_args), peak=peak)
+    return "\n".join(["@triton.jit", "def kept_threshold(y, start, lo, hi, going, peak, MAP: tl.constexpr, params, rest, "
+                       "rest_args):", f"    # {_KEPT}", *tr.lines, f"    return {t.text}"])

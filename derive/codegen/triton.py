@@ -9,8 +9,9 @@ taking the tuple of the map's parameters last:
 
 * ``params(Params, offset)``: that tuple, loaded from ``Params + offset``;
 * ``link(z, params)`` (``g = (omega')^{-1}``), ``weight(p, params)``
-  (``w = 1/omega''``), ``omega_prime(p, params)`` and ``clip(params)``
-  (``omega'(0+)``).
+  (``w = 1/omega''``), ``omega_prime(p, params)``, ``clip(params)``
+  (``omega'(0+)``), and for the threshold's Halley steps ``omega_second``,
+  ``omega_third`` and ``weight_d2`` (``w' w``).
 
 A link with no closed form is ``newton_link`` of ``numeric/_generated/newton_link_triton.py``
 (:func:`numeric.newton.invert_link` traced into Triton once, as it is traced into
@@ -28,9 +29,9 @@ from .printers import POINTS, TritonPrinter, print_block
 
 __all__ = ["triton_source", "PIECES"]
 
-#: The map's pieces the kernels call, by the names they have in the source, and ``omega_second``, which the
-#: inversion of a link with no closed form calls.
-PIECES = ("link", "weight", "omega_prime", "clip", "omega_second")
+#: The map's pieces the kernels call, by the names they have in the source (``omega_second`` is also what the
+#: inversion of a link with no closed form calls).
+PIECES = ("link", "weight", "omega_prime", "clip", "omega_second", "omega_third", "weight_d2")
 #: The helpers of numeric.kernels.triton_math the printer calls.
 _HELPERS = ("rg_pow", "rg_cbrt", "rg_expm1", "rg_log1p")
 
@@ -61,10 +62,10 @@ def link(z, params):
 
 def triton_source(pieces: dict, params: list[str], points=POINTS) -> str:
     """The Triton module's text for a map with the pieces :data:`PIECES` (``{name: (args, expr, first argument's
-    symbol or None)}``; ``omega_second`` is used only where ``link`` is missing, a link with no closed form);
+    symbol or None)}``; ``link`` is missing for a link with no closed form);
     ``points``: where the pieces are evaluated (:func:`~derive.codegen.printers.stable_form`)."""
     printer = TritonPrinter()
-    names = [n for n in PIECES if n in pieces and (n != "omega_second" or "link" not in pieces)]
+    names = [n for n in PIECES if n in pieces]
     fns = [_function(name, list(pieces[name][0]), pieces[name][1], pieces[name][2], printer, params, points)
            for name in names]
     if "link" not in pieces:

@@ -2,7 +2,7 @@
 # map: entmax
 # regularizer: omega(p) = (-p + p**alpha)/(alpha*(alpha - 1))
 # format: 8
-# content-hash: sha256:1da0b4633b1fbfbd8a945e0b1263e6454f08dcb2be121dd6d6339eeaa43ab14c
+# content-hash: sha256:e01e8ff1b50aaaad1444f216c426a408a9fd3ed44430e90ce5093aa2c837224a
 """The entmax map, generated from omega(p) = (-p + p**alpha)/(alpha*(alpha - 1)).
 
 Regularizer: tsallis; link: closed (SymPy's solve gives an elementary inverse);
@@ -194,6 +194,24 @@ def omega_prime(p, params):
 def clip(params):
     alpha = params[0]
     return -1/(alpha*(alpha - 1))
+
+
+@triton.jit
+def omega_second(p, params):
+    alpha = params[0]
+    return rg_pow(p, alpha - 2)
+
+
+@triton.jit
+def omega_third(p, params):
+    alpha = params[0]
+    return rg_pow(p, alpha - 3)*(alpha - 2)
+
+
+@triton.jit
+def weight_d2(p, params):
+    alpha = params[0]
+    return rg_pow(p, 3 - 2*alpha)*(2 - alpha)
 """
 
 

@@ -2,7 +2,7 @@
 # map: entmax15
 # regularizer: omega(p) = 4*p**(3/2)/3 - 4*p/3
 # format: 8
-# content-hash: sha256:9142bce91a6d4d9f2eb14b2ae4e3aeabf1f7c342cc1c9cb0147b7b8d275064a6
+# content-hash: sha256:ba9368bcd64d3808ef4f96e14e86001decb946a18009e5b1f42be3f2383a8021
 """The entmax15 map, generated from omega(p) = 4*p**(3/2)/3 - 4*p/3.
 
 Regularizer: tsallis(alpha=3/2); link: closed (SymPy's solve gives an elementary inverse);
@@ -187,6 +187,21 @@ def omega_prime(p, params):
 @triton.jit
 def clip(params):
     return -1.3333333333333333
+
+
+@triton.jit
+def omega_second(p, params):
+    return (1/tl.sqrt(p))
+
+
+@triton.jit
+def omega_third(p, params):
+    return -(1/2)/(p*tl.sqrt(p))
+
+
+@triton.jit
+def weight_d2(p, params):
+    return tl.zeros_like(p) + 0.5
 """
 
 

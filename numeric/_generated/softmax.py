@@ -2,7 +2,7 @@
 # map: softmax
 # regularizer: omega(p) = p*log(p)
 # format: 8
-# content-hash: sha256:5f227b9e1dc2fb6ddc34403b45aa69ec140cbeed43ddf160be6f970a38d0ce0f
+# content-hash: sha256:9dd18619f6749121f06bd6a44ea7c3980d4b18cfe16dabe540de642c0e842887
 """The softmax map, generated from omega(p) = p*log(p).
 
 Regularizer: shannon; link: closed (SymPy's solve gives an elementary inverse);
@@ -170,6 +170,21 @@ def omega_prime(p, params):
 @triton.jit
 def clip(params):
     return float('-inf')
+
+
+@triton.jit
+def omega_second(p, params):
+    return (1/p)
+
+
+@triton.jit
+def omega_third(p, params):
+    return -1/(p*p)
+
+
+@triton.jit
+def weight_d2(p, params):
+    return p
 """
 
 

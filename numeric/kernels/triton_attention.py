@@ -21,8 +21,9 @@ kernels, and a fix here is one edit for every map.
   largest scores (merged block by block by a bitonic sort).  The threshold lies in
   ``[m - omega'(1), m - omega'(1/n)]`` (``F(tau) = sum g_+(s - tau)`` is at least 1
   at the left end, where the largest score alone has ``p = 1``, and at most 1 at
-  the right end, where it has ``p = 1/n``).  Newton on ``F(tau) - 1``
-  (``F' = -sum w(p)``) safeguarded by bisection of the bracket finds first
+  the right end, where it has ``p = 1/n``).  The host's threshold solve,
+  :func:`numeric.tensor_rules.halley_threshold` traced (``kept_threshold``:
+  safeguarded Halley on ``omega'(F) - omega'(1)`` in the bracket), finds first
   ``tau_k``, the threshold of the kept scores alone, without a pass over the keys:
   it is the row's threshold where the smallest kept score has weight 0 (every
   score left out is at most it) or the row has at most ``KEEP`` keys, and
@@ -31,18 +32,20 @@ kernels, and a fix here is one edit for every map.
   the scores left out (the tail): the step goes to the root of the kept scores'
   ``F`` (exact, no pass) plus the tail modelled with its value and first two
   derivatives at ``tau`` (``_tail_model``: exact for one power law, entmax's,
-  and for an exponential link).  A dense map starts from its tail's estimate
+  and for an exponential link), which the same traced solve finds with the
+  model as the rest of the row; the passes' bracket and stopping rule are the
+  host's rounds traced (``narrow_bracket``, ``threshold_round``).  A dense map starts from its tail's estimate
   from the first pass, which sums ``exp(s - m)`` as softmax's does.  Where the
   model's curvature term at the new point is at most ``TRUST``, the step is
   taken without a pass to measure ``F`` there.  A last pass accumulates
   ``g_+(s - tau) v`` and ``F``, writes ``out / F``, ``tau`` and ``F`` per row, and
   records which key blocks hold a weight above 0 (``Support``, per query block);
-  a row whose trusted step left ``F`` off 1 by more than the Newton tolerance
+  a row whose trusted step left ``F`` off 1 by more than the rounds' tolerance
   steps again, and the pass is repeated.  Where a backward
   will run (``WEIGHTED``) that pass also accumulates ``U = sum_j w_j v_j`` and
   ``sum_j w_j`` with ``w = weight(g_+(s - tau))`` (one product more per pair;
   softmax's ``U`` is its output and ``sum w`` is 1): the backward's ``p`` is ``g_+ / F``
-  with ``F`` 1 to the Newton tolerance, a factor that cancels from ``c`` below
+  with ``F`` 1 to the rounds' tolerance, a factor that cancels from ``c`` below
   where the weight is a power of ``p`` (every map with a power or exponential link)
   and otherwise changes it at the level of that tolerance;
 * :func:`attention_backward_rows`: per query block, ``c = sum w dP / sum w`` with
@@ -72,15 +75,20 @@ import triton.language as tl
 from numeric import trust
 from numeric.kernels.triton_math import rg_log1p
 
-#: the safeguard of the threshold's Newton steps, traced from numeric.newton.safeguarded_point (generated)
-safeguarded_point = trust.import_generated("numeric._generated.newton_link_triton").safeguarded_point
+_traced = trust.import_generated("numeric._generated.newton_link_triton")
+#: the rounds of the passes' threshold solve, traced from numeric.tensor_rules.narrow_bracket and threshold_round
+#: (generated)
+narrow_bracket = _traced.narrow_bracket
+threshold_round = _traced.threshold_round
+#: the threshold of a block of rows, traced from numeric.tensor_rules.halley_threshold (generated)
+kept_threshold = _traced.kept_threshold
 
 __all__ = ["MapFunctions", "KERNELS", "FREE_STEPS", "TRUST", "F_TOLERANCE", "RESOLUTION", "link_plus", "attention_forward", "attention_backward_rows",
            "attention_backward_keys"]
 
 #: The kernels, by name.
 KERNELS = ("attention_forward", "attention_backward_rows", "attention_backward_keys")
-#: Newton steps of a threshold solve that need only land strictly inside the bracket (see ``_bracket_step``).
+#: Steps of the passes over the keys whose point needs only lie in the bracket (``threshold_round``'s ``free``).
 FREE_STEPS = tl.constexpr(2)
 #: A step of the tail model is taken without a pass to measure F where the model's curvature term there (its
 #: difference from the exponential with the same value and slope) is at most this: the model matches the tail
@@ -88,10 +96,11 @@ FREE_STEPS = tl.constexpr(2)
 #: docs/benchmarks.md (alpha = 1.3, L = 1024) every step with a term up to 7e-4 landed where the output pass
 #: accepts F; the few rows it sent back had terms below 5e-5.
 TRUST = tl.constexpr(1e-3)
-#: A threshold is the root where F is within this of 1 (2 float32 roundings of 1) ...
-F_TOLERANCE = tl.constexpr(2.4e-7)
-#: ... or where a step would move it by less than this times |tau| + |m| (the resolution of s - tau).
-RESOLUTION = tl.constexpr(1.2e-7)
+#: A threshold is the root where F is within this of 1 (4 float32 eps) ...
+F_TOLERANCE = tl.constexpr(4 * 1.1920928955078125e-07)
+#: ... or where a step would move it by less than this times 1 + |m| + |tau| (the resolution of s - tau): the
+#: rule of numeric.tensor_rules.threshold_round, which the passes' rounds are traced from.
+RESOLUTION = tl.constexpr(1.1920928955078125e-07)
 
 
 class MapFunctions(NamedTuple):
@@ -102,6 +111,9 @@ class MapFunctions(NamedTuple):
     weight: object
     omega_prime: object
     clip: object
+    omega_second: object
+    omega_third: object
+    weight_d2: object
 
 
 @triton.jit
@@ -237,10 +249,10 @@ def _tail_sums(s, tau, kth, z_one, MAP: tl.constexpr, params):
 
 @triton.jit
 def _tail_model(tail, rate, eta, d):
-    # the tail's F at tau + d, modelled as tail (1 - eta rate d)**(1/eta) (tail exp(-rate d) at eta = 0), and
-    # minus its slope.  With rate = W / T and eta = 1 - C T / W**2 from the tail's sums T, W = sum w and
-    # C = sum of _bend at tau, the model has the tail's value and first two derivatives there; it is exact for
-    # scores of one power law (eta = 1 / beta) and for an exponential link (eta = 0)
+    # the tail's F at tau + d, modelled as tail (1 - eta rate d)**(1/eta) (tail exp(-rate d) at eta = 0), minus
+    # its slope, and its second derivative.  With rate = W / T and eta = 1 - C T / W**2 from the tail's sums T,
+    # W = sum w and C = sum of _bend at tau, the model has the tail's value and first two derivatives there; it
+    # is exact for scores of one power law (eta = 1 / beta) and for an exponential link (eta = 0)
     y = -eta * rate * d
     live = 1.0 + y > 0
     ys = tl.where(live, y, 0.0)
@@ -248,62 +260,27 @@ def _tail_model(tail, rate, eta, d):
     # past 1 - eta rate d = 0 the power tail (eta > 0) has run out, and the other one (eta < 0, left of tau)
     # has grown without bound: tail e**30, as the exponent is capped at 30 everywhere
     rest = tl.where(live, tail * tl.exp(tl.minimum(e, 30.0)), tl.where(eta > 0, 0.0, tail * 1.0686474581524463e13))
-    return rest, rest * rate / tl.where(live, 1.0 + ys, 1.0)
+    drop = rest * rate / tl.where(live, 1.0 + ys, 1.0)
+    return rest, drop, drop * rate * (1.0 - eta) / tl.where(live, 1.0 + ys, 1.0)
 
 
 @triton.jit
-def _bracket_step(tau, lo, hi, step, step_old, count, f, wsum, m0, fixed, point):
-    # one safeguarded step on F(tau) - 1 (F' = -sum w) inside the bracket [lo, hi] (already moved to tau by
-    # _narrow) towards `point` (_newton_point, or the root of the tail's model).  The point is taken where it
-    # lies in the bracket and, after the first FREE_STEPS steps, moves less than half as far as the step before
-    # last (rtsafe's safeguard, `safeguarded_point`, traced from numeric.newton: where F' jumps as a score enters
-    # the support with an infinite slope, k < 1, Newton would cycle between the two sides of the kink, each step
-    # landing on the bracket's other end); otherwise the bracket is bisected.  A row is done when F is 1 to a few
-    # roundings, when the point moves tau by less than the resolution of s - tau (the root to rounding), or when
-    # the bracket is that narrow.  A row done by its small step takes it: the step still moves F by up to sum w
-    # times the resolution, which is what the output pass allows F to be off 1.  `fixed` rows keep their tau.
-    # Returns (tau, step, step_old, done, took): `took` where the point was taken.
-    new_tau, inside = safeguarded_point(tau, lo, hi, step_old, point, wsum > 0, count < FREE_STEPS)
-    resolution = RESOLUTION * (tl.abs(new_tau) + tl.abs(m0))
-    small = inside & (tl.abs(new_tau - tau) <= resolution) & ~fixed
-    done = (tl.abs(f - 1.0) <= F_TOLERANCE) | small | (hi - lo <= resolution) | fixed
-    keep = done & ~small
-    return tl.where(keep, tau, new_tau), tl.where(keep, step, new_tau - tau), tl.where(keep, step_old, step), done, inside
+def _tail_terms(t, args):
+    # the tail's model at the threshold t (kept_threshold's `rest`): value, first and second derivative in t;
+    # args = (tail, rate, eta, tau), the model's terms measured at tau
+    tail, rate, eta, tau = args
+    rest, drop, bend = _tail_model(tail, rate, eta, t - tau)
+    return rest, -drop, bend
 
 
 @triton.jit
-def _narrow(tau, lo, hi, f):
-    # the bracket [lo, hi] moved to tau by the sign of F(tau) - 1
-    return tl.where(f >= 1.0, tau, lo), tl.where(f < 1.0, tau, hi)
-
-
-@triton.jit
-def _newton_point(tau, f, wsum):
-    return tau + (f - 1.0) / tl.where(wsum > 0, wsum, 1.0)
-
-
-@triton.jit
-def _solve_kept(top, tau, lo, hi, tail, rate, eta, m0, fixed, z_one, MAP: tl.constexpr, params,
-                MAX_STEPS: tl.constexpr):
+def _solve_kept(top, tau, lo, hi, tail, rate, eta, m0, fixed, MAP: tl.constexpr, params):
     # the root in [lo, hi] of sum_kept g_+(top - t) + _tail_model(tail, rate, eta, t - tau) = 1 (the scores
-    # left out of the kept, modelled from their sums at tau), by the steps of _bracket_step from tau, with no
-    # pass over the keys; `fixed` rows keep tau
-    t = tau
-    dt = hi - lo
-    dt_old = dt
-    step = tl.zeros([], tl.int32)
-    going = tl.min(fixed.to(tl.int32), 0) == 0
-    while going & (step < MAX_STEPS):
-        f, wsum = _sums(top, t, z_one, MAP, params)
-        rest, drop = _tail_model(tail, rate, eta, t - tau)
-        f += rest
-        wsum += drop
-        lo, hi = _narrow(t, lo, hi, f)
-        t, dt, dt_old, done, _ = _bracket_step(t, lo, hi, dt, dt_old, step, f, wsum, m0, fixed,
-                                               _newton_point(t, f, wsum))
-        going = tl.min(done.to(tl.int32), 0) == 0
-        step += 1
-    return t
+    # left out of the kept, modelled from their sums at tau) from tau, with no pass over the keys: the host's
+    # safeguarded Halley (numeric.tensor_rules.halley_threshold), traced (kept_threshold); `fixed` rows keep tau
+    t = kept_threshold(top, tau[:, None], lo[:, None], hi[:, None], (fixed == 0)[:, None], m0[:, None], MAP, params,
+                       _tail_terms, (tail[:, None], rate[:, None], eta[:, None], tau[:, None]))
+    return tl.sum(t, 1)
 
 
 @triton.jit
@@ -398,7 +375,7 @@ def attention_forward(Q, K, V, Out, Tau, Fsum, Support, Bmax, Mask, Params, U, W
         # row, and tau_k is its threshold where the smallest kept score kth has weight 0 (every score left out is
         # at most it) or the row has no more than KEEP keys (`exact`)
         hi_k = m0 - MAP.omega_prime(1.0 / tl.maximum(tl.minimum(n, KEEP), 1.0), params)
-        tau = _solve_kept(top, lo, lo, hi_k, nothing, nothing, nothing, m0, out_rows, z_one, MAP, params, MAX_STEPS)
+        tau = _solve_kept(top, lo, lo, hi_k, nothing, nothing, nothing, m0, out_rows, MAP, params)
         kth = tl.min(top, 1)
         kept_at_kth = tl.sum((top == kth[:, None]).to(tl.float32), 1)
         p_kth = link_plus(kth - tau, z_one, MAP, params)
@@ -410,8 +387,7 @@ def attention_forward(Q, K, V, Out, Tau, Fsum, Support, Bmax, Mask, Params, U, W
             scaled = p_kth > 0  # (kth = -inf where a row has fewer keys than KEEP: exact)
             z_tail = tl.where(scaled, z_tail * tl.exp(tl.where(scaled, m0 - kth, 0.0)) * p_kth, 0.0)
             rate = tl.where(scaled, _weight_plus(p_kth, MAP, params) / tl.where(scaled, p_kth, 1.0), 0.0)
-            tau = _solve_kept(top, tau, lo, hi, tl.where(exact, 0.0, z_tail), rate, nothing, m0, exact,
-                              z_one, MAP, params, MAX_STEPS)
+            tau = _solve_kept(top, tau, lo, hi, tl.where(exact, 0.0, z_tail), rate, nothing, m0, exact, MAP, params)
         # the other rows: steps from tau_k (a dense map: from its estimate above), one pass over the keys
         # each, which sums F, F' = -sum w and the curvature term over the scores left out (the tail); the step
         # goes to the root of the kept scores' F plus the tail's model (_solve_kept, _tail_model).  Where the
@@ -457,15 +433,18 @@ def attention_forward(Q, K, V, Out, Tau, Fsum, Support, Bmax, Mask, Params, U, W
                 f_kept, w_kept = _sums(top, tau, z_one, MAP, params)
                 f_tau = f_kept + t_f
                 w_tau = w_kept + t_w
-                lo, hi = _narrow(tau, lo, hi, f_tau)
+                lo, hi = narrow_bracket(tau, lo, hi, settled == 0, f_tau)
                 rate = tl.where(t_f > 0, t_w / tl.where(t_f > 0, t_f, 1.0), 0.0)
                 eta = tl.where(t_w > 0, 1.0 - t_c * t_f / tl.where(t_w > 0, t_w * t_w, 1.0), 0.0)
-                point = _solve_kept(top, tau, lo, hi, t_f, rate, eta, m0, settled, z_one, MAP, params, MAX_STEPS)
-                new_tau, dt, dt_old, done, took = _bracket_step(tau, lo, hi, dt, dt_old, step, f_tau, w_tau, m0,
-                                                                settled, point)
+                point = _solve_kept(top, tau, lo, hi, t_f, rate, eta, m0, settled, MAP, params)
+                # (the first FREE_STEPS points need only lie in the bracket)
+                new_tau, dt, dt_old, going_on, _, took = threshold_round(tau, lo, hi, dt, dt_old, settled == 0, f_tau,
+                                                                         -w_tau, point, w_tau > 0, 1.0 + tl.abs(m0),
+                                                                         step < FREE_STEPS)
+                done = going_on == 0
                 moved = new_tau - tau
-                curved, _ = _tail_model(t_f, rate, eta, moved)
-                flat, _ = _tail_model(t_f, rate, nothing, moved)
+                curved, _, _ = _tail_model(t_f, rate, eta, moved)
+                flat, _, _ = _tail_model(t_f, rate, nothing, moved)
                 trusted = took & may_trust & (tl.abs(curved - flat) <= TRUST)
                 wsum_at = tl.where(settled, wsum_at, w_tau)
                 exact = exact | (done & ~settled)
@@ -490,14 +469,14 @@ def attention_forward(Q, K, V, Out, Tau, Fsum, Support, Bmax, Mask, Params, U, W
                     acc += _mm(p.to(v.dtype), v, UPCAST)
                     f += tl.sum(p, 1)
                     has = tl.max(tl.max(p, 1), 0) > 0
-                    if WEIGHTED:  # w(p) with p = g (F is 1 to the Newton tolerance; see the module's docstring)
+                    if WEIGHTED:  # w(p) with p = g (F is 1 to the rounds' tolerance; see the module's docstring)
                         w = _weight_plus(p, MAP, params)
                         u += _mm(w.to(v.dtype), v, UPCAST)
                         wsum += tl.sum(w, 1)
                 tl.store(Support + (bh * tl.num_programs(0) + qb) * n_kblocks + start // BLOCK_N, has.to(tl.int8))
-            # a trusted tau is kept where the output pass finds F within 2u of 1, or within what the step to its
-            # root would move tau by less than the resolution of s - tau
-            resolution = RESOLUTION * (tl.abs(tau) + tl.abs(m0))
+            # a trusted tau is kept where the output pass finds F within F_TOLERANCE of 1, or within what the step
+            # to its root would move tau by less than the resolution of s - tau (threshold_round's rule)
+            resolution = RESOLUTION * (1.0 + tl.abs(m0) + tl.abs(tau))
             exact = exact | (tl.abs(f - 1.0) <= F_TOLERANCE) | (tl.abs(f - 1.0) <= resolution * wsum_at)
             may_trust = may_trust & exact
             settled = exact

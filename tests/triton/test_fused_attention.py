@@ -36,23 +36,26 @@ if interpreter_reason() is None:
 
     @triton.jit
     def _halved_tail_model(tail, rate, eta, d):
-        # the kernels' tail model with its value at d = 0 kept and its change halved (its slope off by a factor
-        # of 2; test_trusted_steps_are_measured_by_the_output_pass)
-        rest, drop = _tail_model(tail, rate, eta, d)
-        return tail + 0.5 * (rest - tail), 0.5 * drop
+        # the kernels' tail model with its value at d = 0 kept and its change halved (its slope and curvature
+        # off by a factor of 2; test_trusted_steps_are_measured_by_the_output_pass)
+        rest, drop, bend = _tail_model(tail, rate, eta, d)
+        return tail + 0.5 * (rest - tail), 0.5 * drop, 0.5 * bend
 
     @triton.jit
-    def _bracket_step_kernel(T, LO, HI, F, W, M0, FIXED, POINT, OUT, N: tl.constexpr):
-        # the kernels' _bracket_step on a block of N rows (first step: the point needs only lie in the bracket)
+    def _round_kernel(T, LO, HI, F, W, M0, FIXED, POINT, OUT, N: tl.constexpr):
+        # the rounds of the kernels' passes (narrow_bracket, threshold_round) on a block of N rows (first step:
+        # the point needs only lie in the bracket)
         offs = tl.arange(0, N)
         tau = tl.load(T + offs)
-        lo, hi = _kernels._narrow(tau, tl.load(LO + offs), tl.load(HI + offs), tl.load(F + offs))
+        going = tl.load(FIXED + offs) == 0
+        f = tl.load(F + offs)
+        lo, hi = _kernels.narrow_bracket(tau, tl.load(LO + offs), tl.load(HI + offs), going, f)
         width = hi - lo
-        new, _, _, done, took = _kernels._bracket_step(tau, lo, hi, width, width, tl.zeros([], tl.int32),
-                                                       tl.load(F + offs), tl.load(W + offs), tl.load(M0 + offs),
-                                                       tl.load(FIXED + offs) != 0, tl.load(POINT + offs))
+        new, _, _, going, _, took = _kernels.threshold_round(tau, lo, hi, width, width, going, f, -tl.load(W + offs),
+                                                             tl.load(POINT + offs), tl.load(W + offs) > 0,
+                                                             1.0 + tl.abs(tl.load(M0 + offs)), True)
         tl.store(OUT + offs, new)
-        tl.store(OUT + N + offs, done.to(tl.float32))
+        tl.store(OUT + N + offs, (going == 0).to(tl.float32))
         tl.store(OUT + 2 * N + offs, took.to(tl.float32))
 
 U = 2.0**-24  # float32's unit roundoff
@@ -498,7 +501,7 @@ def test_a_step_below_the_resolution_is_taken():
     tau = torch.full((n,), 3.9409907)
     m0 = torch.full((n,), 3.11371)
     w = torch.full((n,), 2.8)
-    resolution = _kernels.RESOLUTION.value * (3.9409907 + 3.11371)
+    resolution = _kernels.RESOLUTION.value * (1 + 3.9409907 + 3.11371)
     # rows 0-7: a step of a few ulps (below the resolution); 8-11: a step of 100 resolutions; 12-15 fixed
     step = torch.tensor([2.4e-7, -2.4e-7, 4.8e-7, -4.8e-7, 6e-7, 2.4e-7, 4.8e-7, -2.4e-7] + [100 * resolution] * 4
                         + [4.8e-7] * 4)
@@ -508,7 +511,7 @@ def test_a_step_below_the_resolution_is_taken():
     fixed = torch.zeros(n)
     fixed[12:] = 1
     out = torch.empty(3 * n)
-    _bracket_step_kernel[(1,)](tau, lo, hi, f, w, m0, fixed, point, out, N=n)
+    _round_kernel[(1,)](tau, lo, hi, f, w, m0, fixed, point, out, N=n)
     new, done, took = out[:n], out[n:2 * n] != 0, out[2 * n:] != 0
     assert took[:12].all() and done[:8].all() and not done[8:12].any() and done[12:].all()
     assert torch.equal(new[:12], point[:12])  # (before: the rows done by their small step kept tau)
