@@ -8,6 +8,9 @@ VENV ?= .venv
 PROFILE ?= ci
 JOBS ?= 2
 BIN := $(VENV)/bin
+# the ci profile's XLA compiles without LLVM's optimisations: the tests' arrays are small and most of tests/jax's
+# time is compilation (7:02 -> 5:12 on two workers, docs/benchmarks.md); the other profiles compile as users do
+XLA_TEST_FLAGS_ci := --xla_backend_optimization_level=0
 
 .PHONY: setup demo test docs clean
 
@@ -28,7 +31,8 @@ demo: setup
 test: setup
 	$(BIN)/regattn generate --check
 	$(BIN)/ruff check derive numeric tests benchmarks examples
-	$(BIN)/python -m pytest --hypothesis-profile=$(PROFILE) -q -rs -n $(JOBS) --dist worksteal
+	XLA_FLAGS="$(strip $(XLA_FLAGS) $(XLA_TEST_FLAGS_$(PROFILE)))" \
+		$(BIN)/python -m pytest --hypothesis-profile=$(PROFILE) -q -rs -n $(JOBS) --dist worksteal
 
 docs: setup
 	$(BIN)/python -m pip install --quiet -e '.[test,docs]'

@@ -24,8 +24,8 @@ it is distributed: the maps' derived JVPs and their ``while_loop`` solvers are
 ordinary JAX operations that the partitioner shards like any other.
 
 On a CPU the script asks XLA for 2 host devices
-(``XLA_FLAGS=--xla_force_host_platform_device_count=2``, set before JAX is
-imported unless ``XLA_FLAGS`` is already set).  On many GPUs or hosts the same
+(``--xla_force_host_platform_device_count=2``, added to ``XLA_FLAGS`` before
+JAX is imported unless they already name a device count).  On many GPUs or hosts the same
 code runs as it is: call ``jax.distributed.initialize()`` first in every
 process (one per host, under SLURM or with a coordinator address), build the
 mesh over ``jax.devices()`` (all the devices of all the processes), and give
@@ -47,8 +47,9 @@ import os
 import sys
 import time
 
-if "XLA_FLAGS" not in os.environ:  # (before JAX is imported: the number of host devices is read once)
-    os.environ["XLA_FLAGS"] = "--xla_force_host_platform_device_count=2"
+_FLAGS = os.environ.get("XLA_FLAGS", "")
+if "xla_force_host_platform_device_count" not in _FLAGS:  # (before JAX is imported: read once)
+    os.environ["XLA_FLAGS"] = f"{_FLAGS} --xla_force_host_platform_device_count=2".strip()
 
 import jax  # noqa: E402
 import jax.numpy as jnp  # noqa: E402
