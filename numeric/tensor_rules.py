@@ -1185,15 +1185,15 @@ def _power_link(ops, k, raw):
 
 def _root_halley(ops, r, y, steps, power, lo, hi):
     """:func:`root_rule`'s safeguarded Halley from the bracket ``[lo, hi]``; ``power``: ``(a, k, b)`` of the link's power form, or ``None``."""
-    t, lo, hi, active, settled, probabilities = halley_threshold(ops, r, y, lo, hi, steps=steps, power=power)
-    p = probabilities(t)
+    t, lo, hi, active, settled, weights = halley_threshold(ops, r, y, lo, hi, steps=steps, power=power)
+    p = weights(t)
     total = ops.row_sum(p)
     p = p / total
     # a row whose F jumps across 1 between the ends of its bracket: p(lo) + lam (p(hi) - p(lo)), sum 1
     kink = (active | ops.not_(settled)) & (abs(total - 1) > 4 * ops.eps)
 
     def combine():
-        p_lo, p_hi = probabilities(lo), probabilities(hi)
+        p_lo, p_hi = weights(lo), weights(hi)
         f_lo, f_hi = ops.row_sum(p_lo), ops.row_sum(p_hi)
         ok = (f_lo >= 1) & (f_hi <= 1) & (f_lo > f_hi)
         lam = ops.where(ok, (f_lo - 1) / ops.where(ok, f_lo - f_hi, 1), 0)
@@ -1240,7 +1240,7 @@ def threshold_round(ops, t, lo, hi, step, step_old, active, f, slope, point, usa
 def halley_threshold(ops, r, y, lo, hi, *, steps: int = ROOT_STEPS, power=None, start=None, going=None, rest=None,
                      peak=None):
     """The threshold of the rows ``y`` in the bracket ``[lo, hi]`` by safeguarded Halley on
-    ``h(t) = omega'(F(t)) - omega'(1)`` (:func:`root_rule`): ``(t, lo, hi, active, settled, probabilities)``.
+    ``h(t) = omega'(F(t)) - omega'(1)`` (:func:`root_rule`): ``(t, lo, hi, active, settled, weights)``.
 
     ``t``, ``lo`` and ``hi`` have shape ``(rows, 1)``: ``F(lo) >= 1 >= F(hi)`` and ``t = tau - m`` for rows
     shifted to their maximum ``m`` (``peak``, the rows' largest score, is 0 where ``None``; a device kernel
@@ -1248,7 +1248,7 @@ def halley_threshold(ops, r, y, lo, hi, *, steps: int = ROOT_STEPS, power=None, 
     ``tau - m - clip`` and ``y`` is read through ``b``), or ``None``: the link ``r.link`` or, without one,
     the link inverted (:meth:`TensorOps.invert_link`).  ``active``: the rows still going after ``steps``
     rounds; ``settled``: where ``F`` was 1 to ``4 eps`` or a step would have moved it less;
-    ``probabilities(t)``: ``g_+(y - t)``.
+    ``weights(t)``: ``g_+(y - t)``.
 
     The fused Triton attention solves each query block's kept scores with this text, traced
     (:mod:`derive.codegen.trace`): from ``start`` (else ``lo``), on the rows ``going`` (else all; the
@@ -1270,9 +1270,6 @@ def halley_threshold(ops, r, y, lo, hi, *, steps: int = ROOT_STEPS, power=None, 
             d1 = -a * k * ops.row_sum(q)
             d2 = a * a * k * (k - 1) * ops.row_sum(q / base)
             return total, d1, d2
-
-        def weights(t):
-            return probabilities(t)[0]
     else:
         scale = 1 if peak is None else 1 + abs(peak)
 
@@ -1295,8 +1292,9 @@ def halley_threshold(ops, r, y, lo, hi, *, steps: int = ROOT_STEPS, power=None, 
             d2 = ops.row_sum(ops.where(pos, r.weight_d2(safe), 0))
             return total, d1, d2
 
-        def weights(t):
-            return probabilities(t)[0]
+    def weights(t):
+        return probabilities(t)[0]
+
     one = _reach_one(ops, r, lo)
     tol = 4 * ops.eps
     width = hi - lo
