@@ -24,6 +24,7 @@ This module uses only the standard library: ``derive`` reads it too.
 from __future__ import annotations
 
 from dataclasses import dataclass
+from functools import lru_cache
 from types import FunctionType, ModuleType
 
 __all__ = ["FORMAT_VERSION", "CUDA_THREADS", "Routine", "ROUTINES", "PER_PARAMETER", "CONSTANTS", "SOURCES",
@@ -158,3 +159,10 @@ def routines_on(module: ModuleType, namespace, **names) -> dict:
         out[name] = None if f is None else FunctionType(f.__code__, scope, f.__name__, f.__defaults__, f.__closure__)
     scope.update((name, f) for name, f in out.items() if f is not None)
     return out
+
+
+@lru_cache(maxsize=64)
+def module_routines(module: ModuleType) -> dict:
+    """``{routine: function or None}`` for all of :func:`routine_names`: the module's own NumPy routines (which take
+    CuPy arrays too, through NumPy's dispatch), for :class:`numeric.tensor_rules.Routines`."""
+    return {name: getattr(module, name, None) for name in routine_names(module.PARAMETERS)}

@@ -21,13 +21,12 @@ generated CUDA kernels on the device.
 
 from __future__ import annotations
 
-import math
 from types import ModuleType
-from typing import Callable
 
 import numpy as np
 
-from . import trust, contract
+from . import contract, front, tensor_rules, trust
+from .front import NUMPY, check_axis
 from .backend import array_module, to_compute_dtype
 from .backends import backend_for
 
@@ -35,35 +34,6 @@ __all__ = ["Map", "get_map", "softmax", "sparsemax", "entmax15", "entmax", "REQU
 
 #: What a module must define to serve as a map (the contract, :mod:`numeric.contract`).
 REQUIRED = contract.required_names()
-_THRESHOLDS = ("auto", "closed", "sort", "root")
-
-
-def _check_param(module: ModuleType, name: str, value):
-    """A parameter value checked against its domain: a float, or (one value per row) a float64 NumPy array."""
-    lo, hi = module.PARAMETER_DOMAINS[name]
-    if isinstance(value, bool) or not (isinstance(value, (int, float, np.integer, np.floating)) or hasattr(value, "shape")):
-        raise TypeError(f"parameter {name} must be a real number or an array of them, got {value!r}")
-    if hasattr(value, "get") and type(value).__module__.split(".")[0] == "cupy":
-        value = value.get()
-    a = np.asarray(value)
-    if a.dtype.kind not in "iuf":
-        raise TypeError(f"parameter {name} must be real, got dtype {a.dtype}")
-    a = a.astype(np.float64)
-    bad = ~((lo < a) & (a < hi))  # NaN is outside too
-    if bad.any():
-        shown = value if a.ndim == 0 else a[bad].ravel()[0]
-        raise ValueError(f"parameter {name} = {shown} is outside ({lo}, {hi}) for map {module.NAME!r}")
-    return float(a) if a.ndim == 0 else a
-
-
-def _check_axis(x, axis: int) -> int:
-    if x.ndim == 0:
-        raise ValueError(f"scores must have at least one dimension, got shape {x.shape}")
-    if not isinstance(axis, (int, np.integer)) or not -x.ndim <= axis < x.ndim:
-        raise ValueError(f"axis {axis} is out of range for scores of shape {x.shape}")
-    if x.shape[axis] == 0:
-        raise ValueError(f"axis {axis} of scores with shape {x.shape} is empty")
-    return int(axis) % x.ndim
 
 
 def _rows(x, axis: int):
@@ -95,22 +65,11 @@ class Map:
 
     def __init__(self, module: ModuleType, threshold: str = "auto", **params: float):
         contract.check_map_module(module)
-        if threshold not in _THRESHOLDS:
-            raise ValueError(f"threshold must be one of {_THRESHOLDS}, got {threshold!r}")
-        if threshold == "sort" and module.THRESHOLD != "sort":
-            raise ValueError(f"map {module.NAME!r} has a {module.THRESHOLD} threshold; 'sort' needs a link of degree 1 or 2")
-        if threshold == "closed" and module.THRESHOLD != "closed":
-            raise ValueError(f"map {module.NAME!r} has no closed-form threshold")
-        names = tuple(module.PARAMETERS)
-        unknown = set(params) - set(names)
-        if unknown:
-            raise ValueError(f"map {module.NAME!r} has no parameter(s) {sorted(unknown)}; it has {list(names)}")
-        missing = [n for n in names if n not in params]
-        if missing:
-            raise ValueError(f"map {module.NAME!r} needs a value for {', '.join(missing)}")
+        front.check_threshold(module, threshold)
+        front.check_names(module, params, complete=True)
         self.module = module
         self.threshold = module.THRESHOLD if threshold == "auto" else threshold
-        self.params = {name: _check_param(module, name, params[name]) for name in names}
+        self.params = {name: front.check_param(module, name, params[name], NUMPY) for name in module.PARAMETERS}
         self._set_values()
 
     def _set_values(self):
@@ -150,16 +109,7 @@ class Map:
         cols = []
         for name, v in self.params.items():
             a = np.asarray(v)
-            if a.ndim > len(shape):
-                raise ValueError(f"parameter {name} of shape {a.shape} has more dimensions than the scores {shape}")
-            padded = (1,) * (len(shape) - a.ndim) + a.shape
-            if padded[axis] != 1:
-                raise ValueError(f"parameter {name} of shape {a.shape} must have size 1 along the map's axis "
-                                 f"{axis - len(shape)} of the scores {shape} (e.g. shape (H, 1) for scores (H, n))")
-            try:
-                b = np.broadcast_to(a.reshape(padded), rows)
-            except ValueError:
-                raise ValueError(f"parameter {name} of shape {a.shape} does not broadcast to the scores {shape}") from None
+            b = np.broadcast_to(a.reshape(front.param_shape(name, a.shape, shape, axis)), rows)
             cols.append(np.moveaxis(b, axis, -1).reshape(-1))
         return np.stack(cols, axis=-1)
 
@@ -208,7 +158,7 @@ class Map:
         backend = backend_for(x)
         given = x
         x, out_dtype = to_compute_dtype(x, backend.namespace())
-        axis = _check_axis(x, axis)
+        axis = check_axis(x.shape, axis)
         flat, restore = _rows(x, axis)
         # scratch space: a copy made here (a cast or a moved axis), or the caller's buffer if allowed
         own = not backend.shares_memory(flat, given)
@@ -241,7 +191,7 @@ class Map:
         dx = xp.asarray(dx).astype(y.dtype, copy=False)
         if dx.shape != y.shape:
             raise ValueError(f"tangent of shape {dx.shape} does not match the output shape {y.shape}")
-        axis = _check_axis(y, axis)
+        axis = check_axis(y.shape, axis)
         fy, restore = _rows(y, axis)
         fd, _ = _rows(dx, axis)
         groups = self._groups(y.shape, axis, xp)
@@ -270,7 +220,7 @@ class Map:
         dy64 = xp.asarray(dy).astype(np.float64)
         if dy64.shape != y64.shape:
             raise ValueError(f"cotangent of shape {dy64.shape} does not match the output shape {y64.shape}")
-        axis = _check_axis(y64, axis)
+        axis = check_axis(y64.shape, axis)
         jdy = self.jvp(y64, dy64, axis=axis)
         values = self._values_like(y64, axis, xp)
         out = {}
@@ -296,35 +246,6 @@ class Map:
         return out
 
     # ---------------------------------------------------------------- loss
-    def _target(self, x, target, axis, xp):
-        target = xp.asarray(target)
-        if target.dtype.kind in "iu":
-            batch = x.shape[:axis] + x.shape[axis + 1:]
-            if target.shape != batch:
-                raise ValueError(f"integer labels must have shape {batch} for scores {x.shape} along axis {axis}, got {target.shape}")
-            n = x.shape[axis]
-            if target.size and (int(target.min()) < 0 or int(target.max()) >= n):
-                raise ValueError(f"labels must lie in [0, {n}) for axis {axis} of length {n}")
-            onehot = xp.moveaxis(xp.arange(n) == xp.expand_dims(target, -1), -1, axis)
-            return onehot.astype(x.dtype)
-        if target.dtype.kind not in "fb":
-            raise TypeError(f"target must be integer labels or real distributions, got dtype {target.dtype}")
-        target = target.astype(x.dtype, copy=False)
-        if target.shape != x.shape:
-            raise ValueError(f"target of shape {target.shape} does not match scores of shape {x.shape}")
-        # a distribution along axis: non-negative, summing to 1 up to sqrt(eps) (room for the
-        # rounding of a computed distribution; a target off the simplex has no loss)
-        if target.size:
-            total = target.sum(axis=axis)
-            slack = math.sqrt(float(np.finfo(x.dtype).eps))
-            negative = float(xp.min(target)) < 0
-            worst = float(xp.max(xp.abs(total - 1)))
-            if negative or not worst <= slack:  # (NaN fails too)
-                what = "a negative entry" if negative else f"a sum of {float(total.ravel()[int(xp.argmax(xp.abs(total - 1)))])!r}"
-                raise ValueError(f"target must be a distribution along axis {axis} (non-negative, summing to 1 "
-                                 f"within {slack:.1e}); it has {what}")
-        return target
-
     def loss(self, x, target, axis: int = -1, reduction: str = "mean"):
         """Fenchel-Young loss ``Omega*(s) + Omega(y) - <s, y>`` (see :meth:`loss_and_grad`)."""
         return self.loss_and_grad(x, target, axis=axis, reduction=reduction)[0]
@@ -348,84 +269,54 @@ class Map:
         (negative entries, or sums off 1 by more than ``sqrt(eps)``) raises
         :class:`ValueError`.
         """
-        if reduction not in ("none", "sum", "mean"):
-            raise ValueError(f"reduction must be 'none', 'sum' or 'mean', got {reduction!r}")
+        front.check_reduction(reduction)
         xp = array_module(x, target)
         x, out_dtype = to_compute_dtype(x, xp)
-        axis = _check_axis(x, axis)
-        y = self._target(x, target, axis, xp)
+        axis = check_axis(x.shape, axis)
+        y = front.check_target(x, target, axis, front.Arrays(xp))
         p = self(x, axis=axis).astype(x.dtype, copy=False)
-        params = self._values_like(x, axis, xp)
-        finite = xp.isfinite(x)
-        m = xp.max(xp.where(finite, x, -xp.inf), axis=axis, keepdims=True)
-        with np.errstate(over="ignore"):  # a spread beyond the dtype's range is -inf, as in the map
-            s = xp.where(finite, x - xp.where(xp.isfinite(m), m, 0), 0)
-        if self.per_row:  # one value of omega(0+) per row
-            omega_zero = xp.asarray(self.module.omega_zero(*params), dtype=x.dtype)
-            infinite_at_zero = xp.isinf(omega_zero)
+        rows = [_rows(a, axis)[0] for a in (x, p, y)]
+        if self.per_row:  # one value per row, (rows, 1)
+            table = self._param_rows(x.shape, axis)
+            params = tuple(xp.asarray(table[:, i:i + 1], dtype=x.dtype) for i in range(table.shape[1]))
         else:
-            omega_zero = float(self.module.omega_zero(*params))
-            infinite_at_zero = math.isinf(omega_zero)
-
-        def omega_of(q):
-            """omega(q) on q > 0, omega(0+) (maybe +inf) at 0; q * s there, 0 at q = 0."""
-            pos = q > 0
-            with np.errstate(over="ignore", invalid="ignore", divide="ignore", under="ignore"):
-                val = xp.asarray(self.module.omega(xp.where(pos, q, 1), *params))
-                return xp.where(pos, val, omega_zero), xp.where(pos, q * s, 0)
-
-        with np.errstate(over="ignore", invalid="ignore"):
-            om_p, ps = omega_of(p)
-            om_y, ys = omega_of(y)
-            term = (om_y - om_p) - (ys - ps)
-            # p_i = 0 on a finite score of a dense map (an underflow far below the maximum):
-            # omega*(s_i - tau) falls slower than linearly, so -y_i s_i wins: +inf
-            if self.per_row:
-                term = xp.where((p == 0) & (y > 0) & infinite_at_zero, xp.inf, term)
-            elif infinite_at_zero:
-                term = xp.where((p == 0) & (y > 0), xp.inf, term)
-            value = xp.where(finite & (y != p), term, 0).sum(axis=axis)
-        masked_mass = (xp.where(finite, 0, y) > 0).any(axis=axis)
-        value = xp.where(masked_mass, xp.inf, value)
-        value = xp.where(xp.isnan(x).any(axis=axis), xp.nan, value)  # a NaN score makes its row NaN
+            params = self.cast_params(x.dtype)
+        r = tensor_rules.Routines(self.module, contract.module_routines(self.module), params)
+        with np.errstate(over="ignore", invalid="ignore", divide="ignore", under="ignore"):
+            value = front.loss_rows(front.RowOps(xp, x.dtype), r, *rows)
+        value = value.reshape(x.shape[:axis] + x.shape[axis + 1:])
         grad = p - y
-        rows = max(1, value.size)
-        if reduction == "sum":
-            value = value.sum()
-        elif reduction == "mean":
-            value = value.sum() / rows
-            grad = grad / rows
-        return value.astype(out_dtype), grad.astype(out_dtype)
+        if reduction == "mean":
+            grad = grad / max(1, value.size)
+        return front.reduce(value, reduction).astype(out_dtype), grad.astype(out_dtype)
 
 
 class FrameworkMap:
     """What the torch and JAX maps (:class:`numeric.torch.TorchMap`, :class:`numeric.jax.JaxMap`) share: the
-    ``module``, its name, and parameters checked by the framework's ``check_param(module, name, value)``."""
+    ``module``, its name, the threshold, and parameters checked by :func:`numeric.front.check_param` on the
+    framework's :class:`numeric.front.Arrays` (``arrays``)."""
 
     module: ModuleType
-    check_param: Callable
-    #: the thresholds a framework's map takes
-    THRESHOLDS = ("auto", "sort", "root")
+    arrays: front.Arrays
 
     def _bind(self, mapping, threshold: str, params: dict) -> None:
         """Sets ``module``, ``threshold`` and ``params`` (those of ``mapping`` if it is a map of this class,
         updated with ``params``), checked."""
         module = module_of(mapping, type(self), check=True)
-        if threshold not in self.THRESHOLDS:
-            raise ValueError(f"threshold must be one of {self.THRESHOLDS}, got {threshold!r}")
-        if threshold == "sort" and module.THRESHOLD != "sort":
-            raise ValueError(f"map {module.NAME!r} has a {module.THRESHOLD} threshold; 'sort' needs a link of degree 1 or 2")
         self.module = module
-        self.threshold = threshold
+        self.threshold = front.check_threshold(module, threshold)
         bound = dict(mapping.params) if isinstance(mapping, type(self)) else {}
         self.params = {**bound, **self._checked(params)}
 
     def _checked(self, params: dict) -> dict:
-        names = tuple(self.module.PARAMETERS)
-        unknown = set(params) - set(names)
-        if unknown:
-            raise ValueError(f"map {self.module.NAME!r} has no parameter(s) {sorted(unknown)}; it has {list(names)}")
-        return {name: type(self).check_param(self.module, name, value) for name, value in params.items()}
+        front.check_names(self.module, params, complete=False)
+        return {name: front.check_param(self.module, name, value, self.arrays) for name, value in params.items()}
+
+    def values(self, params: dict | None = None) -> dict:
+        """The bound parameter values updated with ``params`` (checked), all of the module's parameters present."""
+        values = {**self.params, **self._checked(params)} if params else self.params
+        front.check_names(self.module, values, complete=True)
+        return values
 
     @property
     def name(self) -> str:

@@ -58,12 +58,6 @@ def _at_zero(module):
     return tensor_rules.weight_at_zero(module)
 
 
-@lru_cache(maxsize=64)
-def _numpy_table(module) -> dict:
-    """A module's routines by name (:func:`numeric.contract.routine_names`), for :class:`numeric.tensor_rules.Routines`."""
-    return {name: getattr(module, name, None) for name in contract.routine_names(module.PARAMETERS)}
-
-
 class NumpyBackend(Backend):
     """Maps on NumPy arrays (the reference backend: every other one is tested against it)."""
 
@@ -94,7 +88,7 @@ class NumpyBackend(Backend):
         """``p`` of the rows ``x`` into ``out`` (which may be ``x`` itself) and their thresholds into ``tau``:
         :func:`numeric.tensor_rules.solve` on :class:`numeric.numpy_ops.NumpyRowOps`."""
         ops = numpy_ops.ops_for(x.dtype)
-        routines = tensor_rules.Routines(module, _numpy_table(module), params)
+        routines = tensor_rules.Routines(module, contract.module_routines(module), params)
         method = "auto" if kind == module.THRESHOLD else kind
         with np.errstate(all="ignore"):  # off-support branches are evaluated and masked
             p, t = tensor_rules.solve(ops, routines, x, method=method, out=out)
@@ -106,7 +100,7 @@ class NumpyBackend(Backend):
         """``J dx`` along the last axis at ``y = m(x)``: :func:`numeric.tensor_rules.jvp` on
         :class:`numeric.numpy_ops.NumpyRowOps`, ``w*dx - w (w.dx) / sum(w)``, ``w = w(y)`` on the support."""
         module = mapping.module
-        routines = tensor_rules.Routines(module, _numpy_table(module), mapping.cast_params(y.dtype))
+        routines = tensor_rules.Routines(module, contract.module_routines(module), mapping.cast_params(y.dtype))
         with np.errstate(all="ignore"):  # off-support branches are evaluated and masked
             return tensor_rules.jvp(numpy_ops.ops_for(y.dtype), routines, y, dx, _at_zero(module))
 

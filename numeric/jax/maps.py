@@ -43,7 +43,7 @@ parameters.
 
 from __future__ import annotations
 
-import math
+import math  # noqa: F401 (the doctests use it)
 from functools import lru_cache, partial
 from types import ModuleType
 
@@ -52,14 +52,13 @@ import jax.numpy as jnp
 import jax.scipy.special
 import numpy as np
 
-from .. import contract, tensor_rules
+from .. import contract, front, tensor_rules
 from ..maps import FrameworkMap
 from ._ops import ops_for
 
 __all__ = ["JaxMap", "get_map", "softmax", "sparsemax", "entmax15", "entmax", "fenchel_young_loss"]
 
 _HALF = (jnp.dtype(jnp.float16), jnp.dtype(jnp.bfloat16))
-_REDUCTIONS = ("none", "sum", "mean")
 
 
 @lru_cache(maxsize=None)
@@ -73,31 +72,34 @@ def _concrete(a) -> bool:
     return not isinstance(a, jax.core.Tracer)
 
 
-def _check_param(module: ModuleType, name: str, value):
-    """A parameter value checked against its domain: a float, or a real JAX array (kept, traced or not)."""
-    lo, hi = module.PARAMETER_DOMAINS[name]
-    if isinstance(value, (bool, np.bool_)):
-        raise TypeError(f"parameter {name} must be a real number or an array, got {value!r}")
-    if isinstance(value, (int, float, np.integer, np.floating)) and np.ndim(value) == 0 and not hasattr(value, "aval"):
-        value = float(value)
-        if not lo < value < hi:
-            raise ValueError(f"parameter {name} = {value} is outside ({lo}, {hi}) for map {module.NAME!r}")
-        return value
-    if not hasattr(value, "shape") or not hasattr(value, "dtype"):
-        raise TypeError(f"parameter {name} must be a real number or an array, got {value!r}")
-    a = jnp.asarray(value)
-    if not (jnp.issubdtype(a.dtype, jnp.floating) or jnp.issubdtype(a.dtype, jnp.integer)) \
-            or jnp.issubdtype(a.dtype, jnp.bool_):
-        raise TypeError(f"parameter {name} must be a real array, got dtype {a.dtype}")
-    if a.size == 0:
-        raise ValueError(f"parameter {name} is an empty array")
-    if _concrete(a):
-        v = np.asarray(a, dtype=np.float64)
-        bad = ~((lo < v) & (v < hi))  # NaN is outside too
-        if bad.any():
-            raise ValueError(f"parameter {name} = {float(v[bad].reshape(-1)[0])} is outside ({lo}, {hi}) "
-                             f"for map {module.NAME!r}")
-    return a if jnp.issubdtype(a.dtype, jnp.floating) else a.astype(jnp.result_type(float))
+class _JaxArrays(front.Arrays):
+    """:class:`numeric.front.Arrays` of JAX arrays: a parameter array is kept (traced or not); a traced value cannot
+    be read, and is not checked."""
+
+    def __init__(self):
+        super().__init__(jnp)
+
+    def kind(self, a) -> str:
+        dtype = jnp.dtype(a.dtype)
+        return "f" if jnp.issubdtype(dtype, jnp.floating) else dtype.kind
+
+    def readable(self, a):
+        # (read as a NumPy array: inside a trace jnp operations on a concrete array closed over are staged out too)
+        return np.asarray(a, dtype=np.float64) if _concrete(a) else None
+
+    def keep(self, a):
+        a = jnp.asarray(a)
+        return a if jnp.issubdtype(a.dtype, jnp.floating) else a.astype(jnp.result_type(float))
+
+    def eps(self, dtype) -> float:
+        return float(jnp.finfo(dtype).eps)
+
+    def arange(self, n: int, like):
+        return jnp.arange(n)
+
+
+#: JAX's :class:`numeric.front.Arrays`
+ARRAYS = _JaxArrays()
 
 
 def _scores(x, what: str = "scores"):
@@ -108,16 +110,6 @@ def _scores(x, what: str = "scores"):
     if not jnp.issubdtype(x.dtype, jnp.floating):
         raise TypeError(f"{what} must be a floating array, got dtype {x.dtype}")
     return x
-
-
-def _check_axis(x, axis) -> int:
-    if x.ndim == 0:
-        raise ValueError(f"scores must have at least one dimension, got shape {tuple(x.shape)}")
-    if isinstance(axis, (bool, np.bool_)) or not isinstance(axis, (int, np.integer)) or not -x.ndim <= axis < x.ndim:
-        raise ValueError(f"axis {axis!r} is out of range for scores of shape {tuple(x.shape)}")
-    if x.shape[axis] == 0:
-        raise ValueError(f"axis {axis} of scores with shape {tuple(x.shape)} is empty")
-    return int(axis) % x.ndim
 
 
 def compute_dtype(dtype):
@@ -198,7 +190,7 @@ class JaxMap(FrameworkMap):
     Array([0.  , 0.25, 0.75], dtype=float32)
     """
 
-    check_param = staticmethod(_check_param)
+    arrays = ARRAYS
 
     def __init__(self, mapping, *, threshold: str = "auto", **params):
         self._bind(mapping, threshold, params)
@@ -220,41 +212,16 @@ class JaxMap(FrameworkMap):
                         for k, v in self.params.items())
         return f"JaxMap({self.name!r}, threshold={self.threshold!r}{extra})"
 
-    def values(self, params: dict | None = None) -> dict:
-        """The bound parameter values updated with ``params`` (checked), all of the module's parameters present."""
-        values = {**self.params, **self._checked(params)} if params else self.params
-        missing = [n for n in self.module.PARAMETERS if n not in values]
-        if missing:
-            raise ValueError(f"map {self.name!r} needs a value for {', '.join(missing)}")
-        return values
-
     def param_rows(self, name, value, shape: tuple, axis: int, dtype):
         """A parameter as an array of ``dtype``: shape ``()`` for a single value, else ``(rows, 1)`` in the rows' order."""
         if isinstance(value, float):
             return jnp.asarray(value, dtype)
-        value = jnp.asarray(value)
-        if value.ndim > len(shape):
-            raise ValueError(f"parameter {name} of shape {tuple(value.shape)} has more dimensions than the scores {shape}")
-        padded = (1,) * (len(shape) - value.ndim) + tuple(value.shape)
-        if padded[axis] != 1:
-            raise ValueError(f"parameter {name} of shape {tuple(value.shape)} must have size 1 along axis "
-                             f"{axis - len(shape)} of the scores {shape} (e.g. shape (H, 1) for scores (H, n))")
-        rows = shape[:axis] + (1,) + shape[axis + 1:]
-        try:
-            ok = tuple(jnp.broadcast_shapes(padded, rows)) == rows
-        except ValueError:
-            ok = False
-        if not ok:
-            raise ValueError(f"parameter {name} of shape {tuple(value.shape)} does not broadcast to the scores {shape}")
-        value = value.astype(dtype)
-        if value.size == 1:
-            return value.reshape(())
-        return jnp.moveaxis(jnp.broadcast_to(value.reshape(padded), rows), axis, -1).reshape(-1, 1)
+        return front.param_rows(jnp, name, jnp.asarray(value).astype(dtype), shape, axis)
 
     def __call__(self, x, axis: int = -1, **params):
         """``p*(x)`` along ``axis``: same shape and dtype as ``x``."""
         x = _scores(x)
-        axis = _check_axis(x, axis)
+        axis = front.check_axis(x.shape, axis)
         values = self.values(params)
         dtype = compute_dtype(x.dtype)
         moved = jnp.moveaxis(x.astype(dtype), axis, -1)
@@ -337,7 +304,7 @@ def entmax(x, alpha, axis: int = -1):
 def _omega_terms(module, x, p, y, params):
     """Per row ``sum_i [omega(y_i) - omega(p_i)] - (y_i - p_i) s_i`` (:func:`numeric.tensor_rules.omega_terms`), rows 2-D."""
     r = tensor_rules.Routines(module, routine_table(module), params)
-    return tensor_rules.omega_terms(ops_for(x.dtype), r, x, p, y)[..., 0]
+    return front.loss_rows(ops_for(x.dtype), r, x, p, y)
 
 
 @partial(jax.custom_jvp, nondiff_argnums=(0,))
@@ -361,41 +328,6 @@ def _loss_rows_jvp(solver, primals, tangents):
 _loss_rows_jit = jax.jit(_loss_rows, static_argnums=0)
 
 
-def _target(x, target, axis: int):
-    """``target`` as distributions like ``x`` (compute dtype; integer labels become one-hot), checked where concrete."""
-    if not hasattr(target, "dtype") and not isinstance(target, (list, tuple)):
-        raise TypeError(f"target must be an array of integer labels or distributions, got {type(target).__name__}")
-    target = jnp.asarray(target)
-    n = x.shape[axis]
-    if jnp.issubdtype(target.dtype, jnp.integer):
-        batch = tuple(x.shape[:axis] + x.shape[axis + 1:])
-        if tuple(target.shape) != batch:
-            raise ValueError(f"integer labels must have shape {batch} for scores {tuple(x.shape)} along axis {axis}, "
-                             f"got {tuple(target.shape)}")
-        # (read as a NumPy array: inside a trace jnp operations, np.min's target.min() included, would be staged
-        # out even on a concrete array closed over, and int() of their tracer fails)
-        labels = np.asarray(target) if target.size and _concrete(target) else None
-        if labels is not None and (int(labels.min()) < 0 or int(labels.max()) >= n):
-            raise ValueError(f"target labels must lie in [0, {n}) for axis {axis} of length {n}")
-        return jnp.moveaxis(jax.nn.one_hot(target, n, dtype=x.dtype), -1, axis)
-    if not (jnp.issubdtype(target.dtype, jnp.floating) or target.dtype == jnp.bool_):
-        raise TypeError(f"target must be integer labels or real distributions, got dtype {target.dtype}")
-    if tuple(target.shape) != tuple(x.shape):
-        raise ValueError(f"target of shape {tuple(target.shape)} does not match scores of shape {tuple(x.shape)}")
-    target = jax.lax.stop_gradient(target.astype(x.dtype))
-    if target.size and _concrete(target):
-        t = np.asarray(target, dtype=np.float64)
-        total = t.sum(axis=axis)
-        slack = math.sqrt(float(jnp.finfo(x.dtype).eps))
-        negative = bool((t < 0).any())
-        off = np.abs(total - 1)
-        if negative or not off.max() <= slack:  # (NaN fails too)
-            what = "a negative entry" if negative else f"a row summing to {float(total.reshape(-1)[np.argmax(off)])!r}"
-            raise ValueError(f"target must be a distribution along axis {axis} (non-negative, summing to 1 within "
-                             f"{slack:.1e}); it has {what}")
-    return target
-
-
 def fenchel_young_loss(scores, target, mapping="softmax", reduction: str = "mean", axis: int = -1):
     """The Fenchel-Young loss ``Omega*(s) + Omega(y) - <s, y>`` of ``mapping`` (a name, a generated module or a
     :class:`JaxMap` with its parameters bound, traced or not).
@@ -415,25 +347,17 @@ def fenchel_young_loss(scores, target, mapping="softmax", reduction: str = "mean
     >>> jax.grad(fenchel_young_loss)(s, jnp.array([0]), "sparsemax")
     Array([[-0.25,  0.25,  0.  ]], dtype=float32)
     """
-    if reduction not in _REDUCTIONS:
-        raise ValueError(f"reduction must be 'none', 'sum' or 'mean', got {reduction!r}")
+    front.check_reduction(reduction)
     m = get_map(mapping)
     x = _scores(scores)
-    axis = _check_axis(x, axis)
-    missing = [n for n in m.module.PARAMETERS if n not in m.params]
-    if missing:
-        raise ValueError(f"map {m.name!r} needs a value for {', '.join(missing)}: bind it, e.g. "
-                         f"get_map({m.name!r}, {missing[0]}=...)")
+    axis = front.check_axis(x.shape, axis)
+    m.values()
     dtype = compute_dtype(x.dtype)
     xc = x.astype(dtype)
-    y = _target(xc, target, axis)
+    y = jax.lax.stop_gradient(front.check_target(xc, jnp.asarray(target) if isinstance(target, (list, tuple)) else target,
+                                                 axis, ARRAYS))
     n = x.shape[axis]
     rows = lambda a: jnp.moveaxis(a, axis, -1).reshape(-1, n)  # noqa: E731
     params = tuple(m.param_rows(name, m.params[name], tuple(x.shape), axis, dtype) for name in m.module.PARAMETERS)
     value = _loss_rows_jit(_solver(m.module, m.threshold), rows(xc), rows(y), params)
-    value = value.reshape(x.shape[:axis] + x.shape[axis + 1:])
-    if reduction == "sum":
-        value = value.sum()
-    elif reduction == "mean":
-        value = value.sum() / max(1, value.size)
-    return value.astype(x.dtype)
+    return front.reduce(value.reshape(x.shape[:axis] + x.shape[axis + 1:]), reduction).astype(x.dtype)

@@ -14,56 +14,23 @@ map's Jacobian (double backward).
 
 from __future__ import annotations
 
-import math
 
 import torch
 
-from .. import tensor_rules
+from .. import front, tensor_rules
 from ._ops import ops_for
-from .maps import TorchMap, check_dim, routine_table, get_map
+from .maps import ARRAYS, TorchMap, check_dim, get_map, routine_table
 
 __all__ = ["fenchel_young_loss", "FenchelYoungLoss"]
 
 _HALF = (torch.float16, torch.bfloat16)
-_REDUCTIONS = ("none", "sum", "mean")
-
-
-def _target(x, target, dim):
-    """``target`` as distributions like ``x`` (integer labels become one-hot), checked."""
-    if not isinstance(target, torch.Tensor):
-        raise TypeError(f"target must be a torch tensor, got {type(target).__name__}")
-    if target.device != x.device:
-        raise ValueError(f"target is on {target.device}, the scores on {x.device}")
-    n = x.shape[dim]
-    if not (target.is_floating_point() or target.dtype == torch.bool):
-        batch = x.shape[:dim] + x.shape[dim + 1:]
-        if target.shape != batch:
-            raise ValueError(f"integer labels must have shape {tuple(batch)} for scores {tuple(x.shape)} along dim {dim}, "
-                             f"got {tuple(target.shape)}")
-        if target.numel() and (int(target.min()) < 0 or int(target.max()) >= n):
-            raise ValueError(f"target labels must lie in [0, {n}) for dim {dim} of length {n}")
-        onehot = torch.nn.functional.one_hot(target.long(), n).to(x.dtype)
-        return onehot.movedim(-1, dim)
-    if target.shape != x.shape:
-        raise ValueError(f"target of shape {tuple(target.shape)} does not match scores of shape {tuple(x.shape)}")
-    target = target.detach().to(x.dtype)
-    if target.numel():
-        total = target.sum(dim=dim)
-        slack = math.sqrt(torch.finfo(x.dtype).eps)
-        negative = bool((target < 0).any())
-        worst = float((total - 1).abs().max())
-        if negative or not worst <= slack:  # (NaN fails too)
-            what = "a negative entry" if negative else f"a row summing to {float(total.reshape(-1)[(total - 1).abs().reshape(-1).argmax()])!r}"
-            raise ValueError(f"target must be a distribution along dim {dim} (non-negative, summing to 1 within {slack:.1e}); "
-                             f"it has {what}")
-    return target
 
 
 def _omega_terms(module, x, p, y, params):
     """Per row ``sum_i [omega(y_i) - omega(p_i)] - (y_i - p_i) s_i`` along the last axis
     (:func:`numeric.tensor_rules.omega_terms`); differentiable in the parameters (tensors) only."""
     r = tensor_rules.Routines(module, routine_table(module), params)
-    return tensor_rules.omega_terms(ops_for(x.dtype), r, x, p, y)[..., 0]
+    return front.loss_rows(ops_for(x.dtype), r, x, p, y)
 
 
 class _LossFunction(torch.autograd.Function):
@@ -109,31 +76,26 @@ def fenchel_young_loss(scores, target, mapping="softmax", reduction: str = "mean
     >>> loss.backward(); s.grad
     tensor([[-0.2500,  0.2500,  0.0000]])
     """
-    if reduction not in _REDUCTIONS:
-        raise ValueError(f"reduction must be 'none', 'sum' or 'mean', got {reduction!r}")
+    front.check_reduction(reduction)
     m = get_map(mapping)
     if not isinstance(scores, torch.Tensor):
         raise TypeError(f"scores must be a torch tensor, got {type(scores).__name__}")
     if not scores.is_floating_point():
         raise TypeError(f"scores must be a floating tensor, got dtype {scores.dtype}")
     dim = check_dim(scores, dim)
-    missing = [n for n in m.module.PARAMETERS if n not in m.params]
-    if missing:
-        raise ValueError(f"map {m.name!r} needs a value for {', '.join(missing)}: bind it, e.g. TorchMap({m.name!r}, "
-                         f"{missing[0]}=...)")
+    m.values()
     dtype = torch.float32 if scores.dtype in _HALF else scores.dtype
     x = scores.to(dtype)
-    y = _target(x, target, dim)
+    if isinstance(target, torch.Tensor) and target.device != x.device:
+        raise ValueError(f"target is on {target.device}, the scores on {x.device}")
+    y = front.check_target(x, target, dim, ARRAYS, "dim")
+    y = y.detach()
     p = m(x, dim=dim)
     n = x.shape[dim]
     rows = lambda a: a.movedim(dim, -1).reshape(-1, n)  # noqa: E731
     tensors = tuple(m._param_rows(name, m.params[name], x, dim, dtype) for name in m.module.PARAMETERS)
     value = _LossFunction.apply(rows(x), rows(p), rows(y), m.module, *tensors)
-    value = value.reshape(x.shape[:dim] + x.shape[dim + 1:])
-    if reduction == "sum":
-        value = value.sum()
-    elif reduction == "mean":
-        value = value.sum() / max(1, value.numel())
+    value = front.reduce(value.reshape(x.shape[:dim] + x.shape[dim + 1:]), reduction)
     return value if value.dtype == scores.dtype else value.to(scores.dtype)
 
 
@@ -147,8 +109,7 @@ class FenchelYoungLoss(torch.nn.Module):
 
     def __init__(self, mapping="softmax", reduction: str = "mean", dim: int = -1):
         super().__init__()
-        if reduction not in _REDUCTIONS:
-            raise ValueError(f"reduction must be 'none', 'sum' or 'mean', got {reduction!r}")
+        front.check_reduction(reduction)
         self.mapping = get_map(mapping)
         self.reduction = reduction
         self.dim = dim

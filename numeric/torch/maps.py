@@ -34,7 +34,7 @@ from types import ModuleType
 
 import torch
 
-from .. import contract, tensor_rules
+from .. import contract, front, tensor_rules
 from ..maps import FrameworkMap
 from ._ops import ops_for
 
@@ -67,38 +67,50 @@ def routine_table(module: ModuleType) -> dict:
     return contract.routines_on(module, TORCH_AS_NUMPY, erf=torch.special.erf)
 
 
-def _check_param(module: ModuleType, name: str, value):
-    """A parameter value checked against its domain: a float, or a floating tensor (kept, graph and all)."""
-    lo, hi = module.PARAMETER_DOMAINS[name]
-    if isinstance(value, torch.Tensor):
-        if not (value.is_floating_point() or value.dtype in (torch.int32, torch.int64)):
-            raise TypeError(f"parameter {name} must be a real tensor, got dtype {value.dtype}")
-        if value.numel() == 0:
-            raise ValueError(f"parameter {name} is an empty tensor")
-        v = value.detach()
-        bad = ~((lo < v) & (v < hi))  # NaN is outside too
-        if torch.compiler.is_compiling():  # (no value reaches Python: the check runs with the graph)
-            torch._assert_async(bad.any().logical_not(), f"a value of parameter {name} is outside ({lo}, {hi}) "
-                                f"for map {module.NAME!r}")
-        elif bool(bad.any()):
-            raise ValueError(f"parameter {name} = {float(v[bad].reshape(-1)[0])} is outside ({lo}, {hi}) "
-                             f"for map {module.NAME!r}")
-        return value if value.is_floating_point() else value.to(torch.get_default_dtype())
-    if isinstance(value, bool) or not isinstance(value, (int, float)):
-        raise TypeError(f"parameter {name} must be a real number or a tensor, got {value!r}")
-    if not lo < value < hi:
-        raise ValueError(f"parameter {name} = {value} is outside ({lo}, {hi}) for map {module.NAME!r}")
-    return float(value)
+class _TorchArrays(front.Arrays):
+    """:class:`numeric.front.Arrays` of torch tensors: a parameter tensor is kept as it is (graph and all); under
+    :func:`torch.compile` no value reaches Python, and the domain check runs with the graph."""
+
+    def __init__(self):
+        super().__init__(torch)
+
+    def is_array(self, a) -> bool:
+        return isinstance(a, torch.Tensor)
+
+    def kind(self, a) -> str:
+        if a.is_floating_point():
+            return "f"
+        if a.is_complex():
+            return "c"
+        return "b" if a.dtype == torch.bool else "u" if a.dtype == torch.uint8 else "i"
+
+    def readable(self, a):
+        return None if torch.compiler.is_compiling() else a.detach()
+
+    def check_traced(self, a, lo, hi, message: str) -> None:
+        v = a.detach()
+        torch._assert_async(((lo < v) & (v < hi)).all(), message)
+
+    def keep(self, a):
+        return a if a.is_floating_point() else a.to(torch.get_default_dtype())
+
+    def eps(self, dtype) -> float:
+        return torch.finfo(dtype).eps
+
+    def astype(self, a, dtype):
+        return a.to(dtype)
+
+    def arange(self, n: int, like):
+        return torch.arange(n, device=like.device)
+
+
+#: torch's :class:`numeric.front.Arrays`
+ARRAYS = _TorchArrays()
 
 
 def check_dim(x, dim) -> int:
-    if x.ndim == 0:
-        raise ValueError(f"scores must have at least one dimension, got shape {tuple(x.shape)}")
-    if isinstance(dim, bool) or not isinstance(dim, int) or not -x.ndim <= dim < x.ndim:
-        raise ValueError(f"dim {dim!r} is out of range for scores of shape {tuple(x.shape)}")
-    if x.shape[dim] == 0:
-        raise ValueError(f"dim {dim} of scores with shape {tuple(x.shape)} is empty")
-    return dim % x.ndim
+    """The map's ``dim`` of the scores ``x``, checked (:func:`numeric.front.check_axis`)."""
+    return front.check_axis(x.shape, dim, "dim")
 
 
 class _Solver:
@@ -109,7 +121,7 @@ class _Solver:
         self.table = routine_table(module)
         self.names = tuple(module.PARAMETERS)
         self.method = threshold
-        self.softmax = bool(module.TERM_IS_EXP) and not self.names and threshold == "auto"
+        self.softmax = bool(module.TERM_IS_EXP) and not self.names and threshold in ("auto", "closed")
         # weight(0) of a map without parameters (the module's NumPy weight: a torch tensor read back would break a
         # torch.compile graph that builds the first map of a module)
         self.at_zero = tensor_rules.weight_at_zero(module)
@@ -193,7 +205,7 @@ class TorchMap(FrameworkMap):
     tensor([0.0000, 0.2500, 0.7500])
     """
 
-    check_param = staticmethod(_check_param)
+    arrays = ARRAYS
 
     def __init__(self, mapping, *, threshold: str = "auto", **params):
         self._bind(mapping, threshold, params)
@@ -212,24 +224,7 @@ class TorchMap(FrameworkMap):
             return torch.tensor(value, dtype=dtype, device=x.device)
         if value.device != x.device:
             raise ValueError(f"parameter {name} is on {value.device}, the scores on {x.device}")
-        shape = tuple(x.shape)
-        if value.ndim > len(shape):
-            raise ValueError(f"parameter {name} of shape {tuple(value.shape)} has more dimensions than the scores {shape}")
-        padded = (1,) * (len(shape) - value.ndim) + tuple(value.shape)
-        if padded[dim] != 1:
-            raise ValueError(f"parameter {name} of shape {tuple(value.shape)} must have size 1 along dim {dim - len(shape)} "
-                             f"of the scores {shape} (e.g. shape (H, 1) for scores (H, n))")
-        rows = shape[:dim] + (1,) + shape[dim + 1:]
-        try:
-            ok = torch.broadcast_shapes(padded, rows) == torch.Size(rows)
-        except RuntimeError:
-            ok = False
-        if not ok:
-            raise ValueError(f"parameter {name} of shape {tuple(value.shape)} does not broadcast to the scores {shape}")
-        value = value.to(dtype)
-        if value.numel() == 1:
-            return value.reshape(())
-        return value.reshape(padded).expand(rows).movedim(dim, -1).reshape(-1, 1)
+        return front.param_rows(torch, name, value.to(dtype), tuple(x.shape), dim, "dim")
 
     def __call__(self, x, dim: int = -1, **params):
         """``p*(x)`` along ``dim``: same shape, dtype and device as ``x``."""
@@ -271,10 +266,7 @@ class TorchMap(FrameworkMap):
         for name, value in params.items():  # (before the domain check, which reads the values)
             if isinstance(value, torch.Tensor) and value.device != x.device:
                 raise ValueError(f"parameter {name} is on {value.device}, the scores on {x.device}")
-        values = {**self.params, **self._checked(params)} if params else self.params
-        missing = [n for n in self.module.PARAMETERS if n not in values]
-        if missing:
-            raise ValueError(f"map {self.name!r} needs a value for {', '.join(missing)}")
+        values = self.values(params)
         dtype = torch.float32 if x.dtype in _HALF else x.dtype
         xc = x.to(dtype)
         last = dim == x.ndim - 1

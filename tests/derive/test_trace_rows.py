@@ -23,7 +23,7 @@ from derive import Regularizer, derive_map, generate_module
 from derive.codegen import trace_rows as TRR
 from derive.codegen.files import load_module
 from numeric import tensor_rules as TR
-from numeric.numpy_backend import _numpy_table
+from numeric.contract import module_routines
 from numeric.numpy_ops import NumpyRowOps
 
 from .test_codegen import ALL_MAPS, module_for
@@ -206,7 +206,7 @@ class UnsortedOps(NumpyRowOps):
 def test_support_rule_without_a_sort(name):
     """With no rounds (every row open), the support at the root rule's threshold gives the sorted rule's tau."""
     mod = module_for(name)
-    r = TR.Routines(mod, _numpy_table(mod), ())
+    r = TR.Routines(mod, module_routines(mod), ())
     y = np.random.default_rng(2).standard_normal((50, 37)) * 2
     y[3, 5:] = -np.inf
     y = y - y.max(-1, keepdims=True)

@@ -81,7 +81,7 @@ def test_overflowing_spread_matches_cross_entropy():
 def test_target_off_the_simplex_is_refused():
     m = nm.get_map("softmax")
     x = np.zeros((2, 3))
-    with pytest.raises(ValueError, match="target must be a distribution along axis 1.*sum of 1.5"):
+    with pytest.raises(ValueError, match="target must be a distribution along axis 1.*summing to 1.5"):
         m.loss(x, np.array([[0.5, 0.5, 0.5], [1.0, 0.0, 0.0]]))
     with pytest.raises(ValueError, match="negative entry"):
         m.loss(x, np.array([[1.5, -0.5, 0.0], [1.0, 0.0, 0.0]]))

@@ -185,7 +185,7 @@ def test_per_row_parameter_gradient_by_finite_differences(seed, alphas):
 
 def test_per_row_parameters_are_checked():
     x = np.zeros((3, 5))
-    with pytest.raises(ValueError, match="size 1 along the map's axis"):
+    with pytest.raises(ValueError, match="must have size 1 along axis"):
         nm.get_map("entmax", alpha=np.full(5, 1.5))(x)
     with pytest.raises(ValueError, match="does not broadcast"):
         nm.get_map("entmax", alpha=np.full((4, 1), 1.5))(x)

@@ -1,0 +1,267 @@
+"""The maps' front end, written once for NumPy (and CuPy), torch and JAX.
+
+What a map call checks and how it lays out its parameters is the same on every
+backend; only the arrays differ.  This module holds that part:
+
+* the thresholds a map takes (:data:`THRESHOLDS`, :func:`check_threshold`), the
+  parameter names (:func:`check_names`) and values (:func:`check_param`), the axis
+  (:func:`check_axis`), the Fenchel-Young loss's target (:func:`check_target`) and
+  reduction (:func:`check_reduction`, :func:`reduce`), each with one error text;
+* the layout of a parameter given per row: a shape broadcasting to the scores with
+  size 1 along the map's axis (:func:`param_shape`), as an array of one value per row
+  of the flattened scores (:func:`param_rows`);
+* the loss's terms per row (:func:`loss_rows`, on :func:`numeric.tensor_rules.omega_terms`).
+
+A front end describes its arrays by an :class:`Arrays` (how to tell one, read its
+values where they can be read, make a range of integers like it), and keeps its
+own autograd and dtype glue.  The word for the map's axis is the backend's
+keyword: ``axis`` for NumPy and JAX, ``dim`` for torch.
+"""
+
+from __future__ import annotations
+
+import math
+from types import ModuleType
+
+import numpy as np
+
+from . import tensor_rules
+
+__all__ = ["THRESHOLDS", "REDUCTIONS", "Arrays", "check_threshold", "check_names", "check_param", "check_axis",
+           "param_shape", "param_rows", "check_target", "check_reduction", "reduce", "loss_rows", "RowOps"]
+
+#: The thresholds every map takes: the module's own rule, or one forced (``"closed"`` and ``"sort"`` where the
+#: module's rule is that one; ``"root"`` for every map).
+THRESHOLDS = ("auto", "closed", "sort", "root")
+#: The Fenchel-Young loss's reductions over the rows.
+REDUCTIONS = ("none", "sum", "mean")
+
+
+class Arrays:
+    """How a front end reads its arrays (NumPy's here; torch and JAX subclass it).
+
+    ``namespace`` is the array namespace of the layout and the target (``numpy``,
+    ``cupy``, ``torch`` or ``jax.numpy``: ``moveaxis``, ``broadcast_to``).
+    The checks compute on :meth:`readable`'s arrays with methods NumPy, CuPy and torch
+    share (``min``, ``max``, ``sum(axis=)``, ``any``, ``reshape``, ``argmax``).
+    """
+
+    def __init__(self, namespace=np):
+        self.namespace = namespace
+
+    def is_array(self, a) -> bool:
+        """Whether ``a`` is an array this front end takes (a parameter value, a target)."""
+        return hasattr(a, "shape") and hasattr(a, "dtype")
+
+    def kind(self, a) -> str:
+        """NumPy's kind character of the array's dtype (``"f"``, ``"i"``, ``"u"``, ``"b"``, ``"c"``, ...)."""
+        return np.dtype(a.dtype).kind
+
+    def readable(self, a):
+        """An array holding ``a``'s values that the checks can compute on and read, or ``None`` where they cannot be
+        read (a traced value)."""
+        return a
+
+    def eps(self, dtype) -> float:
+        return float(np.finfo(dtype).eps)
+
+    def check_traced(self, a, lo, hi, message: str) -> None:
+        """Where :meth:`readable` cannot read ``a``: check ``lo < a < hi`` as the target can (or not at all)."""
+
+    def keep(self, a):
+        """A checked parameter array as the map stores it: a float64 NumPy array, a float for one of shape ``()``."""
+        if hasattr(a, "get") and type(a).__module__.split(".")[0] == "cupy":
+            a = a.get()
+        a = np.asarray(a, dtype=np.float64)
+        return float(a) if a.ndim == 0 else a
+
+    def astype(self, a, dtype):
+        return a.astype(dtype)
+
+    def arange(self, n: int, like):
+        return self.namespace.arange(n)
+
+
+#: NumPy's :class:`Arrays`
+NUMPY = Arrays()
+
+
+# ------------------------------------------------------------------ the map
+def check_threshold(module: ModuleType, threshold) -> str:
+    """``threshold`` checked against :data:`THRESHOLDS` and the module's rule."""
+    if threshold not in THRESHOLDS:
+        raise ValueError(f"threshold must be one of {THRESHOLDS}, got {threshold!r}")
+    if threshold == "sort" and module.THRESHOLD != "sort":
+        raise ValueError(f"map {module.NAME!r} has a {module.THRESHOLD} threshold; 'sort' needs a link of degree 1 or 2")
+    if threshold == "closed" and module.THRESHOLD != "closed":
+        raise ValueError(f"map {module.NAME!r} has no closed-form threshold")
+    return threshold
+
+
+def check_names(module: ModuleType, params: dict, *, complete: bool) -> None:
+    """Every name of ``params`` is a parameter of the module; ``complete``: every parameter has a value."""
+    names = tuple(module.PARAMETERS)
+    unknown = set(params) - set(names)
+    if unknown:
+        raise ValueError(f"map {module.NAME!r} has no parameter(s) {sorted(unknown)}; it has {list(names)}")
+    if complete:
+        missing = [n for n in names if n not in params]
+        if missing:
+            raise ValueError(f"map {module.NAME!r} needs a value for {', '.join(missing)}")
+
+
+def _number(value) -> bool:
+    return isinstance(value, (int, float, np.integer, np.floating)) and not isinstance(value, (bool, np.bool_))
+
+
+def check_param(module: ModuleType, name: str, value, arrays: Arrays):
+    """A parameter value checked against its declared domain ``(lo, hi)``: a float for a number, else the array
+    as ``arrays`` keeps it (its values checked where they can be read)."""
+    lo, hi = module.PARAMETER_DOMAINS[name]
+    where = f"outside ({lo}, {hi}) for map {module.NAME!r}"
+    if _number(value):
+        v = float(value)
+        if not lo < v < hi:
+            raise ValueError(f"parameter {name} = {v} is {where}")
+        return v
+    if isinstance(value, (bool, np.bool_)) or not arrays.is_array(value):
+        raise TypeError(f"parameter {name} must be a real number or an array of them, got {value!r}")
+    kind = arrays.kind(value)
+    if kind not in "iuf":
+        raise TypeError(f"parameter {name} must be real, got dtype {value.dtype}")
+    if math.prod(value.shape) == 0:
+        raise ValueError(f"parameter {name} is an empty array")
+    v = arrays.readable(value)
+    if v is None:
+        arrays.check_traced(value, lo, hi, f"a value of parameter {name} is {where}")
+    else:
+        bad = ~((lo < v) & (v < hi))  # NaN is outside too
+        if bad.any():
+            raise ValueError(f"parameter {name} = {float(v[bad].reshape(-1)[0])} is {where}")
+    return arrays.keep(value)
+
+
+def check_axis(shape: tuple, axis, word: str = "axis") -> int:
+    """The map's axis of scores of ``shape``, from ``-ndim`` to ``ndim - 1``, as a non-negative int."""
+    shape = tuple(shape)
+    if not shape:
+        raise ValueError(f"scores must have at least one dimension, got shape {shape}")
+    if isinstance(axis, (bool, np.bool_)) or not isinstance(axis, (int, np.integer)) or not -len(shape) <= axis < len(shape):
+        raise ValueError(f"{word} {axis!r} is out of range for scores of shape {shape}")
+    if shape[axis] == 0:
+        raise ValueError(f"{word} {int(axis)} of scores with shape {shape} is empty")
+    return int(axis) % len(shape)
+
+
+def param_shape(name: str, value_shape: tuple, shape: tuple, axis: int, word: str = "axis") -> tuple:
+    """The shape of a parameter given per row, padded on the left to the scores' dimensions: it must broadcast to
+    the scores of ``shape`` with size 1 along the map's ``axis`` (non-negative)."""
+    value_shape, shape = tuple(value_shape), tuple(shape)
+    if len(value_shape) > len(shape):
+        raise ValueError(f"parameter {name} of shape {value_shape} has more dimensions than the scores {shape}")
+    padded = (1,) * (len(shape) - len(value_shape)) + value_shape
+    if padded[axis] != 1:
+        raise ValueError(f"parameter {name} of shape {value_shape} must have size 1 along {word} {axis - len(shape)} "
+                         f"of the scores {shape} (e.g. shape (H, 1) for scores (H, n))")
+    if any(v not in (1, n) for v, n in zip(padded, shape)):
+        raise ValueError(f"parameter {name} of shape {value_shape} does not broadcast to the scores {shape}")
+    return padded
+
+
+def param_rows(xp, name: str, value, shape: tuple, axis: int, word: str = "axis"):
+    """A parameter array (checked) as one value per row of the scores of ``shape`` flattened with ``axis`` last:
+    shape ``()`` for a single value, else ``(rows, 1)``."""
+    padded = param_shape(name, value.shape, shape, axis, word)
+    if math.prod(value.shape) == 1:
+        return value.reshape(())
+    rows = tuple(shape[:axis]) + (1,) + tuple(shape[axis + 1:])
+    return xp.moveaxis(xp.broadcast_to(value.reshape(padded), rows), axis, -1).reshape(-1, 1)
+
+
+# ----------------------------------------------------------------- the loss
+def check_reduction(reduction) -> str:
+    if reduction not in REDUCTIONS:
+        raise ValueError(f"reduction must be 'none', 'sum' or 'mean', got {reduction!r}")
+    return reduction
+
+
+def reduce(value, reduction: str):
+    """The loss per row (batch shape) reduced: as it is, summed, or averaged over the rows."""
+    if reduction == "sum":
+        return value.sum()
+    if reduction == "mean":
+        return value.sum() / max(1, math.prod(value.shape))
+    return value
+
+
+def check_target(x, target, axis: int, arrays: Arrays, word: str = "axis"):
+    """The loss's ``target`` as distributions like the scores ``x`` (integer labels of the batch shape become
+    one-hot along ``axis``), checked: labels in range, distributions non-negative and summing to 1 within
+    ``sqrt(eps)`` (room for the rounding of a computed distribution) where their values can be read."""
+    if not arrays.is_array(target):
+        raise TypeError(f"target must be an array of integer labels or distributions, got {type(target).__name__}")
+    xp = arrays.namespace
+    n = x.shape[axis]
+    kind = arrays.kind(target)
+    if kind in "iu":
+        batch = tuple(x.shape[:axis]) + tuple(x.shape[axis + 1:])
+        if tuple(target.shape) != batch:
+            raise ValueError(f"integer labels must have shape {batch} for scores {tuple(x.shape)} along {word} {axis}, "
+                             f"got {tuple(target.shape)}")
+        labels = arrays.readable(target) if math.prod(batch) else None
+        if labels is not None and (int(labels.min()) < 0 or int(labels.max()) >= n):
+            raise ValueError(f"target labels must lie in [0, {n}) for {word} {axis} of length {n}")
+        onehot = arrays.arange(n, x) == target[..., None]
+        return arrays.astype(xp.moveaxis(onehot, -1, axis), x.dtype)
+    if kind not in "fb":
+        raise TypeError(f"target must be integer labels or real distributions, got dtype {target.dtype}")
+    if tuple(target.shape) != tuple(x.shape):
+        raise ValueError(f"target of shape {tuple(target.shape)} does not match scores of shape {tuple(x.shape)}")
+    target = arrays.astype(target, x.dtype)
+    t = arrays.readable(target) if math.prod(target.shape) else None
+    if t is not None:
+        total = t.sum(axis=axis)
+        slack = math.sqrt(arrays.eps(x.dtype))
+        negative = bool((t < 0).any())
+        off = abs(total - 1)
+        if negative or not float(off.max()) <= slack:  # (NaN fails too)
+            what = "a negative entry" if negative else f"a row summing to {float(total.reshape(-1)[int(off.reshape(-1).argmax())])!r}"
+            raise ValueError(f"target must be a distribution along {word} {axis} (non-negative, summing to 1 within "
+                             f"{slack:.1e}); it has {what}")
+    return target
+
+
+class RowOps(tensor_rules.TensorOps):
+    """The operations of :func:`numeric.tensor_rules.omega_terms` on rows of any array namespace (NumPy, CuPy)."""
+
+    def __init__(self, xp, dtype):
+        self.xp = xp
+        self.dtype = dtype
+
+    def full(self, like, value):
+        return self.xp.full(like.shape, value, dtype=bool if isinstance(value, bool) else self.dtype)
+
+    def where(self, cond, a, b):
+        return self.xp.where(cond, a, b)
+
+    def isfinite(self, x):
+        return self.xp.isfinite(x)
+
+    def isnan(self, x):
+        return self.xp.isnan(x)
+
+    def not_(self, b):
+        return ~b
+
+    def row_sum(self, x):
+        return x.sum(axis=-1, keepdims=True)
+
+    def row_max(self, x):
+        return x.max(axis=-1, keepdims=True)
+
+
+def loss_rows(ops, r: tensor_rules.Routines, x, p, y):
+    """The Fenchel-Young loss of each row of the 2-D scores ``x`` against the distributions ``y``, with ``p`` the
+    map's output: ``sum_i [omega(y_i) - omega(p_i)] - (y_i - p_i) s_i`` (:func:`numeric.tensor_rules.omega_terms`),
+    shape ``(rows,)``."""
+    return tensor_rules.omega_terms(ops, r, x, p, y)[..., 0]

@@ -1,0 +1,145 @@
+"""One front end: NumPy, torch and JAX maps and losses take the same keywords and refuse the same arguments with
+the same errors (numeric.front), the map's axis keyword aside (``dim`` in torch, ``axis`` elsewhere).
+
+Each case is run on every backend installed; the errors' types and texts must agree with NumPy's, with ``dim``
+read as ``axis`` and torch's dtype names read as NumPy's.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import re
+
+import numpy as np
+import pytest
+
+import numeric as nm
+
+
+def _numpy():
+    return dict(
+        context=contextlib.nullcontext,
+        array=lambda a: a,
+        map=lambda name, threshold="auto", **params: nm.get_map(name, threshold=threshold, **params),
+        call=lambda m, x, axis=-1: m(x, axis=axis),
+        loss=lambda m, x, target, axis=-1, reduction="mean": m.loss(x, target, axis=axis, reduction=reduction),
+    )
+
+
+def _torch():
+    torch = pytest.importorskip("torch")
+    import numeric.torch as rt
+
+    return dict(
+        context=contextlib.nullcontext,
+        array=lambda a: torch.from_numpy(np.asarray(a)),
+        map=lambda name, threshold="auto", **params: rt.get_map(name, threshold=threshold, **params),
+        call=lambda m, x, axis=-1: m(x, dim=axis),
+        loss=lambda m, x, target, axis=-1, reduction="mean": rt.fenchel_young_loss(x, target, m, reduction, dim=axis),
+    )
+
+
+def _jax():
+    jax = pytest.importorskip("jax")
+    import jax.numpy as jnp
+
+    import numeric.jax as rj
+
+    return dict(
+        context=lambda: jax.enable_x64(True),  # (float64, as NumPy's)
+        array=lambda a: jnp.asarray(a),
+        map=lambda name, threshold="auto", **params: rj.get_map(name, threshold=threshold, **params),
+        call=lambda m, x, axis=-1: m(x, axis=axis),
+        loss=lambda m, x, target, axis=-1, reduction="mean": rj.fenchel_young_loss(x, target, m, reduction, axis=axis),
+    )
+
+
+BACKENDS = {"numpy": _numpy, "torch": _torch, "jax": _jax}
+
+
+def _outcome(fn):
+    """``(type, text)`` of the error ``fn()`` raises, its text with the backends' spellings read as NumPy's."""
+    try:
+        fn()
+    except (ValueError, TypeError) as exc:
+        text = re.sub(r"\bdim\b", "axis", str(exc))
+        text = re.sub(r"\btorch\.(?=[a-z]+\d*\b)", "", text)  # torch.float64 -> float64
+        return type(exc), text
+    return None, None
+
+
+X = np.array([[1.0, 0.5, -1.0], [0.0, 0.2, 0.1]])
+ALPHAS = np.array([[1.5], [2.0]])
+#: (case, what to run given a backend's dict): every one must raise
+CASES = {
+    "threshold name": lambda b: b["map"]("softmax", threshold="fastest"),
+    "sort on a closed map": lambda b: b["map"]("softmax", threshold="sort"),
+    "closed on a sort map": lambda b: b["map"]("entmax15", threshold="closed"),
+    "unknown parameter": lambda b: b["map"]("entmax", beta=1.5),
+    "missing parameter": lambda b: b["call"](b["map"]("entmax"), b["array"](X)),
+    "number outside the domain": lambda b: b["call"](b["map"]("entmax", alpha=0.5), b["array"](X)),
+    "array outside the domain": lambda b: b["call"](b["map"]("entmax", alpha=b["array"](np.array([[1.5], [0.75]]))),
+                                                    b["array"](X)),
+    "NaN parameter": lambda b: b["map"]("entmax", alpha=float("nan")),
+    "bool parameter": lambda b: b["map"]("entmax", alpha=True),
+    "text parameter": lambda b: b["map"]("entmax", alpha="1.5"),
+    "complex parameter": lambda b: b["map"]("entmax", alpha=b["array"](np.array([1.5 + 0j]))),
+    "empty parameter": lambda b: b["map"]("entmax", alpha=b["array"](np.zeros((0, 1)))),
+    "parameter with more dimensions": lambda b: b["call"](b["map"]("entmax", alpha=b["array"](np.full((1, 2, 1), 1.5))),
+                                                          b["array"](X)),
+    "parameter along the axis": lambda b: b["call"](b["map"]("entmax", alpha=b["array"](np.full((1, 3), 1.5))),
+                                                    b["array"](X)),
+    "parameter not broadcasting": lambda b: b["call"](b["map"]("entmax", alpha=b["array"](np.full((3, 1), 1.5))),
+                                                      b["array"](X)),
+    "axis out of range": lambda b: b["call"](b["map"]("sparsemax"), b["array"](X), axis=2),
+    "axis not an int": lambda b: b["call"](b["map"]("sparsemax"), b["array"](X), axis=1.0),
+    "0-d scores": lambda b: b["call"](b["map"]("sparsemax"), b["array"](np.float64(1.0))),
+    "empty axis": lambda b: b["call"](b["map"]("sparsemax"), b["array"](np.zeros((2, 0)))),
+    "reduction": lambda b: b["loss"](b["map"]("sparsemax"), b["array"](X), b["array"](np.array([0, 1])), reduction="avg"),
+    "label shape": lambda b: b["loss"](b["map"]("sparsemax"), b["array"](X), b["array"](np.array([0, 1, 2]))),
+    "label range": lambda b: b["loss"](b["map"]("sparsemax"), b["array"](X), b["array"](np.array([0, 3]))),
+    "target sum": lambda b: b["loss"](b["map"]("sparsemax"), b["array"](X), b["array"](np.full((2, 3), 0.5))),
+    "negative target": lambda b: b["loss"](b["map"]("sparsemax"), b["array"](X),
+                                           b["array"](np.array([[1.5, -0.5, 0.0], [1.0, 0.0, 0.0]]))),
+    "target shape": lambda b: b["loss"](b["map"]("sparsemax"), b["array"](X), b["array"](np.full((2, 2), 0.5))),
+    "complex target": lambda b: b["loss"](b["map"]("sparsemax"), b["array"](X), b["array"](np.eye(2, 3) + 0j)),
+    "loss of an unbound map": lambda b: b["loss"](b["map"]("entmax"), b["array"](X), b["array"](np.array([0, 1]))),
+}
+
+
+@pytest.mark.parametrize("case", list(CASES))
+@pytest.mark.parametrize("backend", ["torch", "jax"])
+def test_errors_are_numpys(case, backend):
+    want = _outcome(lambda: CASES[case](_numpy()))
+    assert want[0] is not None, f"NumPy accepts the case {case!r}"
+    b = BACKENDS[backend]()
+    with b["context"]():
+        assert _outcome(lambda: CASES[case](b)) == want
+
+
+@pytest.mark.parametrize("backend", list(BACKENDS))
+def test_the_same_keywords_give_the_same_values(backend):
+    """Every threshold name a map's module allows, parameters per row, and the loss's reductions: the values are
+    NumPy's (float64)."""
+    b = BACKENDS[backend]()
+    with b["context"]():
+        _same_values(b)
+
+
+def _same_values(b):
+    x = np.random.default_rng(0).standard_normal((4, 2, 7))
+    for name, thresholds, params in (("softmax", ("auto", "closed", "root"), {}),
+                                     ("sparsemax", ("auto", "sort", "root"), {}),
+                                     ("entmax", ("auto", "root"), {"alpha": np.array([[[1.25]], [[1.5]], [[2.0]], [[3.0]]])})):
+        for threshold in thresholds:
+            for axis in (-1, 1):
+                m = b["map"](name, threshold=threshold, **{k: b["array"](v) for k, v in params.items()})
+                want = nm.get_map(name, **params)(x, axis=axis)
+                got = np.asarray(b["call"](m, b["array"](x), axis=axis))
+                np.testing.assert_allclose(got, want, rtol=0, atol=1e-12, err_msg=f"{name} {threshold} axis {axis}")
+        labels = np.array([[0, 6], [3, 2], [1, 1], [5, 0]])
+        for reduction in ("none", "sum", "mean"):
+            want = nm.get_map(name, **params).loss(x, labels, reduction=reduction)
+            m = b["map"](name, **{k: b["array"](v) for k, v in params.items()})
+            got = np.asarray(b["loss"](m, b["array"](x), b["array"](labels), reduction=reduction))
+            np.testing.assert_allclose(got, want, rtol=1e-12, atol=1e-14, err_msg=f"{name} loss {reduction}")
