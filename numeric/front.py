@@ -28,7 +28,8 @@ import numpy as np
 from . import tensor_rules
 
 __all__ = ["THRESHOLDS", "REDUCTIONS", "Arrays", "check_threshold", "check_names", "check_param", "check_axis",
-           "param_shape", "param_rows", "check_target", "check_reduction", "reduce", "loss_rows", "RowOps"]
+           "is_number", "param_shape", "param_rows", "check_learned", "learned_range", "check_target", "check_reduction", "reduce",
+           "loss_rows", "RowOps"]
 
 #: The thresholds every map takes: the module's own rule, or one forced (``"closed"`` and ``"sort"`` where the
 #: module's rule is that one; ``"root"`` for every map).
@@ -110,7 +111,8 @@ def check_names(module: ModuleType, params: dict, *, complete: bool) -> None:
             raise ValueError(f"map {module.NAME!r} needs a value for {', '.join(missing)}")
 
 
-def _number(value) -> bool:
+def is_number(value) -> bool:
+    """Whether ``value`` is one real number (a Python or NumPy int or float, not a bool nor an array)."""
     return isinstance(value, (int, float, np.integer, np.floating)) and not isinstance(value, (bool, np.bool_))
 
 
@@ -119,7 +121,7 @@ def check_param(module: ModuleType, name: str, value, arrays: Arrays):
     as ``arrays`` keeps it (its values checked where they can be read)."""
     lo, hi = module.PARAMETER_DOMAINS[name]
     where = f"outside ({lo}, {hi}) for map {module.NAME!r}"
-    if _number(value):
+    if is_number(value):
         v = float(value)
         if not lo < v < hi:
             raise ValueError(f"parameter {name} = {v} is {where}")
@@ -176,6 +178,52 @@ def param_rows(xp, name: str, value, shape: tuple, axis: int, word: str = "axis"
         return value.reshape(())
     rows = tuple(shape[:axis]) + (1,) + tuple(shape[axis + 1:])
     return xp.moveaxis(xp.broadcast_to(value.reshape(padded), rows), axis, -1).reshape(-1, 1)
+
+
+# ------------------------------------------------- parameters learned per head
+def check_learned(module: ModuleType, learn, ranges) -> tuple:
+    """The names of the map parameters a layer learns (``learn``: names, or ``True`` for all) and the ``ranges``
+    given for them, checked: ``(names, ranges)``."""
+    names = tuple(module.PARAMETERS) if learn is True else tuple(learn or ())
+    unknown = [n for n in names if n not in module.PARAMETERS]
+    if unknown:
+        raise ValueError(f"map {module.NAME!r} has no parameter(s) {unknown} to learn; it has {list(module.PARAMETERS)}")
+    ranges = dict(ranges or {})
+    if set(ranges) - set(names):
+        raise ValueError(f"ranges given for parameters that are not learned: {sorted(set(ranges) - set(names))}")
+    return names, ranges
+
+
+def learned_range(module: ModuleType, name: str, start=None, given=None, what: str = "range") -> tuple:
+    """``(lo, hi, logit)``: the range a parameter learned per head is kept in, as ``lo + (hi - lo) sigmoid(logit)``,
+    and the logit it starts from.
+
+    The range is ``given``, else the parameter's declared domain with an infinite end put 1 from the other
+    (alpha-entmax's ``(1, inf)``: ``(1, 2)``, the range of Correia et al. 2019), or 1 either side of the start
+    where both ends are infinite.  It must be finite and inside the domain.  The start is the map's value
+    ``start`` (a number inside the range), else the range's middle.
+    """
+    lo, hi = module.PARAMETER_DOMAINS[name]
+    number = start is not None and is_number(start)
+    if given is None:
+        centre = float(start) if number else 0.0
+        lo_r = lo if math.isfinite(lo) else (hi - 1 if math.isfinite(hi) else centre - 1)
+        hi_r = hi if math.isfinite(hi) else lo_r + (1 if math.isfinite(lo) else 2)
+    else:
+        try:
+            lo_r, hi_r = (float(v) for v in given)
+        except (TypeError, ValueError):
+            raise ValueError(f"{what} of {name} must be a pair of numbers (lo, hi), got {given!r}") from None
+    if not (math.isfinite(lo_r) and math.isfinite(hi_r) and lo <= lo_r < hi_r <= hi):
+        raise ValueError(f"{what} ({lo_r}, {hi_r}) of {name} must be finite, with lo < hi, and inside its domain "
+                         f"({lo}, {hi}) for map {module.NAME!r}")
+    if start is None:
+        start = (lo_r + hi_r) / 2
+    elif not (number and lo_r < float(start) < hi_r):
+        raise ValueError(f"map parameter {name} = {start!r} must be one number inside the range ({lo_r}, {hi_r}) "
+                         f"to start the learned values from")
+    start = float(start)
+    return lo_r, hi_r, math.log((start - lo_r) / (hi_r - start))
 
 
 # ----------------------------------------------------------------- the loss

@@ -35,6 +35,7 @@ import math
 
 import numpy as np
 
+from . import front
 from .attention import attention, attention_backward
 from .backend import array_module
 from .maps import Map, get_map
@@ -109,27 +110,11 @@ class _Layer(Movable):
         self.params, self.grads = {}, {}
         self.attention_weights = None
         self._cache = None
-        if learn is True:
-            learn = tuple(self.mapping.params)
-        learn = tuple(learn or ())
-        unknown = [n for n in learn if n not in self.mapping.params]
-        if unknown:
-            raise ValueError(f"map {self.mapping.name!r} has no parameter(s) {unknown} to learn; it has "
-                             f"{list(self.mapping.params)}")
-        ranges = dict(ranges or {})
-        if set(ranges) - set(learn):
-            raise ValueError(f"ranges given for parameters that are not learned: {sorted(set(ranges) - set(learn))}")
+        learn, ranges = front.check_learned(self.mapping.module, learn, ranges)
         self.learn, self.ranges, self._heads = learn, {}, heads
         for name in learn:
-            lo, hi = self.mapping.module.PARAMETER_DOMAINS[name]
-            lo_r, hi_r = ranges.get(name, (lo, hi if math.isfinite(hi) else lo + 1))
-            if not (math.isfinite(lo_r) and math.isfinite(hi_r) and lo <= lo_r < hi_r <= hi):
-                raise ValueError(f"range ({lo_r}, {hi_r}) of {name} must be finite and inside its domain ({lo}, {hi})")
-            start = self.mapping.params[name]
-            if isinstance(start, np.ndarray) or not lo_r < start < hi_r:
-                raise ValueError(f"map parameter {name} = {start!r} must be one number inside the range ({lo_r}, {hi_r})")
-            self.ranges[name] = (float(lo_r), float(hi_r))
-            logit = math.log((start - lo_r) / (hi_r - start))
+            lo, hi, logit = front.learned_range(self.mapping.module, name, self.mapping.params[name], ranges.get(name))
+            self.ranges[name] = (lo, hi)
             self.params[f"{name}_logit"] = np.full(heads, logit, dtype=self.dtype)
         if self.scores is not None:
             for name, value in self.scores.params.items():

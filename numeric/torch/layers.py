@@ -9,16 +9,24 @@ arguments:
   (a name, a generated module, a :class:`~numeric.torch.maps.TorchMap`, or a
   callable ``(scores, dim) -> weights``); ``"softmax"`` by default, which gives
   torch's layer back;
-* ``learn_alpha``: learn one ``alpha`` per head for a map with a parameter
-  ``alpha`` (e.g. ``mapping="entmax"``: Correia et al. 2019, "Adaptively Sparse
-  Transformers"), as ``alpha = lo + (hi - lo) * sigmoid(alpha_logit)`` (the
-  parameter ``alpha_logit`` of shape ``(num_heads,)``), so it stays inside
-  ``alpha_range = (lo, hi)``; it starts at the map's bound ``alpha`` when that
-  is a number inside the range, else at the range's middle;
-* ``alpha_range``: ``(1.0, 2.0)`` by default (softmax's limit to sparsemax).
+* ``learn``: names of the map's parameters to learn, one value per head
+  (``learn=True``: all of them), each kept inside a range ``(lo, hi)`` of its
+  declared domain as ``lo + (hi - lo) * sigmoid(<name>_logit)``: the layer's
+  parameter ``<name>_logit`` of shape ``(num_heads,)``
+  (:func:`numeric.front.learned_range`, as :class:`numeric.MultiHeadAttention`
+  learns them).  The range is ``ranges[name]``, else the domain with an
+  infinite end put 1 from the other; a learned value starts at the map's
+  bound number, else at the range's middle.  ``learn_alpha=True`` is
+  ``learn=("alpha",)`` with ``alpha_range`` (``(1.0, 2.0)`` by default:
+  softmax's limit to sparsemax) its range: alpha-entmax with alpha learned
+  per head (Correia et al. 2019, "Adaptively Sparse Transformers").
+
+A map parameter bound to an :class:`torch.nn.Parameter` (``mapping=get_map(m,
+b=nn.Parameter(...))``) is a parameter of the layer too, ``map_<name>``: in
+``parameters()``, ``named_parameters()`` and ``state_dict()``.
 
 A ``state_dict`` of :class:`torch.nn.MultiheadAttention` loads into it with
-``strict=True``; a learned ``alpha_logit`` missing from the loaded state keeps
+``strict=True``; a learned ``<name>_logit`` missing from the loaded state keeps
 its value.  The masks follow ``nn.MultiheadAttention``: a boolean
 ``key_padding_mask`` or ``attn_mask`` is True where attention is *not*
 allowed (the opposite of :func:`~numeric.torch.attention`'s ``attn_mask``), a
@@ -56,6 +64,7 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
+from .. import front
 from . import fused
 from .attention import block_scores, MapSpec, attention
 from .maps import TorchMap, get_map
@@ -98,14 +107,14 @@ def _combine(masks, dtype):
 class MultiheadAttention(nn.MultiheadAttention):
     """:class:`torch.nn.MultiheadAttention` with any regattn map (module docstring).
 
-    ``mapping``, ``learn_alpha`` and ``alpha_range`` are the additions; every
-    other argument is torch's.  :attr:`alpha` is the per-head alpha in use
-    (learned), or None.
+    ``mapping``, ``learn``, ``ranges``, ``learn_alpha``, ``alpha_range`` and ``backend`` are the additions;
+    every other argument is torch's.  :attr:`learned` holds the learned values per head, :attr:`alpha` the
+    per-head alpha in use (learned), or None.
     """
 
     def __init__(self, embed_dim, num_heads, dropout=0.0, bias=True, add_bias_kv=False, add_zero_attn=False, kdim=None,
-                 vdim=None, batch_first=False, device=None, dtype=None, *, mapping="softmax", learn_alpha=False,
-                 alpha_range=(1.0, 2.0), backend="auto"):
+                 vdim=None, batch_first=False, device=None, dtype=None, *, mapping="softmax", learn=(), ranges=None,
+                 learn_alpha=False, alpha_range=(1.0, 2.0), backend="auto"):
         super().__init__(embed_dim, num_heads, dropout=dropout, bias=bias, add_bias_kv=add_bias_kv,
                          add_zero_attn=add_zero_attn, kdim=kdim, vdim=vdim, batch_first=batch_first, device=device,
                          dtype=dtype)
@@ -116,55 +125,74 @@ class MultiheadAttention(nn.MultiheadAttention):
                             f"-> weights, got {mapping!r}")
         self.mapping = mapping
         self.backend = fused.check_backend(backend)
-        self.learn_alpha = bool(learn_alpha)
+        if isinstance(mapping, TorchMap):  # (bound nn.Parameters: the layer's, so that they train and are saved)
+            for name, value in mapping.params.items():
+                if isinstance(value, nn.Parameter):
+                    self.register_parameter(f"map_{name}", value)
+        learn = (tuple(learn) if learn is not True else True) if learn else ()
+        ranges = dict(ranges or {})
+        if learn_alpha:
+            if not isinstance(mapping, TorchMap) or "alpha" not in mapping.module.PARAMETERS:
+                name = mapping.name if isinstance(mapping, TorchMap) else repr(mapping)
+                raise ValueError(f"learn_alpha=True needs a map with a parameter alpha (e.g. mapping='entmax'); the map "
+                                 f"{name} has none")
+            learn = learn if learn is True or "alpha" in learn else (*learn, "alpha")
+            ranges.setdefault("alpha", alpha_range)
+        if isinstance(mapping, TorchMap):
+            names, ranges = front.check_learned(mapping.module, learn, ranges)
+        elif learn or ranges:
+            raise ValueError(f"learn and ranges need a map with parameters, not a callable; got {mapping!r}")
+        else:
+            names = ()
+        self.learn, self.ranges = names, {}
+        self.learn_alpha = "alpha" in names
         self.alpha_range = None
-        if not self.learn_alpha:
+        if "alpha" not in names:
             self.register_parameter("alpha_logit", None)
-            return
-        if not isinstance(mapping, TorchMap) or "alpha" not in mapping.module.PARAMETERS:
-            name = mapping.name if isinstance(mapping, TorchMap) else repr(mapping)
-            raise ValueError(f"learn_alpha=True needs a map with a parameter alpha (e.g. mapping='entmax'); the map "
-                             f"{name} has none")
-        try:
-            lo, hi = (float(x) for x in alpha_range)
-        except (TypeError, ValueError):
-            raise ValueError(f"alpha_range must be a pair of numbers (lo, hi), got {alpha_range!r}") from None
-        d_lo, d_hi = mapping.module.PARAMETER_DOMAINS["alpha"]
-        if not (math.isfinite(lo) and math.isfinite(hi) and d_lo <= lo < hi <= d_hi):
-            raise ValueError(f"alpha_range ({lo}, {hi}) must be finite, with lo < hi, inside alpha's domain ({d_lo}, {d_hi}) "
-                             f"of map {mapping.name!r}")
-        self.alpha_range = (lo, hi)
-        start = mapping.params.get("alpha")
-        if not (isinstance(start, float) and lo < start < hi):
-            start = (lo + hi) / 2
-        logit = math.log((start - lo) / (hi - start))
-        self.alpha_logit = nn.Parameter(torch.full((num_heads,), logit, device=device, dtype=dtype))
+        for name in names:
+            start = mapping.params.get(name)
+            lo, hi, logit = front.learned_range(mapping.module, name, start if front.is_number(start) else None, ranges.get(name),
+                                                "alpha_range" if name == "alpha" and learn_alpha else "range")
+            self.ranges[name] = (lo, hi)
+            self.register_parameter(f"{name}_logit", nn.Parameter(torch.full((num_heads,), logit, device=device,
+                                                                             dtype=dtype)))
+        if "alpha" in names:
+            self.alpha_range = self.ranges["alpha"]
 
-    @property
-    def alpha(self):
-        """``(num_heads,)``: ``lo + (hi - lo) * sigmoid(alpha_logit)``, strictly inside ``alpha_range``; None unless learned."""
-        if self.alpha_logit is None:
-            return None
-        lo, hi = self.alpha_range
-        value = lo + (hi - lo) * torch.sigmoid(self.alpha_logit)
-        t = self.alpha_logit.detach()
+    def _learned(self, name):
+        """``(num_heads,)``: ``lo + (hi - lo) * sigmoid(<name>_logit)``, strictly inside the range."""
+        lo, hi = self.ranges[name]
+        logit = getattr(self, f"{name}_logit")
+        value = lo + (hi - lo) * torch.sigmoid(logit)
+        t = logit.detach()
         inside = (torch.nextafter(t.new_tensor(lo), t.new_tensor(hi)), torch.nextafter(t.new_tensor(hi), t.new_tensor(lo)))
         return torch.minimum(torch.maximum(value, inside[0]), inside[1])
 
+    @property
+    def learned(self) -> dict:
+        """``{name: (num_heads,) values}`` of the learned map parameters (in the graph of their logits)."""
+        return {name: self._learned(name) for name in self.learn}
+
+    @property
+    def alpha(self):
+        """``(num_heads,)``: the learned alpha (``lo + (hi - lo) * sigmoid(alpha_logit)``), or None unless learned."""
+        return self._learned("alpha") if "alpha" in self.learn else None
+
     def extra_repr(self) -> str:
         name = self.mapping.name if isinstance(self.mapping, TorchMap) else repr(self.mapping)
-        extra = f", learn_alpha=True, alpha_range={self.alpha_range}" if self.learn_alpha else ""
+        extra = f", learn={self.learn}, ranges={self.ranges}" if self.learn else ""
         return f"embed_dim={self.embed_dim}, num_heads={self.num_heads}, mapping={name}{extra}"
 
     def _load_from_state_dict(self, state_dict, prefix, local_metadata, strict, missing_keys, unexpected_keys, error_msgs):
         super()._load_from_state_dict(state_dict, prefix, local_metadata, strict, missing_keys, unexpected_keys, error_msgs)
-        if self.learn_alpha and prefix + "alpha_logit" in missing_keys:  # torch's layer has none: keep ours
-            missing_keys.remove(prefix + "alpha_logit")
+        for name in self.learn:  # torch's layer has none: keep ours
+            if prefix + f"{name}_logit" in missing_keys:
+                missing_keys.remove(prefix + f"{name}_logit")
 
     def _map(self):
-        if not self.learn_alpha:
+        if not self.learn:
             return self.mapping
-        return get_map(self.mapping, alpha=self.alpha.reshape(self.num_heads, 1, 1))
+        return get_map(self.mapping, **{name: v.reshape(self.num_heads, 1, 1) for name, v in self.learned.items()})
 
     def _project(self, query, key, value):
         E = self.embed_dim

@@ -164,3 +164,35 @@ def test_repr_and_learn_errors():
         nm.MultiHeadAttention(8, 2, mapping=nm.get_map("entmax", alpha=2.5), learn=True)
     with pytest.raises(ValueError, match="not learned"):
         nm.MultiHeadAttention(8, 2, mapping=nm.get_map("entmax", alpha=1.5), ranges={"alpha": (1, 2)})
+
+
+@pytest.fixture(scope="module")
+def ccube(tmp_path_factory):
+    """A typed map whose parameter is not alpha: ``p log p + c p**3``, c in (0, inf) (its link is a Lambert W)."""
+    import importlib
+    import sys
+
+    from derive import Regularizer, derive_map, generate_module
+
+    folder = tmp_path_factory.mktemp("ccube_numpy")
+    d = derive_map(Regularizer.from_string("p*log(p) + c*p**3", name="ccube", parameters=("c in (0, oo)",)))
+    (folder / "ccube.py").write_text(generate_module(d, "ccube"))
+    sys.path.insert(0, str(folder))
+    try:
+        importlib.invalidate_caches()
+        yield importlib.import_module("ccube")
+    finally:
+        sys.path.remove(str(folder))
+        sys.modules.pop("ccube", None)
+
+
+def test_any_parameter_learned_per_head_gradient_by_finite_differences(ccube):
+    """learn=("c",) on a typed map: one logit per head in (0, 1) (the domain (0, inf) cut at 0 + 1), starting at the
+    map's value, whose gradient is the finite differences' (as alpha's above)."""
+    rng = np.random.default_rng(7)
+    layer = nm.MultiHeadAttention(8, 2, mapping=nm.get_map(ccube, c=0.25), dtype="float64", seed=3, learn=("c",))
+    assert layer.ranges == {"c": (0.0, 1.0)} and layer.params["c_logit"].shape == (2,)
+    np.testing.assert_allclose(layer.map_params()["c"], [0.25, 0.25], rtol=1e-15)
+    layer.params["c_logit"] = np.array([-0.7, 1.2])
+    x, dy = rng.standard_normal((2, 5, 8)), rng.standard_normal((2, 5, 8))
+    _check_grads(layer, x, dy, ["c_logit", "k_weight"])
