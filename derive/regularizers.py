@@ -209,11 +209,14 @@ class Parameter:
     def assume(self) -> tuple[sp.Expr, sp.Symbol | None]:
         """An expression with SymPy assumptions that ranges over the domain.
 
-        Returns ``(expr, dummy)`` with ``expr = lower + dummy`` (``dummy``
-        positive) when the lower end is finite, ``upper - dummy`` when only the
-        upper end is, and ``(symbol, None)`` otherwise; limits taken in ``dummy``
-        then respect the domain.
+        Returns ``(expr, dummy)`` with ``expr = lower + (upper - lower) / (1 + dummy)``
+        (``dummy`` positive) when both ends are finite, ``lower + dummy`` when only
+        the lower end is, ``upper - dummy`` when only the upper end is, and
+        ``(symbol, None)`` otherwise; limits taken in ``dummy`` then respect the
+        domain (on ``(0, 1)`` SymPy knows the sign of ``a - 1`` as well as of ``a``).
         """
+        if self.lower.is_finite and self.upper.is_finite:
+            return self.lower + (self.upper - self.lower) / (1 + self._shift), self._shift
         if self.lower.is_finite:
             return self.lower + self._shift, self._shift
         if self.upper.is_finite:
@@ -563,7 +566,10 @@ class Regularizer:
             value, dummy = q.assume()
             if dummy is not None:
                 forward[q.symbol] = value
-                back[dummy] = q.symbol - q.lower if q.lower.is_finite else q.upper - q.symbol
+                if q.lower.is_finite and q.upper.is_finite:
+                    back[dummy] = (q.upper - q.lower) / (q.symbol - q.lower) - 1
+                else:
+                    back[dummy] = q.symbol - q.lower if q.lower.is_finite else q.upper - q.symbol
         return expr.subs(forward), back
 
     # -------------------------------------------------------------- checks

@@ -216,3 +216,17 @@ def test_latex_is_balanced(name):
     for line in tex.splitlines():
         if line.startswith(r"\paragraph"):
             assert line.replace(r"\$", "").count("$") % 2 == 0, line
+
+
+def test_tsallis_with_alpha_declared_below_one_is_dense():
+    """``(p**a - p)/(a (a - 1))`` with ``a in (0, 1)``: omega'(0+) = -oo is decided (the parameter carries both ends of
+    its domain into SymPy's limit: ``a - 1 < 0`` as well as ``a > 0``), the map is dense, and at ``a = 1/2`` its
+    reference is the one derived with alpha fixed at 1/2."""
+    a = sp.Symbol("a", real=True)
+    dv = derive_map(Regularizer.from_string("(p**a - p)/(a*(a-1))", name="tsallis_low", parameters=("a in (0, 1)",)))
+    assert not dv.sparse and dv.clip == -sp.oo
+    assert sp.simplify(dv.weight.subs(a, sp.Rational(1, 2)) - derivation("tsallis_half").weight) == 0
+    scores = [-2.0, 0.0, 0.5, 3.0]
+    got = dv.evaluate(scores, digits=50, a=sp.Rational(1, 2))
+    want = derivation("tsallis_half").evaluate(scores, digits=50)
+    assert max(abs(g - w) for g, w in zip(got, want)) < mpmath.mpf(10) ** -40

@@ -143,3 +143,31 @@ def _same_values(b):
             m = b["map"](name, **{k: b["array"](v) for k, v in params.items()})
             got = np.asarray(b["loss"](m, b["array"](x), b["array"](labels), reduction=reduction))
             np.testing.assert_allclose(got, want, rtol=1e-12, atol=1e-14, err_msg=f"{name} loss {reduction}")
+
+
+def test_learned_ranges_for_every_kind_of_domain():
+    """numeric.front.learned_range: the range a parameter learned per head is kept in, on the four kinds of declared
+    domain, and the logit that gives back the start (``lo + (hi - lo) sigmoid(logit) = start``)."""
+    import math
+    from types import SimpleNamespace
+
+    from numeric import front
+
+    def module(lo, hi):
+        return SimpleNamespace(NAME="m", PARAMETERS=("c",), PARAMETER_DOMAINS={"c": (lo, hi)})
+
+    cases = [((0.0, 1.0), 0.25, (0.0, 1.0)), ((1.0, math.inf), 1.3, (1.0, 2.0)), ((-math.inf, 2.0), 1.5, (1.0, 2.0)),
+             ((-math.inf, math.inf), 5.0, (4.0, 6.0)), ((-math.inf, math.inf), None, (-1.0, 1.0)), ((0.0, 1.0), None, (0.0, 1.0))]
+    for domain, start, want in cases:
+        lo, hi, logit = front.learned_range(module(*domain), "c", start)
+        assert (lo, hi) == want, (domain, start)
+        value = lo + (hi - lo) / (1 + math.exp(-logit))
+        assert math.isclose(value, (lo + hi) / 2 if start is None else start, rel_tol=1e-14), (domain, start)
+    with pytest.raises(ValueError, match="inside its domain"):
+        front.learned_range(module(0.0, 1.0), "c", 0.5, given=(-1.0, 1.0))
+    with pytest.raises(ValueError, match="must be finite"):
+        front.learned_range(module(0.0, math.inf), "c", 0.5, given=(0.0, math.inf))
+    with pytest.raises(ValueError, match="a pair of numbers"):
+        front.learned_range(module(0.0, 1.0), "c", 0.5, given="wide")
+    with pytest.raises(ValueError, match="one number inside the range"):
+        front.learned_range(module(0.0, 1.0), "c", np.array([0.5]))
