@@ -231,6 +231,32 @@ def test_one_alpha_per_head():
     _check("entmax", {"alpha": np.array([1.3, 1.7]).reshape(2, 1, 1)}, 21, 19, True, "bool")
 
 
+@pytest.fixture(scope="module")
+def tsallis_below_one(tmp_path_factory):
+    """The Tsallis family with ``a in (0, 1)`` as a user generates it (dense, heavy tails, no closed-form threshold)."""
+    import importlib
+    import sys
+
+    from derive import Regularizer, derive_map, generate_module
+
+    folder = tmp_path_factory.mktemp("tsallis_low_triton")
+    d = derive_map(Regularizer.from_string("(p**a - p)/(a*(a-1))", name="tsallis_low", parameters=("a in (0, 1)",)))
+    (folder / "tsallis_low.py").write_text(generate_module(d, "tsallis_low"))
+    sys.path.insert(0, str(folder))
+    importlib.invalidate_caches()
+    try:
+        yield "tsallis_low"
+    finally:
+        sys.path.remove(str(folder))
+        sys.modules.pop("tsallis_low", None)
+
+
+def test_tsallis_below_one_per_head(tsallis_below_one):
+    """alpha below 1 in the fused kernels: the typed Tsallis map with a in (0, 1), one a per head, forward and
+    backward within the float32 bounds, no fallback."""
+    _check(tsallis_below_one, {"a": np.array([0.3, 0.8]).reshape(2, 1, 1)}, 21, 19, True, "bool")
+
+
 @pytest.mark.parametrize("dtype", ["float16", "bfloat16"])
 def test_half_inputs_compute_in_float32(dtype):
     """Half inputs: the float32 computation of the rounded inputs except that the weights are rounded to the half
