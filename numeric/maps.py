@@ -273,7 +273,7 @@ class Map:
         xp = array_module(x, target)
         x, out_dtype = to_compute_dtype(x, xp)
         axis = check_axis(x.shape, axis)
-        y = front.check_target(x, target, axis, front.Arrays(xp))
+        y = front.check_target(x, xp.asarray(target), axis, front.Arrays(xp))  # (NumPy takes array-likes)
         p = self(x, axis=axis).astype(x.dtype, copy=False)
         rows = [_rows(a, axis)[0] for a in (x, p, y)]
         if self.per_row:  # one value per row, (rows, 1)

@@ -97,3 +97,12 @@ def test_nan_scores_give_nan_rows():
     x = np.array([[np.nan, np.nan], [0.0, 1.0], [np.nan, 1.0]])
     value = m.loss(x, np.array([0, 1, 1]), reduction="none")
     assert np.isnan(value[0]) and np.isfinite(value[1]) and np.isnan(value[2])
+
+
+def test_targets_may_be_array_likes():
+    """NumPy's loss takes labels and distributions as lists, as NumPy functions take array-likes."""
+    m = nm.get_map("sparsemax")
+    x = np.array([[1.0, 0.5, -1.0], [0.0, 0.2, 0.1]])
+    np.testing.assert_array_equal(m.loss(x, [0, 2], reduction="none"), m.loss(x, np.array([0, 2]), reduction="none"))
+    dist = [[1.0, 0.0, 0.0], [0.0, 0.0, 1.0]]
+    np.testing.assert_array_equal(m.loss(x, dist, reduction="none"), m.loss(x, np.array(dist), reduction="none"))
