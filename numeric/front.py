@@ -79,8 +79,9 @@ class Arrays:
     def astype(self, a, dtype):
         return a.astype(dtype)
 
-    def arange(self, n: int, like):
-        return self.namespace.arange(n)
+    def one_hot(self, labels, n: int, like):
+        """Integer ``labels`` as rows of ``n`` zeros and a one, in ``like``'s dtype (and device)."""
+        return (self.namespace.arange(n) == labels[..., None]).astype(like.dtype)
 
 
 #: NumPy's :class:`Arrays`
@@ -259,8 +260,8 @@ def check_target(x, target, axis: int, arrays: Arrays, word: str = "axis"):
         labels = arrays.readable(target) if math.prod(batch) else None
         if labels is not None and (int(labels.min()) < 0 or int(labels.max()) >= n):
             raise ValueError(f"target labels must lie in [0, {n}) for {word} {axis} of length {n}")
-        onehot = arrays.arange(n, x) == target[..., None]
-        return arrays.astype(xp.moveaxis(onehot, -1, axis), x.dtype)
+        onehot = arrays.one_hot(target, n, x)
+        return onehot if axis == len(x.shape) - 1 else xp.moveaxis(onehot, -1, axis)
     if kind not in "fb":
         raise TypeError(f"target must be integer labels or real distributions, got dtype {target.dtype}")
     if tuple(target.shape) != tuple(x.shape):
@@ -306,6 +307,9 @@ class RowOps(tensor_rules.TensorOps):
 
     def row_max(self, x):
         return x.max(axis=-1, keepdims=True)
+
+    def branch(self, pred, fn, otherwise):
+        return fn() if bool(pred.any()) else otherwise()
 
 
 def loss_rows(ops, r: tensor_rules.Routines, x, p, y):

@@ -1385,7 +1385,8 @@ def omega_terms(ops: TensorOps, r: Routines, x, p, y):
     om_p, ps = omega_of(p)
     om_y, ys = omega_of(y)
     term = (om_y - om_p) - (ys - ps)
-    term = ops.where((p == 0) & (y > 0) & infinite_at_zero, math.inf, term)
+    term = ops.rare(infinite_at_zero, lambda: ops.where((p == 0) & (y > 0) & infinite_at_zero, math.inf, term),
+                    lambda: term)
     value = ops.row_sum(ops.where(finite & (y != p), term, 0))
     value = ops.where(ops.row_max(ops.where(finite, 0, y)) > 0, math.inf, value)
     return ops.where(ops.isnan(ops.row_max(x)), math.nan, value)

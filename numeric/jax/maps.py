@@ -94,8 +94,8 @@ class _JaxArrays(front.Arrays):
     def eps(self, dtype) -> float:
         return float(jnp.finfo(dtype).eps)
 
-    def arange(self, n: int, like):
-        return jnp.arange(n)
+    def one_hot(self, labels, n: int, like):
+        return jax.nn.one_hot(labels, n, dtype=like.dtype)
 
 
 #: JAX's :class:`numeric.front.Arrays`

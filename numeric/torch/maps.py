@@ -100,8 +100,8 @@ class _TorchArrays(front.Arrays):
     def astype(self, a, dtype):
         return a.to(dtype)
 
-    def arange(self, n: int, like):
-        return torch.arange(n, device=like.device)
+    def one_hot(self, labels, n: int, like):
+        return torch.nn.functional.one_hot(labels.long(), n).to(like.dtype)
 
 
 #: torch's :class:`numeric.front.Arrays`
