@@ -31,6 +31,23 @@ def derivation(name: str):
 
 
 @contextmanager
+def importable_map(folder, text: str, name: str, parameters=()):
+    """The module ``regattn generate --expr text --name name`` writes (with ``parameters`` declared), written into
+    ``folder`` and imported; importable by its name while the context lasts."""
+    import importlib
+
+    d = derive_map(Regularizer.from_string(text, name=name, parameters=parameters))
+    (folder / f"{name}.py").write_text(generate_module(d, name))
+    sys.path.insert(0, str(folder))
+    importlib.invalidate_caches()
+    try:
+        yield importlib.import_module(name)
+    finally:
+        sys.path.remove(str(folder))
+        sys.modules.pop(name, None)
+
+
+@contextmanager
 def importable_user_maps(folder):
     """Write the user maps into ``folder`` with the same generator as `regattn generate --expr` and make them
     importable while the context lasts."""

@@ -15,6 +15,7 @@ from hypothesis import strategies as st
 import numeric as nm
 from numeric import summaries as sm
 
+from .conftest import importable_map
 from .test_attention import _fd
 
 
@@ -169,21 +170,8 @@ def test_repr_and_learn_errors():
 @pytest.fixture(scope="module")
 def ccube(tmp_path_factory):
     """A typed map whose parameter is not alpha: ``p log p + c p**3``, c in (0, inf) (its link is a Lambert W)."""
-    import importlib
-    import sys
-
-    from derive import Regularizer, derive_map, generate_module
-
-    folder = tmp_path_factory.mktemp("ccube_numpy")
-    d = derive_map(Regularizer.from_string("p*log(p) + c*p**3", name="ccube", parameters=("c in (0, oo)",)))
-    (folder / "ccube.py").write_text(generate_module(d, "ccube"))
-    sys.path.insert(0, str(folder))
-    try:
-        importlib.invalidate_caches()
-        yield importlib.import_module("ccube")
-    finally:
-        sys.path.remove(str(folder))
-        sys.modules.pop("ccube", None)
+    with importable_map(tmp_path_factory.mktemp("ccube_numpy"), "p*log(p) + c*p**3", "ccube", ("c in (0, oo)",)) as module:
+        yield module
 
 
 def test_any_parameter_learned_per_head_gradient_by_finite_differences(ccube):

@@ -7,32 +7,23 @@ and torch and JAX against NumPy.
 
 from __future__ import annotations
 
-import importlib
-import sys
-
 import numpy as np
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
 import numeric as nm
-from derive import Regularizer, derive_map, generate_module
+from derive import Regularizer, derive_map
+
+from .conftest import importable_map
 
 TEXT = "(p**a - p)/(a*(a-1))"
 
 
 @pytest.fixture(scope="module")
 def low(tmp_path_factory):
-    folder = tmp_path_factory.mktemp("tsallis_low")
-    d = derive_map(Regularizer.from_string(TEXT, name="tsallis_low", parameters=("a in (0, 1)",)))
-    (folder / "tsallis_low.py").write_text(generate_module(d, "tsallis_low"))
-    sys.path.insert(0, str(folder))
-    try:
-        importlib.invalidate_caches()
-        yield importlib.import_module("tsallis_low"), d
-    finally:
-        sys.path.remove(str(folder))
-        sys.modules.pop("tsallis_low", None)
+    with importable_map(tmp_path_factory.mktemp("tsallis_low"), TEXT, "tsallis_low", ("a in (0, 1)",)) as module:
+        yield module, derive_map(Regularizer.from_string(TEXT, name="tsallis_low", parameters=("a in (0, 1)",)))
 
 
 @settings(max_examples=20, deadline=None)

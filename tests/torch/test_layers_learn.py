@@ -7,16 +7,15 @@ Lambert W), generated as ``regattn generate --expr`` writes it.
 
 from __future__ import annotations
 
-import importlib
 import math
 
 import pytest
 
 torch = pytest.importorskip("torch")
 
-from derive import Regularizer, derive_map, generate_module  # noqa: E402
 from numeric.torch.layers import MultiheadAttention  # noqa: E402
 from numeric.torch.maps import get_map  # noqa: E402
+from tests.numeric.conftest import importable_map  # noqa: E402
 
 F64 = torch.float64
 E, H = 6, 3
@@ -25,18 +24,8 @@ E, H = 6, 3
 @pytest.fixture(scope="module")
 def ccube(tmp_path_factory):
     """The generated module of ``p*log(p) + c*p**3``, c in (0, oo)."""
-    import sys
-
-    folder = tmp_path_factory.mktemp("ccube")
-    d = derive_map(Regularizer.from_string("p*log(p) + c*p**3", name="ccube", parameters=("c in (0, oo)",)))
-    (folder / "ccube.py").write_text(generate_module(d, "ccube"))
-    sys.path.insert(0, str(folder))
-    try:
-        importlib.invalidate_caches()
-        yield importlib.import_module("ccube")
-    finally:
-        sys.path.remove(str(folder))
-        sys.modules.pop("ccube", None)
+    with importable_map(tmp_path_factory.mktemp("ccube"), "p*log(p) + c*p**3", "ccube", ("c in (0, oo)",)) as module:
+        yield module
 
 
 def test_a_learned_parameter_is_a_parameter_per_head_in_its_domain(ccube):

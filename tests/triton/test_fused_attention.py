@@ -234,21 +234,11 @@ def test_one_alpha_per_head():
 @pytest.fixture(scope="module")
 def tsallis_below_one(tmp_path_factory):
     """The Tsallis family with ``a in (0, 1)`` as a user generates it (dense, heavy tails, no closed-form threshold)."""
-    import importlib
-    import sys
+    from tests.numeric.conftest import importable_map
 
-    from derive import Regularizer, derive_map, generate_module
-
-    folder = tmp_path_factory.mktemp("tsallis_low_triton")
-    d = derive_map(Regularizer.from_string("(p**a - p)/(a*(a-1))", name="tsallis_low", parameters=("a in (0, 1)",)))
-    (folder / "tsallis_low.py").write_text(generate_module(d, "tsallis_low"))
-    sys.path.insert(0, str(folder))
-    importlib.invalidate_caches()
-    try:
+    with importable_map(tmp_path_factory.mktemp("tsallis_low_triton"), "(p**a - p)/(a*(a-1))", "tsallis_low",
+                        ("a in (0, 1)",)):
         yield "tsallis_low"
-    finally:
-        sys.path.remove(str(folder))
-        sys.modules.pop("tsallis_low", None)
 
 
 def test_tsallis_below_one_per_head(tsallis_below_one):
