@@ -9,19 +9,13 @@ Needs torch and JAX (the ``[torch,jax]`` extras).
 """
 
 import json
-import time
 
 import numpy as np
+from _timing import median_seconds
 
 
 def median_us(f, calls):
-    f()
-    times = []
-    for _ in range(calls):
-        t = time.perf_counter()
-        f()
-        times.append(time.perf_counter() - t)
-    return float(np.median(times)) * 1e6
+    return median_seconds(f, calls) * 1e6
 
 
 def main():
