@@ -37,6 +37,7 @@ import sympy as sp
 from ._linkform import GENERAL, LinkForm, classify_link
 from ._timelimit import TimeLimit
 from .errors import DerivationError, DerivationTimeout
+from .family import stated_cases
 from .regularizers import Regularizer, describe, one_line, p, to_mpf, z
 from .symbols import S, S1, S2, d, i, k, s, s_k, s_max, score, tau, y
 
@@ -557,6 +558,9 @@ def _derive(reg: Regularizer) -> Derivation:
 
 
 def _derive_steps(reg: Regularizer) -> Derivation:
+    cases = stated_cases(reg)
+    if cases:
+        raise DerivationError(cases)
     d1, d2 = reg.first_derivative, reg.second_derivative
     clip, sparse = _clip_and_sparsity(reg, d1)
     omega0 = _limit_at_zero(reg, reg.omega, "omega(0+)")

@@ -32,6 +32,7 @@ import sympy as sp
 from .argmax import derive_map
 from .errors import DerivationError
 from .codegen import builtins
+from .family import derive_family, stated_cases
 from .regularizers import FAMILIES, Parameter, Regularizer
 
 __all__ = ["main", "regularizer_from_args", "parameter_from_text"]
@@ -41,6 +42,10 @@ __all__ = ["main", "regularizer_from_args", "parameter_from_text"]
 def _map_names() -> dict[str, tuple[str, str | None]]:
     """Map name -> the regularizer family it comes from and the alpha it fixes (the one registry, read at each call)."""
     return {b.name: (b.family, b.alpha) for b in builtins.BUILTINS}
+
+
+def _builtin(name: str):
+    return next(b for b in builtins.BUILTINS if b.name == name)
 
 
 def _names() -> tuple[str, ...]:
@@ -54,7 +59,8 @@ _RESERVED_PARAMETER_NAMES = {"p", "pi", "E", "oo"}
 def _add_regularizer_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("regularizer", nargs="?", choices=_names(),
                         help="a built-in regularizer, or the name of its map")
-    parser.add_argument("--alpha", help="Tsallis alpha, e.g. 3/2 or 1.5 (omit for symbolic alpha > 1)")
+    parser.add_argument("--alpha", help="Tsallis alpha, e.g. 3/2 or 1.5 (omit for symbolic alpha: > 1 for tsallis, "
+                                        "the map's own domain for a map's name)")
     _add_expr_arguments(parser)
     parser.add_argument("--name", default=None, help="label for a --expr regularizer")
 
@@ -96,6 +102,8 @@ def regularizer_from_args(args: argparse.Namespace) -> Regularizer:
     if params and args.expr is None:
         raise DerivationError("--param applies to --expr only")
     regularizer, alpha = args.regularizer, args.alpha
+    if regularizer in _map_names() and alpha is None:  # the map's own regularizer (its alpha or alpha's domain)
+        return _builtin(regularizer).regularizer()
     if regularizer in _map_names():
         regularizer, fixed = _map_names()[regularizer]
         if fixed is not None and alpha is not None:
@@ -125,6 +133,15 @@ def _cmd_derive(args: argparse.Namespace) -> int:
         from .continuous import derive_continuous
 
         dv = derive_continuous(reg)
+    elif stated_cases(reg) is not None:  # a family: each case
+        fam = derive_family(reg)
+        for case in fam.cases:
+            dv = derive_map(case.regularizer)
+            q = fam.parameter.symbol
+            where = f"{q} = {case.lower}" if case.is_point else f"{q} in ({case.lower}, {case.upper})"
+            sys.stdout.write(f"case {where}:\n")
+            sys.stdout.write(dv.latex() + "\n" if args.latex else dv.pretty())
+        return 0
     else:
         dv = derive_map(reg)
     sys.stdout.write(dv.latex() + "\n" if args.latex else dv.pretty())
@@ -181,6 +198,20 @@ def _cmd_verify(args: argparse.Namespace) -> int:
         name = args.name or f"continuous_{'custom' if args.expr else reg.name.split('(')[0]}"
         result = pipeline.verify_continuous_map(cm, name, samples=args.samples, points=args.points, seed=args.seed,
                                                 on_step=show, took=time.perf_counter() - start)
+    elif stated_cases(reg) is not None:  # a family: each case, each verdict
+        fam = derive_family(reg)
+        base = args.name or ("custom" if args.expr else reg.name.split("(")[0])
+        ok = True
+        for i, case in enumerate(fam.cases):
+            q = fam.parameter.symbol
+            print(f"case {q} = {case.lower}" if case.is_point else f"case {q} in ({case.lower}, {case.upper})", flush=True)
+            result = pipeline.verify_map(derive_map(case.regularizer), f"{base}_case{i}", samples=args.samples,
+                                         points=args.points, seed=args.seed, on_step=show,
+                                         took=time.perf_counter() - start)
+            print(f"{'verdict':<12} {result.verdict()}")
+            ok = ok and result.ok
+            start = time.perf_counter()
+        return 0 if ok else 1
     else:
         dv = derive_map(reg)
         name = args.name or ("custom" if args.expr else dv.name.split("(")[0])

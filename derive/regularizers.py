@@ -29,6 +29,7 @@ The checks after the structural ones run under a time limit
 
 from __future__ import annotations
 
+import functools
 import itertools
 import keyword
 import re
@@ -401,6 +402,32 @@ def _real_finite(value: object) -> bool:
     return isinstance(value, mpmath.mpf) and mpmath.isfinite(value)
 
 
+@functools.lru_cache(maxsize=256)
+def singular_points(omega: sp.Expr, sym: sp.Symbol) -> tuple[sp.Expr, ...]:
+    """The real zeros of the factors of ``omega``'s denominator in ``sym`` alone: values of the parameter where the
+    formula is ``0/0`` or infinite (Tsallis' ``alpha = 0`` and ``alpha = 1``)."""
+    _, den = sp.fraction(sp.together(omega))
+    out = []
+    for factor, _ in sp.factor_list(den)[1]:
+        if factor.free_symbols == {sym}:
+            try:
+                roots = sp.solve(sp.Eq(factor, 0), sym)
+            except (NotImplementedError, ValueError, TypeError):
+                continue
+            out += [r for r in roots if r.is_real and r.is_number]
+    return tuple(out)
+
+
+def _off_points(q: "Parameter", points) -> tuple:
+    """``q``'s samples, each one at a singular point moved an eighth of the way to the next sample (or the end)."""
+    samples = list(q.samples())
+    for i, v in enumerate(samples):
+        if v in points:
+            other = samples[i + 1] if i + 1 < len(samples) else (q.upper if q.upper.is_finite else v + 1)
+            samples[i] = v + (other - v) / 8
+    return tuple(samples)
+
+
 @dataclass(frozen=True)
 class Regularizer:
     """A separable, strictly convex regularizer ``Omega(p) = sum_i omega(p_i)``.
@@ -553,7 +580,7 @@ class Regularizer:
 
     def parameter_samples(self) -> list[dict[sp.Symbol, sp.Rational]]:
         """Parameter assignments used for numeric checks (one empty dict if none)."""
-        grids = [q.samples() for q in self.parameters]
+        grids = [_off_points(q, singular_points(self.omega, q.symbol)) for q in self.parameters]
         return [dict(zip((q.symbol for q in self.parameters), vals)) for vals in itertools.product(*grids)]
 
     def assumed(self, expr: sp.Expr) -> tuple[sp.Expr, dict]:
@@ -655,15 +682,15 @@ def tsallis(alpha_value: object = None, *, lower: object = 1, upper: object = sp
         A number ``> 0`` other than 1 (floats are read as the decimal they
         print as, so ``1.5`` is ``3/2``), or ``None`` / a SymPy symbol to keep
         alpha symbolic on the domain ``(lower, upper)``, by default ``(1, oo)``,
-        the sparse entmax family.
+        the sparse entmax family.  ``(0, 1)`` is the dense family with heavy
+        tails; a domain holding 1 is three maps (dense, softmax at 1, sparse),
+        which :func:`derive.family.derive_family` derives case by case.
     """
     if alpha_value is None or isinstance(alpha_value, sp.Symbol):
         sym = alpha if alpha_value is None else alpha_value
         a = Parameter(sym, lower, upper)
-        if a.lower < 0 or (a.lower < 1 < a.upper):
-            raise DerivationError(
-                f"tsallis: the domain of {sym} must lie inside (0, 1) or (1, oo), got ({a.lower}, {a.upper})"
-            )
+        if a.lower < 0:
+            raise DerivationError(f"tsallis: the domain of {sym} must lie inside (0, oo), got ({a.lower}, {a.upper})")
         omega = (p**sym - p) / (sym * (sym - 1))
         return Regularizer(omega, name="tsallis", parameters=(a,))
     if isinstance(alpha_value, bool):

@@ -27,6 +27,8 @@ from dataclasses import dataclass
 from functools import lru_cache
 from types import FunctionType, ModuleType
 
+from . import family
+
 __all__ = ["FORMAT_VERSION", "CUDA_THREADS", "Routine", "ROUTINES", "PER_PARAMETER", "CONSTANTS", "SOURCES",
            "FRAMEWORKS", "CONTINUOUS_NAMES", "routine_names", "required_names", "missing_names", "check_map_module",
            "check_continuous_module", "routines_on"]
@@ -152,9 +154,18 @@ def routines_on(module: ModuleType, namespace, **names) -> dict:
     whose array namespace spells NumPy's functions runs the very code that was verified, on its arrays, with
     its autograd: one text for every framework.  A routine calling another finds the rebound one.
     """
+    if family.is_family(module):
+        return family.table_on(module, namespace, lambda m, own=False: _rebound(m, namespace, names, own))
+    return _rebound(module, namespace, names)
+
+
+def _rebound(module: ModuleType, namespace, names: dict, own: bool = False) -> dict:
+    """:func:`routines_on` of one module; ``own``: every function the module defines (a family's limits)."""
     scope = dict(vars(module), numpy=namespace, **names)
     out = {}
-    for name in routine_names(module.PARAMETERS):
+    listed = ([n for n, f in vars(module).items() if isinstance(f, FunctionType) and f.__module__ == module.__name__]
+              if own else routine_names(module.PARAMETERS))
+    for name in listed:
         f = getattr(module, name)
         out[name] = None if f is None else FunctionType(f.__code__, scope, f.__name__, f.__defaults__, f.__closure__)
     scope.update((name, f) for name, f in out.items() if f is not None)

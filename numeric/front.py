@@ -199,17 +199,19 @@ def learned_range(module: ModuleType, name: str, start=None, given=None, what: s
     """``(lo, hi, logit)``: the range a parameter learned per head is kept in, as ``lo + (hi - lo) sigmoid(logit)``,
     and the logit it starts from.
 
-    The range is ``given``, else the parameter's declared domain with an infinite end put 1 from the other
-    (alpha-entmax's ``(1, inf)``: ``(1, 2)``, the range of Correia et al. 2019), or 1 either side of the start
-    where both ends are infinite.  It must be finite and inside the domain.  The start is the map's value
-    ``start`` (a number inside the range), else the range's middle.
+    The range is ``given``, else the parameter's declared domain with an infinite end put 1 from the other, or
+    twice the start's distance from it where that is more (alpha-entmax's ``(1, inf)`` from 1.5: ``(1, 2)``, the
+    range of Correia et al. 2019; the entmax family's ``(0, inf)`` from 1.5: ``(0, 3)``, around softmax), or 1
+    either side of the start where both ends are infinite.  It must be finite and inside the domain.  The start
+    is the map's value ``start`` (a number inside the range), else the range's middle.
     """
     lo, hi = module.PARAMETER_DOMAINS[name]
     number = start is not None and is_number(start)
     if given is None:
         centre = float(start) if number else 0.0
-        lo_r = lo if math.isfinite(lo) else (hi - 1 if math.isfinite(hi) else centre - 1)
-        hi_r = hi if math.isfinite(hi) else lo_r + (1 if math.isfinite(lo) else 2)
+        span = (lambda d: max(1.0, 2 * d)) if number else (lambda d: 1.0)  # noqa: E731
+        lo_r = lo if math.isfinite(lo) else (hi - span(hi - centre) if math.isfinite(hi) else centre - 1)
+        hi_r = hi if math.isfinite(hi) else (lo_r + span(centre - lo_r) if math.isfinite(lo) else lo_r + 2)
     else:
         try:
             lo_r, hi_r = (float(v) for v in given)

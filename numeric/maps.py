@@ -25,7 +25,7 @@ from types import ModuleType
 
 import numpy as np
 
-from . import contract, front, tensor_rules, trust
+from . import contract, family, front, tensor_rules, trust
 from .front import NUMPY, check_axis
 from .backend import array_module, to_compute_dtype
 from .backends import backend_for
@@ -69,6 +69,7 @@ class Map:
         front.check_names(module, params, complete=True)
         self.module = module
         self.threshold = module.THRESHOLD if threshold == "auto" else threshold
+        self._auto = threshold == "auto"
         self.params = {name: front.check_param(module, name, params[name], NUMPY) for name in module.PARAMETERS}
         self._set_values()
 
@@ -76,12 +77,30 @@ class Map:
         self.per_row = any(isinstance(v, np.ndarray) for v in self.params.values())
         self._values = None if self.per_row else tuple(self.params.values())
 
-    def bound(self, values: dict) -> Map:
-        """This map with parameter values already checked (floats or float64 arrays)."""
+    def bound(self, values: dict, module: ModuleType | None = None) -> Map:
+        """This map with parameter values already checked (floats or float64 arrays); ``module``: another module
+        (a case of this family), the threshold its own where this map's is ``"auto"``."""
         m = object.__new__(Map)
-        m.module, m.threshold, m.params = self.module, self.threshold, dict(values)
+        m.module, m.threshold, m._auto, m.params = self.module, self.threshold, self._auto, dict(values)
+        if module is not None:
+            m.module = module
+            m.threshold = module.THRESHOLD if self._auto else self.threshold
+            m.params = {name: values[name] for name in module.PARAMETERS}
         m._set_values()
         return m
+
+    def _case(self, host: bool = True) -> Map:
+        """The map that solves this one (a map with one value per parameter): for a family, its case's
+        (:func:`numeric.family.resolve`), or on the host the family's own routines where no case serves (a
+        point, a value near one); ``host=False`` (CuPy: kernels) takes the case module then too."""
+        if not family.is_family(self.module):
+            return self
+        module = family.resolve(self.module, self.params)
+        if module is self.module:
+            if host:
+                return self
+            module = family.case_modules(self.module)[family.case_index(self.module.CASES, self.params[module.FAMILY_PARAMETER])]
+        return self.bound(self.params, module)
 
     # ---------------------------------------------------------------- info
     @property
@@ -89,7 +108,10 @@ class Map:
         return self.module.NAME
 
     @property
-    def sparse(self) -> bool:
+    def sparse(self) -> bool | None:
+        """Whether the map is sparse (``None`` for a family with values in cases of both kinds)."""
+        if family.is_family(self.module) and not self.per_row:
+            return self._case(host=False).sparse
         return self.module.SPARSE
 
     def __repr__(self) -> str:
@@ -120,11 +142,12 @@ class Map:
         parameter, so the solvers and kernels see scalars; one value per head
         costs one gather and one scatter of the scores.
         """
+        host = xp is np
         if not self.per_row:
-            return [(self, None)]
+            return [(self._case(host), None)]
         values, inverse = np.unique(self._param_rows(shape, axis), axis=0, return_inverse=True)
         names = tuple(self.params)
-        maps = [self.bound(dict(zip(names, map(float, row)))) for row in values]
+        maps = [self.bound(dict(zip(names, map(float, row))))._case(host) for row in values]
         if len(maps) == 1:
             return [(maps[0], None)]
         inverse = inverse.reshape(-1)
@@ -396,5 +419,8 @@ def entmax15(x, axis: int = -1):
 
 
 def entmax(x, alpha: float, axis: int = -1):
-    """alpha-entmax ``p = [(alpha - 1) s - tau]_+**(1/(alpha - 1))``, alpha > 1 (Tsallis)."""
+    """alpha-entmax ``p = [(alpha - 1) s - tau]_+**(1/(alpha - 1))`` for any alpha > 0 (Tsallis): sparse for
+    alpha > 1, softmax at 1, dense with heavy tails below 1 (the family ``entmax``, :mod:`numeric.family`).
+    ``alpha``: a number or an array broadcasting to ``x`` with size 1 along ``axis`` (values on either side of 1
+    at once)."""
     return get_map("entmax", alpha=alpha)(x, axis=axis)

@@ -11,12 +11,14 @@ from dataclasses import dataclass
 import sympy as sp
 
 from ..argmax import derive_map
+from ..errors import DerivationError
+from ..family import derive_family
 from ..regularizers import FAMILIES, Regularizer
-from .emit import HEADER_MARK, content_hash, generate_module
+from .emit import HEADER_MARK, content_hash, generate_family_module, generate_module
 from .trace import kept_threshold_source, newton_link_sources, safeguard_source
 from .trace_rows import rows_solve_source, solver_enum_source
 
-__all__ = ["Builtin", "BUILTINS", "BUILTIN_MAPS", "CONTINUOUS_MAPS", "builtin_sources"]
+__all__ = ["Builtin", "BUILTINS", "BUILTIN_MAPS", "FAMILY_MAPS", "CONTINUOUS_MAPS", "builtin_sources"]
 
 @dataclass(frozen=True)
 class Builtin:
@@ -24,17 +26,24 @@ class Builtin:
 
     ``family`` names a factory of :data:`derive.regularizers.FAMILIES`; ``alpha`` is
     the value the map fixes (``"3/2"`` for entmax15), ``None`` for the family's
-    own default (symbolic alpha for Tsallis).  ``continuous`` adds the
-    continuous map ``continuous_<name>`` (a density on the real line).
+    own default (symbolic alpha for Tsallis); ``domain`` (text ends) is symbolic
+    alpha's domain where it is not the factory's default.  ``continuous`` adds the
+    continuous map ``continuous_<name>`` (a density on the real line).  ``cases``
+    makes it a family module (:func:`derive.family.derive_family`) whose cases are
+    the built-ins of those names, in the family's order.
     """
 
     name: str
     family: str
     alpha: str | None = None
     continuous: bool = False
+    domain: tuple[str, str] | None = None
+    cases: tuple[str, ...] | None = None
 
     def regularizer(self) -> Regularizer:
         factory = FAMILIES[self.family]
+        if self.domain is not None:
+            return factory(lower=sp.sympify(self.domain[0]), upper=sp.sympify(self.domain[1]))
         return factory() if self.alpha is None else factory(sp.Rational(self.alpha))
 
 
@@ -44,10 +53,15 @@ BUILTINS: tuple[Builtin, ...] = (
     Builtin("softmax", "shannon", continuous=True),
     Builtin("sparsemax", "gini", continuous=True),
     Builtin("entmax15", "tsallis", "3/2", continuous=True),
-    Builtin("entmax", "tsallis"),  # symbolic alpha in (1, oo)
+    Builtin("entmax_sparse", "tsallis"),  # symbolic alpha in (1, oo)
+    Builtin("entmax_dense", "tsallis", domain=("0", "1")),  # symbolic alpha in (0, 1)
+    # alpha in (0, oo): the three above by alpha's value
+    Builtin("entmax", "tsallis", domain=("0", "oo"), cases=("entmax_dense", "softmax", "entmax_sparse")),
 )
-#: map name -> regularizer factory
-BUILTIN_MAPS: dict[str, Callable[[], Regularizer]] = {b.name: b.regularizer for b in BUILTINS}
+#: map name -> regularizer factory (the maps of one derivation)
+BUILTIN_MAPS: dict[str, Callable[[], Regularizer]] = {b.name: b.regularizer for b in BUILTINS if b.cases is None}
+#: family name -> regularizer factory (the maps of several cases, :func:`derive.family.derive_family`)
+FAMILY_MAPS: dict[str, Callable[[], Regularizer]] = {b.name: b.regularizer for b in BUILTINS if b.cases is not None}
 #: continuous map name -> regularizer factory (densities on the real line)
 CONTINUOUS_MAPS: dict[str, Callable[[], Regularizer]] = {f"continuous_{b.name}": b.regularizer for b in BUILTINS if b.continuous}
 
@@ -111,6 +125,20 @@ CUDA_SOURCE = r"""
 '''
 
 
+def _family_source(b: Builtin, reg: Regularizer, derived: dict) -> str:
+    """The family module of ``b``, whose cases must be the built-ins it names (derived before it, in ``derived``)."""
+    fam = derive_family(reg)
+    if len(fam.cases) != len(b.cases):
+        raise DerivationError(f"built-in {b.name!r}: the family has cases {fam.describe()}, not {len(b.cases)}")
+    for case, name in zip(fam.cases, b.cases):
+        dv = derived[name]
+        same = sp.simplify(case.regularizer.omega - dv.omega) == 0 and case.regularizer.parameters == dv.parameters
+        if not same:
+            raise DerivationError(f"built-in {b.name!r}: case {name!r} is not omega(p) = {case.regularizer.omega} "
+                                  f"on {case.regularizer.parameters}")
+    return generate_family_module(fam, b.name, b.cases, tuple(derived[n] for n in b.cases))
+
+
 def _package_module(package: str, text: str) -> str:
     """A generated file of package code: the header (with the content hash) and ``text``."""
     return f"{HEADER_MARK}\n# package: {package}\n# content-hash: {content_hash(text)}\n{text}"
@@ -124,9 +152,13 @@ def builtin_sources() -> dict[str, str]:
     from .continuous import generate_continuous_module
 
     out = {}
+    derived = {}
     for b in BUILTINS:
         reg = b.regularizer()
-        dv = derive_map(reg)
+        if b.cases is not None:
+            out[f"{b.name}.py"] = _family_source(b, reg, derived)
+            continue
+        dv = derived[b.name] = derive_map(reg)
         out[f"{b.name}.py"] = generate_module(dv, b.name)
         if b.continuous:
             out[f"continuous_{b.name}.py"] = generate_continuous_module(derive_continuous(reg, dv), f"continuous_{b.name}")

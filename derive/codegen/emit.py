@@ -47,10 +47,11 @@ from ..errors import DerivationError
 from ..regularizers import p, z
 from . import cuda
 from . import triton as triton_code
-from .printers import POINTS, CudaPrinter, PyPrinter, print_block, stable_form
+from .printers import POINTS, POSITIVE, CudaPrinter, PyPrinter, print_block, stable_form
 from .trace_rows import solver_for
 
-__all__ = ["generate_module", "assemble", "check_name", "HEADER_MARK", "content_hash"]
+__all__ = ["generate_module", "generate_family_module", "family_case_name", "assemble", "check_name", "HEADER_MARK",
+           "content_hash"]
 
 # The header rule (mark, hash) is defined once, in numeric.trust, which checks
 # every generated module before running it.
@@ -91,7 +92,14 @@ def evaluation_points(dv: Derivation) -> tuple:
     and link arguments ``z`` near ``omega'(0+)`` where that is a finite number."""
     clip = dv.clip
     at_clip = ((z, (clip,)),) if clip.is_number and clip.is_finite else ()
-    return ((p, (0, 1)),) + at_clip
+    # parameters declared positive, whose sign the stable forms may use (printers.POSITIVE)
+    positive = tuple((q.symbol, POSITIVE) for q in dv.parameters if bool(q.lower >= 0) and not q.symbol.is_positive)
+    return ((p, (0, 1)),) + at_clip + positive
+
+
+def _termwise(f, expr: sp.Expr) -> sp.Expr:
+    """``f`` of each term of the sum ``expr``, each simplified on its own (one term: ``f(expr)`` simplified)."""
+    return sp.Add(*(sp.simplify(f(t)) for t in sp.Add.make_args(expr)))
 
 
 def map_pieces(dv: Derivation) -> list[Piece]:
@@ -106,9 +114,13 @@ def map_pieces(dv: Derivation) -> list[Piece]:
         r = routines[name]
         return Piece(name, list(r.args), expr, doc or r.doc, body, given, points)
 
+    # omega' (and its derivatives in the parameters) term by term where omega is a sum: SymPy's one fraction
+    # would mix a Tsallis term's p**a - p, which cancels near a = 1 (printers._power_difference rewrites it on
+    # its own), with the other terms
+    omega_prime = _termwise(lambda t: sp.diff(t, p), dv.omega) if len(sp.Add.make_args(dv.omega)) > 1 else dv.omega_prime
     pieces = [
         piece("omega", dv.omega),
-        piece("omega_prime", dv.omega_prime),
+        piece("omega_prime", omega_prime),
         piece("omega_second", dv.omega_second),
         piece("omega_third", sp.simplify(sp.diff(dv.omega_second, p))),
         piece("weight", w),
@@ -119,7 +131,7 @@ def map_pieces(dv: Derivation) -> list[Piece]:
     per = contract.PER_PARAMETER
     for q in dv.parameters:
         name = q.symbol.name
-        pieces.append(Piece(per.name.format(name), list(per.args), sp.simplify(sp.diff(dv.omega_prime, q.symbol)),
+        pieces.append(Piece(per.name.format(name), list(per.args), _termwise(lambda t: sp.diff(t, q.symbol), omega_prime),
                              per.doc.format(name), points=points))
     if dv.inversion.method == "closed":
         # Where SymPy's link cancels in floating point (stable_form rewrites it), its
@@ -144,6 +156,13 @@ def map_pieces(dv: Derivation) -> list[Piece]:
         pieces.append(piece("tau_candidate", th.candidate))
         if th.discriminant is not None:
             pieces.append(piece("discriminant", th.discriminant))
+    # a parameter declared positive is printed as a positive symbol of its name, so that the stable forms may use
+    # its sign (printers._power_difference: a p**a - p = p expm1(log(a) + (a - 1) log(p)) needs a > 0)
+    positive = {q.symbol: sp.Symbol(q.symbol.name, positive=True) for q in dv.parameters
+                if bool(q.lower >= 0) and not q.symbol.is_positive}
+    for pc in pieces if positive else ():
+        pc.expr, pc.body = pc.expr.xreplace(positive), pc.body.xreplace(positive)
+        pc.given = tuple((lhs, rhs.xreplace(positive)) for lhs, rhs in pc.given)
     return pieces
 
 
@@ -305,5 +324,79 @@ def assemble(doc: list[str], body: list[str], device_source: str, entries: str, 
     while "\n\n\n\n" in text:
         text = text.replace("\n\n\n\n", "\n\n\n")
     text = text.strip("\n") + "\n"
+    lines = [HEADER_MARK] + [f"# {line}" for line in header] + [f"# content-hash: {content_hash(text)}"]
+    return "\n".join(lines) + "\n" + text
+
+
+def family_case_name(name: str, index: int) -> str:
+    """The module name of case ``index`` of the family module ``name`` (where its caller names none)."""
+    return f"{name}_case{index}"
+
+
+def generate_family_module(family, name: str, case_names: tuple[str, ...], derivations: tuple) -> str:
+    """The text of a family's module: the cases of :func:`derive.family.derive_family` by parameter interval and
+    the names of their modules (``case_names``, in the same package), and at each point case the limits of
+    ``d omega'/dq`` and ``d omega/dq`` as NumPy functions of ``p`` (``omega_prime_d_<q>_case<i>``,
+    ``omega_d_<q>_case<i>``).
+
+    Importing it calls :func:`numeric.family.complete`, which imports the case modules and defines the contract's
+    routines as the cases' routines picked by the parameter's value (:mod:`numeric.family`).  ``derivations``: the
+    cases' :class:`~derive.argmax.Derivation` (for the constants every case shares).
+    """
+    check_name(name)
+    for case_name in case_names:
+        check_name(case_name)
+    q = family.parameter
+    params = [o.symbol.name for o in family.regularizer.parameters]
+    py = PyPrinter()
+    reg_text = sp.sstr(family.regularizer.omega)
+    closed = all(dv.inversion.method == "closed" for dv in derivations)
+    cases = "(" + ", ".join(f"({_domain(c.lower)}, {_domain(c.upper)}, {n!r})" for c, n in zip(family.cases, case_names)) + ",)"
+    doc = [
+        f'"""The {name} family, generated from omega(p) = {reg_text}.',
+        "",
+        f"Its map changes kind in {q.symbol}: cases {family.describe()}, each a module of its own",
+        f"({', '.join(case_names)}).  numeric.family picks the case of each value of {q.symbol};",
+        "its routines (defined on import by numeric.family.complete) are the cases' routines picked",
+        "so.  The contract: numeric.contract.",
+        '"""',
+    ]
+    body = [
+        f"NAME = {name!r}",
+        f"REGULARIZER = {reg_text!r}",
+        f"FAMILY_PARAMETER = {q.symbol.name!r}",
+        f"CASES = {cases}",
+        "SPARSE = None",
+        "THRESHOLD = 'root'",
+        "THRESHOLD_DEGREE = None",
+        f"LINK_METHOD = {'closed' if closed else 'newton'!r}",
+        "LINK_FORM = 'general'",
+        "TERM_IS_EXP = False",
+        f"PARAMETERS = {tuple(params)!r}",
+        "PARAMETER_DOMAINS = {" + ", ".join(
+            f"{o.symbol.name!r}: ({_domain(o.lower)}, {_domain(o.upper)})" for o in family.regularizer.parameters
+        ) + "}",
+        f"FORMAT_VERSION = {contract.FORMAT_VERSION}",
+        f"CUDA_THREADS = {contract.CUDA_THREADS}",
+        "CUDA_KERNELS = ()",
+        "",
+    ]
+    others = [o for o in params if o != q.symbol.name]
+    for index, (d_prime, d_omega) in sorted(family.derivatives.items()):
+        at = f"at {q.symbol} = {family.cases[index].lower}"
+        for fname, expr, what in ((f"omega_prime_d_{q.symbol}_case{index}", d_prime, "d omega'(p) / d"),
+                                  (f"omega_d_{q.symbol}_case{index}", d_omega, "d omega(p) / d")):
+            piece = Piece(fname, ["p"], expr, f"lim {what} {q.symbol} {at}, the first-order term of the point case.")
+            body += ["", python_function(piece, others, py), ""]
+    body += ["", "#: no kernels of its own: a family runs the kernels of the case its values lie in",
+             "CUDA_DEVICE_SOURCE = CUDA_SOURCE = TRITON_SOURCE = None", "",
+             "from numeric import family as _family  # noqa: E402", "", "_family.complete(globals())", ""]
+    imports = ["import math", ""] + (["import numpy", ""] if "numpy." in "\n".join(body) else [])
+    body = ["", "\n".join(doc), ""] + imports + body
+    text = "\n".join(body)
+    while "\n\n\n\n" in text:
+        text = text.replace("\n\n\n\n", "\n\n\n")
+    text = text.strip("\n") + "\n"
+    header = [f"map: {name}", f"regularizer: omega(p) = {reg_text}", f"format: {contract.FORMAT_VERSION}"]
     lines = [HEADER_MARK] + [f"# {line}" for line in header] + [f"# content-hash: {content_hash(text)}"]
     return "\n".join(lines) + "\n" + text

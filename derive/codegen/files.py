@@ -21,9 +21,10 @@ from numeric import trust
 
 from ..argmax import derive_map
 from ..errors import DerivationError
+from ..family import derive_family, stated_cases
 from ..regularizers import Regularizer
 from .builtins import builtin_sources
-from .emit import HEADER_MARK, check_name, generate_module
+from .emit import HEADER_MARK, check_name, family_case_name, generate_family_module, generate_module
 
 __all__ = [
     "check_module_name",
@@ -218,6 +219,21 @@ def write_user_module(expr: str | Regularizer, name: str, out: Path, force: bool
     path = out / f"{name}.py"
     _check_overwrite(path, force)
     reg = expr if isinstance(expr, Regularizer) else Regularizer.from_string(expr, name=name)
-    text = generate_module(derive_map(reg), name)
-    write_atomic(path, text)
+    if stated_cases(reg) is None:
+        write_atomic(path, generate_module(derive_map(reg), name))
+        return path
+    # a family (derive.family): a module per case, name_case0, ..., then the family module that imports them
+    fam = derive_family(reg)
+    names = tuple(family_case_name(name, i) for i in range(len(fam.cases)))
+    texts = {}
+    derivations = []
+    for case_name, case in zip(names, fam.cases):
+        check_module_name(case_name)
+        _check_overwrite(out / f"{case_name}.py", force)
+        dv = derive_map(case.regularizer)
+        derivations.append(dv)
+        texts[case_name] = generate_module(dv, case_name)
+    texts[name] = generate_family_module(fam, name, names, tuple(derivations))
+    for module_name, text in texts.items():
+        write_atomic(out / f"{module_name}.py", text)
     return path

@@ -46,7 +46,7 @@ from sympy.printing.c import C99CodePrinter
 from sympy.printing.numpy import NumPyPrinter
 
 from ..errors import DerivationError
-from ..regularizers import p as _p, refuse_functions
+from ..regularizers import p as _p, refuse_functions, singular_points
 from ..regularizers import z as _z
 
 __all__ = ["PyPrinter", "CudaPrinter", "blocks", "stable_form", "Select", "MAX_PRODUCT",
@@ -224,8 +224,9 @@ class _expm1_of_logs(expm1):
 _expm1_of_logs.__name__ = "expm1"  # the printers' tables are keyed by the function's name
 
 
-def _power_difference(expr: sp.Add) -> sp.Expr | None:
-    """``-T2 expm1(log r)`` for ``T1 + T2`` with ``r = -T1/T2 > 0`` a product of powers with a symbolic exponent.
+def _power_difference(expr: sp.Add, positive=frozenset()) -> sp.Expr | None:
+    """``-T2 expm1(log r)`` for ``T1 + T2`` with ``r = -T1/T2 > 0`` a product of powers with a symbolic exponent
+    (``positive``: symbols known to be positive, parameters declared so).
 
     ``p**alpha - p = p expm1((alpha - 1) log p)`` and ``alpha p**alpha - p =
     p expm1(log(alpha) + (alpha - 1) log p)``: near ``alpha = 1`` the two terms agree
@@ -237,7 +238,8 @@ def _power_difference(expr: sp.Add) -> sp.Expr | None:
     t1, t2 = sorted(expr.args, key=lambda t: not any(isinstance(f, sp.Pow) and f.exp.free_symbols for f in sp.Mul.make_args(t)))
     r = sp.powsimp(-t1 / t2, force=True)
     symbolic = any(isinstance(f, sp.Pow) and f.exp.free_symbols for f in sp.Mul.make_args(r))
-    if not symbolic or r.is_positive is not True:
+    signs = {x: sp.Dummy(x.name, positive=True) for x in positive}
+    if not symbolic or r.xreplace(signs).is_positive is not True:
         return None
     return -t2 * _expm1_of_logs(sp.expand_log(sp.log(r), force=True))
 
@@ -248,6 +250,9 @@ def _power_difference(expr: sp.Add) -> sp.Expr | None:
 #: and near 1, link arguments ``z`` near ``omega'(0+)`` (0 here; the emitter passes the map's own clip).  A sum
 #: that vanishes at one of them to a higher order than its terms cancels there (:func:`cancelling_points`).
 POINTS = ((_p, (0, 1)), (_z, (0,)))
+#: In place of a symbol's points: the symbol is a parameter declared positive, whose sign the rewrites may use
+#: (``a p**a - p = p expm1(log(a) + (a - 1) log p)`` needs ``a > 0``).
+POSITIVE = "positive"
 #: Radii tried for the series switch, and the largest factor by which the direct form may amplify rounding
 #: where the series hands over to it: ``SWITCH_GOOD`` is preferred (the fewest terms among those radii),
 #: ``SWITCH_LIMIT`` accepted when nothing better converges; at most ``SWITCH_TERMS`` terms.
@@ -617,28 +622,55 @@ def stable_form(expr: sp.Expr, points=POINTS) -> sp.Expr:
     expressions come back unchanged, so an already stable form prints as
     before.
     """
-    return _stable(expr, tuple((x, tuple(xs)) for x, xs in points))
+    positive = frozenset(x for x, xs in points if xs == POSITIVE)
+    return _stable(expr, tuple((x, tuple(xs)) for x, xs in points if xs != POSITIVE), positive)
 
 
 @lru_cache(maxsize=1 << 16)
-def _stable(expr: sp.Expr, points) -> sp.Expr:
+def _stable(expr: sp.Expr, points, positive=frozenset()) -> sp.Expr:
     if expr.is_Atom or isinstance(expr, Select):  # a Select is a stable form already
         return expr
     if isinstance(expr, sp.log):
         better = _stable_log(expr.args[0])
         if better is not None:
-            return _stable(better, points)
-    args = tuple(_stable(a, points) for a in expr.args)
+            return _stable(better, points, positive)
+    if expr.is_Pow:
+        better = _power_near_one(expr)
+        if better is not None:
+            return _stable(better, points, positive)
+    args = tuple(_stable(a, points, positive) for a in expr.args)
     new = expr.func(*args) if args != expr.args else expr
     if new.is_Add:
-        better = _power_difference(new)
+        better = _power_difference(new, positive)
         if better is not None:
-            return _stable(better, points)
+            return _stable(better, points, positive)
     if new.is_Add and (_has_root(new) or new.has(sp.exp)):
         new = _stable_add(new)
     if new.is_Add:
         new = _cancelling_sum(new, points)
     return new
+
+
+def _power_near_one(expr: sp.Pow) -> sp.Expr | None:
+    """``b**e`` as ``exp(e log1p(b - 1))`` where ``e`` has a pole at a parameter's value at which ``b = 1``, with
+    ``b - 1`` factored; else ``None``.
+
+    Tsallis' link ``(alpha z - z + 1/alpha)**(1/(alpha - 1))`` near ``alpha = 1``: ``b`` rounds to a relative
+    error ``eps``, which the power multiplies by ``e = 1/(alpha - 1)``; ``b - 1 = (alpha - 1)(z - 1/alpha)``
+    computed as that product has no such error, and ``log1p`` keeps it, so the value is as accurate as
+    ``exp(z - 1)`` at ``alpha = 1``.  (An identity for ``b >= 0``; for ``b < 0`` both forms are NaN.)  Only within
+    1/8 of the pole (``Select``): elsewhere the power is as accurate, and XLA's CPU ``log1p`` is not (120 ulps
+    in float64, against NumPy's 1).
+    """
+    base, exponent = expr.base, expr.exp
+    if exponent.is_number or base.is_number:
+        return None
+    for q in sorted(exponent.free_symbols - {_p, _z}, key=str):
+        for point in singular_points(exponent, q):
+            if sp.simplify(base.subs(q, point) - 1) == 0:
+                near = sp.exp(exponent * log1p(sp.factor(sp.simplify(base - 1))))
+                return Select(sp.Rational(1, 8) - sp.Abs(q - point), near, expr)
+    return None
 
 
 def _fold_constants(expr: sp.Expr) -> sp.Expr:

@@ -2,324 +2,57 @@
 # map: entmax
 # regularizer: omega(p) = (-p + p**alpha)/(alpha*(alpha - 1))
 # format: 8
-# content-hash: sha256:e01e8ff1b50aaaad1444f216c426a408a9fd3ed44430e90ce5093aa2c837224a
-"""The entmax map, generated from omega(p) = (-p + p**alpha)/(alpha*(alpha - 1)).
+# content-hash: sha256:929937ac0550df100b9e154f65609c45ffbf4f9d5646bce5fc8c225b0c93c947
+"""The entmax family, generated from omega(p) = (-p + p**alpha)/(alpha*(alpha - 1)).
 
-Regularizer: tsallis; link: closed (SymPy's solve gives an elementary inverse);
-threshold: root; sparse.
-The NumPy functions take their parameters after their own arguments;
-CUDA_SOURCE compiles with NVRTC on its own (kernels launched with
-256 threads per block).  The contract: numeric.contract.
+Its map changes kind in alpha: cases (0, 1), alpha = 1, (1, oo), each a module of its own
+(entmax_dense, softmax, entmax_sparse).  numeric.family picks the case of each value of alpha;
+its routines (defined on import by numeric.family.complete) are the cases' routines picked
+so.  The contract: numeric.contract.
 """
 
 import math
 
 import numpy
-from numeric import kernels
 
 NAME = 'entmax'
 REGULARIZER = '(-p + p**alpha)/(alpha*(alpha - 1))'
-SPARSE = True
+FAMILY_PARAMETER = 'alpha'
+CASES = ((0.0, 1.0, 'entmax_dense'), (1.0, 1.0, 'softmax'), (1.0, math.inf, 'entmax_sparse'),)
+SPARSE = None
 THRESHOLD = 'root'
 THRESHOLD_DEGREE = None
 LINK_METHOD = 'closed'
-LINK_FORM = 'power'
+LINK_FORM = 'general'
 TERM_IS_EXP = False
 PARAMETERS = ('alpha',)
-PARAMETER_DOMAINS = {'alpha': (1.0, math.inf)}
+PARAMETER_DOMAINS = {'alpha': (0.0, math.inf)}
 FORMAT_VERSION = 8
 CUDA_THREADS = 256
-CUDA_KERNELS = ('entmax_forward_from_tau_f32', 'entmax_forward_rows_f32', 'entmax_jvp_f32', 'entmax_forward_from_tau_f64', 'entmax_forward_rows_f64', 'entmax_jvp_f64')
+CUDA_KERNELS = ()
 
 
-def omega(p, alpha):
-    """omega(p), the regularizer's scalar function (p > 0).
+def omega_prime_d_alpha_case1(p):
+    """lim d omega'(p) / d alpha at alpha = 1, the first-order term of the point case.
 
-    omega = (-p + p**alpha)/(alpha*(alpha - 1))
+    omega_prime_d_alpha_case1 = log(p)**2/2 - 1
     """
-    t0 = alpha - 1
-    return p*numpy.expm1(t0*numpy.log(p))/(alpha*t0)
+    t0 = numpy.log(p)
+    return (1/2)*(t0*t0) - 1
 
 
-def omega_prime(p, alpha):
-    """omega'(p); the link inverts it.
+def omega_d_alpha_case1(p):
+    """lim d omega(p) / d alpha at alpha = 1, the first-order term of the point case.
 
-    omega_prime = (alpha*p**alpha - p)/(alpha*p*(alpha - 1))
+    omega_d_alpha_case1 = p*(log(p) - 2)*log(p)/2
     """
-    t0 = alpha - 1
-    return numpy.expm1(t0*numpy.log(p) + numpy.log(alpha))/(alpha*t0)
+    t0 = numpy.log(p)
+    return (1/2)*p*t0*(t0 - 2)
 
 
-def omega_second(p, alpha):
-    """omega''(p).
+#: no kernels of its own: a family runs the kernels of the case its values lie in
+CUDA_DEVICE_SOURCE = CUDA_SOURCE = TRITON_SOURCE = None
 
-    omega_second = p**(alpha - 2)
-    """
-    return numpy.power(p, alpha - 2)
+from numeric import family as _family  # noqa: E402
 
-
-def omega_third(p, alpha):
-    """omega'''(p), for Halley's method on omega'(sum_i p_i) = omega'(1).
-
-    omega_third = p**(alpha - 3)*(alpha - 2)
-    """
-    return numpy.power(p, alpha - 3)*(alpha - 2)
-
-
-def weight(p, alpha):
-    """w(p) = 1/omega''(p) = g'(z): Jacobian diag(w) - w w^T / sum(w).
-
-    weight = p**(2 - alpha)
-    """
-    return numpy.power(p, 2 - alpha)
-
-
-def weight_d2(p, alpha):
-    """w'(p) w(p) = g''(z) at p = g(z).
-
-    weight_d2 = p**(3 - 2*alpha)*(2 - alpha)
-    """
-    return numpy.power(p, 3 - 2*alpha)*(2 - alpha)
-
-
-def clip(alpha):
-    """omega'(0+): p = 0 where z = s - tau <= clip.
-
-    clip = -1/(alpha*(alpha - 1))
-    """
-    return -1/(alpha*(alpha - 1))
-
-
-def omega_zero(alpha):
-    """omega(0+), the value of a coordinate off the support.
-
-    omega_zero = 0
-    """
-    return 0.0
-
-
-def omega_prime_d_alpha(p, alpha):
-    """d omega'(p) / d alpha: dp*/dalpha = -J c with c_i = this at p_i.
-
-    omega_prime_d_alpha = (alpha*p**alpha*(alpha - 1)*(alpha*log(p) + 1) + alpha*(-alpha*p**alpha + p) + (alpha - 1)*(-alpha*p**alpha + p))/(alpha**2*p*(alpha - 1)**2)
-    """
-    t0 = alpha - 1
-    t1 = numpy.log(p)
-    t2 = p*numpy.expm1(t0*t1 + numpy.log(alpha))
-    return (alpha*numpy.power(p, alpha)*t0*(alpha*t1 + 1) - alpha*t2 - t0*t2)/((alpha*alpha)*p*(t0*t0))
-
-
-def link(z, alpha):
-    """g(z) = (omega')^{-1}(z), the unclipped link.
-
-    link = (alpha*z - z + 1/alpha)**(1/(alpha - 1))
-    """
-    return numpy.power(alpha*z - z + (1/alpha), (1/(alpha - 1)))
-
-
-def link_dtau(z, alpha):
-    """d/dtau g(s - tau) = -g'(z).
-
-    link_dtau = -alpha**((alpha - 2)/(alpha - 1))*(alpha*z*(alpha - 1) + 1)**((2 - alpha)/(alpha - 1))
-    """
-    t0 = alpha - 2
-    t1 = alpha - 1
-    t2 = (1/t1)
-    return -numpy.power(alpha, t0*t2)*numpy.power(alpha*t1*z + 1, -t0*t2)
-
-
-def link_dtau2(z, alpha):
-    """d^2/dtau^2 g(s - tau) = g''(z).
-
-    link_dtau2 = alpha**(2 - 1/(alpha - 1))*(2 - alpha)*(alpha*z*(alpha - 1) + 1)**(-2 + 1/(alpha - 1))
-    """
-    t0 = alpha - 1
-    t1 = 2 - 1/t0
-    return numpy.power(alpha, t1)*(2 - alpha)*numpy.power(alpha*t0*z + 1, -t1)
-
-
-def link_scale(alpha):
-    """a in the link's form g(z) = (a (z - clip))**k.
-
-    link_scale = alpha - 1
-    """
-    return alpha - 1
-
-
-def link_exponent(alpha):
-    """k in the link's form g(z) = (a (z - clip))**k.
-
-    link_exponent = 1/(alpha - 1)
-    """
-    return (1/(alpha - 1))
-
-
-term = tau_from_sum = tau_candidate = discriminant = None
-
-
-#: this map's functions for the Triton attention kernels (derive.codegen.triton)
-TRITON_SOURCE = r"""
-# Triton functions of one regattn map (derive.codegen.triton) for numeric.kernels.triton_attention
-
-import triton
-import triton.language as tl
-from numeric.kernels.triton_math import rg_pow, rg_expm1
-
-
-@triton.jit
-def params(Params, offset):
-    return (tl.load(Params + offset + 0),)
-
-
-@triton.jit
-def link(z, params):
-    alpha = params[0]
-    return rg_pow(alpha*z - z + (1/alpha), (1/(alpha - 1)))
-
-
-@triton.jit
-def weight(p, params):
-    alpha = params[0]
-    return rg_pow(p, 2 - alpha)
-
-
-@triton.jit
-def omega_prime(p, params):
-    alpha = params[0]
-    t0 = alpha - 1
-    return rg_expm1(t0*tl.log(p) + tl.log(alpha))/(alpha*t0)
-
-
-@triton.jit
-def clip(params):
-    alpha = params[0]
-    return -1/(alpha*(alpha - 1))
-
-
-@triton.jit
-def omega_second(p, params):
-    alpha = params[0]
-    return rg_pow(p, alpha - 2)
-
-
-@triton.jit
-def omega_third(p, params):
-    alpha = params[0]
-    return rg_pow(p, alpha - 3)*(alpha - 2)
-
-
-@triton.jit
-def weight_d2(p, params):
-    alpha = params[0]
-    return rg_pow(p, 3 - 2*alpha)*(2 - alpha)
-"""
-
-
-#: this map's device functions after the prelude (numeric/kernels/prelude.cuh)
-CUDA_DEVICE_SOURCE = kernels.device_source(r"""
-// omega(p), the regularizer's scalar function (p > 0).
-template <typename T> __device__ __forceinline__ T entmax_omega(T p, T alpha) {
-    const T t0 = alpha - 1;
-    return p*rg_expm1(t0*rg_log(p))/(alpha*t0);
-}
-// omega'(p); the link inverts it.
-template <typename T> __device__ __forceinline__ T entmax_omega_prime(T p, T alpha) {
-    const T t0 = alpha - 1;
-    return rg_expm1(t0*rg_log(p) + rg_log(alpha))/(alpha*t0);
-}
-// omega''(p).
-template <typename T> __device__ __forceinline__ T entmax_omega_second(T p, T alpha) {
-    return rg_pow(p, alpha - 2);
-}
-// omega'''(p), for Halley's method on omega'(sum_i p_i) = omega'(1).
-template <typename T> __device__ __forceinline__ T entmax_omega_third(T p, T alpha) {
-    return rg_pow(p, alpha - 3)*(alpha - 2);
-}
-// w(p) = 1/omega''(p) = g'(z): Jacobian diag(w) - w w^T / sum(w).
-template <typename T> __device__ __forceinline__ T entmax_weight(T p, T alpha) {
-    return rg_pow(p, 2 - alpha);
-}
-// w'(p) w(p) = g''(z) at p = g(z).
-template <typename T> __device__ __forceinline__ T entmax_weight_d2(T p, T alpha) {
-    return rg_pow(p, 3 - 2*alpha)*(2 - alpha);
-}
-// omega'(0+): p = 0 where z = s - tau <= clip.
-template <typename T> __device__ __forceinline__ T entmax_clip(T alpha) {
-    return -1/(alpha*(alpha - 1));
-}
-// omega(0+), the value of a coordinate off the support.
-template <typename T> __device__ __forceinline__ T entmax_omega_zero(T alpha) {
-    return 0;
-}
-// d omega'(p) / d alpha: dp*/dalpha = -J c with c_i = this at p_i.
-template <typename T> __device__ __forceinline__ T entmax_omega_prime_d_alpha(T p, T alpha) {
-    const T t0 = alpha - 1;
-    const T t1 = rg_log(p);
-    const T t2 = p*rg_expm1(t0*t1 + rg_log(alpha));
-    return (alpha*rg_pow(p, alpha)*t0*(alpha*t1 + 1) - alpha*t2 - t0*t2)/((alpha*alpha)*p*(t0*t0));
-}
-// g(z) = (omega')^{-1}(z), the unclipped link.
-template <typename T> __device__ __forceinline__ T entmax_link(T z, T alpha) {
-    return rg_pow(alpha*z - z + (T(1)/alpha), (T(1)/(alpha - 1)));
-}
-// d/dtau g(s - tau) = -g'(z).
-template <typename T> __device__ __forceinline__ T entmax_link_dtau(T z, T alpha) {
-    const T t0 = alpha - 2;
-    const T t1 = alpha - 1;
-    const T t2 = (T(1)/t1);
-    return -rg_pow(alpha, t0*t2)*rg_pow(alpha*t1*z + 1, -t0*t2);
-}
-// d^2/dtau^2 g(s - tau) = g''(z).
-template <typename T> __device__ __forceinline__ T entmax_link_dtau2(T z, T alpha) {
-    const T t0 = alpha - 1;
-    const T t1 = 2 - 1/t0;
-    return rg_pow(alpha, t1)*(2 - alpha)*rg_pow(alpha*t0*z + 1, -t1);
-}
-// a in the link's form g(z) = (a (z - clip))**k.
-template <typename T> __device__ __forceinline__ T entmax_link_scale(T alpha) {
-    return alpha - 1;
-}
-// k in the link's form g(z) = (a (z - clip))**k.
-template <typename T> __device__ __forceinline__ T entmax_link_exponent(T alpha) {
-    return (T(1)/(alpha - 1));
-}
-// the interface of the row kernels (numeric/kernels/rows.cuh) to entmax
-template <typename T> struct entmax_map {
-    static constexpr rg_solver solver = RG_SOLVE_ROOT_POWER;
-    T alpha;
-    __device__ T clip() const { return entmax_clip<T>(alpha); }
-    __device__ T link(T z) const { return entmax_link<T>(z, alpha); }
-    __device__ T link_dtau(T z) const { return entmax_link_dtau<T>(z, alpha); }
-    __device__ T omega(T p) const { return entmax_omega<T>(p, alpha); }
-    __device__ T omega_prime(T p) const { return entmax_omega_prime<T>(p, alpha); }
-    __device__ T omega_second(T p) const { return entmax_omega_second<T>(p, alpha); }
-    __device__ T omega_third(T p) const { return entmax_omega_third<T>(p, alpha); }
-    __device__ T weight(T p) const { return entmax_weight<T>(p, alpha); }
-    __device__ T weight_d2(T p) const { return entmax_weight_d2<T>(p, alpha); }
-    __device__ T link_scale() const { return entmax_link_scale<T>(alpha); }
-    __device__ T link_exponent() const { return entmax_link_exponent<T>(alpha); }
-};
-template <typename T> __device__ __forceinline__ T entmax_link_plus(T z, T alpha) { return rg_link_plus(entmax_map<T>{alpha}, z); }
-""")
-
-#: everything CuPy compiles: the device source, the package's kernels and this map's entry points
-CUDA_SOURCE = kernels.rows_source(CUDA_DEVICE_SOURCE, r"""
-extern "C" __global__ void entmax_forward_from_tau_f32(const float* s, const float* tau, float* p, long long rows, long long cols, float alpha) {
-    rg_forward_from_tau(s, tau, p, rows, cols, entmax_map<float>{alpha});
-}
-extern "C" __global__ void entmax_forward_rows_f32(const float* s, float* p, float* tau, long long rows, long long cols, float alpha) {
-    rg_forward_rows(s, p, tau, rows, cols, entmax_map<float>{alpha});
-}
-extern "C" __global__ void entmax_jvp_f32(const float* p, const float* v, float* out, long long rows, long long cols, float alpha) {
-    rg_jvp(p, v, out, rows, cols, entmax_map<float>{alpha});
-}
-extern "C" __global__ void entmax_forward_from_tau_f64(const double* s, const double* tau, double* p, long long rows, long long cols, double alpha) {
-    rg_forward_from_tau(s, tau, p, rows, cols, entmax_map<double>{alpha});
-}
-extern "C" __global__ void entmax_forward_rows_f64(const double* s, double* p, double* tau, long long rows, long long cols, double alpha) {
-    rg_forward_rows(s, p, tau, rows, cols, entmax_map<double>{alpha});
-}
-extern "C" __global__ void entmax_jvp_f64(const double* p, const double* v, double* out, long long rows, long long cols, double alpha) {
-    rg_jvp(p, v, out, rows, cols, entmax_map<double>{alpha});
-}
-""")
+_family.complete(globals())

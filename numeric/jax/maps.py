@@ -52,7 +52,7 @@ import jax.numpy as jnp
 import jax.scipy.special
 import numpy as np
 
-from .. import contract, front, tensor_rules
+from .. import contract, family, front, tensor_rules
 from ..maps import FrameworkMap
 from ._ops import ops_for
 
@@ -218,6 +218,11 @@ class JaxMap(FrameworkMap):
             return jnp.asarray(value, dtype)
         return front.param_rows(jnp, name, jnp.asarray(value).astype(dtype), shape, axis)
 
+    def solver_for(self, values: dict) -> _Solver:
+        """The solver for these parameter values: a family's case's where they all lie in one open case (values a
+        trace cannot read take the family's)."""
+        return _solver(family.resolve(self.module, values, ARRAYS.readable), self.threshold)
+
     def __call__(self, x, axis: int = -1, **params):
         """``p*(x)`` along ``axis``: same shape and dtype as ``x``."""
         x = _scores(x)
@@ -227,7 +232,7 @@ class JaxMap(FrameworkMap):
         moved = jnp.moveaxis(x.astype(dtype), axis, -1)
         flat = moved.reshape(-1, x.shape[axis])
         tensors = tuple(self.param_rows(n, values[n], tuple(x.shape), axis, dtype) for n in self.module.PARAMETERS)
-        p = _map_rows_jit(_solver(self.module, self.threshold), flat, tensors)
+        p = _map_rows_jit(self.solver_for(values), flat, tensors)
         return jnp.moveaxis(p.reshape(moved.shape), -1, axis).astype(x.dtype)
 
 
@@ -286,8 +291,9 @@ def entmax15(x, axis: int = -1):
 
 
 def entmax(x, alpha, axis: int = -1):
-    """alpha-entmax ``p = [(alpha - 1) s - tau]_+**(1/(alpha - 1))``, alpha > 1: a number or an array
-    broadcasting to ``x`` with size 1 along ``axis`` (differentiable).
+    """alpha-entmax ``p = [(alpha - 1) s - tau]_+**(1/(alpha - 1))`` for any alpha > 0 (sparse above 1, softmax
+    at 1, dense below): a number or an array broadcasting to ``x`` with size 1 along ``axis`` (differentiable; the
+    map and its gradient in alpha are continuous through 1).
 
     >>> import jax, jax.numpy as jnp
     >>> x = jnp.array([[-2.0, 0.0, 0.5], [-2.0, 0.0, 0.5]])
@@ -359,5 +365,5 @@ def fenchel_young_loss(scores, target, mapping="softmax", reduction: str = "mean
     n = x.shape[axis]
     rows = lambda a: jnp.moveaxis(a, axis, -1).reshape(-1, n)  # noqa: E731
     params = tuple(m.param_rows(name, m.params[name], tuple(x.shape), axis, dtype) for name in m.module.PARAMETERS)
-    value = _loss_rows_jit(_solver(m.module, m.threshold), rows(xc), rows(y), params)
+    value = _loss_rows_jit(m.solver_for(m.params), rows(xc), rows(y), params)
     return front.reduce(value.reshape(x.shape[:axis] + x.shape[axis + 1:]), reduction).astype(x.dtype)

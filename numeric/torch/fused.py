@@ -30,6 +30,8 @@ from pathlib import Path
 import numpy as np
 import torch
 
+from .. import family
+
 __all__ = ["unsupported", "steep_at_clip", "check_backend", "fused_attention", "BACKENDS", "BLOCK", "KEEP"]
 
 #: Query and key rows per block: (on CUDA, in Triton's interpreter).
@@ -88,7 +90,16 @@ def unsupported(query, attn_mask, fn, is_map: bool, dropout_p: float) -> str | N
             return f"parameter {name} requires grad (the kernels give no parameter gradients)"
         if isinstance(value, torch.Tensor) and value.dim() >= 2 and value.shape[-2] != 1:
             return f"parameter {name} varies along the queries (the kernels take one value per batch and head)"
-    return steep_at_clip(fn.module, fn.params)
+    module = _case(fn)
+    if family.is_family(module):
+        return (f"map {module.NAME}: the values of {module.FAMILY_PARAMETER} do not all lie in one of its open cases "
+                "(the kernels run one case's functions)")
+    return steep_at_clip(module, fn.params)
+
+
+def _case(fn):
+    """The module the kernels run for the map ``fn``: its own, or a family's case (:func:`numeric.family.resolve`)."""
+    return family.resolve(fn.module, fn.params, lambda a: a.detach())
 
 
 def steep_at_clip(module, params: dict) -> str | None:
@@ -191,7 +202,7 @@ def _param_values(fn, batch, B, H, device):
 
 class _Fused(torch.autograd.Function):
     @staticmethod
-    def forward(ctx, q, k, v, mask, scale, causal, fn, fns, params, shapes):
+    def forward(ctx, q, k, v, mask, scale, causal, module, fns, params, shapes):
         B, H, L, S, E, EV = shapes
         block = BLOCK["cuda" if q.is_cuda else "cpu"]
         nq, nk = math.ceil(L / block), math.ceil(S / block)
@@ -202,7 +213,7 @@ class _Fused(torch.autograd.Function):
         bmax = torch.empty(B * H, nq, nk, dtype=torch.float32, device=q.device)  # (a scratch of the forward)
         m, ms = _mask_args(mask, q)
         be, bev = max(16, _triton().next_power_of_2(E)), max(16, _triton().next_power_of_2(EV))
-        exp_link = bool(fn.module.TERM_IS_EXP) and fn.module.LINK_FORM == "exp"
+        exp_link = bool(module.TERM_IS_EXP) and module.LINK_FORM == "exp"
         # what the backward's c = dO . U / sum w needs: U = sum_j w_j v_j and sum_j w_j per row, where it will run
         weighted = any(ctx.needs_input_grad[:3])
         u = torch.empty(B * H, L, EV, dtype=torch.float32, device=q.device) if weighted else fsum
@@ -272,6 +283,7 @@ def fused_attention(query, key, value, attn_mask, is_causal: bool, scale: float,
     B, H = q.shape[0], q.shape[1]
     mask = None if attn_mask is None else _heads(attn_mask, batch, L, S)
     params = _param_values(fn, batch, B, H, query.device)
-    fns = map_functions(fn.module)
-    out = _Fused.apply(q, k, v, mask, scale, is_causal, fn, fns, params, (B, H, L, S, E, EV))
+    module = _case(fn)
+    fns = map_functions(module)
+    out = _Fused.apply(q, k, v, mask, scale, is_causal, module, fns, params, (B, H, L, S, E, EV))
     return out.reshape(batch + (L, EV))

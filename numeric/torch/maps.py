@@ -34,7 +34,7 @@ from types import ModuleType
 
 import torch
 
-from .. import contract, front, tensor_rules
+from .. import contract, family, front, tensor_rules
 from ..maps import FrameworkMap
 from ._ops import ops_for
 
@@ -212,6 +212,10 @@ class TorchMap(FrameworkMap):
         # (a rebound TorchMap shares its solver: building one evaluates NumPy, which torch.compile cannot trace)
         same = isinstance(mapping, TorchMap) and mapping.threshold == threshold
         self._solver = mapping._solver if same else _Solver(self.module, threshold)
+        # a family's cases: the solver of the case all values lie in (numeric.family.resolve), built here too
+        self._cases = (mapping._cases if same else
+                       {m: _Solver(m, threshold) for m in family.case_modules(self.module)
+                        if tuple(m.PARAMETERS) == tuple(self.module.PARAMETERS)}) if family.is_family(self.module) else None
 
     def __repr__(self) -> str:
         extra = "".join(f", {k}={v!r}" if not isinstance(v, torch.Tensor) else f", {k}=<tensor {tuple(v.shape)}>"
@@ -225,6 +229,12 @@ class TorchMap(FrameworkMap):
         if value.device != x.device:
             raise ValueError(f"parameter {name} is on {value.device}, the scores on {x.device}")
         return front.param_rows(torch, name, value.to(dtype), tuple(x.shape), dim, "dim")
+
+    def solver_for(self, values: dict) -> _Solver:
+        """The solver for these parameter values: a family's case's where they all lie in one open case."""
+        if self._cases is None:
+            return self._solver
+        return self._cases.get(family.resolve(self.module, values, ARRAYS.readable), self._solver)
 
     def __call__(self, x, dim: int = -1, **params):
         """``p*(x)`` along ``dim``: same shape, dtype and device as ``x``."""
@@ -273,17 +283,18 @@ class TorchMap(FrameworkMap):
         moved = xc if last else xc.movedim(dim, -1)
         flat = moved.reshape(-1, x.shape[dim])
         tensors = tuple(self._param_rows(n, values[n], x, dim, dtype) for n in self.module.PARAMETERS)
+        solver = self.solver_for(values)
         if tau is not None:
             tau = (tau if last else tau.movedim(dim, -1)).to(dtype).reshape(-1, 1)
         kept = None
         if torch.is_grad_enabled() and (x.requires_grad or any(t.requires_grad for t in tensors)):
-            p = _MapFunction.apply(flat, self._solver, tau, *tensors)
+            p = _MapFunction.apply(flat, solver, tau, *tensors)
         elif tau is not None:
-            p = self._solver.at(flat, tau, tensors)
+            p = solver.at(flat, tau, tensors)
         elif keep_tau:
-            p, kept = self._solver.solve(flat, tensors)
+            p, kept = solver.solve(flat, tensors)
         else:
-            p = self._solver.forward(flat, tensors)
+            p = solver.forward(flat, tensors)
         p = p.reshape(moved.shape)
         p = p if last else p.movedim(-1, dim)
         p = p if p.dtype == x.dtype else p.to(x.dtype)
@@ -341,8 +352,9 @@ def entmax15(x, dim: int = -1):
 
 
 def entmax(x, alpha, dim: int = -1):
-    """alpha-entmax ``p = [(alpha - 1) s - tau]_+**(1/(alpha - 1))``, alpha > 1: a number or a tensor
-    broadcasting to ``x`` with size 1 along ``dim`` (learnable).
+    """alpha-entmax ``p = [(alpha - 1) s - tau]_+**(1/(alpha - 1))`` for any alpha > 0 (sparse above 1, softmax
+    at 1, dense below): a number or a tensor broadcasting to ``x`` with size 1 along ``dim`` (learnable; the map
+    and its gradient in alpha are continuous through 1).
 
     >>> import torch
     >>> alpha = torch.tensor([[1.5], [2.0]], requires_grad=True)

@@ -36,15 +36,17 @@ def importable_map(folder, text: str, name: str, parameters=()):
     ``folder`` and imported; importable by its name while the context lasts."""
     import importlib
 
-    d = derive_map(Regularizer.from_string(text, name=name, parameters=parameters))
-    (folder / f"{name}.py").write_text(generate_module(d, name))
+    from derive.codegen.files import write_user_module
+
+    write_user_module(Regularizer.from_string(text, name=name, parameters=parameters), name, folder)
     sys.path.insert(0, str(folder))
     importlib.invalidate_caches()
     try:
         yield importlib.import_module(name)
     finally:
         sys.path.remove(str(folder))
-        sys.modules.pop(name, None)
+        for module in [m for m in sys.modules if m == name or m.startswith(f"{name}_case")]:
+            sys.modules.pop(module, None)
 
 
 @contextmanager
