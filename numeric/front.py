@@ -201,13 +201,15 @@ def learned_range(module: ModuleType, name: str, start=None, given=None, what: s
 
     The range is ``given``, else the parameter's declared domain with an infinite end put 1 from the other, or
     twice the start's distance from it where that is more (alpha-entmax's ``(1, inf)`` from 1.5: ``(1, 2)``, the
-    range of Correia et al. 2019; the entmax family's ``(0, inf)`` from 1.5: ``(0, 3)``, around softmax), or 1
-    either side of the start where both ends are infinite.  It must be finite and inside the domain.  The start
+    range of Correia et al. 2019; the entmax family's ``(0, inf)`` from 1.5: ``(0, 3)``, around softmax; a family
+    with no start: its last case's domain, entmax's ``(1, 2)``), or 1 either side of the start where both ends
+    are infinite.  It must be finite and inside the domain.  The start
     is the map's value ``start`` (a number inside the range), else the range's middle.
     """
     lo, hi = module.PARAMETER_DOMAINS[name]
     number = start is not None and is_number(start)
-    if given is None:
+    if given is None and start is None and getattr(module, "FAMILY_PARAMETER", None) == name:
+        lo, hi = module.CASES[-1][:2]  # a family with no value: its last case's (entmax: (1, 2), from 1.5)
         centre = float(start) if number else 0.0
         span = (lambda d: max(1.0, 2 * d)) if number else (lambda d: 1.0)  # noqa: E731
         lo_r = lo if math.isfinite(lo) else (hi - span(hi - centre) if math.isfinite(hi) else centre - 1)

@@ -68,7 +68,8 @@ class Map:
         front.check_threshold(module, threshold)
         front.check_names(module, params, complete=True)
         self.module = module
-        self.threshold = module.THRESHOLD if threshold == "auto" else threshold
+        # (a family's "auto" is each case's own rule)
+        self.threshold = module.THRESHOLD if threshold == "auto" and not family.is_family(module) else threshold
         self._auto = threshold == "auto"
         self.params = {name: front.check_param(module, name, params[name], NUMPY) for name in module.PARAMETERS}
         self._set_values()

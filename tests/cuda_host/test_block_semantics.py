@@ -341,7 +341,8 @@ def test_kernel_signatures_are_parsed():
 # ---------------------------------------------------------------------------------------------------------------
 # (b) the generated kernels
 
-MAPS = [("softmax", {}), ("sparsemax", {}), ("entmax15", {}), ("entmax", {"alpha": 1.3}), ("entmax", {"alpha": 1.7}),
+MAPS = [("softmax", {}), ("sparsemax", {}), ("entmax15", {}), ("entmax_sparse", {"alpha": 1.3}),
+        ("entmax_sparse", {"alpha": 1.7}), ("entmax_dense", {"alpha": 0.6}),
         ("shannon_gini", {}), ("gini_log1p", {})]  # user maps (tests/numeric/conftest.py USER), Newton links: the KKT solve, dense and sparse
 MAP_IDS = [name + "".join(f"-{k}{v}" for k, v in params.items()) for name, params in MAPS]
 SIZES = [1, 37, 255, 256, 257, 1000]  # shorter than, one short of, equal to, one past and longer than the block
@@ -579,7 +580,7 @@ def _tsan_program():
     prefixed) and a main that runs the float64 kernels of each map on rows as the tests above have them."""
     sources, calls = [PRELUDE + REDUCTIONS + PRIMITIVES + BROKEN_REDUCTIONS + BROKEN_KERNEL], []
     for name, params in MAPS:
-        if name == "entmax" and params["alpha"] != 1.3:
+        if name == "entmax_sparse" and params["alpha"] != 1.3:
             continue  # one alpha: the synchronisation does not depend on it
         sources.append(nm.get_map(name, **params).module.CUDA_SOURCE)
         extra = "".join(f", {float(v)!r}" for v in params.values())
@@ -616,7 +617,7 @@ def test_generated_kernels_have_no_race(tsan):
     assert run.returncode == 0 and run.races == 0 and "done" in run.stdout, run.stderr[-5000:]
 
 
-@pytest.mark.parametrize("name", ["sparsemax", "entmax15", "entmax"])
+@pytest.mark.parametrize("name", ["sparsemax", "entmax15", "entmax_sparse"])
 def test_newton_accepts_a_point_on_the_brackets_end(name):
     """The row kernels' safeguarded Newton takes a point on an end of the bracket (the root to rounding) as a
     Newton point: taken for outside, every later step was a bisection (42 steps for sparsemax at n = 1000 in a
@@ -626,7 +627,7 @@ def test_newton_accepts_a_point_on_the_brackets_end(name):
 
     # the kernels solve each row by numeric.tensor_rules.solve traced (numeric/_generated/rows_solve.py), whose
     # bracketed solves take their next point from numeric.newton.safeguarded_point: the same text, run here on NumPy
-    source = nm_.get_map(name, **({"alpha": 1.3} if name == "entmax" else {})).module.CUDA_SOURCE
+    source = nm_.get_map(name, **({"alpha": 1.3} if name == "entmax_sparse" else {})).module.CUDA_SOURCE
     assert "rg_solve_row(map, s + row * cols, p + row * cols, cols, shared, tau);" in source
     ops = NumpyOps(np.float64)
     lo, hi, x = np.array([1.0, 0.0, 0.0]), np.array([2.0, 1.0, 1.0]), np.array([1.0, 1.0, 1.0])

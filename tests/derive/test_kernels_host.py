@@ -26,7 +26,7 @@ from .test_codegen import ALL_MAPS, derivation_for, module_for
 
 # host builds: host_library's per-process folder (removed at exit), or a folder kept between runs if set
 CACHE = Path(os.environ["REGATTN_HOST_CACHE"]) if os.environ.get("REGATTN_HOST_CACHE") else None
-PARAMS = {"entmax": {"alpha": 1.3}}
+PARAMS = {"entmax_sparse": {"alpha": 1.3}, "entmax_dense": {"alpha": 0.6}}
 TYPES = {"f64": (np.float64, ctypes.c_double, 1e-12), "f32": (np.float32, ctypes.c_float, 2e-5)}
 
 

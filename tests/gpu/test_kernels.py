@@ -21,7 +21,7 @@ from ._device import GPU, cp
 
 pytestmark = GPU
 
-PARAMS = {"entmax": {"alpha": 1.3}}
+PARAMS = {"entmax_sparse": {"alpha": 1.3}, "entmax_dense": {"alpha": 0.6}}
 
 
 def _module(name):

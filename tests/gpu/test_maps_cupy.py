@@ -11,7 +11,7 @@ from ._device import GPU, cp
 
 pytestmark = GPU
 
-MAPS = [("softmax", {}), ("sparsemax", {}), ("entmax15", {}), ("entmax", {"alpha": 1.3})]
+MAPS = [("softmax", {}), ("sparsemax", {}), ("entmax15", {}), ("entmax", {"alpha": 1.3}), ("entmax", {"alpha": 0.6})]
 
 
 @pytest.mark.parametrize("name, params", MAPS)

@@ -12,21 +12,52 @@ import pytest
 import sympy as sp
 
 from derive import Regularizer, derive_map, generate_module
-from derive.codegen.builtins import BUILTIN_MAPS
+from derive.codegen.builtins import BUILTIN_MAPS, FAMILY_MAPS
+from derive.family import derive_family
 
 USER = {"shannon_gini": "p*log(p) + p**2/2", "cube": "p**3", "gini_log1p": "p**2/2 + p*log(1 + p)"}
-PARAMS = {"entmax": {"alpha": 1.3}}
+PARAMS = {"entmax": {"alpha": 1.3}, "entmax_sparse": {"alpha": 1.3}, "entmax_dense": {"alpha": 0.6}}
 #: (name, parameters) of every map the torch and JAX backends are tested with: the built-ins, alpha-entmax at a
 #: few alphas, the user maps
 MAPS = [("softmax", {}), ("sparsemax", {}), ("entmax15", {}), ("entmax", {"alpha": 1.3}), ("entmax", {"alpha": 1.01}),
-        ("entmax", {"alpha": 5.0}), ("shannon_gini", {}), ("cube", {}), ("gini_log1p", {})]
+        ("entmax", {"alpha": 5.0}), ("entmax", {"alpha": 0.6}), ("shannon_gini", {}), ("cube", {}), ("gini_log1p", {})]
 IDS = [name + "".join(f"-{k}{v}" for k, v in params.items()) for name, params in MAPS]
+
+
+class FamilyDerivation:
+    """The derivations of a family's cases (:func:`derive.family.derive_family`) as one: ``evaluate`` takes the
+    case of its parameter's value (the reference of the family ``entmax`` at any alpha)."""
+
+    def __init__(self, reg):
+        fam = derive_family(reg)
+        self.name, self.parameter = fam.parameter.symbol.name, fam.parameter.symbol.name
+        self.cases = [(float(c.lower), float(c.upper), derive_map(c.regularizer)) for c in fam.cases]
+
+    def case(self, **params):
+        """``(derivation, params)`` of the case holding the parameter's value (a point's without the parameter)."""
+        value = float(params[self.parameter])
+        for lo, hi, dv in self.cases:
+            if (value == lo) if lo == hi else (lo < value < hi):
+                return dv, {k: v for k, v in params.items() if k != self.parameter or lo != hi}
+        raise ValueError(f"{self.parameter} = {value} lies in no case")
+
+    def evaluate(self, scores, digits: int = 50, **params):
+        dv, rest = self.case(**params)
+        return dv.evaluate(scores, digits=digits, **rest)
+
+
+def case_derivation(name: str, params: dict):
+    """``(derivation, params)`` for the reference functions (:mod:`derive.reference`): a family's case's."""
+    dv = derivation(name)
+    return dv.case(**params) if isinstance(dv, FamilyDerivation) else (dv, params)
 
 
 @lru_cache(maxsize=None)
 def derivation(name: str):
     if name in BUILTIN_MAPS:
         return derive_map(BUILTIN_MAPS[name]())
+    if name in FAMILY_MAPS:
+        return FamilyDerivation(FAMILY_MAPS[name]())
     return derive_map(Regularizer.from_string(USER[name], name=name))
 
 

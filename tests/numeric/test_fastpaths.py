@@ -387,7 +387,7 @@ def test_tsallis_power_form_equals_the_generic_root_path(alpha, dtype, halley_fo
     """root_rule on alpha-entmax's link of the power form ``(a (z - clip))**k`` (Newton on ``F**(1/k)`` for
     ``k >= 1``, else Halley in ``t = -c / a``, the link as ``exp(k log base)``) and on the generic path (its
     ``link_scale`` hidden: Halley on ``tau - m`` with the printed link and weights) give the same ``p`` and ``tau``."""
-    mod = importlib.import_module("numeric._generated.entmax")
+    mod = importlib.import_module("numeric._generated.entmax_sparse")
     params = (dtype(alpha),)
     assert mod.LINK_FORM == "power"
     assert float(mod.link_scale(*params)) == pytest.approx(alpha - 1, rel=1e-6)
@@ -429,7 +429,7 @@ def test_tsallis_link_matches_the_50_digit_link(alpha, dtype):
     The printed link ``((alpha - 1) z + 1/alpha)**(1/(alpha - 1))`` cancels in its base just above the clip
     (for alpha = 6 the next float above it gives ``p`` off by 1e15 ulps), so it is no truth there.
     """
-    mod = importlib.import_module("numeric._generated.entmax")
+    mod = importlib.import_module("numeric._generated.entmax_sparse")
     params = (dtype(alpha),)
     clip = mod.clip(*params)
     z = (np.random.default_rng(0).standard_normal((40, 30)) * 2).astype(dtype)
@@ -442,7 +442,7 @@ def test_tsallis_link_matches_the_50_digit_link(alpha, dtype):
     with np.errstate(all="ignore"):
         got, _, _ = tensor_rules._power_link(ops, r.link_exponent(), r.link_scale() * (z - r.clip()))
     with mpmath.workdps(50):
-        c = R._compiled(derivation("entmax"), {"alpha": mpmath.mpf(float(params[0]))})
+        c = R._compiled(derivation("entmax_sparse"), {"alpha": mpmath.mpf(float(params[0]))})
         edge = mpmath.mpf(float(clip))
         want = np.array([[float(c.link_from_clip(mpmath.mpf(float(v)) - edge)) if v > -np.inf else 0.0 for v in row]
                          for row in z])
@@ -454,7 +454,10 @@ def test_tsallis_link_matches_the_50_digit_link(alpha, dtype):
     np.testing.assert_allclose(got, want, **tol)
     assert (got[:, [0, 1]] == 0).all() and (got >= 0).all() and np.isfinite(got).all()
     if alpha in (1.5, 2.0):  # k = 2, 1: sort_link's u * u or u, as at_threshold takes it
-        np.testing.assert_allclose(tensor_rules.sort_link(ops, r, z.copy()), want, **tol)
+        # (the printed link computes both of its forms, numpy.where picking one: the form for alpha near 1,
+        # exp(log1p(...) / (alpha - 1)), is -inf inside log1p at the clip, where it is not taken)
+        with np.errstate(divide="ignore"):
+            np.testing.assert_allclose(tensor_rules.sort_link(ops, r, z.copy()), want, **tol)
 
 
 @pytest.mark.parametrize(("alpha", "dtype"), [
@@ -466,7 +469,7 @@ def test_tsallis_link_matches_the_50_digit_link(alpha, dtype):
     for alpha in ALPHAS for dtype in (np.float64, np.float32)])
 def test_tsallis_link_is_one_at_omega_prime_of_one(alpha, dtype):
     """The power form's link gives p = 1 within 8 ulps at z = 1/alpha = omega'(1)."""
-    mod = importlib.import_module("numeric._generated.entmax")
+    mod = importlib.import_module("numeric._generated.entmax_sparse")
     params = (dtype(alpha),)
     r = numpy_routines(mod, params)
     z = np.full((4, 3), 1 / alpha, dtype=dtype)
@@ -481,7 +484,7 @@ def test_power_newton_rounds_on_short_rows(alpha, n):
     """alpha <= 3/2 on rows of <= 256: Newton on ``F**(1/k)`` from the Jensen bound (no bracket, no start on
     the largest scores) takes few full-row rounds (at most 6 in [1.25, 2] as test_root_rule_rounds_float32 asks;
     at most 8 at alpha = 1.1), and float32 agrees with float64."""
-    mod = importlib.import_module("numeric._generated.entmax")
+    mod = importlib.import_module("numeric._generated.entmax_sparse")
     rng = np.random.default_rng(n)
     x = (rng.standard_normal((512, n)) * rng.uniform(0.05, 10, (512, 1))).astype(np.float32)
     x[::7, n // 2:] = -np.inf

@@ -19,7 +19,7 @@ from derive import reference as R
 from numeric import tensor_rules
 from numeric.numpy_ops import NumpyRowOps, ops_for
 
-from .conftest import PARAMS, USER, counting_ops, derivation, numpy_routines, reference
+from .conftest import PARAMS, USER, case_derivation, counting_ops, derivation, numpy_routines, reference
 
 BUILTINS = ["softmax", "sparsemax", "entmax15", "entmax"]
 ALL = BUILTINS + list(USER)
@@ -130,7 +130,7 @@ _OVER_SIX = {(1.5, 16384), (1.75, 1024), (1.75, 16384), (2.0, 1024), (2.0, 16384
 def test_root_rule_rounds_float32(alpha, n):
     """At most 6 full-row rounds to float32 accuracy for alpha in [1.25, 2] (a guard for speed)."""
     rng = np.random.default_rng(int(alpha * 100) + n)
-    mod = importlib.import_module("numeric._generated.entmax")
+    mod = importlib.import_module("numeric._generated.entmax_sparse")
     x = (rng.standard_normal((64, n)) * rng.uniform(0.05, 10, (64, 1))).astype(np.float32)
     ops = counting_ops(np.float32)
     with np.errstate(all="ignore"):
@@ -253,7 +253,8 @@ def test_loss_gradient_and_zero(name, x, t):
     # against the reference loss
     for r in range(3):
         exact = [sp.Rational(int(v), int(t[r].sum())) for v in t[r]]
-        want = float(R.loss(derivation(name), x[r].tolist(), exact, digits=30, **PARAMS.get(name, {})))
+        dv, params = case_derivation(name, PARAMS.get(name, {}))
+        want = float(R.loss(dv, x[r].tolist(), exact, digits=30, **params))
         assert per_row[r] == pytest.approx(want, abs=1e-10)
 
 
@@ -345,7 +346,7 @@ def test_get_map_errors_and_parameters():
     with pytest.raises(ValueError, match="needs a value for alpha"):
         nm.get_map("entmax")
     with pytest.raises(ValueError, match="outside"):
-        nm.entmax(np.zeros(3), 0.5)
+        nm.entmax(np.zeros(3), 0.0)
     with pytest.raises(ValueError, match="no parameter"):
         nm.get_map("softmax", alpha=2.0)
     with pytest.raises(ValueError, match="'sort' needs"):
@@ -368,7 +369,9 @@ def test_user_module_by_name_and_object():
     b = nm.get_map(mod)(np.array([0.0, 1.0, 2.0]))
     np.testing.assert_array_equal(a, b)
     np.testing.assert_allclose(a, reference("cube", [0.0, 1.0, 2.0]), atol=1e-12)
-    assert repr(nm.get_map("entmax", alpha=1.5)) == "Map('entmax', threshold='root', alpha=1.5)"
+    assert repr(nm.get_map("entmax_sparse", alpha=1.5)) == "Map('entmax_sparse', threshold='root', alpha=1.5)"
+    # a family's threshold is each case's own
+    assert repr(nm.get_map("entmax", alpha=1.5)) == "Map('entmax', threshold='auto', alpha=1.5)"
 
 
 def test_numeric_never_imports_sympy():

@@ -231,6 +231,24 @@ def test_one_alpha_per_head():
     _check("entmax", {"alpha": np.array([1.3, 1.7]).reshape(2, 1, 1)}, 21, 19, True, "bool")
 
 
+def test_the_entmax_family_below_one_per_head():
+    """The family entmax with every head below 1 runs its dense case's kernels (numeric.family.resolve): no
+    fallback, within the float32 bounds."""
+    _check("entmax", {"alpha": np.array([0.5, 0.8]).reshape(2, 1, 1)}, 21, 19, True, "bool")
+
+
+def test_the_entmax_family_across_one_falls_back():
+    """Heads on both sides of 1 have no one case's kernels: the torch path, with a warning that says why."""
+    from numeric.torch import fused
+
+    q, k, v, _ = _inputs(0, L=21, S=19)
+    mapping = get_map("entmax", alpha=torch.tensor([0.7, 1.4]).reshape(2, 1, 1))
+    fused._warned.clear()
+    with pytest.warns(RuntimeWarning, match="do not all lie in one of its open cases"):
+        out = attention(q, k, v, mapping=mapping, backend="triton")
+    torch.testing.assert_close(out, attention(q, k, v, mapping=mapping, backend="torch"), rtol=0, atol=0)
+
+
 @pytest.fixture(scope="module")
 def tsallis_below_one(tmp_path_factory):
     """The Tsallis family with ``a in (0, 1)`` as a user generates it (dense, heavy tails, no closed-form threshold)."""
