@@ -127,7 +127,7 @@ def _combined(scope: dict, cases: list[dict], own: dict, ns) -> dict:
             if name == f"omega_prime_d_{q}":  # the point's module has no parameter q: the limit is the routine
                 fns[i] = own[f"omega_prime_d_{q}_case{i}"]
             elif name in ("omega", "omega_prime"):
-                point_first[i] = own[f"{'omega_prime' if name == 'omega_prime' else 'omega'}_d_{q}_case{i}"]
+                point_first[i] = own[f"{name}_d_{q}_case{i}"]
         out[name] = None if any(f is None for f in fns) else _routine(name, fns, point_first, bounds, names, at, ns)
     return out
 
@@ -145,7 +145,8 @@ def _inside(lo: float, hi: float) -> float:
 
 def _routine(name: str, fns: list, point_first: dict, bounds, parameters: tuple, at: int, ns):
     """One routine of the family: ``fns[i]`` is case ``i``'s (a point case's takes the parameters but ``q``)."""
-    arity = next((len(r.args) for r in contract.ROUTINES if r.name == name), 1)  # (1: omega_prime_d_<q>)
+    arguments = next((r.args for r in contract.ROUTINES if r.name == name), ("p",))  # (p: omega_prime_d_<q>)
+    arity = len(arguments)
     inside = [_inside(lo, hi) for lo, hi, _ in bounds]
 
     def call(i, own, params):
@@ -177,10 +178,8 @@ def _routine(name: str, fns: list, point_first: dict, bounds, parameters: tuple,
         return result
 
     routine.__name__ = name
-    names = [r.args for r in contract.ROUTINES if r.name == name]
     routine.__signature__ = inspect.Signature(
-        [inspect.Parameter(a, inspect.Parameter.POSITIONAL_OR_KEYWORD) for a in (names[0] if names else ("p",))]
-        + [inspect.Parameter(q, inspect.Parameter.POSITIONAL_OR_KEYWORD) for q in parameters])
+        [inspect.Parameter(a, inspect.Parameter.POSITIONAL_OR_KEYWORD) for a in (*arguments, *parameters)])
     return routine
 
 

@@ -17,7 +17,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 import numeric as nm
-from derive import DerivationError, Regularizer, alpha, derive_map, p, tsallis
+from derive import DerivationError, alpha, derive_map, p, tsallis
 from derive import reference
 from derive.family import derive_family, split_points
 from numeric import family
@@ -144,7 +144,7 @@ def test_the_loss_and_its_parameter_gradient_through_one(cases):
     x = np.array([[-1.0, 0.0, 0.3, 0.8, 1.5]])
     y = np.array([[0.1, 0.2, 0.0, 0.3, 0.4]])
     values = {a: nm.get_map("entmax", alpha=a).loss(x, y) for a in (1 - 1e-7, 1.0, 1 + 1e-7)}
-    assert values[1.0] == pytest.approx(nm.softmax(x) @ x[0] * 0 + nm.get_map("softmax").loss(x, y), rel=1e-14)
+    assert values[1.0] == pytest.approx(nm.get_map("softmax").loss(x, y), rel=1e-14)
     assert abs(values[1 - 1e-7] - values[1.0]) < 1e-6 and abs(values[1 + 1e-7] - values[1.0]) < 1e-6
 
 
