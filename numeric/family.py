@@ -24,6 +24,7 @@ The family's constants say what its combined routines need: the root threshold, 
 
 from __future__ import annotations
 
+import contextlib
 import inspect
 import math
 from types import ModuleType
@@ -168,7 +169,7 @@ def _routine(name: str, fns: list, point_first: dict, bounds, parameters: tuple,
                 return math.nan
             return call(i, own, params)
         result = None
-        with np.errstate(all="ignore"):
+        with np.errstate(all="ignore") if ns is np else contextlib.nullcontext():  # (torch.compile: no errstate)
             for i in reversed(range(len(bounds))):
                 lo, hi, _ = bounds[i]
                 here = (q == lo) if lo == hi else (q > lo) & (q < hi)

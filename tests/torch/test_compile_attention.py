@@ -67,11 +67,11 @@ def test_compiled_attention_equals_eager(torch_user_modules):
     gini_log1p = get_map(importlib.import_module("gini_log1p"))
 
     def f(q, k, v, mask, q32, k32, v32, alpha):
-        entmax = get_map("entmax", alpha=alpha)
+        entmax = get_map("entmax_sparse", alpha=alpha)
         out = []
         for mapping, block in (("softmax", None), (entmax, 2), (gini_log1p, None)):
             out.append(attention(q, k, v, attn_mask=mask, is_causal=True, mapping=mapping, block=block))
-        out.append(attention(q32, k32, v32, attn_mask=mask, mapping=get_map("entmax", alpha=alpha.float()), block=3))
+        out.append(attention(q32, k32, v32, attn_mask=mask, mapping=get_map("entmax_sparse", alpha=alpha.float()), block=3))
         return out
 
     q, k, v, mask = _inputs(0, torch.float64)
@@ -113,7 +113,7 @@ def test_compiled_layer_equals_eager():
     padding mask: one graph, outputs, weights and the gradients of the input and every parameter (alpha_logit
     included) equal to eager's."""
     torch.manual_seed(0)
-    layer = MultiheadAttention(8, 2, batch_first=True, mapping="entmax", learn_alpha=True, dtype=torch.float64)
+    layer = MultiheadAttention(8, 2, batch_first=True, mapping="entmax_sparse", learn_alpha=True, dtype=torch.float64)
     with torch.no_grad():
         layer.alpha_logit.copy_(torch.tensor([-1.0, 1.5]))
     x = torch.randn(2, 5, 8, dtype=torch.float64, generator=torch.Generator().manual_seed(3), requires_grad=True)

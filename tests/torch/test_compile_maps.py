@@ -106,7 +106,7 @@ def test_every_map_compiles_to_one_graph_and_equals_eager(typed):
     float64, one graph (``fullgraph=True``): p and the gradients (scores, alpha) equal eager's on masked, fully
     masked, NaN and +inf rows."""
     builtins = [get_map(name) for name in ("softmax", "sparsemax", "entmax15")]
-    entmax = get_map("entmax")
+    entmax = get_map("entmax_sparse")
 
     def fn(x, alpha):
         return [m(x) for m in builtins] + [entmax(x, alpha=alpha)] + [m(x) for m in typed]
@@ -118,7 +118,7 @@ def test_every_map_compiles_to_one_graph_and_equals_eager(typed):
 def test_inductor_code_equals_eager(typed):
     """inductor's generated code (the loops and branches of the solvers compiled, fullgraph) equals eager:
     alpha-entmax float32 (its alpha gradient computed in float64), sparsemax and gini_log1p in float64."""
-    sparsemax, entmax, gini_log1p = get_map("sparsemax"), get_map("entmax"), typed[0]
+    sparsemax, entmax, gini_log1p = get_map("sparsemax"), get_map("entmax_sparse"), typed[0]
 
     def fn(x, alpha):
         if x.dtype == torch.float32:
@@ -158,7 +158,7 @@ def test_compiled_fallbacks_equal_eager(typed):
 def test_parameter_outside_its_domain_under_compile():
     """Under compile a tensor parameter's domain is checked with the graph (no value reaches Python): an alpha
     outside (1, inf) raises, naming the parameter; inside, the values are eager's."""
-    entmax = get_map("entmax")
+    entmax = get_map("entmax_sparse")
     f = torch.compile(lambda x, a: entmax(x, alpha=a), backend="eager", fullgraph=True)
     x = hard_scores(torch.float64)[[0, 5, 6]]
     a = torch.tensor([[1.5], [2.5], [1.1]], dtype=torch.float64)

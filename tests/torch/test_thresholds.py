@@ -81,7 +81,7 @@ def test_gradients_through_the_threshold_path(name, params):
 
 def test_which_maps_keep_a_threshold():
     """The power-form, sort and closed maps recompute from tau; a root rule across a kink does not."""
-    kept = {IDS[i]: tensor_rules.recomputable(get_map(n, **p)._solver.routines(
+    kept = {IDS[i]: tensor_rules.recomputable(get_map(n, **p).solver_for(p).routines(
         tuple(torch.tensor([[v]], dtype=F64) for v in p.values()))) for i, (n, p) in enumerate(MAPS)}
     for name in ("sparsemax", "entmax15", "entmax-alpha1.3", "entmax-alpha1.01", "entmax-alpha5.0"):
         assert kept[name], name
