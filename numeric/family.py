@@ -148,6 +148,9 @@ def _routine(name: str, fns: list, point_first: dict, bounds, parameters: tuple,
     """One routine of the family: ``fns[i]`` is case ``i``'s (a point case's takes the parameters but ``q``)."""
     arguments = next((r.args for r in contract.ROUTINES if r.name == name), ("p",))  # (p: omega_prime_d_<q>)
     arity = len(arguments)
+    # (where, not the namespace: under torch.compile a namespace held here and also read as the global numpy of the
+    # cases' rebound routines gets a guard that fails where it is made)
+    where, quiet = ns.where, ns is np
     inside = [_inside(lo, hi) for lo, hi, _ in bounds]
 
     def call(i, own, params):
@@ -169,13 +172,13 @@ def _routine(name: str, fns: list, point_first: dict, bounds, parameters: tuple,
                 return math.nan
             return call(i, own, params)
         result = None
-        with np.errstate(all="ignore") if ns is np else contextlib.nullcontext():  # (torch.compile: no errstate)
+        with np.errstate(all="ignore") if quiet else contextlib.nullcontext():  # (torch.compile: no errstate)
             for i in reversed(range(len(bounds))):
                 lo, hi, _ = bounds[i]
                 here = (q == lo) if lo == hi else (q > lo) & (q < hi)
-                safe = ns.where(here, q, inside[i])
+                safe = where(here, q, inside[i])
                 value = call(i, own, params[:at] + (safe,) + params[at + 1:])
-                result = value if result is None else ns.where(here, value, result)
+                result = value if result is None else where(here, value, result)
         return result
 
     routine.__name__ = name

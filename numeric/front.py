@@ -210,6 +210,7 @@ def learned_range(module: ModuleType, name: str, start=None, given=None, what: s
     number = start is not None and is_number(start)
     if given is None and start is None and getattr(module, "FAMILY_PARAMETER", None) == name:
         lo, hi = module.CASES[-1][:2]  # a family with no value: its last case's (entmax: (1, 2), from 1.5)
+    if given is None:
         centre = float(start) if number else 0.0
         span = (lambda d: max(1.0, 2 * d)) if number else (lambda d: 1.0)  # noqa: E731
         lo_r = lo if math.isfinite(lo) else (hi - span(hi - centre) if math.isfinite(hi) else centre - 1)

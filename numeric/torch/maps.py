@@ -214,7 +214,7 @@ class TorchMap(FrameworkMap):
         self._solver = mapping._solver if same else _Solver(self.module, threshold)
         # a family's cases: the solver of the case all values lie in (numeric.family.resolve), built here too
         self._cases = (mapping._cases if same else
-                       {m: _Solver(m, threshold) for m in family.case_modules(self.module)
+                       {m.NAME: _Solver(m, threshold) for m in family.case_modules(self.module)
                         if tuple(m.PARAMETERS) == tuple(self.module.PARAMETERS)}) if family.is_family(self.module) else None
 
     def __repr__(self) -> str:
@@ -234,7 +234,8 @@ class TorchMap(FrameworkMap):
         """The solver for these parameter values: a family's case's where they all lie in one open case."""
         if self._cases is None:
             return self._solver
-        return self._cases.get(family.resolve(self.module, values, ARRAYS.readable), self._solver)
+        # (keyed by name: dynamo compares no modules)
+        return self._cases.get(family.resolve(self.module, values, ARRAYS.readable).NAME, self._solver)
 
     def __call__(self, x, dim: int = -1, **params):
         """``p*(x)`` along ``dim``: same shape, dtype and device as ``x``."""
@@ -371,7 +372,7 @@ def entmax(x, alpha, dim: int = -1):
 
 #: the built-in maps, built on import (4 ms): building a map loads and checks its module, which torch.compile
 #: cannot trace, so a compiled function calling softmax(...) first would break its graph there
-_BUILTIN = {name: TorchMap(name) for name in ("softmax", "sparsemax", "entmax15", "entmax")}
+_BUILTIN = {name: TorchMap(name) for name in ("softmax", "sparsemax", "entmax15", "entmax_sparse", "entmax_dense", "entmax")}
 
 
 def _builtin(name: str) -> TorchMap:

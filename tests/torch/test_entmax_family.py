@@ -57,7 +57,7 @@ def test_a_learned_alpha_crosses_one():
     """The family's range from 1.5 is (0, 3): logits put the heads below, at and above 1; the layer's weights are
     the map's with those alphas, and its gradient in the logits passes gradcheck."""
     torch.manual_seed(4)
-    layer = MultiheadAttention(6, 3, dtype=F64, mapping=rt.get_map("entmax", alpha=1.5), learn_alpha=True,
+    layer = MultiheadAttention(6, 3, dtype=F64, mapping=rt.get_map("entmax", alpha=1.5), learn=("alpha",),
                                batch_first=True)
     assert layer.ranges == {"alpha": (0.0, 3.0)}
     logits = torch.tensor([-1.0, 0.0, 1.0], dtype=F64)  # alpha = 3 sigmoid(logit): 0.807, 1.5, 2.19

@@ -266,9 +266,9 @@ def test_fully_masked_query_gives_zero_attention():
 @pytest.mark.parametrize(("kwargs", "error", "match"), [
     (dict(mapping="softmax", learn_alpha=True), ValueError, "learn_alpha=True needs a map with a parameter alpha"),
     (dict(mapping=lambda s, dim: s.softmax(dim), learn_alpha=True), ValueError, "needs a map with a parameter alpha"),
-    (dict(mapping="entmax", learn_alpha=True, alpha_range=(0.5, 2.0)), ValueError, "alpha_range"),
+    (dict(mapping="entmax", learn_alpha=True, alpha_range=(-0.5, 2.0)), ValueError, "alpha_range"),
     (dict(mapping="entmax", learn_alpha=True, alpha_range=(2.0, 1.5)), ValueError, "alpha_range"),
-    (dict(mapping="entmax", learn_alpha=True, alpha_range=(1.0, math.inf)), ValueError, "alpha_range"),
+    (dict(mapping="entmax", learn_alpha=True, alpha_range=(0.0, math.inf)), ValueError, "alpha_range"),
     (dict(mapping=3), TypeError, "mapping must be"),
 ])
 def test_constructor_errors(kwargs, error, match):
