@@ -27,8 +27,6 @@ from dataclasses import dataclass
 from functools import lru_cache
 from types import FunctionType, ModuleType
 
-from . import family
-
 __all__ = ["FORMAT_VERSION", "CUDA_THREADS", "Routine", "ROUTINES", "PER_PARAMETER", "CONSTANTS", "SOURCES",
            "FRAMEWORKS", "CONTINUOUS_NAMES", "routine_names", "required_names", "missing_names", "check_map_module",
            "check_continuous_module", "routines_on"]
@@ -154,8 +152,8 @@ def routines_on(module: ModuleType, namespace, **names) -> dict:
     whose array namespace spells NumPy's functions runs the very code that was verified, on its arrays, with
     its autograd: one text for every framework.  A routine calling another finds the rebound one.
     """
-    if family.is_family(module):
-        return family.table_on(module, namespace, lambda m, own=False: _rebound(m, namespace, names, own))
+    if getattr(module, "CASES", None) is not None:  # a family: numeric.family.table_on, which complete() bound to it
+        return module.TABLE_ON(namespace, lambda m, own=False: _rebound(m, namespace, names, own))
     return _rebound(module, namespace, names)
 
 

@@ -27,6 +27,7 @@ from __future__ import annotations
 import contextlib
 import inspect
 import math
+import sys
 from types import ModuleType
 
 import numpy as np
@@ -52,6 +53,8 @@ def complete(scope: dict) -> None:
     package = scope.get("__package__") or ""
     modules = tuple(trust.import_generated(f"{package}.{name}" if package else name) for _, _, name in scope["CASES"])
     scope["CASE_MODULES"] = modules
+    # (contract.routines_on calls this: numeric.contract does not import numeric.family, which imports it)
+    scope["TABLE_ON"] = lambda namespace, rebind: table_on(sys.modules[scope["__name__"]], namespace, rebind)
     table = _combined(scope, [contract.module_routines(m) for m in modules], dict(scope), np)
     scope.update(table)
 
