@@ -54,7 +54,8 @@ def clipped_link(module, z, params):
     closed form, module.link None, would invert omega' with numeric.newton.invert_link.)"""
     clip = module.clip(*params)
     live = z > clip
-    with np.errstate(invalid="ignore", over="ignore", under="ignore"):  # a base just below 0 by rounding: NaN
+    # a base just below 0 by rounding: NaN; the base 0 at the clip: log1p(-1) in a link printed near a pole
+    with np.errstate(invalid="ignore", over="ignore", under="ignore", divide="ignore"):
         g = module.link(np.where(live, z, clip), *params)
     return np.where(live & (g > 0), g, 0)
 

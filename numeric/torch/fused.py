@@ -150,6 +150,9 @@ def map_functions(module):
     file (Triton reads its functions' source).  A link with no closed form calls the generated
     ``numeric._generated.newton_link_triton``, whose header is checked first (as a map's is)."""
     global _folder
+    if family.is_family(module):
+        raise TypeError(f"map {module.NAME} is a family: its kernels are those of its cases "
+                        "(numeric.family.resolve picks the case of the parameters' values)")
     text = module.TRITON_SOURCE
     found = _loaded.get(text)  # (by the text itself: a str caches its hash, so a call hashes nothing)
     if found is not None:

@@ -89,7 +89,7 @@ def test_generate_writes_and_checks_a_folder(tmp_path, capsys):
     assert main(["generate", "--out", str(tmp_path)]) == 0
     names = sorted(p.name for p in tmp_path.iterdir())
     assert names == ["__init__.py", "continuous_entmax15.py", "continuous_softmax.py", "continuous_sparsemax.py",
-                     "entmax.py", "entmax15.py", "newton_link.py", "newton_link_triton.py", "rows_solve.py", "softmax.py",
+                     "entmax.py", "entmax15.py", "entmax_dense.py", "entmax_sparse.py", "newton_link.py", "newton_link_triton.py", "rows_solve.py", "softmax.py",
                      "sparsemax.py"]
     assert main(["generate", "--check", "--out", str(tmp_path)]) == 0
     # a hand edit makes --check fail with a diff naming the file

@@ -37,8 +37,10 @@ def test_tsallis_symbolic_alpha_has_a_domain():
     (param,) = reg.parameters
     assert param.symbol == alpha and param.lower == 1 and param.upper == sp.oo
     assert tsallis(lower=0, upper=1).parameters[0].upper == 1
+    spanning = tsallis(lower=sp.Rational(1, 2), upper=2).parameters[0]  # (a family: derive.family splits it at 1)
+    assert (spanning.lower, spanning.upper) == (sp.Rational(1, 2), 2)
     with pytest.raises(DerivationError, match="domain"):
-        tsallis(lower=sp.Rational(1, 2), upper=2)
+        tsallis(lower=-1, upper=2)
 
 
 @pytest.mark.parametrize("bad", [1, 0, -1, "one", True, sp.I])

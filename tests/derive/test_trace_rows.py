@@ -30,7 +30,8 @@ from .test_codegen import ALL_MAPS, module_for
 from .test_kernels_host import PARAMS, _kernel, _ptr
 
 #: the solve each test map's struct names
-SOLVER_OF = {"softmax": "closed", "sparsemax": "sort_linear", "entmax15": "sort_square", "entmax": "root_power",
+SOLVER_OF = {"softmax": "closed", "sparsemax": "sort_linear", "entmax15": "sort_square", "entmax_sparse": "root_power",
+             "entmax_dense": "root_link",
              "shannon_gini": "kkt_dense", "cube": "root_power", "quartic": "kkt"}
 
 
@@ -75,7 +76,8 @@ def test_kernels_give_numpys_p_and_tau(name, x, scale):
     assert np.all(np.abs(tau[finite] - want_tau[finite]) <= 1e-13 * scale_of[finite])
 
 
-@pytest.mark.parametrize("name", ["sparsemax", "entmax15", "quartic", "shannon_gini", "entmax"])
+@pytest.mark.parametrize("name", ["sparsemax", "entmax15", "quartic", "shannon_gini", "entmax_sparse",
+                                  "entmax_dense"])
 def test_kernels_on_long_rows(name):
     """Rows of 3000 scores: the sort maps' rounds and the KKT solve's rounds over many scores per thread."""
     x = np.random.default_rng(7).standard_normal((4, 3000)) * np.array([[0.1], [1.0], [3.0], [10.0]])

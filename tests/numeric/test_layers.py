@@ -55,7 +55,9 @@ def test_learned_alpha_is_the_map_with_that_alpha_head_by_head():
     assert layer.params["alpha_logit"].shape == (2,)
     np.testing.assert_allclose(layer.map_params()["alpha"], [1.5, 1.5], rtol=1e-15)  # starts at the map's value
     layer.params["alpha_logit"] = np.array([-1.0, 2.0])
-    alphas = 1 + 1 / (1 + np.exp(-layer.params["alpha_logit"]))  # range (1, 2): the domain (1, inf) cut at 1 + 1
+    # range (0, 3): the family's domain (0, inf) cut at twice the start's distance; the heads lie across 1
+    alphas = 3 / (1 + np.exp(-layer.params["alpha_logit"]))
+    assert alphas[0] < 1 < alphas[1]
     np.testing.assert_allclose(layer.map_params()["alpha"], alphas, rtol=1e-15)
     x = rng.standard_normal((3, 4, 8))
     y = layer.forward(x, need_weights=True)
@@ -117,7 +119,7 @@ def test_state_dict_round_trip_through_a_file(tmp_path):
     y = layer.forward(x)
     np.savez(tmp_path / "layer.npz", **layer.state_dict())
     other = nm.MultiHeadAttention(8, 2, mapping=nm.get_map("entmax", alpha=1.2), dtype="float64", seed=9,
-                                  learn=("alpha",), positional="learned", max_len=16)
+                                  learn=("alpha",), ranges=layer.ranges, positional="learned", max_len=16)
     assert not np.array_equal(other.forward(x), y)
     other.load_state_dict(np.load(tmp_path / "layer.npz"))
     np.testing.assert_array_equal(other.forward(x), y)
@@ -154,15 +156,17 @@ def test_repr_and_learn_errors():
     layer = _entmax_layer(causal=True)
     text = repr(layer)
     for part in ("MultiHeadAttention(", "embed_dim=8", "num_heads=2", "causal=True", "Map('entmax'", "learn=('alpha',)",
-                 "(1.0, 2.0)", "dtype=float64"):
+                 "(0.0, 3.0)", "dtype=float64"):
         assert part in text, (part, text)
     assert repr(nm.SelfAttention(4)).startswith("SelfAttention(dim=4, causal=False, mapping=Map('softmax'")
     with pytest.raises(ValueError, match="no parameter"):
         nm.MultiHeadAttention(8, 2, mapping="sparsemax", learn=("alpha",))
     with pytest.raises(ValueError, match="inside its domain"):
-        nm.MultiHeadAttention(8, 2, mapping=nm.get_map("entmax", alpha=1.5), learn=True, ranges={"alpha": (0.5, 2)})
+        nm.MultiHeadAttention(8, 2, mapping=nm.get_map("entmax", alpha=1.5), learn=True, ranges={"alpha": (-0.5, 2)})
+    with pytest.raises(ValueError, match="inside its domain"):
+        nm.MultiHeadAttention(8, 2, mapping=nm.get_map("entmax_sparse", alpha=1.5), learn=True, ranges={"alpha": (0.5, 2)})
     with pytest.raises(ValueError, match="inside the range"):
-        nm.MultiHeadAttention(8, 2, mapping=nm.get_map("entmax", alpha=2.5), learn=True)
+        nm.MultiHeadAttention(8, 2, mapping=nm.get_map("entmax", alpha=2.5), learn=True, ranges={"alpha": (1, 2)})
     with pytest.raises(ValueError, match="not learned"):
         nm.MultiHeadAttention(8, 2, mapping=nm.get_map("entmax", alpha=1.5), ranges={"alpha": (1, 2)})
 

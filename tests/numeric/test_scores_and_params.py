@@ -190,7 +190,9 @@ def test_per_row_parameters_are_checked():
     with pytest.raises(ValueError, match="does not broadcast"):
         nm.get_map("entmax", alpha=np.full((4, 1), 1.5))(x)
     with pytest.raises(ValueError, match="outside"):
-        nm.get_map("entmax", alpha=np.array([[1.5], [1.0], [2.0]]))
+        nm.get_map("entmax", alpha=np.array([[1.5], [0.0], [2.0]]))
+    with pytest.raises(ValueError, match=r"alpha = 1.0 is outside \(1.0, inf\)"):  # the family's sparse case alone
+        nm.get_map("entmax_sparse", alpha=np.array([[1.5], [1.0], [2.0]]))
     with pytest.raises(ValueError, match="outside"):
         nm.get_map("entmax", alpha=np.array([[np.nan]]))
     with pytest.raises(TypeError, match="real"):

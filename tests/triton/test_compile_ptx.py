@@ -22,6 +22,7 @@ import triton
 from triton.backends.compiler import GPUTarget
 from triton.compiler import ASTSource
 import numeric as nm
+from numeric import family
 from numeric.kernels import triton_attention as kernels
 from numeric.torch import fused
 
@@ -29,7 +30,8 @@ POINTERS = {"Tau": "fp32", "Fsum": "fp32", "C": "fp32", "Params": "fp32", "DQ": 
             "Support": "i8", "Mask": "u8", "Bmax": "fp32", "U": "fp32", "Wsum": "fp32"}
 INPUTS = {"Q", "K", "V", "Out", "DO"}
 name, params, dtype, arch = json.loads(sys.argv[1])
-module = nm.get_map(name, **params).module
+mapping = nm.get_map(name, **params)
+module = family.resolve(mapping.module, mapping.params)  # (a family's kernels are its cases')
 constexprs = dict(MAP=fused.map_functions(module), HAS_MASK=True, MASK_BOOL=True, CAUSAL=True, MAX_STEPS=60, WEIGHTED=True, BLOCK_M=64, BLOCK_N=64, BLOCK_E=64,
                   BLOCK_EV=64, KEEP=fused.KEEP["cuda"], UPCAST=False, EXP_LINK=bool(module.TERM_IS_EXP) and module.LINK_FORM == "exp")
 out = {}

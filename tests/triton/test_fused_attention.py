@@ -249,6 +249,14 @@ def test_the_entmax_family_across_one_falls_back():
     torch.testing.assert_close(out, attention(q, k, v, mapping=mapping, backend="torch"), rtol=0, atol=0)
 
 
+def test_a_family_module_has_no_kernels_of_its_own():
+    """The kernels' functions are a case's: a family module handed to them is refused by name."""
+    from numeric.torch import fused
+
+    with pytest.raises(TypeError, match="entmax is a family"):
+        fused.map_functions(nm.get_map("entmax", alpha=1.5).module)
+
+
 @pytest.fixture(scope="module")
 def tsallis_below_one(tmp_path_factory):
     """The Tsallis family with ``a in (0, 1)`` as a user generates it (dense, heavy tails, no closed-form threshold)."""
