@@ -1,0 +1,205 @@
+"""The ground truth with box constraints: ``p = argmax <p, s> - Omega(p)`` over ``0 <= p <= u``, ``sum p = c``.
+
+For a separable ``Omega(p) = sum_i omega(p_i)`` the KKT conditions of the bounded problem are those of the
+simplex with each entry clipped at its bound: with a multiplier ``tau`` for the sum and ``mu_i >= 0`` for
+``p_i <= u_i``,
+
+    p_i = min(u_i, g_+(s_i - tau)),        sum_i p_i = c,
+    mu_i = s_i - tau - omega'(u_i) >= 0    where p_i = u_i (the saturated set S),
+
+and ``F(tau) = sum_i min(u_i, g_+(s_i - tau))`` decreases in ``tau``, so ``tau`` is its one root of
+``F = c``.  It exists where the bounds of the unmasked entries allow the sum, ``sum u_i >= c``.
+With ``u = 1`` and ``c = k`` this is the budget (k-subset) map; with ``u = inf`` and ``c = 1`` the plain one.
+
+Derivatives, on the free set ``F = {0 < p_i < u_i}`` with weights ``w_i = 1 / omega''(p_i)`` there and 0
+elsewhere (``W = sum_F w``):
+
+* in the scores, ``J = diag(w) - w w^T / W`` (the simplex's Jacobian restricted to ``F``);
+* in the bound of a saturated entry ``j``, ``dp/du_j = e_j - w / W`` (the mass it takes is taken from the free
+  entries in proportion to their weights), 0 for an entry not saturated;
+* in the total, ``dp/dc = w / W``.
+
+The Fenchel-Young loss ``L(s, y) = Omega*_C(s) + Omega(y) - <s, y>`` with ``C`` the box gives ``p - y`` in
+the scores, ``mu`` in the bounds and ``tau`` in the total (Danskin: the multipliers of the constraints).
+
+Solved here independently of :mod:`numeric`: a bracket of ``tau`` and bisection, with Newton steps taken where
+they land inside it, in mpmath at ``digits`` significant digits plus guard digits, until ``|F - c|`` is below
+``10**-(digits + 10)`` of ``c``.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any
+
+import mpmath
+
+from .errors import DerivationError
+from .reference import _GUARD, _compiled, to_mp_vector
+
+if TYPE_CHECKING:
+    from .argmax import Derivation
+
+__all__ = ["BoxSolution", "solve_box", "box_jacobians", "box_loss", "box_loss_gradients"]
+
+_MAX_STEPS = 4000
+
+
+@dataclass(frozen=True)
+class BoxSolution:
+    """``p``, ``tau`` (``None`` for a fully masked row) and the saturated entries (``p_i = u_i > 0``)."""
+
+    p: list
+    tau: Any
+    saturated: list
+
+
+def _bounds(values, upper, total):
+    n = len(values)
+    if upper is None:
+        u = [mpmath.inf] * n
+    else:
+        if hasattr(upper, "tolist"):
+            upper = upper.tolist()
+        u = [mpmath.mpf(upper)] * n if not isinstance(upper, (list, tuple)) else [mpmath.mpf(v) for v in upper]
+        if len(u) != n:
+            raise ValueError(f"upper has length {len(u)}, scores {n}")
+    if any(mpmath.isnan(v) or v < 0 for v in u):
+        raise ValueError("upper bounds must be >= 0 (inf: no bound)")
+    c = mpmath.mpf(total)
+    if not (c > 0) or c == mpmath.inf:
+        raise ValueError(f"total must be a finite number > 0, got {total!r}")
+    room = mpmath.fsum(b for b, v in zip(u, values) if v != -mpmath.inf)
+    if room < c:
+        raise ValueError(f"infeasible bounds: the upper bounds of the unmasked entries sum to "
+                         f"{mpmath.nstr(room, 8)} < total = {mpmath.nstr(c, 8)}")
+    return u, c
+
+
+def solve_box(dv: Derivation, scores: Any, upper: Any = None, total: Any = 1, digits: int = 50,
+              **params: Any) -> BoxSolution:
+    """The bounded map's ``p`` and ``tau`` for one score vector (``-inf``: masked, ``p = 0``); ``upper`` a number
+    or one bound per score (``inf``: none), ``total`` the sum.  Raises :class:`ValueError` for infeasible bounds."""
+    with mpmath.workdps(digits + _GUARD):
+        return _solve_box(dv, scores, upper, total, digits, params)
+
+
+def _solve_box(dv, scores, upper, total, digits, params) -> BoxSolution:
+    comp = _compiled(dv, params)
+    values = to_mp_vector(scores)
+    u, c = _bounds(values, upper, total)
+    live = [i for i, v in enumerate(values) if v != -mpmath.inf and u[i] > 0]
+    zeros = [mpmath.mpf(0)] * len(values)
+    if not live:  # (feasible only where every entry is masked or bounded at 0 and c = 0: refused above)
+        return BoxSolution(zeros, None, [])
+    top = max(values[i] for i in live)
+    y = {i: mpmath.fsub(values[i], top, exact=True) for i in live}
+
+    def parts(t):
+        p, slope = {}, mpmath.mpf(0)
+        for i in live:
+            g = comp.g(y[i] - t)
+            if g >= u[i]:
+                p[i] = u[i]
+            else:
+                p[i] = g
+                if g > 0:
+                    slope += comp.weight(g)
+        return p, mpmath.fsum(p.values()), slope
+
+    n = mpmath.mpf(len(live))
+    hi = -comp.d1(c / n)  # every g_+(y_i - hi) <= c / n: F(hi) <= c
+    lo = min(y[i] - comp.d1(min(u[i], c)) for i in live)  # each entry at least min(u_i, c): F(lo) >= c
+    lo = min(lo, hi)
+    tol = c * mpmath.mpf(10) ** -(digits + 10)
+    t = (lo + hi) / 2
+    for _ in range(_MAX_STEPS):
+        p, f, slope = parts(t)
+        if abs(f - c) <= tol:
+            break
+        if f > c:
+            lo = t
+        else:
+            hi = t
+        newton = t + (f - c) / slope if slope > 0 else None
+        t = newton if newton is not None and lo < newton < hi else (lo + hi) / 2
+        if hi - lo <= mpmath.mpf(2) ** (-mpmath.mp.prec + 4) * (1 + abs(t)):
+            p, f, slope = parts(t)
+            break
+    else:
+        raise DerivationError(f"the bounded reference of {dv.name} did not converge in {_MAX_STEPS} steps")
+    out = list(zeros)
+    for i in live:
+        out[i] = p[i]
+    saturated = [i for i in live if p[i] == u[i]]
+    return BoxSolution(out, t + top, saturated)
+
+
+def _free_weights(comp, sol, u):
+    return [comp.weight(q) if q > 0 and q < b else mpmath.mpf(0) for q, b in zip(sol.p, u)]
+
+
+def box_jacobians(dv: Derivation, scores: Any, upper: Any = None, total: Any = 1, digits: int = 50,
+                  **params: Any) -> dict:
+    """``{"scores": dp/ds, "upper": dp/du, "total": dp/dc}`` of the bounded map at ``scores`` (module docstring):
+    ``n x n`` matrices (row ``a``, column ``b``: ``dp_a / ds_b``) and a vector."""
+    with mpmath.workdps(digits + _GUARD):
+        sol = _solve_box(dv, scores, upper, total, digits, params)
+        comp = _compiled(dv, params)
+        u, _ = _bounds(to_mp_vector(scores), upper, total)
+        w = _free_weights(comp, sol, u)
+        big = mpmath.fsum(w)
+        n = len(w)
+        zero = mpmath.mpf(0)
+        if big == 0:
+            js = [[zero] * n for _ in range(n)]
+            ju = [[mpmath.mpf(a == b and b in sol.saturated) for b in range(n)] for a in range(n)]
+            return {"scores": js, "upper": ju, "total": [zero] * n}
+        js = [[(w[a] if a == b else 0) - w[a] * w[b] / big for b in range(n)] for a in range(n)]
+        ju = [[((1 if a == b else 0) - w[a] / big) if b in sol.saturated else zero for b in range(n)] for a in range(n)]
+        return {"scores": js, "upper": ju, "total": [w[a] / big for a in range(n)]}
+
+
+def _conjugate(comp, values, probs):
+    out = mpmath.mpf(0)
+    for v, q in zip(values, probs):
+        if v != -mpmath.inf:
+            out += (q * v - comp.omega(q)) if q > 0 else -comp.omega_zero()
+    return out
+
+
+def box_loss(dv: Derivation, scores: Any, target: Any, upper: Any = None, total: Any = 1, digits: int = 50,
+             **params: Any):
+    """The Fenchel-Young loss with the box: ``Omega*_C(s) + Omega(y) - <s, y>``; the target must lie in the box
+    (``0 <= y <= u``, ``sum y = c``)."""
+    with mpmath.workdps(digits + _GUARD):
+        comp = _compiled(dv, params)
+        values = to_mp_vector(scores)
+        u, c = _bounds(values, upper, total)
+        ys = to_mp_vector(target)
+        if len(ys) != len(values):
+            raise ValueError(f"target has length {len(ys)}, scores {len(values)}")
+        if any(t < 0 or t > b for t, b in zip(ys, u)) or abs(mpmath.fsum(ys) - c) > mpmath.mpf(10) ** -digits * c:
+            raise ValueError("target must lie in the box (0 <= y <= upper, sum y = total)")
+        sol = _solve_box(dv, scores, upper, total, digits, params)
+        out = _conjugate(comp, values, sol.p)
+        for v, t in zip(values, ys):
+            if t > 0 and v == -mpmath.inf:
+                return mpmath.inf
+            if v != -mpmath.inf:
+                out += (comp.omega(t) if t > 0 else comp.omega_zero()) - v * t
+        return out
+
+
+def box_loss_gradients(dv: Derivation, scores: Any, target: Any, upper: Any = None, total: Any = 1,
+                       digits: int = 50, **params: Any) -> dict:
+    """``{"scores": p - y, "upper": mu, "total": tau}``: the loss's gradients (module docstring), ``mu_j =
+    s_j - tau - omega'(u_j)`` on the saturated entries and 0 elsewhere."""
+    with mpmath.workdps(digits + _GUARD):
+        comp = _compiled(dv, params)
+        values = to_mp_vector(scores)
+        u, _ = _bounds(values, upper, total)
+        ys = to_mp_vector(target)
+        sol = _solve_box(dv, scores, upper, total, digits, params)
+        mu = [values[j] - sol.tau - comp.d1(u[j]) if j in sol.saturated else mpmath.mpf(0) for j in range(len(values))]
+        return {"scores": [q - t for q, t in zip(sol.p, ys)], "upper": mu, "total": sol.tau}
