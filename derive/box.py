@@ -7,7 +7,8 @@ simplex with each entry clipped at its bound: with a multiplier ``tau`` for the 
     p_i = min(u_i, g_+(s_i - tau)),        sum_i p_i = c,
     mu_i = s_i - tau - omega'(u_i) >= 0    where p_i = u_i (the saturated set S),
 
-and ``F(tau) = sum_i min(u_i, g_+(s_i - tau))`` decreases in ``tau``, so ``tau`` is its one root of
+and ``F(tau) = sum_i min(u_i, g_+(s_i - tau))`` decreases in ``tau`` (``g_+ = inf`` beyond ``omega'(inf)`` where
+``omega'`` is bounded above, as Tsallis' with ``alpha < 1``), so ``tau`` is its one root of
 ``F = c``.  It exists where the bounds of the unmasked entries allow the sum, ``sum u_i >= c``.
 With ``u = 1`` and ``c = k`` this is the budget (k-subset) map; with ``u = inf`` and ``c = 1`` the plain one.
 
@@ -33,9 +34,12 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 import mpmath
+import sympy as sp
 
 from .errors import DerivationError
 from .reference import _GUARD, _compiled, to_mp_vector
+from .regularizers import p as p_symbol
+from .regularizers import to_mpf
 
 if TYPE_CHECKING:
     from .argmax import Derivation
@@ -95,10 +99,12 @@ def _solve_box(dv, scores, upper, total, digits, params) -> BoxSolution:
     top = max(values[i] for i in live)
     y = {i: mpmath.fsub(values[i], top, exact=True) for i in live}
 
+    ceiling = _ceiling(dv, params)
+
     def parts(t):
         p, slope = {}, mpmath.mpf(0)
         for i in live:
-            g = comp.g(y[i] - t)
+            g = mpmath.inf if y[i] - t >= ceiling else comp.g(y[i] - t)
             if g >= u[i]:
                 p[i] = u[i]
             else:
@@ -133,6 +139,20 @@ def _solve_box(dv, scores, upper, total, digits, params) -> BoxSolution:
         out[i] = p[i]
     saturated = [i for i in live if p[i] == u[i]]
     return BoxSolution(out, t + top, saturated)
+
+
+def _ceiling(dv, params):
+    """``omega'(inf)``, the limit for the parameters' exact values: where ``omega'`` is bounded above (Tsallis with
+    ``alpha < 1``: ``1 / (alpha (1 - alpha))``) no ``p`` has ``omega'(p) = z`` for ``z`` at or beyond it, and
+    ``g_+(z) = inf`` there (every bound saturates); ``inf`` where ``omega'`` is not bounded."""
+    key = ("box_ceiling",) + tuple(sorted((n, repr(v)) for n, v in params.items()))
+    if key not in dv._cache:
+        exact = {q.symbol: sp.Rational(params[q.symbol.name]) if isinstance(params[q.symbol.name], float)
+                 else sp.sympify(params[q.symbol.name]) for q in dv.parameters}
+        top = sp.limit(dv.omega_prime.subs(exact), p_symbol, sp.oo)
+        dv._cache[key] = top if top.is_finite else None
+    top = dv._cache[key]
+    return mpmath.inf if top is None else to_mpf(top)
 
 
 def _free_weights(comp, sol, u):

@@ -51,7 +51,7 @@ from typing import Any, Callable
 from .newton import Ops, invert_link, safeguarded_point
 
 __all__ = ["TensorOps", "CompactRows", "Routines", "solve", "closed_rule", "sort_rule", "sort_threshold", "support_rule", "root_rule", "kkt_rule",
-           "sort_link", "at_threshold", "recomputable", "jvp", "param_vjp", "omega_terms", "ROOT_STEPS", "SUPPORT_STEPS", "KKT_STEPS",
+           "sort_link", "at_threshold", "recomputable", "jvp", "box_solve", "box_vjp", "box_free", "clipped_link", "param_vjp", "omega_terms", "ROOT_STEPS", "SUPPORT_STEPS", "KKT_STEPS",
            "KKT_FREE_STEPS", "KKT_CANDIDATES", "KKT_BLOCK", "weight_at_zero"]
 
 #: Iteration budget of the root rule's safeguarded Halley solve.
@@ -1274,15 +1274,7 @@ def halley_threshold(ops, r, y, lo, hi, *, steps: int = ROOT_STEPS, power=None, 
         scale = 1 if peak is None else 1 + abs(peak)
 
         def probabilities(t):
-            z = y - t
-            pos = z > clip
-            safe = ops.where(pos, z, -t if peak is None else peak - t)  # the maximum's z, inside the support (t <= -omega'(1/n))
-            if r.has("link"):
-                g = r.link(safe)
-            else:
-                g = ops.invert_link(safe, r.omega_prime, r.omega_second)
-            pos = pos & (g > 0)
-            return ops.where(pos, g, 0), pos
+            return clipped_link(ops, r, y, t, clip, peak)
 
         def sums(t):
             p, pos = probabilities(t)
@@ -1335,6 +1327,109 @@ def halley_threshold(ops, r, y, lo, hi, *, steps: int = ROOT_STEPS, power=None, 
 
     t, lo, hi, _, _, active, settled = ops.repeat(steps, body, state, state[5])
     return t, lo, hi, active, settled, weights
+
+
+def clipped_link(ops, r: Routines, y, t, clip, peak=None, ceiling=None):
+    """``(g_+(y - t), support)`` for rows ``y`` and thresholds ``t`` (``(rows, 1)``): the link where ``y - t`` is
+    above the clip ``omega'(0+)``, 0 elsewhere; a link with no closed form inverted
+    (:meth:`TensorOps.invert_link`).  Off the support the link is evaluated at the row's maximum, ``peak - t``
+    (``peak`` 0 where ``None``: rows shifted to their maximum), inside the support where ``t <= -omega'(c/n)``.
+
+    ``ceiling``: ``omega'(inf)``, where ``omega'`` is bounded above (Tsallis with ``alpha < 1``: ``1 / (alpha
+    (1 - alpha))``); ``z`` at or beyond it gives ``g = inf`` (no ``p`` has ``omega'(p) = z``).  ``None``: every
+    ``z`` the caller passes has a link value.
+    """
+    z = y - t
+    pos = z > clip
+    inside = pos if ceiling is None else pos & (z < ceiling)
+    safe = ops.where(inside, z, -t if peak is None else peak - t)
+    if r.has("link"):
+        g = r.link(safe)
+    else:
+        g = ops.invert_link(safe, r.omega_prime, r.omega_second)
+    if ceiling is not None:
+        g = ops.where(pos & ops.not_(inside), float("inf"), g)
+    pos = pos & (g > 0)
+    return ops.where(pos, g, 0), pos
+
+
+# ------------------------------------------------------------ box constraints
+def box_solve(ops: TensorOps, r: Routines, x, upper, total, steps: int = ROOT_STEPS):
+    """``(p, tau)`` for the rows of ``x`` (2-D) with ``0 <= p <= upper`` and ``sum p = total``:
+    ``p_i = min(u_i, g_+(s_i - tau))`` (:mod:`derive.box`), every map (its link, or the link inverted).
+
+    ``upper``: ``x``'s shape, ``>= 0`` (``inf``: no bound); ``total``: ``(rows, 1)``, ``> 0``; the bounds of each
+    row's unmasked entries must sum to at least its total (the front end checks it; a row where they do not
+    gives NaN).  ``F(tau) = sum_i min(u_i, g_+(s_i - tau))`` decreases; its root of ``F = total`` is bracketed by
+    ``hi = max(s) - omega'(total / n)`` (every entry at most ``total / n``) and ``lo = min_i s_i -
+    omega'(min(u_i, total))`` over the entries that can hold mass (each at least ``min(u_i, total)``; an entry
+    whose ``s_i - tau`` passes ``omega'(inf)`` where ``omega'`` is bounded counts as ``g = inf``), and found
+    by Newton steps in that bracket (the rounds of :func:`threshold_round`; ``F' = -sum w`` over the free
+    entries ``0 < p_i < u_i``).  The free entries are then scaled to sum to ``total`` less the saturated ones.
+    """
+    m = ops.row_max(x)
+    bad = ops.not_(ops.isfinite(m))
+    m0 = ops.where(bad, 0, m)
+    y = ops.where(bad, 0, x - m0)
+    live = ops.isfinite(x) & (upper > 0) & ops.not_(bad)
+    room = ops.row_sum(ops.where(live, upper, 0))
+    count = ops.row_sum(ops.float_(ops.isfinite(x)))
+    clip = r.clip()
+    hi = -r.omega_prime(total / ops.where(count > 0, count, 1))
+    cap = ops.where(upper < total, upper, total)
+    reach = y - r.omega_prime(ops.where(live, cap, total))
+    lo = -ops.row_max(ops.where(live, -reach, -hi))
+    lo = ops.where(lo < hi, lo, hi)
+
+    ceiling = r.omega_prime(ops.full(m, float("inf")))  # (NaN where omega' has no value at inf: no ceiling)
+    ceiling = ops.where(ops.isnan(ceiling), float("inf"), ceiling)
+
+    def sums(t):
+        g, pos = clipped_link(ops, r, y, t, clip, ceiling=ceiling)
+        saturated = live & (g >= upper)
+        p = ops.where(saturated, upper, ops.where(live, g, 0))
+        free = pos & live & ops.not_(saturated)
+        w = ops.where(free, r.weight(ops.where(free, g, 1)), 0)
+        return p, ops.row_sum(p), ops.row_sum(w), free, saturated
+
+    def body(state):
+        t, lo, hi, step, step_old, active = state
+        _, f, slope, _, _ = sums(t)
+        lo, hi = narrow_bracket(ops, t, lo, hi, active, f / total)
+        point = t + (f - total) / ops.where(slope > 0, slope, 1)
+        usable = ops.isfinite(point) & (slope > 0)
+        t, step, step_old, going, _, _ = threshold_round(ops, t, lo, hi, step, step_old, active, f / total,
+                                                         -slope / total, point, usable, 1)
+        return (t, lo, hi, step, step_old, going), going
+
+    width = hi - lo
+    going = ops.not_(bad) & (room >= total)
+    state = (ops.where(going, (lo + hi) / 2, 0), lo, hi, width, width, going)
+    t = ops.repeat(steps, body, state, going)[0]
+    p, _, _, free, saturated = sums(t)
+    rest = total - ops.row_sum(ops.where(saturated, upper, 0))
+    share = ops.row_sum(ops.where(free, p, 0))
+    p = ops.where(free & (share > 0), p * (rest / ops.where(share > 0, share, 1)), p)
+    nan = ops.full(m, float("nan"))
+    infeasible = ops.not_(bad) & ops.not_(room >= total)
+    p = ops.where(infeasible | ops.isnan(m), nan, ops.where(bad, 0, p))
+    tau = ops.where(infeasible | ops.isnan(m), nan, ops.where(bad, float("inf"), m0 + t))
+    return p, tau
+
+
+def box_free(ops: TensorOps, p, upper):
+    """Where ``p`` is free of its bounds, ``0 < p < upper`` (the entries the Jacobian moves)."""
+    return (p > 0) & (p < upper)
+
+
+def box_vjp(ops: TensorOps, r: Routines, p, v, upper, at_zero=None):
+    """``(J v, dp/du^T v, dp/dc^T v)`` of the bounded map at ``p`` (:mod:`derive.box`): ``J v`` the simplex's on the
+    free entries (:func:`jvp`; ``J`` is symmetric), ``v_j - (w.v)/sum w`` on the saturated entries ``j`` (0
+    elsewhere) and ``(w.v)/sum w`` per row (``(rows, 1)``)."""
+    free = box_free(ops, p, upper)
+    jv, mean = _centred(ops, ops.where(free, _weights(ops, r, p, at_zero), 0), v)
+    saturated = (p >= upper) & (p > 0)
+    return jv, ops.where(saturated, v - mean, 0), mean
 
 
 # -------------------------------------------------------------- derivatives
@@ -1409,11 +1504,14 @@ def jvp(ops: TensorOps, r: Routines, p, v, at_zero=None):
 
     ``at_zero``: see :func:`_weights`.
     """
-    w = _weights(ops, r, p, at_zero)
+    return _centred(ops, _weights(ops, r, p, at_zero), v)[0]
+
+
+def _centred(ops, w, v):
+    """``(w * (v - mean), mean)``, ``mean = (w.v) / sum(w)`` per row (0 where ``sum(w) = 0``)."""
     total = ops.row_sum(w)
-    dot = ops.row_sum(w * v)
-    mean = ops.where(total > 0, dot / ops.where(total > 0, total, 1), 0)
-    return w * (v - mean)
+    mean = ops.where(total > 0, ops.row_sum(w * v) / ops.where(total > 0, total, 1), 0)
+    return w * (v - mean), mean
 
 
 def param_vjp(ops: TensorOps, r: Routines, p, u, name: str, ju=None):
