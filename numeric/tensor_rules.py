@@ -1510,7 +1510,8 @@ def jvp(ops: TensorOps, r: Routines, p, v, at_zero=None):
 def _centred(ops, w, v):
     """``(w * (v - mean), mean)``, ``mean = (w.v) / sum(w)`` per row (0 where ``sum(w) = 0``)."""
     total = ops.row_sum(w)
-    mean = ops.where(total > 0, ops.row_sum(w * v) / ops.where(total > 0, total, 1), 0)
+    dot = ops.row_sum(w * v)
+    mean = ops.where(total > 0, dot / ops.where(total > 0, total, 1), 0)
     return w * (v - mean), mean
 
 
