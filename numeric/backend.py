@@ -71,6 +71,14 @@ class Backend:
     def jvp(self, mapping, y, dx):
         raise NotImplementedError
 
+    def box_forward(self, mapping, x, upper, total):
+        """``(p, tau)`` of the rows ``x`` with ``0 <= p <= upper``, ``sum p = total`` (``(rows, n)``, ``(rows, 1)``)."""
+        raise NotImplementedError(f"backend {self.name!r} has no box constraints (upper=, total=)")
+
+    def box_vjp(self, mapping, y, dy, upper):
+        """``(J^T dy, dp/du^T dy, dp/dc^T dy)`` of the bounded map at ``y`` (:func:`numeric.tensor_rules.box_vjp`)."""
+        raise NotImplementedError(f"backend {self.name!r} has no box constraints (upper=, total=)")
+
     def rbf_expectation(self, cmap, mu, sigma2, basis, grad: bool):
         raise NotImplementedError(f"backend {self.name!r} has no continuous maps")
 

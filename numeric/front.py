@@ -29,7 +29,7 @@ from . import tensor_rules
 
 __all__ = ["THRESHOLDS", "REDUCTIONS", "Arrays", "check_threshold", "check_names", "check_param", "check_axis",
            "is_number", "param_shape", "param_rows", "check_learned", "learned_range", "check_target", "check_reduction", "reduce",
-           "loss_rows", "RowOps"]
+           "loss_rows", "RowOps", "is_box", "box_rows"]
 
 #: The thresholds every map takes: the module's own rule, or one forced (``"closed"`` and ``"sort"`` where the
 #: module's rule is that one; ``"root"`` for every map).
@@ -179,6 +179,58 @@ def param_rows(xp, name: str, value, shape: tuple, axis: int, word: str = "axis"
         return value.reshape(())
     rows = tuple(shape[:axis]) + (1,) + tuple(shape[axis + 1:])
     return xp.moveaxis(xp.broadcast_to(value.reshape(padded), rows), axis, -1).reshape(-1, 1)
+
+
+# ------------------------------------------------------------ box constraints
+def is_box(upper, total) -> bool:
+    """Whether a call asks for box constraints: a bound, or a total other than the number 1."""
+    return upper is not None or not (is_number(total) and float(total) == 1.0)
+
+
+def box_rows(xp, arrays: Arrays, x, upper, total, axis: int, word: str = "axis"):
+    """``(upper, total)`` of a bounded call as rows of the scores ``x`` flattened with ``axis`` last: ``(rows, n)``
+    bounds (``inf``: none) and ``(rows, 1)`` totals, in ``x``'s dtype, checked.
+
+    ``upper``: ``None``, a number or an array broadcasting to the scores, ``>= 0``; ``total``: a number or an array
+    broadcasting to the scores with size 1 along the map's axis, ``> 0`` and finite.  Where the values can be read
+    (:meth:`Arrays.readable`) the bounds of each row's unmasked scores must sum to at least its total
+    ("infeasible bounds", with the row and the two sums).
+    """
+    shape, n = tuple(x.shape), x.shape[axis]
+    rows = math.prod(shape) // n
+
+    def layout(value, name, along):
+        if is_number(value):
+            return xp.full((rows, n if along else 1), float(value), dtype=x.dtype)
+        if not arrays.is_array(value) or arrays.kind(value) not in "fiub":
+            raise TypeError(f"{name} must be a real number or a real array, got {type(value).__name__}")
+        value = arrays.astype(value, x.dtype)
+        if along:
+            if len(value.shape) > len(shape) or any(v not in (1, m) for v, m in
+                                                       zip((1,) * (len(shape) - len(value.shape)) + tuple(value.shape), shape)):
+                raise ValueError(f"{name} of shape {tuple(value.shape)} does not broadcast to the scores {shape}")
+            full = xp.broadcast_to(value.reshape((1,) * (len(shape) - len(value.shape)) + tuple(value.shape)), shape)
+            return xp.moveaxis(full, axis, -1).reshape(rows, n)
+        padded = param_shape(name, value.shape, shape, axis, word)
+        each = tuple(shape[:axis]) + (1,) + tuple(shape[axis + 1:])
+        return xp.moveaxis(xp.broadcast_to(value.reshape(padded), each), axis, -1).reshape(rows, 1)
+
+    u = layout(math.inf if upper is None else upper, "upper", True)
+    c = layout(total, "total", False)
+    ru, rc, rx = arrays.readable(u), arrays.readable(c), arrays.readable(x)
+    if ru is not None and bool((ru != ru).any() | (ru < 0).any()):
+        raise ValueError("upper must be >= 0 everywhere (inf: no bound), got a negative or NaN bound")
+    if rc is not None and not bool(((rc > 0) & (rc < math.inf)).all()):
+        raise ValueError(f"total must be finite and > 0, got {float(rc.min()) if (rc == rc).all() else math.nan}")
+    if ru is not None and rc is not None and rx is not None:
+        finite = xp.moveaxis(rx, axis, -1).reshape(rows, n) > -math.inf
+        room = xp.where(finite, ru, 0).sum(axis=-1)
+        short = room < rc[:, 0]
+        if bool(short.any()):
+            i = int(short.argmax())
+            raise ValueError(f"infeasible bounds: in row {i} the upper bounds of the unmasked scores sum to "
+                             f"{float(room[i]):.6g} < total = {float(rc[i, 0]):.6g}")
+    return u, c
 
 
 # ------------------------------------------------- parameters learned per head

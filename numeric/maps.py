@@ -164,26 +164,43 @@ class Map:
                      for i in range(table.shape[1]))
 
     # ------------------------------------------------------------- forward
-    def __call__(self, x, axis: int = -1):
-        """``p*(x)`` along ``axis``; same array kind, shape and (float) dtype as ``x``."""
-        return self.forward(x, axis)[0]
+    def __call__(self, x, axis: int = -1, *, upper=None, total=1.0):
+        """``p*(x)`` along ``axis``; same array kind, shape and (float) dtype as ``x``.
+
+        ``upper`` (a number or an array broadcasting to ``x``, ``>= 0``; ``None``: no bound) and ``total`` (a number
+        or an array with size 1 along ``axis``, ``> 0``): the map over the box ``0 <= p <= upper``, ``sum p =
+        total`` instead of the simplex, ``p_i = min(u_i, g_+(s_i - tau))`` (:mod:`derive.box`): constrained
+        softmax and sparsemax, and ``sparsemax(x, upper=1, total=k)`` the budget map.  Infeasible bounds (those
+        of a row's unmasked scores summing to less than its total) are refused.
+        """
+        return self.forward(x, axis, upper=upper, total=total)[0]
 
     def threshold_of(self, x, axis: int = -1):
         """The threshold ``tau`` of each row (``+inf`` for fully masked rows, NaN for rows with NaN)."""
         return self.forward(x, axis)[1]
 
-    def forward(self, x, axis: int = -1, *, overwrite: bool = False):
+    def forward(self, x, axis: int = -1, *, overwrite: bool = False, upper=None, total=1.0):
         """``(p*(x), tau)``: the map along ``axis`` and the threshold of each row (batch shape).
 
         ``overwrite=True`` lets the NumPy path use ``x`` as scratch space (attention
         passes its own score buffers this way, saving an allocation and a pass);
         copies made here (a cast, a moved axis) are used as scratch anyway.
+        ``upper``, ``total``: box constraints (:meth:`__call__`).
         """
         backend = backend_for(x)
         given = x
         x, out_dtype = to_compute_dtype(x, backend.namespace())
         axis = check_axis(x.shape, axis)
         flat, restore = _rows(x, axis)
+        if front.is_box(upper, total):
+            xp = backend.namespace()
+            u, c = front.box_rows(xp, front.Arrays(xp), x, upper, total, axis)
+            p, tau = xp.empty_like(flat), xp.empty(flat.shape[0], dtype=flat.dtype)
+            for m, rows in self._groups(x.shape, axis, xp):
+                rows = slice(None) if rows is None else rows
+                p[rows], tau[rows] = backend.box_forward(m, flat[rows], u[rows], c[rows])
+            batch = x.shape[:axis] + x.shape[axis + 1:]
+            return restore(p).astype(out_dtype, copy=False), tau.reshape(batch)
         # scratch space: a copy made here (a cast or a moved axis), or the caller's buffer if allowed
         own = not backend.shares_memory(flat, given)
         groups = self._groups(x.shape, axis, backend.namespace())
@@ -207,8 +224,9 @@ class Map:
         value = xp.asarray(fn(y + ~pos, *(self.cast_params(y.dtype) if values is None else values)))
         return (value * pos + off * ~pos if off else value * pos).astype(y.dtype, copy=False)
 
-    def jvp(self, y, dx, axis: int = -1):
-        """``J dx`` at ``y = m(x)``: ``w*dx - w (w.dx) / sum(w)``, ``w = w(y)`` on the support."""
+    def jvp(self, y, dx, axis: int = -1, *, upper=None, total=1.0):
+        """``J dx`` at ``y = m(x)``: ``w*dx - w (w.dx) / sum(w)``, ``w = w(y)`` on the support (with ``upper``: on
+        the entries free of their bounds, :func:`numeric.tensor_rules.box_vjp`)."""
         backend = backend_for(y, dx)
         xp = backend.namespace()
         y, out_dtype = to_compute_dtype(y, xp)
@@ -218,6 +236,8 @@ class Map:
         axis = check_axis(y.shape, axis)
         fy, restore = _rows(y, axis)
         fd, _ = _rows(dx, axis)
+        if front.is_box(upper, total):
+            return restore(self._box_vjp(backend, y, fy, fd, upper, total, axis)[0]).astype(out_dtype, copy=False)
         groups = self._groups(y.shape, axis, xp)
         if groups[0][1] is None:
             return restore(backend.jvp(groups[0][0], fy, fd)).astype(out_dtype, copy=False)
@@ -226,9 +246,36 @@ class Map:
             out[rows] = backend.jvp(m, fy[rows], fd[rows])
         return restore(out).astype(out_dtype, copy=False)
 
-    def vjp(self, y, dy, axis: int = -1):
+    def vjp(self, y, dy, axis: int = -1, *, upper=None, total=1.0):
         """``J^T dy`` at ``y = m(x)``; ``J`` is symmetric, so this equals :meth:`jvp`."""
-        return self.jvp(y, dy, axis=axis)
+        return self.jvp(y, dy, axis=axis, upper=upper, total=total)
+
+    def vjp_bounds(self, y, dy, axis: int = -1, *, upper=None, total=1.0) -> dict:
+        """``{"upper": sum_i dy_i dp_i/du, "total": sum_i dy_i dp_i/dc}`` at ``y = m(x, upper=upper, total=total)``:
+        the first of the scores' shape (non-zero on the saturated entries, ``dy_j - (w.dy)/sum w``), the second
+        per row (batch shape), ``(w.dy)/sum w`` with ``w`` the weights of the free entries (:mod:`derive.box`)."""
+        backend = backend_for(y, dy)
+        xp = backend.namespace()
+        y, out_dtype = to_compute_dtype(y, xp)
+        dy = xp.asarray(dy).astype(y.dtype, copy=False)
+        if dy.shape != y.shape:
+            raise ValueError(f"cotangent of shape {dy.shape} does not match the output shape {y.shape}")
+        axis = check_axis(y.shape, axis)
+        fy, restore = _rows(y, axis)
+        fd, _ = _rows(dy, axis)
+        _, du, dc = self._box_vjp(backend, y, fy, fd, upper, total, axis)
+        batch = y.shape[:axis] + y.shape[axis + 1:]
+        return {"upper": restore(du).astype(out_dtype, copy=False), "total": dc.reshape(batch).astype(out_dtype, copy=False)}
+
+    def _box_vjp(self, backend, y, fy, fd, upper, total, axis):
+        """:meth:`Backend.box_vjp` on the rows ``fy``, ``fd`` of ``y`` (groups of parameter values solved apart)."""
+        xp = backend.namespace()
+        u, _ = front.box_rows(xp, front.Arrays(xp), y, upper, total, axis)
+        js, ju, jc = xp.empty_like(fy), xp.empty_like(fy), xp.empty((fy.shape[0], 1), dtype=fy.dtype)
+        for m, rows in self._groups(y.shape, axis, xp):
+            rows = slice(None) if rows is None else rows
+            js[rows], ju[rows], jc[rows] = backend.box_vjp(m, fy[rows], fd[rows], u[rows])
+        return js, ju, jc
 
     def vjp_params(self, y, dy, axis: int = -1, *, reduce: bool = False) -> dict:
         """``{name: sum_i dy_i dp_i/dq}`` per row (batch shape), for each parameter ``q``.
@@ -404,24 +451,27 @@ def get_map(name, *, threshold: str = "auto", **params) -> Map:
     return Map(module_of(name, Map), threshold, **params)
 
 
-def softmax(x, axis: int = -1):
+def softmax(x, axis: int = -1, *, upper=None, total=1.0):
     """Softmax ``p_i = exp(s_i) / sum_j exp(s_j)``: the map of Shannon's ``p log p``."""
-    return get_map("softmax")(x, axis=axis)
+    return get_map("softmax")(x, axis=axis, upper=upper, total=total)
 
 
-def sparsemax(x, axis: int = -1):
-    """Sparsemax ``p = [s - tau]_+``: the map of ``p**2 / 2`` (Euclidean projection on the simplex)."""
-    return get_map("sparsemax")(x, axis=axis)
+def sparsemax(x, axis: int = -1, *, upper=None, total=1.0):
+    """Sparsemax ``p = [s - tau]_+``: the map of ``p**2 / 2`` (Euclidean projection on the simplex).
+
+    ``upper``, ``total``: the projection on the box ``0 <= p <= upper``, ``sum p = total`` instead
+    (:meth:`Map.__call__`); ``sparsemax(x, upper=1, total=k)`` is budget (k-subset) sparsemax."""
+    return get_map("sparsemax")(x, axis=axis, upper=upper, total=total)
 
 
-def entmax15(x, axis: int = -1):
+def entmax15(x, axis: int = -1, *, upper=None, total=1.0):
     """1.5-entmax ``p = [s/2 - tau]_+**2``: the map of Tsallis alpha = 3/2."""
-    return get_map("entmax15")(x, axis=axis)
+    return get_map("entmax15")(x, axis=axis, upper=upper, total=total)
 
 
-def entmax(x, alpha: float, axis: int = -1):
+def entmax(x, alpha: float, axis: int = -1, *, upper=None, total=1.0):
     """alpha-entmax ``p = [(alpha - 1) s - tau]_+**(1/(alpha - 1))`` for any alpha > 0 (Tsallis): sparse for
     alpha > 1, softmax at 1, dense with heavy tails below 1 (the family ``entmax``, :mod:`numeric.family`).
     ``alpha``: a number or an array broadcasting to ``x`` with size 1 along ``axis`` (values on either side of 1
     at once)."""
-    return get_map("entmax", alpha=alpha)(x, axis=axis)
+    return get_map("entmax", alpha=alpha)(x, axis=axis, upper=upper, total=total)

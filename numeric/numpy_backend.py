@@ -104,6 +104,21 @@ class NumpyBackend(Backend):
         with np.errstate(all="ignore"):  # off-support branches are evaluated and masked
             return tensor_rules.jvp(numpy_ops.ops_for(y.dtype), routines, y, dx, _at_zero(module))
 
+    def box_forward(self, mapping, x, upper, total):
+        """:func:`numeric.tensor_rules.box_solve` on :class:`numeric.numpy_ops.NumpyRowOps`."""
+        module = mapping.module
+        routines = tensor_rules.Routines(module, contract.module_routines(module), mapping.cast_params(x.dtype))
+        with np.errstate(all="ignore"):  # off-support branches are evaluated and masked
+            p, t = tensor_rules.box_solve(numpy_ops.ops_for(x.dtype), routines, x, upper, total)
+        return p, t[:, 0]
+
+    def box_vjp(self, mapping, y, dy, upper):
+        """:func:`numeric.tensor_rules.box_vjp` on :class:`numeric.numpy_ops.NumpyRowOps`."""
+        module = mapping.module
+        routines = tensor_rules.Routines(module, contract.module_routines(module), mapping.cast_params(y.dtype))
+        with np.errstate(all="ignore"):
+            return tensor_rules.box_vjp(numpy_ops.ops_for(y.dtype), routines, y, dy, upper, _at_zero(module))
+
     def rbf_expectation(self, cmap, mu: np.ndarray, sigma2: np.ndarray, basis, grad: bool):
         """``(r, dr/dmu, dr/dsigma2)`` (the derivatives ``None`` when ``grad=False``) for float64 ``mu``, ``sigma2``
         of one shape: the closed form where it is accurate, Gauss-Legendre (:func:`_quadrature`) where it cancels."""

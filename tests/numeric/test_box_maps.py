@@ -1,0 +1,121 @@
+"""Box constraints on the NumPy maps: ``m(x, axis, upper=, total=)``, ``jvp``/``vjp`` and ``vjp_bounds``.
+
+Truths: the bounded mpmath reference (:mod:`derive.box`) for values, central differences of the map itself for
+the derivatives in the scores, the bounds and the total, and the plain map where nothing binds.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+import numeric as nm
+from derive.box import solve_box
+
+from .conftest import case_derivation
+
+MAPS = [("softmax", {}), ("sparsemax", {}), ("entmax15", {}), ("entmax", {"alpha": 0.6}), ("shannon_gini", {})]
+IDS = [name + "".join(f"-{k}{v}" for k, v in params.items()) for name, params in MAPS]
+
+
+def _case(seed=0):
+    rng = np.random.default_rng(seed)
+    x = rng.standard_normal((2, 6, 3)) * 1.5
+    x[1, 4, 2] = -np.inf
+    upper = rng.choice([0.15, 0.3, 0.6, np.inf], size=x.shape)
+    upper[:, :2] = 0.5  # (every row can hold its total)
+    total = np.array([[[0.8, 1.0, 0.6]], [[0.9, 0.7, 1.0]]])  # size 1 along axis 1
+    return x, upper, total
+
+
+@pytest.mark.parametrize(("name", "params"), MAPS, ids=IDS)
+def test_values_along_an_axis_match_the_reference(name, params):
+    x, upper, total = _case()
+    m = nm.get_map(name, **params)
+    p = m(x, axis=1, upper=upper, total=total)
+    dv, rest = case_derivation(name, params)
+    for b in range(2):
+        for j in range(3):
+            ref = solve_box(dv, x[b, :, j].tolist(), upper=upper[b, :, j].tolist(), total=float(total[b, 0, j]),
+                            digits=30, **rest)
+            np.testing.assert_allclose(p[b, :, j], [float(v) for v in ref.p], rtol=0, atol=1e-12)
+    p32 = m(x.astype(np.float32), axis=1, upper=upper, total=total)
+    assert p32.dtype == np.float32
+    np.testing.assert_allclose(p32, p, rtol=0, atol=3e-6)
+
+
+def test_the_family_per_row_across_one_with_bounds():
+    x, upper, total = _case(1)
+    alpha = np.array([[[0.5, 1.0, 1.7]]])  # per row (size 1 along axis 1): dense, softmax, sparse
+    p = nm.entmax(x, alpha, axis=1, upper=upper, total=total)
+    for b in range(2):
+        for j in range(3):
+            dv, rest = case_derivation("entmax", {"alpha": float(alpha[0, 0, j])})
+            ref = solve_box(dv, x[b, :, j].tolist(), upper=upper[b, :, j].tolist(), total=float(total[b, 0, j]),
+                            digits=30, **rest)
+            np.testing.assert_allclose(p[b, :, j], [float(v) for v in ref.p], rtol=0, atol=1e-12)
+
+
+@pytest.mark.parametrize(("name", "params"), MAPS, ids=IDS)
+def test_no_binding_bound_is_the_plain_map(name, params):
+    x = np.random.default_rng(2).standard_normal((4, 7))
+    m = nm.get_map(name, **params)
+    np.testing.assert_allclose(m(x, upper=np.inf, total=1.0), m(x), rtol=0, atol=1e-14)
+    np.testing.assert_allclose(m(x, upper=2.0), m(x), rtol=0, atol=1e-14)
+
+
+def _fd(f, a, h=1e-6):
+    out = np.zeros(a.shape + f(a).shape)
+    for idx in np.ndindex(a.shape):
+        up, down = a.copy(), a.copy()
+        up[idx] += h
+        down[idx] -= h
+        out[idx] = (f(up) - f(down)) / (2 * h)
+    return out
+
+
+@pytest.mark.parametrize(("name", "params"), MAPS, ids=IDS)
+def test_derivatives_are_finite_differences_of_the_map(name, params):
+    """``vjp`` in the scores, ``vjp_bounds`` in the bounds and the total, against central differences."""
+    x = np.array([[2.0, 0.3, 0.2, -0.4, 0.1], [1.5, 0.4, 0.45, -1.0, 0.0]])
+    upper = np.array([[0.35, 0.3, 1.0, 1.0, np.inf], [0.3, 0.25, 0.3, 1.0, 0.3]])
+    total = np.array([[0.9], [1.0]])
+    m = nm.get_map(name, **params)
+    p = m(x, upper=upper, total=total)
+    dy = np.random.default_rng(4).standard_normal(x.shape)
+    got = m.vjp(p, dy, upper=upper, total=total)
+    bounds = m.vjp_bounds(p, dy, upper=upper, total=total)
+    want = np.einsum("abij,ij->ab", _fd(lambda a: m(a, upper=upper, total=total), x), dy)
+    np.testing.assert_allclose(got, want, rtol=0, atol=1e-7)
+    finite = np.isfinite(upper)
+    u0 = np.where(finite, upper, 5.0)
+    fd_u = np.einsum("abij,ij->ab", _fd(lambda a: m(x, upper=np.where(finite, a, np.inf), total=total), u0), dy)
+    np.testing.assert_allclose(np.where(finite, bounds["upper"], 0), fd_u, rtol=0, atol=1e-7)
+    fd_c = np.einsum("abij,ij->ab", _fd(lambda a: m(x, upper=upper, total=a), total), dy)
+    np.testing.assert_allclose(bounds["total"], fd_c[:, 0], rtol=0, atol=1e-7)
+    assert np.all(bounds["upper"][:, 0] != 0)  # entry 0 saturates in both rows
+
+
+def test_budget_sparsemax():
+    x = np.array([[3.0, 2.9, 0.1, 0.0], [0.4, 0.3, 0.2, 0.1]])
+    p = nm.sparsemax(x, upper=1, total=2)
+    np.testing.assert_allclose(p[0], [1, 1, 0, 0], atol=1e-15)
+    np.testing.assert_allclose(p[1], x[1] - (x[1].sum() - 2) / 4, atol=1e-15)  # every entry free
+
+
+def test_bounds_are_checked_by_name():
+    x = np.zeros((2, 3))
+    with pytest.raises(ValueError, match=r"infeasible bounds: in row 1 .* sum to 0.9 < total = 1"):
+        nm.sparsemax(x, upper=np.array([[0.5], [0.3]]))
+    with pytest.raises(ValueError, match="infeasible"):  # a masked score's bound does not count
+        nm.softmax(np.array([[0.0, -np.inf]]), upper=0.6)
+    with pytest.raises(ValueError, match=">= 0"):
+        nm.sparsemax(x, upper=np.array([1.0, -1.0, 1.0]))
+    with pytest.raises(ValueError, match="total must be finite and > 0"):
+        nm.sparsemax(x, total=0.0)
+    with pytest.raises(ValueError, match="upper of shape .* does not broadcast"):
+        nm.sparsemax(x, upper=np.ones(4))
+    with pytest.raises(ValueError, match="must have size 1 along axis"):
+        nm.sparsemax(x, total=np.ones((2, 3)))
+    with pytest.raises(TypeError, match="upper must be a real number"):
+        nm.sparsemax(x, upper="1")
