@@ -37,7 +37,7 @@ import mpmath
 import sympy as sp
 
 from .errors import DerivationError
-from .reference import _GUARD, _compiled, to_mp_vector
+from .reference import _GUARD, _compiled, fenchel_young, to_mp_vector
 from .regularizers import p as p_symbol
 from .regularizers import to_mpf
 
@@ -180,14 +180,6 @@ def box_jacobians(dv: Derivation, scores: Any, upper: Any = None, total: Any = 1
         return {"scores": js, "upper": ju, "total": [w[a] / big for a in range(n)]}
 
 
-def _conjugate(comp, values, probs):
-    out = mpmath.mpf(0)
-    for v, q in zip(values, probs):
-        if v != -mpmath.inf:
-            out += (q * v - comp.omega(q)) if q > 0 else -comp.omega_zero()
-    return out
-
-
 def box_loss(dv: Derivation, scores: Any, target: Any, upper: Any = None, total: Any = 1, digits: int = 50,
              **params: Any):
     """The Fenchel-Young loss with the box: ``Omega*_C(s) + Omega(y) - <s, y>``; the target must lie in the box
@@ -201,14 +193,7 @@ def box_loss(dv: Derivation, scores: Any, target: Any, upper: Any = None, total:
             raise ValueError(f"target has length {len(ys)}, scores {len(values)}")
         if any(t < 0 or t > b for t, b in zip(ys, u)) or abs(mpmath.fsum(ys) - c) > mpmath.mpf(10) ** -digits * c:
             raise ValueError("target must lie in the box (0 <= y <= upper, sum y = total)")
-        sol = _solve_box(dv, scores, upper, total, digits, params)
-        out = _conjugate(comp, values, sol.p)
-        for v, t in zip(values, ys):
-            if t > 0 and v == -mpmath.inf:
-                return mpmath.inf
-            if v != -mpmath.inf:
-                out += (comp.omega(t) if t > 0 else comp.omega_zero()) - v * t
-        return out
+        return fenchel_young(comp, values, _solve_box(dv, scores, upper, total, digits, params).p, ys)
 
 
 def box_loss_gradients(dv: Derivation, scores: Any, target: Any, upper: Any = None, total: Any = 1,

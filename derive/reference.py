@@ -516,13 +516,19 @@ def loss(dv: Derivation, scores: Any, target: Any, digits: int = 50, **params: A
             raise ValueError(f"target has length {len(ys)}, scores {len(values)}")
         if any(t < 0 for t in ys) or abs(mpmath.fsum(ys) - 1) > mpmath.mpf(10) ** (-digits):
             raise ValueError("target must lie on the simplex (non-negative, summing to 1)")
-        total = _conjugate_value(comp, values, probs)
-        for v, t in zip(values, ys):
-            if t > 0 and v == -mpmath.inf:
-                return mpmath.inf
-            if v != -mpmath.inf:
-                total += (comp.omega(t) if t > 0 else comp.omega_zero()) - v * t
-        return total
+        return fenchel_young(comp, values, probs, ys)
+
+
+def fenchel_young(comp: _Compiled, values, probs, ys) -> mpmath.mpf:
+    """``<p, s> - Omega(p) + Omega(y) - <s, y>`` over the finite scores, ``+inf`` where ``y`` puts mass on a masked
+    one (the loss of :func:`loss` and of :func:`derive.box.box_loss`, ``p`` the solution on each's set)."""
+    total = _conjugate_value(comp, values, probs)
+    for v, t in zip(values, ys):
+        if t > 0 and v == -mpmath.inf:
+            return mpmath.inf
+        if v != -mpmath.inf:
+            total += (comp.omega(t) if t > 0 else comp.omega_zero()) - v * t
+    return total
 
 
 def jacobian(dv: Derivation, scores: Any, digits: int = 50, **params: Any) -> list[list[mpmath.mpf]]:

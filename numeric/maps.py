@@ -227,15 +227,7 @@ class Map:
     def jvp(self, y, dx, axis: int = -1, *, upper=None, total=1.0):
         """``J dx`` at ``y = m(x)``: ``w*dx - w (w.dx) / sum(w)``, ``w = w(y)`` on the support (with ``upper``: on
         the entries free of their bounds, :func:`numeric.tensor_rules.box_vjp`)."""
-        backend = backend_for(y, dx)
-        xp = backend.namespace()
-        y, out_dtype = to_compute_dtype(y, xp)
-        dx = xp.asarray(dx).astype(y.dtype, copy=False)
-        if dx.shape != y.shape:
-            raise ValueError(f"tangent of shape {dx.shape} does not match the output shape {y.shape}")
-        axis = check_axis(y.shape, axis)
-        fy, restore = _rows(y, axis)
-        fd, _ = _rows(dx, axis)
+        backend, xp, y, out_dtype, axis, fy, fd, restore = _tangent_rows(y, dx, axis, "tangent")
         if front.is_box(upper, total):
             return restore(self._box_vjp(backend, y, fy, fd, upper, total, axis)[0]).astype(out_dtype, copy=False)
         groups = self._groups(y.shape, axis, xp)
@@ -254,15 +246,7 @@ class Map:
         """``{"upper": sum_i dy_i dp_i/du, "total": sum_i dy_i dp_i/dc}`` at ``y = m(x, upper=upper, total=total)``:
         the first of the scores' shape (non-zero on the saturated entries, ``dy_j - (w.dy)/sum w``), the second
         per row (batch shape), ``(w.dy)/sum w`` with ``w`` the weights of the free entries (:mod:`derive.box`)."""
-        backend = backend_for(y, dy)
-        xp = backend.namespace()
-        y, out_dtype = to_compute_dtype(y, xp)
-        dy = xp.asarray(dy).astype(y.dtype, copy=False)
-        if dy.shape != y.shape:
-            raise ValueError(f"cotangent of shape {dy.shape} does not match the output shape {y.shape}")
-        axis = check_axis(y.shape, axis)
-        fy, restore = _rows(y, axis)
-        fd, _ = _rows(dy, axis)
+        backend, xp, y, out_dtype, axis, fy, fd, restore = _tangent_rows(y, dy, axis, "cotangent")
         _, du, dc = self._box_vjp(backend, y, fy, fd, upper, total, axis)
         batch = y.shape[:axis] + y.shape[axis + 1:]
         return {"upper": restore(du).astype(out_dtype, copy=False), "total": dc.reshape(batch).astype(out_dtype, copy=False)}
@@ -360,6 +344,20 @@ class Map:
         if reduction == "mean":
             grad = grad / max(1, value.size)
         return front.reduce(value, reduction).astype(out_dtype), grad.astype(out_dtype)
+
+
+def _tangent_rows(y, d, axis, word: str):
+    """``(backend, xp, y, out_dtype, axis, y rows, d rows, restore)`` for a derivative at ``y = m(x)`` along
+    ``d`` (a tangent or cotangent of ``y``'s shape), both in the compute dtype."""
+    backend = backend_for(y, d)
+    xp = backend.namespace()
+    y, out_dtype = to_compute_dtype(y, xp)
+    d = xp.asarray(d).astype(y.dtype, copy=False)
+    if d.shape != y.shape:
+        raise ValueError(f"{word} of shape {d.shape} does not match the output shape {y.shape}")
+    axis = check_axis(y.shape, axis)
+    fy, restore = _rows(y, axis)
+    return backend, xp, y, out_dtype, axis, fy, _rows(d, axis)[0], restore
 
 
 class FrameworkMap:
