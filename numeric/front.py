@@ -79,6 +79,10 @@ class Arrays:
     def astype(self, a, dtype):
         return a.astype(dtype)
 
+    def full(self, shape: tuple, value: float, like):
+        """An array of ``shape`` filled with ``value``, in ``like``'s dtype (and device)."""
+        return self.namespace.full(shape, value, dtype=like.dtype)
+
     def one_hot(self, labels, n: int, like):
         """Integer ``labels`` as rows of ``n`` zeros and a one, in ``like``'s dtype (and device)."""
         return (self.namespace.arange(n) == labels[..., None]).astype(like.dtype)
@@ -201,7 +205,7 @@ def box_rows(xp, arrays: Arrays, x, upper, total, axis: int, word: str = "axis")
 
     def layout(value, name, along):
         if is_number(value):
-            return xp.full((rows, n if along else 1), float(value), dtype=x.dtype)
+            return arrays.full((rows, n if along else 1), float(value), x)
         if not arrays.is_array(value) or arrays.kind(value) not in "fiub":
             raise TypeError(f"{name} must be a real number or a real array, got {type(value).__name__}")
         value = arrays.astype(value, x.dtype)
@@ -300,10 +304,14 @@ def reduce(value, reduction: str):
     return value
 
 
-def check_target(x, target, axis: int, arrays: Arrays, word: str = "axis"):
+def check_target(x, target, axis: int, arrays: Arrays, word: str = "axis", box=None):
     """The loss's ``target`` as distributions like the scores ``x`` (integer labels of the batch shape become
     one-hot along ``axis``), checked: labels in range, distributions non-negative and summing to 1 within
-    ``sqrt(eps)`` (room for the rounding of a computed distribution) where their values can be read."""
+    ``sqrt(eps)`` (room for the rounding of a computed distribution) where their values can be read.
+
+    ``box``: ``(upper, total)`` as :func:`box_rows` lays them out; the target must then lie in the box, each row
+    summing to its total within ``sqrt(eps)`` of it and no entry above its bound by more than ``sqrt(eps)``.
+    """
     if not arrays.is_array(target):
         raise TypeError(f"target must be an array of integer labels or distributions, got {type(target).__name__}")
     xp = arrays.namespace
@@ -318,22 +326,38 @@ def check_target(x, target, axis: int, arrays: Arrays, word: str = "axis"):
         if labels is not None and (int(labels.min()) < 0 or int(labels.max()) >= n):
             raise ValueError(f"target labels must lie in [0, {n}) for {word} {axis} of length {n}")
         onehot = arrays.one_hot(target, n, x)
-        return onehot if axis == len(x.shape) - 1 else xp.moveaxis(onehot, -1, axis)
-    if kind not in "fb":
+        target = onehot if axis == len(x.shape) - 1 else xp.moveaxis(onehot, -1, axis)
+        if box is None:
+            return target
+    elif kind not in "fb":
         raise TypeError(f"target must be integer labels or real distributions, got dtype {target.dtype}")
-    if tuple(target.shape) != tuple(x.shape):
+    elif tuple(target.shape) != tuple(x.shape):
         raise ValueError(f"target of shape {tuple(target.shape)} does not match scores of shape {tuple(x.shape)}")
     target = arrays.astype(target, x.dtype)
     t = arrays.readable(target) if math.prod(target.shape) else None
-    if t is not None:
-        total = t.sum(axis=axis)
-        slack = math.sqrt(arrays.eps(x.dtype))
-        negative = bool((t < 0).any())
-        off = abs(total - 1)
-        if negative or not float(off.max()) <= slack:  # (NaN fails too)
-            what = "a negative entry" if negative else f"a row summing to {float(total.reshape(-1)[int(off.reshape(-1).argmax())])!r}"
-            raise ValueError(f"target must be a distribution along {word} {axis} (non-negative, summing to 1 within "
-                             f"{slack:.1e}); it has {what}")
+    if t is None:
+        return target
+    slack = math.sqrt(arrays.eps(x.dtype))
+    if box is None:
+        total, want, over = t.sum(axis=axis), 1.0, None
+    else:
+        u, c = (arrays.readable(b) for b in box)
+        if c is None:
+            return target
+        rows = xp.moveaxis(t, axis, -1).reshape(c.shape[0], n)
+        total, want = rows.sum(axis=-1), c[:, 0]
+        over = None if u is None else rows - u
+    negative = bool((t < 0).any())
+    off = abs(total - want)
+    if negative or not float(off.max()) <= slack * (1 if box is None else max(1.0, float(want.max()))):  # (NaN fails)
+        what = ("a negative entry" if negative else
+                f"a row summing to {float(total.reshape(-1)[int(off.reshape(-1).argmax())])!r}")
+        to = "1" if box is None else "its total"
+        raise ValueError(f"target must be a distribution along {word} {axis} (non-negative, summing to {to} within "
+                         f"{slack:.1e}); it has {what}")
+    if over is not None and bool((over > slack).any()):
+        raise ValueError(f"target must lie within the upper bounds; an entry exceeds its bound by "
+                         f"{float(over.max()):.6g}")
     return target
 
 

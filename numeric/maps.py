@@ -301,11 +301,12 @@ class Map:
         return out
 
     # ---------------------------------------------------------------- loss
-    def loss(self, x, target, axis: int = -1, reduction: str = "mean"):
+    def loss(self, x, target, axis: int = -1, reduction: str = "mean", *, upper=None, total=1.0):
         """Fenchel-Young loss ``Omega*(s) + Omega(y) - <s, y>`` (see :meth:`loss_and_grad`)."""
-        return self.loss_and_grad(x, target, axis=axis, reduction=reduction)[0]
+        return self.loss_and_grad(x, target, axis=axis, reduction=reduction, upper=upper, total=total)[0]
 
-    def loss_and_grad(self, x, target, axis: int = -1, reduction: str = "mean"):
+    def loss_and_grad(self, x, target, axis: int = -1, reduction: str = "mean", *, upper=None, total=1.0,
+                      bounds: bool = False):
         """``(loss, dloss/dx)`` with ``target`` integer labels or distributions along ``axis``.
 
         ``Omega*(s) = <p*, s> - Omega(p*)`` and the scores are shifted by their
@@ -323,27 +324,46 @@ class Map:
         target puts mass there (``+inf``).  A target that is not a distribution
         (negative entries, or sums off 1 by more than ``sqrt(eps)``) raises
         :class:`ValueError`.
+
+        ``upper``, ``total``: the loss of the bounded map (:meth:`__call__`), ``Omega`` plus the indicator of the
+        box; the same terms with ``p`` the bounded map's, the target inside the box (summing to ``total``, below
+        ``upper``).  ``bounds=True`` returns a third item, ``{"upper": mu, "total": tau}``: the gradients in the
+        bounds (the multipliers ``[s_i - tau - omega'(u_i)]_+`` of the saturated bounds, the scores' shape) and in
+        the total (the threshold ``tau``, the batch shape), reduced as the gradient in the scores.
         """
         front.check_reduction(reduction)
         xp = array_module(x, target)
         x, out_dtype = to_compute_dtype(x, xp)
         axis = check_axis(x.shape, axis)
-        y = front.check_target(x, xp.asarray(target), axis, front.Arrays(xp))  # (NumPy takes array-likes)
-        p = self(x, axis=axis).astype(x.dtype, copy=False)
+        arrays = front.Arrays(xp)
+        box = front.box_rows(xp, arrays, x, upper, total, axis) if bounds or front.is_box(upper, total) else None
+        y = front.check_target(x, xp.asarray(target), axis, arrays, box=box)  # (NumPy takes array-likes)
+        p, tau = self.forward(x, axis=axis, upper=upper, total=total)
+        p = p.astype(x.dtype, copy=False)
         rows = [_rows(a, axis)[0] for a in (x, p, y)]
-        if self.per_row:  # one value per row, (rows, 1)
-            table = self._param_rows(x.shape, axis)
-            params = tuple(xp.asarray(table[:, i:i + 1], dtype=x.dtype) for i in range(table.shape[1]))
-        else:
-            params = self.cast_params(x.dtype)
-        r = tensor_rules.Routines(self.module, contract.module_routines(self.module), params)
+        r = self._routines(x.shape, axis, x.dtype, xp)
         with np.errstate(over="ignore", invalid="ignore", divide="ignore", under="ignore"):
             value = front.loss_rows(front.RowOps(xp, x.dtype), r, *rows)
         value = value.reshape(x.shape[:axis] + x.shape[axis + 1:])
-        grad = p - y
-        if reduction == "mean":
-            grad = grad / max(1, value.size)
-        return front.reduce(value, reduction).astype(out_dtype), grad.astype(out_dtype)
+        scale = 1.0 / max(1, value.size) if reduction == "mean" else 1.0
+        grad = (p - y) * scale if scale != 1.0 else p - y
+        out = (front.reduce(value, reduction).astype(out_dtype), grad.astype(out_dtype))
+        if not bounds:
+            return out
+        with np.errstate(invalid="ignore", divide="ignore"):
+            mu = tensor_rules.box_multipliers(front.RowOps(xp, x.dtype), r, rows[0], tau.reshape(-1, 1), box[0])
+        restore = _rows(x, axis)[1]
+        return (*out, {"upper": (restore(mu) * scale).astype(out_dtype), "total": (tau * scale).astype(out_dtype)})
+
+    def _routines(self, shape: tuple, axis: int, dtype, xp) -> tensor_rules.Routines:
+        """The module's NumPy routines bound to the parameters: scalars of ``dtype``, or one value per row of scores
+        of ``shape`` along ``axis`` (``(rows, 1)``)."""
+        if self.per_row:
+            table = self._param_rows(shape, axis)
+            params = tuple(xp.asarray(table[:, i:i + 1], dtype=dtype) for i in range(table.shape[1]))
+        else:
+            params = self.cast_params(dtype)
+        return tensor_rules.Routines(self.module, contract.module_routines(self.module), params)
 
 
 def _tangent_rows(y, d, axis, word: str):

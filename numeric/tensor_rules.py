@@ -1432,6 +1432,18 @@ def box_vjp(ops: TensorOps, r: Routines, p, v, upper, at_zero=None):
     return jv, ops.where(saturated, v - mean, 0), mean
 
 
+def box_multipliers(ops: TensorOps, r: Routines, x, tau, upper):
+    """The multipliers ``mu_i = [s_i - tau - omega'(u_i)]_+`` of the bounds ``p_i <= u_i`` at the bounded map's
+    threshold ``tau`` (``(rows, 1)``, unshifted): the gradient of ``Omega*`` over the box, and so of the
+    Fenchel-Young loss, in the bounds (:func:`derive.box.box_loss_gradients`).  0 where ``u_i = inf`` or the score
+    is masked; ``+inf`` where ``u_i = 0`` and ``omega'(0+) = -inf`` (softmax: the first mass has an infinite
+    marginal value); NaN in a NaN row.  The gradient in the total is ``tau`` itself."""
+    bounded = ops.isfinite(upper) & ops.isfinite(x)
+    z = ops.where(bounded, x - tau, 0) - r.omega_prime(ops.where(bounded, upper, 1))
+    mu = ops.where(bounded & (z > 0), z, 0)
+    return ops.where(ops.isnan(tau), math.nan, mu)
+
+
 # -------------------------------------------------------------- derivatives
 def _weights(ops, r: Routines, p, at_zero=None):
     """``w = weight(p)`` on the support, 0 elsewhere, NaN where ``p`` is NaN.

@@ -100,6 +100,9 @@ class _TorchArrays(front.Arrays):
     def astype(self, a, dtype):
         return a.to(dtype)
 
+    def full(self, shape: tuple, value: float, like):
+        return torch.full(shape, value, dtype=like.dtype, device=like.device)
+
     def one_hot(self, labels, n: int, like):
         return torch.nn.functional.one_hot(labels.long(), n).to(like.dtype)
 

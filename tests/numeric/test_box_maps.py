@@ -6,11 +6,13 @@ the derivatives in the scores, the bounds and the total, and the plain map where
 
 from __future__ import annotations
 
+import mpmath
 import numpy as np
 import pytest
 
 import numeric as nm
-from derive.box import solve_box
+from derive.box import box_loss, box_loss_gradients, solve_box
+from derive.reference import _compiled
 
 from .conftest import case_derivation
 
@@ -119,3 +121,65 @@ def test_bounds_are_checked_by_name():
         nm.sparsemax(x, total=np.ones((2, 3)))
     with pytest.raises(TypeError, match="upper must be a real number"):
         nm.sparsemax(x, upper="1")
+
+
+def _loss_case():
+    """Two rows with a saturated bound each, away from kinks; a target inside the box, off its bounds."""
+    x = np.array([[2.0, 0.3, 0.2, -0.4, 0.1], [1.5, 0.4, 0.45, -1.0, 0.0]])
+    upper = np.array([[0.35, 0.3, 1.0, 1.0, np.inf], [0.3, 0.25, 0.3, 1.0, 0.3]])
+    total = np.array([[0.875], [1.0]])
+    y = np.array([[0.25, 0.25, 0.125, 0.125, 0.125], [0.25, 0.125, 0.25, 0.25, 0.125]])  # (sums exact in binary)
+    return x, upper, total, y
+
+
+@pytest.mark.parametrize(("name", "params"), MAPS, ids=IDS)
+def test_loss_with_bounds_matches_the_reference(name, params):
+    """The loss and its gradients in the scores, the bounds and the total against :mod:`derive.box`'s."""
+    x, upper, total, y = _loss_case()
+    m = nm.get_map(name, **params)
+    value, grad, bounds = m.loss_and_grad(x, y, upper=upper, total=total, reduction="none", bounds=True)
+    dv, rest = case_derivation(name, params)
+    for i in range(2):
+        args = (dv, x[i].tolist(), y[i].tolist())
+        kw = dict(upper=upper[i].tolist(), total=float(total[i, 0]), digits=30, **rest)
+        assert abs(value[i] - float(box_loss(*args, **kw))) < 1e-12
+        ref = box_loss_gradients(*args, **kw)
+        np.testing.assert_allclose(grad[i], [float(v) for v in ref["scores"]], rtol=0, atol=1e-12)
+        np.testing.assert_allclose(bounds["upper"][i], [float(v) for v in ref["upper"]], rtol=0, atol=1e-10)
+        assert abs(bounds["total"][i] - float(ref["total"])) < 1e-10
+    assert np.all(bounds["upper"][:, 0] > 0)
+    mean = m.loss_and_grad(x, y, upper=upper, total=total, bounds=True)
+    assert mean[0] == pytest.approx(value.mean(), abs=1e-15)
+    np.testing.assert_allclose(mean[2]["upper"], bounds["upper"] / 2, rtol=1e-15)
+
+
+@pytest.mark.parametrize(("name", "params"), MAPS, ids=IDS)
+def test_loss_gradients_in_the_bounds_are_finite_differences(name, params):
+    """``d loss / d u`` by central differences of the loss (the target fixed inside the box); ``d loss / d c`` with the
+    target scaled to the total, ``tau + sum_i (omega'(y_i) - s_i) y_i / c``."""
+    x, upper, total, y = _loss_case()
+    m = nm.get_map(name, **params)
+    _, _, bounds = m.loss_and_grad(x, y, upper=upper, total=total, reduction="sum", bounds=True)
+    finite = np.isfinite(upper)
+    u0 = np.where(finite, upper, 5.0)
+    fd = _fd(lambda a: np.asarray(m.loss(x, y, upper=np.where(finite, a, np.inf), total=total, reduction="sum")), u0)
+    np.testing.assert_allclose(np.where(finite, bounds["upper"], 0), fd, rtol=0, atol=1e-7)
+    fd_c = _fd(lambda c: m.loss(x, y * (c / total), upper=upper, total=c, reduction="none"), total)
+    dv, rest = case_derivation(name, params)
+    op = _compiled(dv, rest).d1  # omega' in mpmath
+    for i in range(2):
+        extra = sum((float(op(mpmath.mpf(v))) - s) * v for v, s in zip(y[i], x[i])) / total[i, 0]
+        assert fd_c[i, 0, i] == pytest.approx(bounds["total"][i] + extra, abs=1e-7)
+
+
+def test_loss_checks_the_target_against_the_box():
+    x = np.zeros((1, 3))
+    with pytest.raises(ValueError, match="summing to its total"):
+        nm.get_map("sparsemax").loss(x, np.array([[0.5, 0.3, 0.2]]), total=2.0)
+    with pytest.raises(ValueError, match="within the upper bounds; an entry exceeds its bound by 0.1"):
+        nm.get_map("sparsemax").loss(x, np.array([[0.5, 0.3, 0.2]]), upper=0.4)
+    with pytest.raises(ValueError, match="within the upper bounds"):  # a label's one-hot over its bound
+        nm.get_map("softmax").loss(x, np.array([1]), upper=0.5)
+    value = nm.get_map("sparsemax").loss(np.array([[3.0, 2.9, 0.1, 0.0]]), np.array([[1.0, 1.0, 0, 0]]), upper=1,
+                                         total=2, reduction="none")
+    assert value[0] == pytest.approx(0.0, abs=1e-15)  # budget sparsemax at its own top-2
