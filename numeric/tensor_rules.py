@@ -1432,6 +1432,22 @@ def box_vjp(ops: TensorOps, r: Routines, p, v, upper, at_zero=None):
     return jv, ops.where(saturated, v - mean, 0), mean
 
 
+def box_jvp(ops: TensorOps, r: Routines, p, dx, du, dc, upper, at_zero=None):
+    """``J_s dx + J_u du + J_c dc``: the bounded map's tangent at ``p`` (:mod:`derive.box`), the transpose of
+    :func:`box_vjp` for forward mode.  On the free entries ``dp_i = w_i (dx_i - dtau)``, on the saturated ones
+    ``dp_j = du_j``, elsewhere 0, with ``dtau = (sum_free w dx + sum_sat du - dc) / sum_free w`` keeping ``sum p =
+    total``.  ``du`` (``upper``'s shape) and ``dc`` (``(rows, 1)``) may be ``0``; a map parameter's tangent ``dq``
+    enters as ``dx = -dq omega'_q(p)`` on the free entries."""
+    free = box_free(ops, p, upper)
+    w = ops.where(free, _weights(ops, r, p, at_zero), 0)
+    saturated = (p >= upper) & (p > 0)
+    moved = ops.where(saturated, du, 0)
+    total = ops.row_sum(w)
+    shift = ops.row_sum(w * dx) + ops.row_sum(moved) - dc
+    dtau = ops.where(total > 0, shift / ops.where(total > 0, total, 1), 0)
+    return w * (dx - dtau) + moved
+
+
 def box_multipliers(ops: TensorOps, r: Routines, x, tau, upper):
     """The multipliers ``mu_i = [s_i - tau - omega'(u_i)]_+`` of the bounds ``p_i <= u_i`` at the bounded map's
     threshold ``tau`` (``(rows, 1)``, unshifted): the gradient of ``Omega*`` over the box, and so of the

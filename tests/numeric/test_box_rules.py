@@ -110,3 +110,10 @@ def test_box_vjp_is_the_references_jacobians(name, params):
         np.testing.assert_allclose(ju[i], as_array["upper"].T @ v[i], rtol=0, atol=1e-11)
         np.testing.assert_allclose(jc[i, 0], np.array([float(e) for e in jac["total"]]) @ v[i], rtol=0, atol=1e-11)
     assert np.all(ju[:, 0] != 0), "entry 0 must be saturated"
+    # forward mode, box_jvp, is the transpose: <J_s dx + J_u du + J_c dc, v> = <dx, js> + <du, ju> + dc jc
+    dx, du, dc = rng.standard_normal(x.shape), rng.standard_normal(x.shape), rng.standard_normal((2, 1))
+    with np.errstate(all="ignore"):
+        tangent = TR.box_jvp(ops_for(np.float64), _routines(name, params), p, dx, du, dc, upper)
+    np.testing.assert_allclose((tangent * v).sum(-1), (dx * js).sum(-1) + (du * ju).sum(-1) + dc[:, 0] * jc[:, 0],
+                               rtol=1e-12, atol=1e-12)
+    assert np.all(np.abs(tangent.sum(-1) - dc[:, 0]) < 1e-12)  # the total moves by dc
