@@ -73,6 +73,31 @@ def _score_choice(scores, scale):
     return None, sf
 
 
+def _check_upper(xp, upper, scores: tuple):
+    """``upper`` of :func:`attention`: a number, or an array broadcasting to the scores (no batch dimensions
+    added), at least 2-D; its values are checked by the map (:func:`numeric.front.box_rows`)."""
+    if upper is None or isinstance(upper, numbers.Real) and not isinstance(upper, bool):
+        return None if upper is None else float(upper)
+    upper = xp.asarray(upper)
+    if upper.dtype.kind not in "fiu":
+        raise TypeError(f"upper must be a real number or a real array, got dtype {upper.dtype}")
+    try:
+        shape = np.broadcast_shapes(upper.shape, scores)
+    except ValueError:
+        shape = None
+    if shape != scores:
+        raise ValueError(f"upper of shape {upper.shape} must broadcast to the scores' shape {scores} without adding "
+                         f"dimensions")
+    return upper.reshape((1,) * max(0, 2 - upper.ndim) + upper.shape)
+
+
+def _upper_part(upper, rows: slice, keys: int):
+    """The bounds of the query rows ``rows`` and the first ``keys`` keys (a number as it is)."""
+    if not hasattr(upper, "shape"):
+        return upper
+    return upper[..., rows if upper.shape[-2] != 1 else slice(None), :keys if upper.shape[-1] != 1 else 1]
+
+
 def _prepare(q, k, v, mapping, mask, causal, scale, scores=None):
     xp = array_module(q, k, v, mask)  # None and Python scalars do not decide
     q, k, v = (xp.asarray(a) for a in (q, k, v))
@@ -272,7 +297,7 @@ def _blocks(L: int, S: int, block: int | None, causal: bool):
 
 
 def attention(q, k, v, *, mapping="softmax", mask=None, causal=False, scale=None, return_weights=False, block=None,
-              key_block=None, scores=None):
+              key_block=None, scores=None, upper=None):
     """``map(scale q k^T + mask) v`` along the keys (or ``map(f(q, k) + mask) v`` for a score function ``f``).
 
     Parameters
@@ -312,6 +337,11 @@ def attention(q, k, v, *, mapping="softmax", mask=None, causal=False, scale=None
         rescaled accumulation, so no block of scores is wider than ``key_block``.
         ``None`` does this only when a query block would see more than
         :data:`DENSE_LIMIT` / 4 keys.
+    upper:
+        A bound on each weight: a number, or an array broadcastable to ``(..., L, S)`` (no batch dimensions
+        added), ``>= 0``: the map over the box ``0 <= p <= upper`` (:meth:`~numeric.maps.Map.__call__`), as in
+        constrained (fertility-bounded) attention.  The bounds of the keys a query may attend to (unmasked and,
+        with ``causal``, ``j <= i``) must sum to at least 1 ("infeasible bounds" otherwise).
 
     Returns
     -------
@@ -326,7 +356,8 @@ def attention(q, k, v, *, mapping="softmax", mask=None, causal=False, scale=None
     if L == 0 or S == 0:
         return (out, weights) if return_weights else out
     table = _param_table(m, batch, L, S)
-    online = (m.threshold == "closed" and table is None and not return_weights
+    upper = _check_upper(xp, upper, batch + (L, S))
+    online = (m.threshold == "closed" and table is None and not return_weights and upper is None
               and (key_block is not None or S > DENSE_LIMIT // 4))
     key_block = key_block or DENSE_LIMIT // 4
     if sf is None:
@@ -334,7 +365,9 @@ def attention(q, k, v, *, mapping="softmax", mask=None, causal=False, scale=None
     bad = _nonfinite_keys(xp, k, v)
     v0 = None if bad is None else _finite(xp, v)
 
-    def core(q, k, v, v0, mask, table, out, weights):
+    bounds = upper if hasattr(upper, "shape") else None  # (an array goes with the tasks; a number is shared)
+
+    def core(q, k, v, v0, mask, table, bounds, out, weights):
         for rows, keys in _blocks(L, S, block, causal):
             if online:
                 out[..., rows, :] = _online_closed(xp, m, q, k, v, v0, mask, causal, rows, keys, key_block, bad, sf)
@@ -342,7 +375,8 @@ def attention(q, k, v, *, mapping="softmax", mask=None, causal=False, scale=None
             here = _local(xp, bad, slice(0, keys))
             a = _scores(xp, q, k, mask, causal, rows, keys, here, sf)
             keep = None if here is None else a[..., here] != -xp.inf
-            p = _block_map(m, table, rows).forward(a, axis=-1, overwrite=True)[0]
+            ub = None if upper is None else _upper_part(upper if bounds is None else bounds, rows, keys)
+            p = _block_map(m, table, rows).forward(a, axis=-1, overwrite=True, upper=ub)[0]
             if keep is None:
                 out[..., rows, :] = xp.matmul(p, v[..., :keys, :])
             else:
@@ -350,12 +384,12 @@ def attention(q, k, v, *, mapping="softmax", mask=None, causal=False, scale=None
             if weights is not None:
                 weights[..., rows, :keys] = p
 
-    _run(xp, core, batch, (q, k, v, v0, mask, table), (out, weights), L * S)
+    _run(xp, core, batch, (q, k, v, v0, mask, table, bounds), (out, weights), L * S)
     return (out, weights) if return_weights else out
 
 
 def attention_backward(q, k, v, dout, *, mapping="softmax", mask=None, causal=False, scale=None, block=None,
-                       scores=None, param_grads=False):
+                       scores=None, param_grads=False, upper=None):
     """Gradients ``(dq, dk, dv)`` of ``sum(dout * attention(q, k, v, ...))``.
 
     Same keywords as :func:`attention`; the weights are recomputed block by
@@ -367,7 +401,8 @@ def attention_backward(q, k, v, dout, *, mapping="softmax", mask=None, causal=Fa
     the gradients of the map's parameters (a float for a parameter given as a
     number, an array of its shape for one given per row:
     ``dalpha = sum_rows dP . dp/dalpha``, from the KKT system) and
-    ``grads["scores"]`` those of the score function's parameters.
+    ``grads["scores"]`` those of the score function's parameters; with ``upper`` an array, ``grads["upper"]``
+    the gradient in the bounds (of ``upper``'s shape).
     """
     block = _check_block(block, "block")
     xp, q, k, v, m, scale, mask, sf = _prepare(q, k, v, mapping, mask, causal, scale, scores)
@@ -381,6 +416,9 @@ def attention_backward(q, k, v, dout, *, mapping="softmax", mask=None, causal=Fa
     dv = xp.zeros(batch + v.shape[-2:], dtype=q.dtype)
     names = tuple(m.params)
     drows = xp.zeros(batch + (L, len(names)), dtype=np.float64) if param_grads and names else None
+    upper = _check_upper(xp, upper, batch + (L, S))
+    bounds = upper if hasattr(upper, "shape") else None
+    dupper = xp.zeros(batch + (L, S), dtype=q.dtype) if param_grads and bounds is not None else None
     score_grads = [{}]
     if L and S:
         table = _param_table(m, batch, L, S)
@@ -388,23 +426,26 @@ def attention_backward(q, k, v, dout, *, mapping="softmax", mask=None, causal=Fa
         bad = _nonfinite_keys(xp, k, v)
         k0 = None if bad is None else _finite(xp, k)
 
-        def core(q, qs, k, k0, v, dout, mask, table, dq, dk, dv, drows):
+        def core(q, qs, k, k0, v, dout, mask, table, bounds, dq, dk, dv, drows, dupper):
             sums = {}
             for rows, keys in _blocks(L, S, block, causal):
                 here = _local(xp, bad, slice(0, keys))
                 a = _scores(xp, qs, k, mask, causal, rows, keys, here, sf)
                 keep = None if here is None else a[..., here] != -xp.inf
                 mb = _block_map(m, table, rows)
-                p = mb.forward(a, axis=-1, overwrite=True)[0]
+                ub = None if upper is None else _upper_part(upper if bounds is None else bounds, rows, keys)
+                p = mb.forward(a, axis=-1, overwrite=True, upper=ub)[0]
                 g = dout[..., rows, :]
                 dv[..., :keys, :] += xp.matmul(xp.swapaxes(p, -1, -2), g)
                 with np.errstate(invalid="ignore"):  # inf - inf only in columns of non-finite keys, set below
                     dp = xp.matmul(g, xp.swapaxes(v[..., :keys, :], -1, -2))
                 if keep is not None:  # column j of dp is dout . v_j: absent keys' columns are 0
                     dp[..., here] = xp.where(keep, dp[..., here], 0)
-                da = mb.vjp(p, dp, axis=-1)
+                da = mb.vjp(p, dp, axis=-1, upper=ub)
+                if dupper is not None:
+                    dupper[..., rows, :keys] = mb.vjp_bounds(p, dp, axis=-1, upper=ub)["upper"]
                 if drows is not None:
-                    per_row = mb.vjp_params(p, dp, axis=-1)
+                    per_row = mb.vjp_params(p, dp, axis=-1, upper=ub)
                     for i, name in enumerate(names):
                         drows[..., rows, i] = per_row[name]
                 if sf is not None:  # absent keys have da = 0; their non-finite rows of k are read as 0
@@ -422,7 +463,8 @@ def attention_backward(q, k, v, dout, *, mapping="softmax", mask=None, causal=Fa
                 dk[..., :keys, :] += xp.matmul(xp.swapaxes(da, -1, -2), q[..., rows, :])
             return sums
 
-        score_grads = _run(xp, core, batch, (q, qs, k, k0, v, dout, mask, table), (dq, dk, dv, drows), L * S)
+        score_grads = _run(xp, core, batch, (q, qs, k, k0, v, dout, mask, table, bounds), (dq, dk, dv, drows, dupper),
+                           L * S)
     grads = _unbroadcast(dq, q.shape, xp), _unbroadcast(dk, k.shape, xp), _unbroadcast(dv, v.shape, xp)
     if not param_grads:
         return grads
@@ -433,7 +475,10 @@ def attention_backward(q, k, v, dout, *, mapping="softmax", mask=None, causal=Fa
     for name in score_params:  # summed in task order: the same numbers for every thread count
         parts = [part[name] for part in score_grads if name in part]
         totals[name] = sum(parts[1:], parts[0]) if parts else xp.zeros_like(xp.asarray(score_params[name]))
-    return (*grads, {"map": map_grads, "scores": totals})
+    out = {"map": map_grads, "scores": totals}
+    if dupper is not None:
+        out["upper"] = _unbroadcast(dupper, upper.shape, xp)
+    return (*grads, out)
 
 
 #: Work (batch elements x L x S) from which the batch is cut into tasks for several threads.

@@ -197,8 +197,8 @@ def box_rows(xp, arrays: Arrays, x, upper, total, axis: int, word: str = "axis")
 
     ``upper``: ``None``, a number or an array broadcasting to the scores, ``>= 0``; ``total``: a number or an array
     broadcasting to the scores with size 1 along the map's axis, ``> 0`` and finite.  Where the values can be read
-    (:meth:`Arrays.readable`) the bounds of each row's unmasked scores must sum to at least its total
-    ("infeasible bounds", with the row and the two sums).
+    (:meth:`Arrays.readable`) the bounds of each row's unmasked scores must sum to at least its total, within
+    the rounding of a sum of ``n`` (``n eps`` relative) ("infeasible bounds", with the row and the two sums).
     """
     shape, n = tuple(x.shape), x.shape[axis]
     rows = math.prod(shape) // n
@@ -229,9 +229,9 @@ def box_rows(xp, arrays: Arrays, x, upper, total, axis: int, word: str = "axis")
     if ru is not None and rc is not None and rx is not None:
         finite = xp.moveaxis(rx, axis, -1).reshape(rows, n) > -math.inf
         room = xp.where(finite, ru, 0).sum(axis=-1)
-        short = room < rc[:, 0]
+        short = rc[:, 0] - room > rc[:, 0] * (n * arrays.eps(x.dtype))  # (within rounding of a sum of n: feasible)
         if bool(short.any()):
-            i = int(short.argmax())
+            i = int((room - rc[:, 0]).argmin())
             raise ValueError(f"infeasible bounds: in row {i} the upper bounds of the unmasked scores sum to "
                              f"{float(room[i]):.6g} < total = {float(rc[i, 0]):.6g}")
     return u, c

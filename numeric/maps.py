@@ -261,14 +261,15 @@ class Map:
             js[rows], ju[rows], jc[rows] = backend.box_vjp(m, fy[rows], fd[rows], u[rows])
         return js, ju, jc
 
-    def vjp_params(self, y, dy, axis: int = -1, *, reduce: bool = False) -> dict:
+    def vjp_params(self, y, dy, axis: int = -1, *, reduce: bool = False, upper=None, total=1.0) -> dict:
         """``{name: sum_i dy_i dp_i/dq}`` per row (batch shape), for each parameter ``q``.
 
         From the KKT system, ``dp/dq = -J c`` with ``c_i = d omega'(p_i)/dq`` on the
         support; computed in float64 (the printed ``d omega'/d alpha`` cancels near
         ``alpha = 1`` in float32).  ``reduce=True`` sums each over the rows that
         share a value: a float for a parameter given as a number, an array of the
-        parameter's shape for one given per row.
+        parameter's shape for one given per row.  ``upper``, ``total``: at the bounded map's ``y``, ``J`` the
+        Jacobian on the free entries (the saturated ones do not move).
         """
         xp = array_module(y, dy)
         y64 = xp.asarray(y).astype(np.float64)
@@ -276,7 +277,7 @@ class Map:
         if dy64.shape != y64.shape:
             raise ValueError(f"cotangent of shape {dy64.shape} does not match the output shape {y64.shape}")
         axis = check_axis(y64.shape, axis)
-        jdy = self.jvp(y64, dy64, axis=axis)
+        jdy = self.jvp(y64, dy64, axis=axis, upper=upper, total=total)
         values = self._values_like(y64, axis, xp)
         out = {}
         for name in self.params:

@@ -1359,8 +1359,8 @@ def box_solve(ops: TensorOps, r: Routines, x, upper, total, steps: int = ROOT_ST
     ``p_i = min(u_i, g_+(s_i - tau))`` (:mod:`derive.box`), every map (its link, or the link inverted).
 
     ``upper``: ``x``'s shape, ``>= 0`` (``inf``: no bound); ``total``: ``(rows, 1)``, ``> 0``; the bounds of each
-    row's unmasked entries must sum to at least its total (the front end checks it; a row where they do not
-    gives NaN).  ``F(tau) = sum_i min(u_i, g_+(s_i - tau))`` decreases; its root of ``F = total`` is bracketed by
+    row's unmasked entries must sum to at least its total, within ``n eps`` of it (the front end checks it; a
+    row where they do not gives NaN; one within rounding below saturates every entry).  ``F(tau) = sum_i min(u_i, g_+(s_i - tau))`` decreases; its root of ``F = total`` is bracketed by
     ``hi = max(s) - omega'(total / n)`` (every entry at most ``total / n``) and ``lo = min_i s_i -
     omega'(min(u_i, total))`` over the entries that can hold mass (each at least ``min(u_i, total)``; an entry
     whose ``s_i - tau`` passes ``omega'(inf)`` where ``omega'`` is bounded counts as ``g = inf``), and found
@@ -1403,7 +1403,10 @@ def box_solve(ops: TensorOps, r: Routines, x, upper, total, steps: int = ROOT_ST
         return (t, lo, hi, step, step_old, going), going
 
     width = hi - lo
-    going = ops.not_(bad) & (room >= total)
+    # bounds summing to the total within rounding (n eps relative: a sum of n terms) are feasible: every entry
+    # saturates there
+    feasible = total - room <= total * (x.shape[-1] * ops.eps)
+    going = ops.not_(bad) & feasible
     state = (ops.where(going, (lo + hi) / 2, 0), lo, hi, width, width, going)
     t = ops.repeat(steps, body, state, going)[0]
     p, _, _, free, saturated = sums(t)
@@ -1411,7 +1414,7 @@ def box_solve(ops: TensorOps, r: Routines, x, upper, total, steps: int = ROOT_ST
     share = ops.row_sum(ops.where(free, p, 0))
     p = ops.where(free & (share > 0), p * (rest / ops.where(share > 0, share, 1)), p)
     nan = ops.full(m, float("nan"))
-    infeasible = ops.not_(bad) & ops.not_(room >= total)
+    infeasible = ops.not_(bad) & ops.not_(feasible)
     p = ops.where(infeasible | ops.isnan(m), nan, ops.where(bad, 0, p))
     tau = ops.where(infeasible | ops.isnan(m), nan, ops.where(bad, float("inf"), m0 + t))
     return p, tau

@@ -173,8 +173,10 @@ def block_scores(qs, key, mask, start: int, causal: bool):
 class MapSpec:
     """What a call's blocks share: the map, its tensor parameters' names, and the options."""
 
-    def __init__(self, fn, is_map, names, causal, guard, dropout_p, block, L, S):
+    def __init__(self, fn, is_map, names, causal, guard, dropout_p, block, L, S, upper=None):
         self.fn, self.is_map, self.names = fn, is_map, names
+        # the bounds on the weights: None, a number, or "tensor" (then the last of the parameter tensors)
+        self.upper = upper
         self.causal, self.guard, self.dropout_p = causal, guard, dropout_p
         self.block, self.L, self.S = block, L, S
 
@@ -191,11 +193,14 @@ class MapSpec:
         there is none to keep).
         """
         kw = {n: _rows(t, start, stop) for n, t in zip(self.names, params)}
+        if self.upper is not None:  # (no thresholds kept: the bounded map solves each time)
+            u = self.upper if self.upper != "tensor" else _rows(params[-1], start, stop)
+            kw["upper"] = u[..., :a.shape[-1]] if isinstance(u, torch.Tensor) and u.shape[-1] > 1 else u
         kept = None
         if self.guard:  # a plain callable: rows with no key get weights 0 (and it sees finite scores there)
             dead = torch.isneginf(a).all(dim=-1, keepdim=True)
             p = self.fn(a.masked_fill(dead, 0.0), dim=-1).masked_fill(dead, 0.0)
-        elif self.is_map and (keep_tau or tau is not None):
+        elif self.is_map and self.upper is None and (keep_tau or tau is not None):
             p = self.fn.run(a, -1, kw, tau=tau, keep_tau=keep_tau)
             if keep_tau:
                 p, kept = p
@@ -303,8 +308,28 @@ def _closure_grads(spec, qs, key, mask) -> bool:
                 _mask_block(mask, 0, 1, spec.S if not spec.causal else 1), 0, spec.causal)
     with torch.enable_grad():
         return spec.weights(a.detach(), (), 0, 1).requires_grad
+def _check_upper(upper, query, scores: tuple):
+    """``upper`` of :func:`attention`: a number ``>= 0`` or a real tensor on the query's device broadcasting to the
+    scores (adding no batch dimensions); its values are checked by the map (:func:`numeric.front.box_rows`)."""
+    if isinstance(upper, numbers.Real) and not isinstance(upper, bool):
+        return float(upper)
+    _tensor(upper, "upper")
+    if not upper.is_floating_point():
+        raise TypeError(f"upper must be a real number or a floating tensor, got dtype {upper.dtype}")
+    if upper.device != query.device:
+        raise ValueError(f"upper must be on the query's device {query.device}, got {upper.device}")
+    try:
+        shape = tuple(torch.broadcast_shapes(upper.shape, scores))
+    except RuntimeError:
+        shape = None
+    if shape != scores:
+        raise ValueError(f"upper of shape {tuple(upper.shape)} must broadcast to the scores' shape {scores} "
+                         f"(batch, L, S) without adding dimensions")
+    return upper
+
+
 def attention(query, key, value, attn_mask=None, is_causal=False, scale=None, mapping="softmax", *, dropout_p=0.0,
-              block=None, backend="auto"):
+              block=None, backend="auto", upper=None):
     """``mapping(scale * query @ key^T + attn_mask) @ value``, SDPA's semantics (module docstring).
 
     Parameters
@@ -333,6 +358,12 @@ def attention(query, key, value, attn_mask=None, is_causal=False, scale=None, ma
         interpreter), or the torch path after a warning that says why not;
         ``"auto"`` (default): ``"triton"`` on CUDA tensors when Triton is
         installed and the call is one the kernels cover, the torch path otherwise.
+    upper:
+        A bound on each weight (a number, or a tensor broadcastable to the scores ``(..., L, S)``, ``>= 0``): the
+        map over the box ``0 <= p <= upper`` (:meth:`~numeric.torch.maps.TorchMap.__call__`), as in constrained
+        (fertility-bounded) attention; a tensor that requires grad gets one.  A query's bounds on the keys it may
+        attend to (those of the mask and, with ``is_causal``, ``j <= i``) must sum to at least 1.  A regattn map
+        only; the torch path (the fused kernels have no bounds).
 
     Returns
     -------
@@ -353,6 +384,13 @@ def attention(query, key, value, attn_mask=None, is_causal=False, scale=None, ma
         raise ValueError(f"block must be a positive integer or None, got {block!r}")
     fused.check_backend(backend)
     fn, is_map = _resolve(mapping)
+    if upper is not None:
+        upper = _check_upper(upper, query, scores)
+        if not is_map:
+            raise TypeError("upper= needs a regattn map (a name, a generated module or a TorchMap), not a callable")
+        if backend == "triton":
+            fused.warn_fallback("the fused kernels have no box constraints (upper=)")
+        backend = "torch"
     if backend == "triton" or backend == "auto" and query.is_cuda and block is None:
         why = fused.unsupported(query, attn_mask, fn, is_map, float(dropout_p))
         if why is None and L and S:
@@ -360,7 +398,7 @@ def attention(query, key, value, attn_mask=None, is_causal=False, scale=None, ma
         if why is not None and backend == "triton":
             fused.warn_fallback(why)
     names = tuple(n for n in fn.params if isinstance(fn.params[n], torch.Tensor)) if is_map else ()
-    params = tuple(fn.params[n] for n in names)
+    params = tuple(fn.params[n] for n in names) + ((upper,) if isinstance(upper, torch.Tensor) else ())
     qs = query * scale
     if L == 0 or S == 0:  # no queries, or no keys: the output is 0 (empty sums), still attached to the inputs
         return torch.matmul(torch.matmul(qs, key.transpose(-2, -1)), value)
@@ -368,7 +406,8 @@ def attention(query, key, value, attn_mask=None, is_causal=False, scale=None, ma
     if block is None:
         block = max(1, BLOCK_ENTRIES // (n * S))
     block = min(block, L)
-    spec = MapSpec(fn, is_map, names, is_causal, not is_map and attn_mask is not None, float(dropout_p), block, L, S)
+    spec = MapSpec(fn, is_map, names, is_causal, not is_map and attn_mask is not None, float(dropout_p), block, L, S,
+                   "tensor" if isinstance(upper, torch.Tensor) else upper)
     if block == L:  # one block: plain autograd, the weights are kept for the backward pass
         return _block(qs, key, value, attn_mask, 0, spec, params, L)
     if torch.compiler.is_compiling() and torch.is_grad_enabled():

@@ -66,7 +66,7 @@ from torch import nn
 
 from .. import front
 from . import fused
-from .attention import block_scores, MapSpec, attention
+from .attention import MapSpec, _check_upper, attention, block_scores
 from .maps import TorchMap, get_map
 
 __all__ = ["MultiheadAttention"]
@@ -207,8 +207,14 @@ class MultiheadAttention(nn.MultiheadAttention):
         return F.linear(query, w[0], b[0]), F.linear(key, w[1], b[1]), F.linear(value, w[2], b[2])
 
     def forward(self, query, key, value, key_padding_mask=None, need_weights=True, attn_mask=None,
-                average_attn_weights=True, is_causal=False):
-        """``(attn_output, attn_output_weights)`` as :meth:`torch.nn.MultiheadAttention.forward` returns them."""
+                average_attn_weights=True, is_causal=False, *, upper=None):
+        """``(attn_output, attn_output_weights)`` as :meth:`torch.nn.MultiheadAttention.forward` returns them.
+
+        ``upper``: a bound on each attention weight, as :func:`~numeric.torch.attention`'s (constrained attention:
+        the map over ``0 <= p <= upper``): a number, or a tensor of shape ``(L, S)`` or ``(N * num_heads, L, S)``
+        like ``attn_mask`` (a bias key or a zero key added by the layer has no bound); a tensor that requires grad
+        gets one (fertility predicted by another module, say).
+        """
         for name, x in (("query", query), ("key", key), ("value", value)):
             if not isinstance(x, torch.Tensor):
                 raise TypeError(f"{name} must be a torch.Tensor, got {type(x).__name__}")
@@ -254,7 +260,18 @@ class MultiheadAttention(nn.MultiheadAttention):
                 raise ValueError(f"key_padding_mask must have shape (N, S) = {(N, S)}, got "
                                  f"{tuple(key_padding_mask.shape)}")
             key_padding_mask = key_padding_mask.reshape(N, 1, 1, S)
+        if isinstance(upper, torch.Tensor):
+            if upper.dim() == 2 and tuple(upper.shape) == (L, S):
+                upper = upper.reshape(1, 1, L, S)
+            elif upper.dim() == 3 and tuple(upper.shape) == (N * H, L, S):
+                upper = upper.reshape(N, H, L, S)
+            else:
+                raise ValueError(f"upper must have shape (L, S) = {(L, S)} or (N * num_heads, L, S) = {(N * H, L, S)}, "
+                                 f"got {tuple(upper.shape)}")
         q, k, v = self._project(query, key, value)
+        extra = int(self.bias_k is not None) + int(self.add_zero_attn)
+        if extra and isinstance(upper, torch.Tensor):
+            upper = F.pad(upper, (0, extra), value=math.inf)
         if self.bias_k is not None:
             k = torch.cat([k, self.bias_k.repeat(1, N, 1)])
             v = torch.cat([v, self.bias_v.repeat(1, N, 1)])
@@ -271,12 +288,18 @@ class MultiheadAttention(nn.MultiheadAttention):
         if need_weights:
             spec_map = mapping if isinstance(mapping, TorchMap) else None
             names = tuple(n for n in spec_map.params if isinstance(spec_map.params[n], torch.Tensor)) if spec_map else ()
+            if upper is not None:
+                upper = _check_upper(upper, q, (N, H, L, k.shape[2]))
+                if spec_map is None:
+                    raise TypeError("upper= needs a regattn map (a name, a generated module or a TorchMap), not a "
+                                    "callable")
             spec = MapSpec(mapping, spec_map is not None, names, False, spec_map is None and mask is not None,
-                         float(dropout_p), L, L, k.shape[2])
+                           float(dropout_p), L, L, k.shape[2], "tensor" if isinstance(upper, torch.Tensor) else upper)
             if mask is not None and tuple(torch.broadcast_shapes(mask.shape, (N, H, L, k.shape[2]))) != (N, H, L, k.shape[2]):
                 raise ValueError(f"the masks do not broadcast to the weights' shape {(N, H, L, k.shape[2])}")
             a = block_scores(q * (1.0 / math.sqrt(D)), k, mask, 0, False)
-            weights = spec.weights(a, tuple(mapping.params[n] for n in names), 0, L)
+            bound = (upper,) if isinstance(upper, torch.Tensor) else ()
+            weights = spec.weights(a, tuple(mapping.params[n] for n in names) + bound, 0, L)
             heads = torch.matmul(weights, v)
             if average_attn_weights:
                 weights = weights.mean(dim=1)
@@ -284,7 +307,7 @@ class MultiheadAttention(nn.MultiheadAttention):
                 weights = weights.squeeze(0)
         else:
             heads = attention(q, k, v, attn_mask=mask, is_causal=causal, mapping=mapping, dropout_p=dropout_p,
-                              backend=self.backend)
+                              backend=self.backend, upper=upper)
         out = self.out_proj(heads.permute(2, 0, 1, 3).reshape(L, N, self.embed_dim))
         if not batched:
             out = out.squeeze(1)

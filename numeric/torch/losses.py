@@ -34,21 +34,27 @@ def _omega_terms(module, x, p, y, params):
 
 
 class _LossFunction(torch.autograd.Function):
-    """Per-row loss of rows ``x`` (2-D) from ``p = m(x)`` (the map's output, in the graph), ``y`` and the parameter tensors."""
+    """Per-row loss of rows ``x`` (2-D) from ``p = m(x)`` (the map's output, in the graph), ``y`` and the parameter
+    tensors; with box constraints ``upper`` (like ``x``), ``total`` (``(rows, 1)``) and the map's threshold ``tau``
+    (``(rows, 1)``), else ``None`` for the three."""
 
     @staticmethod
-    def forward(ctx, x, p, y, module, *params):
+    def forward(ctx, x, p, y, upper, total, tau, module, *params):
         ctx.module = module
-        ctx.save_for_backward(x, p, y, *params)
+        ctx.save_for_backward(x, p, y, upper, tau, *params)
         with torch.no_grad():
             return _omega_terms(module, x, p, y, params)
 
     @staticmethod
     def backward(ctx, grad):
-        x, p, y, *params = ctx.saved_tensors
+        x, p, y, upper, tau, *params = ctx.saved_tensors
         g = grad.unsqueeze(-1)
-        out = [g * (p - y) if ctx.needs_input_grad[0] else None, None, None, None]
-        need = [i for i in range(len(params)) if ctx.needs_input_grad[4 + i]]
+        need = ctx.needs_input_grad
+        out = [g * (p - y) if need[0] else None, None, None, None, g * tau if need[4] else None, None, None]
+        if need[3]:  # the multipliers of the bounds
+            r = tensor_rules.Routines(ctx.module, routine_table(ctx.module), tuple(q.detach() for q in params))
+            out[3] = g * tensor_rules.box_multipliers(ops_for(x.dtype), r, x, tau, upper)
+        need = [i for i in range(len(params)) if ctx.needs_input_grad[7 + i]]
         grads = [None] * len(params)
         if need:
             with torch.enable_grad():
@@ -60,13 +66,18 @@ class _LossFunction(torch.autograd.Function):
         return (*out, *grads)
 
 
-def fenchel_young_loss(scores, target, mapping="softmax", reduction: str = "mean", dim: int = -1):
+def fenchel_young_loss(scores, target, mapping="softmax", reduction: str = "mean", dim: int = -1, *, upper=None,
+                       total=1.0):
     """The Fenchel-Young loss of ``mapping`` (a name, a generated module or a :class:`TorchMap` with its parameters).
 
     ``target``: integer labels (the batch shape: ``scores`` without ``dim``) or
     distributions like ``scores``.  ``reduction``: ``"none"`` (one value per row,
     batch shape), ``"sum"`` or ``"mean"`` (over rows).  Gradients: ``p*(s) - y`` for
     the scores, the envelope theorem's for the map's parameters.
+
+    ``upper``, ``total``: the loss of the map over the box ``0 <= p <= upper``, ``sum p = total``
+    (:meth:`numeric.Map.loss_and_grad`), the target inside the box; gradients flow to bound tensors that require
+    them: the multipliers ``[s_i - tau - omega'(u_i)]_+`` of the bounds, and ``tau`` for the total.
 
     >>> import torch
     >>> s = torch.tensor([[1.0, 0.5, -1.0]], requires_grad=True)
@@ -88,13 +99,19 @@ def fenchel_young_loss(scores, target, mapping="softmax", reduction: str = "mean
     x = scores.to(dtype)
     if isinstance(target, torch.Tensor) and target.device != x.device:
         raise ValueError(f"target is on {target.device}, the scores on {x.device}")
-    y = front.check_target(x, target, dim, ARRAYS, "dim")
-    y = y.detach()
-    p = m(x, dim=dim)
     n = x.shape[dim]
     rows = lambda a: a.movedim(dim, -1).reshape(-1, n)  # noqa: E731
+    box = (None, None, None)
+    if front.is_box(upper, total):
+        u, c = front.box_rows(torch, ARRAYS, x, upper, total, dim, "dim")
+        y = front.check_target(x, target, dim, ARRAYS, "dim", box=(u, c)).detach()
+        p, tau = m.run_box(x, dim, {}, upper, total, keep_tau=True)
+        box = (u, c, tau.movedim(dim, -1).reshape(-1, 1))
+    else:
+        y = front.check_target(x, target, dim, ARRAYS, "dim").detach()
+        p = m(x, dim=dim)
     tensors = tuple(m._param_rows(name, m.params[name], x, dim, dtype) for name in m.module.PARAMETERS)
-    value = _LossFunction.apply(rows(x), rows(p), rows(y), m.module, *tensors)
+    value = _LossFunction.apply(rows(x), rows(p), rows(y), *box, m.module, *tensors)
     value = front.reduce(value.reshape(x.shape[:dim] + x.shape[dim + 1:]), reduction)
     return value if value.dtype == scores.dtype else value.to(scores.dtype)
 
@@ -114,8 +131,8 @@ class FenchelYoungLoss(torch.nn.Module):
         self.reduction = reduction
         self.dim = dim
 
-    def forward(self, scores, target):
-        return fenchel_young_loss(scores, target, self.mapping, self.reduction, self.dim)
+    def forward(self, scores, target, *, upper=None, total=1.0):
+        return fenchel_young_loss(scores, target, self.mapping, self.reduction, self.dim, upper=upper, total=total)
 
     def extra_repr(self) -> str:
         return f"mapping={self.mapping!r}, reduction={self.reduction!r}, dim={self.dim}"

@@ -154,6 +154,27 @@ class _Solver:
         """``p`` for the rows of the 2-D ``x`` from the ``t`` of :meth:`solve` (no graph)."""
         return tensor_rules.at_threshold(ops_for(x.dtype), self.routines(params), x, tau)
 
+    def box(self, x, upper, total, params):
+        """``(p, tau)`` over the box ``0 <= p <= upper``, ``sum p = total`` for the rows of the 2-D ``x`` (no graph),
+        ``tau`` the threshold (``(rows, 1)``)."""
+        return tensor_rules.box_solve(ops_for(x.dtype), self.routines(params), x, upper, total)
+
+    def box_vjp(self, p, grad, upper, params, graph: bool):
+        """``(J^T g, dp/du^T g, dp/dc^T g, {name: dp/dq^T g})`` of the bounded map at ``p``, the parameters' in
+        float64 (as :class:`_MapFunction`'s); ``graph``: differentiable again (the weight masked at 0)."""
+        ops = ops_for(p.dtype)
+        js, ju, jc = tensor_rules.box_vjp(ops, self.routines(params), p, grad, upper, None if graph else self.at_zero)
+        out = {}
+        for name in self.names:
+            if p.dtype == torch.float64:
+                out[name] = tensor_rules.param_vjp(ops, self.routines(params), p, grad, name, ju=js)
+                continue
+            ops64, p64 = ops_for(torch.float64), p.double()
+            r64 = self.routines(tuple(v.double() for v in params))
+            js64 = tensor_rules.box_vjp(ops64, r64, p64, grad.double(), upper.double())[0]
+            out[name] = tensor_rules.param_vjp(ops64, r64, p64, None, name, ju=js64).to(p.dtype)
+        return js, ju, jc, out
+
 
 class _MapFunction(torch.autograd.Function):
     """``p = m(x)`` on rows ``x`` (2-D) with parameter tensors of shape ``(rows, 1)`` or ``()``."""
@@ -186,6 +207,30 @@ class _MapFunction(torch.autograd.Function):
                 r64 = solver.routines(tuple(v.double() for v in params))
                 g = tensor_rules.param_vjp(ops64, r64, p.double(), grad.double(), name).to(q.dtype)
             out.append(g if q.ndim else g.sum())
+        return tuple(out)
+
+
+class _BoxFunction(torch.autograd.Function):
+    """``p = m(x)`` over the box ``0 <= p <= u``, ``sum p = c`` on rows ``x`` (2-D), ``u`` like ``x``, ``c`` of
+    shape ``(rows, 1)``, parameter tensors of shape ``(rows, 1)`` or ``()``: ``(p, tau)``, the threshold without a
+    gradient; the backward :func:`numeric.tensor_rules.box_vjp` in the scores, the bounds and the total."""
+
+    @staticmethod
+    def forward(ctx, x, upper, total, solver, *params):
+        p, tau = solver.box(x, upper, total, params)
+        ctx.solver = solver
+        ctx.save_for_backward(p, upper, *params)
+        ctx.mark_non_differentiable(tau)
+        return p, tau
+
+    @staticmethod
+    def backward(ctx, grad, _):
+        p, upper, *params = ctx.saved_tensors
+        js, ju, jc, by_name = ctx.solver.box_vjp(p, grad, upper, params, torch.is_grad_enabled())
+        need = ctx.needs_input_grad
+        out = [js if need[0] else None, ju if need[1] else None, jc if need[2] else None, None]
+        for i, (name, q) in enumerate(zip(ctx.solver.names, params)):
+            out.append((by_name[name] if q.ndim else by_name[name].sum()) if need[4 + i] else None)
         return tuple(out)
 
 
@@ -240,19 +285,65 @@ class TorchMap(FrameworkMap):
         # (keyed by name: dynamo compares no modules)
         return self._cases.get(family.resolve(self.module, values, ARRAYS.readable).NAME, self._solver)
 
-    def __call__(self, x, dim: int = -1, **params):
-        """``p*(x)`` along ``dim``: same shape, dtype and device as ``x``."""
+    def __call__(self, x, dim: int = -1, *, upper=None, total=1.0, **params):
+        """``p*(x)`` along ``dim``: same shape, dtype and device as ``x``.
+
+        ``upper`` (a number or a tensor broadcasting to ``x``, ``>= 0``; ``None``: no bound) and ``total`` (a
+        number or a tensor with size 1 along ``dim``, ``> 0``): the map over the box ``0 <= p <= upper``, ``sum p =
+        total`` (:meth:`numeric.Map.__call__`); gradients flow to bound tensors that require them.
+        """
+        if front.is_box(upper, total):
+            return self.run_box(x, dim, params, upper, total)
         return self.run(x, dim, params)
+
+    def _checked_scores(self, x, dim) -> int:
+        if not isinstance(x, torch.Tensor):
+            raise TypeError(f"scores must be a torch tensor, got {type(x).__name__}")
+        if not x.is_floating_point():
+            raise TypeError(f"scores must be a floating tensor, got dtype {x.dtype}")
+        return check_dim(x, dim)
+
+    def _layout(self, x, dim, params):
+        """``(values, dtype, moved, flat, tensors, solver)`` for a call: the parameter values checked, the compute
+        dtype, the scores with ``dim`` last and as rows, the parameters as rows, the solver."""
+        for name, value in params.items():  # (before the domain check, which reads the values)
+            if isinstance(value, torch.Tensor) and value.device != x.device:
+                raise ValueError(f"parameter {name} is on {value.device}, the scores on {x.device}")
+        values = self.values(params)
+        dtype = torch.float32 if x.dtype in _HALF else x.dtype
+        xc = x.to(dtype)
+        moved = xc if dim == x.ndim - 1 else xc.movedim(dim, -1)
+        flat = moved.reshape(-1, x.shape[dim])
+        tensors = tuple(self._param_rows(n, values[n], x, dim, dtype) for n in self.module.PARAMETERS)
+        return values, dtype, moved, flat, tensors, self.solver_for(values)
+
+    def run_box(self, x, dim, params, upper, total, keep_tau=False):
+        """``p`` over the box (:meth:`__call__`); ``keep_tau``: ``(p, tau)``, the threshold of each row with size 1
+        along ``dim`` (no gradient)."""
+        dim = self._checked_scores(x, dim)
+        for name, b in (("upper", upper), ("total", total)):
+            if isinstance(b, torch.Tensor) and b.device != x.device:
+                raise ValueError(f"{name} is on {b.device}, the scores on {x.device}")
+        values, dtype, moved, flat, tensors, solver = self._layout(x, dim, params)
+        u, c = front.box_rows(torch, ARRAYS, x.to(dtype), upper, total, dim, "dim")
+        if torch.is_grad_enabled() and any(t.requires_grad for t in (x, u, c, *tensors)):
+            p, tau = _BoxFunction.apply(flat, u, c, solver, *tensors)
+        else:
+            p, tau = solver.box(flat, u, c, tensors)
+        last = dim == x.ndim - 1
+        p = p.reshape(moved.shape)
+        p = p if last else p.movedim(-1, dim)
+        p = p if p.dtype == x.dtype else p.to(x.dtype)
+        if not keep_tau:
+            return p
+        tau = tau.reshape(moved.shape[:-1] + (1,))
+        return p, (tau if last else tau.movedim(-1, dim))
 
     def run(self, x, dim, params, tau=None, keep_tau=False):
         """``p``, or ``(p, tau)`` with ``keep_tau`` (``tau`` of size 1 along ``dim``, the threshold less the row's
         maximum, or ``None`` where the map cannot use it), or ``p`` from a ``tau`` kept before: one pass instead
         of a solve, the same gradient."""
-        if not isinstance(x, torch.Tensor):
-            raise TypeError(f"scores must be a torch tensor, got {type(x).__name__}")
-        if not x.is_floating_point():
-            raise TypeError(f"scores must be a floating tensor, got dtype {x.dtype}")
-        dim = check_dim(x, dim)
+        dim = self._checked_scores(x, dim)
         if self._solver.softmax and not params and tau is None:
             # torch.softmax along dim, its own autograd (its backward p * (v - p.v) is the derived JVP with
             # w = p, sum(w) = 1); a row with a NaN (or +inf) score or fully masked comes out NaN in every
@@ -277,17 +368,8 @@ class TorchMap(FrameworkMap):
             if p is not None:
                 p = p if p.dtype == x.dtype else p.to(x.dtype)
                 return (p, None) if keep_tau else p
-        for name, value in params.items():  # (before the domain check, which reads the values)
-            if isinstance(value, torch.Tensor) and value.device != x.device:
-                raise ValueError(f"parameter {name} is on {value.device}, the scores on {x.device}")
-        values = self.values(params)
-        dtype = torch.float32 if x.dtype in _HALF else x.dtype
-        xc = x.to(dtype)
+        values, dtype, moved, flat, tensors, solver = self._layout(x, dim, params)
         last = dim == x.ndim - 1
-        moved = xc if last else xc.movedim(dim, -1)
-        flat = moved.reshape(-1, x.shape[dim])
-        tensors = tuple(self._param_rows(n, values[n], x, dim, dtype) for n in self.module.PARAMETERS)
-        solver = self.solver_for(values)
         if tau is not None:
             tau = (tau if last else tau.movedim(dim, -1)).to(dtype).reshape(-1, 1)
         kept = None
@@ -325,37 +407,38 @@ def get_map(mapping, *, threshold: str = "auto", **params) -> TorchMap:
     return TorchMap(mapping, threshold=threshold, **params)
 
 
-def softmax(x, dim: int = -1):
+def softmax(x, dim: int = -1, *, upper=None, total=1.0):
     """Softmax ``p_i = exp(s_i) / sum_j exp(s_j)``: the map of ``p log p``.
 
     >>> import torch
     >>> softmax(torch.tensor([0.0, math.log(3.0)]))
     tensor([0.2500, 0.7500])
     """
-    return _builtin("softmax")(x, dim=dim)
+    return _builtin("softmax")(x, dim=dim, upper=upper, total=total)
 
 
-def sparsemax(x, dim: int = -1):
-    """Sparsemax ``p = [s - tau]_+``: the map of ``p**2 / 2``.
+def sparsemax(x, dim: int = -1, *, upper=None, total=1.0):
+    """Sparsemax ``p = [s - tau]_+``: the map of ``p**2 / 2``; ``upper``, ``total``: over the box ``0 <= p <=
+    upper``, ``sum p = total`` (:meth:`TorchMap.__call__`): ``sparsemax(x, upper=1, total=k)`` is budget sparsemax.
 
     >>> import torch
     >>> sparsemax(torch.tensor([[1.0, 0.5, -1.0]]), dim=1)
     tensor([[0.7500, 0.2500, 0.0000]])
     """
-    return _builtin("sparsemax")(x, dim=dim)
+    return _builtin("sparsemax")(x, dim=dim, upper=upper, total=total)
 
 
-def entmax15(x, dim: int = -1):
+def entmax15(x, dim: int = -1, *, upper=None, total=1.0):
     """1.5-entmax ``p = [s/2 - tau]_+**2``: Tsallis alpha = 3/2.
 
     >>> import torch
     >>> entmax15(torch.tensor([-2.0, 0.0, 0.5]))
     tensor([0.0000, 0.3260, 0.6740])
     """
-    return _builtin("entmax15")(x, dim=dim)
+    return _builtin("entmax15")(x, dim=dim, upper=upper, total=total)
 
 
-def entmax(x, alpha, dim: int = -1):
+def entmax(x, alpha, dim: int = -1, *, upper=None, total=1.0):
     """alpha-entmax ``p = [(alpha - 1) s - tau]_+**(1/(alpha - 1))`` for any alpha > 0 (sparse above 1, softmax
     at 1, dense below): a number or a tensor broadcasting to ``x`` with size 1 along ``dim`` (learnable; the map
     and its gradient in alpha are continuous through 1).
@@ -370,7 +453,7 @@ def entmax(x, alpha, dim: int = -1):
     >>> alpha.grad.shape
     torch.Size([2, 1])
     """
-    return _builtin("entmax")(x, dim=dim, alpha=alpha)
+    return _builtin("entmax")(x, dim=dim, alpha=alpha, upper=upper, total=total)
 
 
 #: the built-in maps, built on import (4 ms): building a map loads and checks its module, which torch.compile

@@ -13,7 +13,8 @@ EXAMPLES = sorted(p for p in (Path(__file__).resolve().parents[2] / "examples").
 
 
 #: examples that need an optional framework: script name -> the module it imports
-NEEDS = {"distributed_torch.py": "torch", "distributed_jax.py": "jax", "alpha_across_one.py": "torch"}
+NEEDS = {"distributed_torch.py": "torch", "distributed_jax.py": "jax", "alpha_across_one.py": "torch",
+         "constrained_attention.py": "torch"}
 
 
 @pytest.mark.parametrize("script", EXAMPLES, ids=lambda p: p.name)

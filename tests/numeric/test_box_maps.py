@@ -183,3 +183,15 @@ def test_loss_checks_the_target_against_the_box():
     value = nm.get_map("sparsemax").loss(np.array([[3.0, 2.9, 0.1, 0.0]]), np.array([[1.0, 1.0, 0, 0]]), upper=1,
                                          total=2, reduction="none")
     assert value[0] == pytest.approx(0.0, abs=1e-15)  # budget sparsemax at its own top-2
+
+
+def test_bounds_summing_to_the_total_within_rounding_are_feasible():
+    """A decoder's remaining fertilities sum to the total only up to rounding (``1 - 1e-16``): feasible, every entry
+    saturated (it raised "infeasible bounds ... sum to 1 < total = 1")."""
+    upper = np.array([0.1, 0.2, 0.7 - 1e-16])
+    assert upper.sum() < 1
+    for name in ("softmax", "sparsemax", "entmax15"):
+        p = nm.get_map(name)(np.array([0.3, 0.1, 0.5]), upper=upper)
+        np.testing.assert_allclose(p, upper, rtol=0, atol=2e-16)
+    with pytest.raises(ValueError, match="infeasible bounds"):
+        nm.sparsemax(np.zeros(3), upper=np.array([0.1, 0.2, 0.7 - 1e-12]))
