@@ -16,6 +16,7 @@ from .attention import attention, attention_backward
 from .continuous import ContinuousAttention, GaussianBasis, continuous_attention, continuous_attention_backward, get_continuous_map
 from .layers import MultiHeadAttention, SelfAttention, sinusoidal_encoding
 from .maps import Map, entmax, entmax15, get_map, softmax, sparsemax
+from .normmax import NormmaxMap, normmax
 from .heap import apply_default as _apply_heap_default
 from .heap import get_heap_reserve, set_heap_reserve
 from .parallel import get_num_threads, set_num_threads
@@ -29,6 +30,8 @@ __all__ = [
     "sparsemax",
     "entmax15",
     "entmax",
+    "normmax",
+    "NormmaxMap",
     "attention",
     "attention_backward",
     "SelfAttention",

@@ -380,6 +380,12 @@ class RowOps(tensor_rules.TensorOps):
     def isnan(self, x):
         return self.xp.isnan(x)
 
+    def exp(self, x):
+        return self.xp.exp(x)
+
+    def log(self, x):
+        return self.xp.log(x)
+
     def not_(self, b):
         return ~b
 

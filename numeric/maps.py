@@ -81,7 +81,7 @@ class Map:
     def bound(self, values: dict, module: ModuleType | None = None) -> Map:
         """This map with parameter values already checked (floats or float64 arrays); ``module``: another module
         (a case of this family), the threshold its own where this map's is ``"auto"``."""
-        m = object.__new__(Map)
+        m = object.__new__(type(self))
         m.module, m.threshold, m._auto, m.params = self.module, self.threshold, self._auto, dict(values)
         if module is not None:
             m.module = module
@@ -466,7 +466,14 @@ def get_map(name, *, threshold: str = "auto", **params) -> Map:
     array([0.  , 0.25, 0.75])
     """
     if isinstance(name, Map):
-        return name if not params and threshold == "auto" else Map(name.module, threshold, **{**name.params, **params})
+        if not params and threshold == "auto":
+            return name
+        return type(name)(**{**name.params, **params}) if name.name == "normmax" else \
+            Map(name.module, threshold, **{**name.params, **params})
+    if name == "normmax":
+        from .normmax import NormmaxMap
+
+        return NormmaxMap(**params)
     return Map(module_of(name, Map), threshold, **params)
 
 

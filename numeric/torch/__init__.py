@@ -22,7 +22,7 @@ except ModuleNotFoundError as exc:  # pragma: no cover - depends on the environm
 from .attention import attention  # the function (the submodule of the same name is numeric.torch.attention)
 from .layers import MultiheadAttention
 from .losses import FenchelYoungLoss, fenchel_young_loss
-from .maps import TorchMap, entmax, entmax15, get_map, softmax, sparsemax
+from .maps import TorchMap, TorchNormmax, entmax, entmax15, get_map, normmax, softmax, sparsemax
 
-__all__ = ["TorchMap", "get_map", "softmax", "sparsemax", "entmax15", "entmax", "fenchel_young_loss", "FenchelYoungLoss",
-           "attention", "MultiheadAttention"]
+__all__ = ["TorchMap", "TorchNormmax", "get_map", "softmax", "sparsemax", "entmax15", "entmax", "normmax",
+           "fenchel_young_loss", "FenchelYoungLoss", "attention", "MultiheadAttention"]

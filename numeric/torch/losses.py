@@ -66,6 +66,24 @@ class _LossFunction(torch.autograd.Function):
         return (*out, *grads)
 
 
+class _NormmaxLossFunction(torch.autograd.Function):
+    """normmax's loss per row of rows ``x`` from ``p = normmax(x)`` (in the graph), ``y`` and ``alpha``
+    (:func:`numeric.tensor_rules.normmax_loss`); the gradient ``p - y`` in the scores."""
+
+    @staticmethod
+    def forward(ctx, x, p, y, alpha):
+        ctx.save_for_backward(p, y)
+        with torch.no_grad():
+            return tensor_rules.normmax_loss(ops_for(x.dtype), x, p, y, alpha)[..., 0]
+
+    @staticmethod
+    def backward(ctx, grad):
+        p, y = ctx.saved_tensors
+        if ctx.needs_input_grad[3]:
+            raise RuntimeError("normmax has no gradient in alpha (only in the scores)")
+        return grad.unsqueeze(-1) * (p - y) if ctx.needs_input_grad[0] else None, None, None, None
+
+
 def fenchel_young_loss(scores, target, mapping="softmax", reduction: str = "mean", dim: int = -1, *, upper=None,
                        total=1.0):
     """The Fenchel-Young loss of ``mapping`` (a name, a generated module or a :class:`TorchMap` with its parameters).
@@ -101,6 +119,14 @@ def fenchel_young_loss(scores, target, mapping="softmax", reduction: str = "mean
         raise ValueError(f"target is on {target.device}, the scores on {x.device}")
     n = x.shape[dim]
     rows = lambda a: a.movedim(dim, -1).reshape(-1, n)  # noqa: E731
+    if m.name == "normmax":
+        if front.is_box(upper, total):
+            raise ValueError("normmax takes no box constraints (upper=, total=): its regularizer is not separable")
+        y = front.check_target(x, target, dim, ARRAYS, "dim").detach()
+        (alpha,) = (m._param_rows(name, m.params[name], x, dim, dtype) for name in m.module.PARAMETERS)
+        value = _NormmaxLossFunction.apply(rows(x), rows(m(x, dim=dim)), rows(y), alpha)
+        value = front.reduce(value.reshape(x.shape[:dim] + x.shape[dim + 1:]), reduction)
+        return value if value.dtype == scores.dtype else value.to(scores.dtype)
     box = (None, None, None)
     if front.is_box(upper, total):
         u, c = front.box_rows(torch, ARRAYS, x, upper, total, dim, "dim")

@@ -38,7 +38,7 @@ from .. import contract, family, front, tensor_rules
 from ..maps import FrameworkMap
 from ._ops import ops_for
 
-__all__ = ["TorchMap", "get_map", "softmax", "sparsemax", "entmax15", "entmax"]
+__all__ = ["TorchMap", "TorchNormmax", "get_map", "softmax", "sparsemax", "entmax15", "entmax", "normmax"]
 
 _HALF = (torch.float16, torch.bfloat16)
 
@@ -392,6 +392,82 @@ class TorchMap(FrameworkMap):
         return p, kept
 
 
+class _NormmaxFunction(torch.autograd.Function):
+    """normmax's ``p`` from ``r = entmax_a(s / (a - 1))`` on rows (:func:`numeric.tensor_rules.normmax_from`), with
+    the derived backward in the scores ``x`` (:func:`~numeric.tensor_rules.normmax_vjp`, from ``p``)."""
+
+    @staticmethod
+    def forward(ctx, x, alpha, r):
+        p = tensor_rules.normmax_from(ops_for(r.dtype), r, alpha)
+        ctx.save_for_backward(p, alpha)
+        return p
+
+    @staticmethod
+    def backward(ctx, grad):
+        p, alpha = ctx.saved_tensors
+        if ctx.needs_input_grad[1]:
+            raise RuntimeError("normmax has no gradient in alpha (only in the scores)")
+        return tensor_rules.normmax_vjp(ops_for(p.dtype), p, grad, alpha.detach()), None, None
+
+
+class TorchNormmax(TorchMap):
+    """normmax, ``argmax_{p in simplex} <p, s> - ||p||_alpha`` (``alpha > 1``), on torch tensors: the entmax family's
+    threshold at ``a = (2 alpha - 1) / alpha`` on the scores ``s / (a - 1)``, then ``p = r^(1/alpha)`` normalised
+    (:mod:`numeric.normmax`, :mod:`derive.normmax`), with the derived backward in the scores; ``alpha`` a number or a
+    tensor with size 1 along ``dim`` (no gradient in it); no box constraints.
+
+    >>> import torch
+    >>> TorchNormmax(alpha=2.0)(torch.tensor([1.0, 0.5, -1.0, 0.2]))
+    tensor([0.6382, 0.2864, 0.0000, 0.0753])
+    """
+
+    def __init__(self, alpha=2.0):
+        family_map = _BUILTIN["entmax"]  # (its solvers shared: a map built under torch.compile cannot build its own)
+        self.module, self.threshold = family_map.module, family_map.threshold
+        self._solver, self._cases = family_map._solver, family_map._cases
+        self.params = self._checked({"alpha": alpha})
+        self._check_alpha(self.params["alpha"])
+
+    @property
+    def name(self) -> str:
+        return "normmax"
+
+    def __repr__(self) -> str:
+        a = self.params["alpha"]
+        return f"TorchNormmax(alpha={a!r})" if not isinstance(a, torch.Tensor) else \
+            f"TorchNormmax(alpha=<tensor {tuple(a.shape)}>)"
+
+    @staticmethod
+    def _check_alpha(alpha):
+        from ..normmax import check_normmax_alpha
+
+        value = ARRAYS.readable(alpha) if isinstance(alpha, torch.Tensor) else alpha
+        if value is not None:
+            check_normmax_alpha(value.cpu().double().numpy() if isinstance(value, torch.Tensor) else value)
+
+    def __call__(self, x, dim: int = -1, *, upper=None, total=1.0, **params):
+        if front.is_box(upper, total):
+            raise ValueError("normmax takes no box constraints (upper=, total=): its regularizer is not separable")
+        return self.run(x, dim, params)
+
+    def run(self, x, dim, params, tau=None, keep_tau=False):
+        """``p`` (``(p, None)`` with ``keep_tau``: no thresholds are kept; ``tau`` is not used)."""
+        dim = self._checked_scores(x, dim)
+        values, dtype, moved, flat, (alpha,), _ = self._layout(x, dim, params)
+        self._check_alpha(alpha)
+        with torch.no_grad():
+            a = alpha.detach()
+            r = _BUILTIN["entmax"].run(flat.detach() * (a / (a - 1)), -1, {"alpha": (2 * a - 1) / a})
+        if torch.is_grad_enabled() and (flat.requires_grad or alpha.requires_grad):
+            p = _NormmaxFunction.apply(flat, alpha, r)
+        else:
+            p = tensor_rules.normmax_from(ops_for(r.dtype), r, a)
+        p = p.reshape(moved.shape)
+        p = p if dim == x.ndim - 1 else p.movedim(-1, dim)
+        p = p if p.dtype == x.dtype else p.to(x.dtype)
+        return (p, None) if keep_tau else p
+
+
 def get_map(mapping, *, threshold: str = "auto", **params) -> TorchMap:
     """The :class:`TorchMap` for a name, a generated module or a :class:`TorchMap` (rebound with ``params``).
 
@@ -401,6 +477,9 @@ def get_map(mapping, *, threshold: str = "auto", **params) -> TorchMap:
     """
     if isinstance(mapping, TorchMap) and not params and threshold == "auto":
         return mapping
+    if isinstance(mapping, TorchNormmax) or mapping == "normmax":
+        return TorchNormmax(**({"alpha": mapping.params["alpha"]} if isinstance(mapping, TorchNormmax) else {}),
+                            **params)
     if isinstance(mapping, str) and mapping in _BUILTIN and threshold == "auto":
         # the built-in maps are built on import (a map built inside a function torch.compile traces breaks its graph)
         return _BUILTIN[mapping] if not params else TorchMap(_BUILTIN[mapping], **params)
@@ -436,6 +515,16 @@ def entmax15(x, dim: int = -1, *, upper=None, total=1.0):
     tensor([0.0000, 0.3260, 0.6740])
     """
     return _builtin("entmax15")(x, dim=dim, upper=upper, total=total)
+
+
+def normmax(x, alpha=2.0, dim: int = -1):
+    """normmax ``argmax_{p in simplex} <p, s> - ||p||_alpha`` along ``dim`` (:class:`TorchNormmax`).
+
+    >>> import torch
+    >>> normmax(torch.tensor([[1.0, 0.5, -1.0, 0.2]]), alpha=3.0)
+    tensor([[0.5313, 0.3407, 0.0000, 0.1280]])
+    """
+    return TorchNormmax(alpha=alpha)(x, dim=dim)
 
 
 def entmax(x, alpha, dim: int = -1, *, upper=None, total=1.0):

@@ -175,13 +175,14 @@ def test_attention_with_bounds_is_numpys(name, block):
 
 def test_attention_gradcheck_in_the_bounds():
     """Blocked (the Function recomputing each block) and in one block, with the bounds, queries and alpha per head."""
-    q, k, v, upper = (a.requires_grad_() for a in _attention_inputs(L=4, S=5))
+    q, k, v, upper = _attention_inputs(L=3, S=4)
+    q, k, v, upper = q[:1].requires_grad_(), k[:1], v[:1], upper.requires_grad_()
     alpha = torch.tensor([[[0.8]], [[1.4]]], dtype=torch.float64, requires_grad=True)
     for block in (None, 2):
-        def f(q, k, v, u, a):
+        def f(q, u, a):
             return rt.attention(q, k, v, mapping=rt.get_map("entmax", alpha=a), upper=u, block=block)
 
-        assert torch.autograd.gradcheck(f, (q, k, v, upper, alpha))
+        assert torch.autograd.gradcheck(f, (q, upper, alpha))
 
 
 def test_attention_upper_errors():

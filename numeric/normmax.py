@@ -1,0 +1,129 @@
+"""normmax, ``p = argmax_{p in simplex} <p, s> - ||p||_alpha`` (``alpha > 1``), on NumPy and CuPy arrays.
+
+``||p||_alpha`` is not separable, but its homogeneity reduces the map to a separable threshold equation
+(:mod:`derive.normmax`): with ``a = (2 alpha - 1) / alpha``, ``r = entmax_a(s / (a - 1))`` has ``r_i = [s_i -
+tau]_+^q`` (``q = alpha / (alpha - 1)``) and ``p = r^(1/alpha) / sum r^(1/alpha)``.  The threshold is solved by
+the entmax family's rules (at ``alpha = 2``, ``a = 3/2``: 1.5-entmax's exact sort rule), the rest is
+:func:`numeric.tensor_rules.normmax_from`; the Jacobian ``(I - p 1^T) diag(m) (I - 1 p^T)`` and the
+Fenchel-Young loss are :func:`~numeric.tensor_rules.normmax_vjp` and :func:`~numeric.tensor_rules.normmax_loss`,
+the same text on every backend.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+from . import front, tensor_rules
+from .backend import array_module, to_compute_dtype
+from .front import check_axis
+from .maps import Map, _rows, _tangent_rows, import_map_module
+
+__all__ = ["NormmaxMap", "normmax", "check_normmax_alpha"]
+
+
+def check_normmax_alpha(values) -> None:
+    """normmax's ``alpha`` must be ``> 1`` and finite (readable values: a number or an array)."""
+    a = np.asarray(values, dtype=np.float64)
+    if not bool(((a > 1) & np.isfinite(a)).all()):
+        bad = a[~((a > 1) & np.isfinite(a))].reshape(-1)[0]
+        raise ValueError(f"normmax needs alpha > 1 (finite), got {float(bad)!r}")
+
+
+class NormmaxMap(Map):
+    """normmax as a :class:`~numeric.maps.Map`: the same calls (``m(x, axis)``, ``forward``, ``jvp``/``vjp``,
+    ``loss``/``loss_and_grad``), ``alpha`` a number or an array with size 1 along the axis (per row, per head);
+    it solves through the entmax family's map at ``a = (2 alpha - 1) / alpha``.  No box constraints, and no
+    gradient in ``alpha`` (``vjp_params`` raises).
+
+    >>> import numpy as np
+    >>> NormmaxMap(alpha=2.0)(np.array([1.0, 0.5, -1.0, 0.2])).round(4)
+    array([0.6382, 0.2864, 0.    , 0.0753])
+    """
+
+    def __init__(self, alpha=2.0, threshold: str = "auto"):
+        super().__init__(import_map_module("entmax"), threshold, alpha=alpha)
+        check_normmax_alpha(self.params["alpha"])
+
+    @property
+    def name(self) -> str:
+        return "normmax"
+
+    @property
+    def sparse(self) -> bool:
+        return True
+
+    def __repr__(self) -> str:
+        a = self.params["alpha"]
+        return f"NormmaxMap(alpha={a!r})" if not isinstance(a, np.ndarray) else f"NormmaxMap(alpha=<array {a.shape}>)"
+
+    def _inner(self, x, axis, xp):
+        """``(the entmax map at a, alpha broadcasting against x, a - 1 likewise)``."""
+        alpha = self.params["alpha"]
+        a = (2 * alpha - 1) / alpha
+        inner = Map(self.module, "auto" if self._auto else self.threshold, alpha=a)
+        (values,) = self._values_like(x, axis, xp)
+        return inner, values, (values - 1) / values
+
+    def forward(self, x, axis: int = -1, *, overwrite: bool = False, upper=None, total=1.0):
+        """``(p, tau)``: normmax along ``axis`` and the threshold of each row (``sum_i [s_i - tau]_+^q = 1``)."""
+        if front.is_box(upper, total):
+            raise ValueError("normmax takes no box constraints (upper=, total=): its regularizer is not separable")
+        xp = array_module(x)
+        x, out_dtype = to_compute_dtype(x, xp)
+        axis = check_axis(x.shape, axis)
+        inner, alpha, scale = self._inner(x, axis, xp)
+        with np.errstate(invalid="ignore"):  # (-inf / positive stays -inf; NaN rows stay NaN)
+            r, tau = inner.forward(x / scale, axis, overwrite=True)
+        rows, restore = _rows(r, axis)
+        alpha_rows = _rows(xp.broadcast_to(alpha, x.shape), axis)[0][:, :1] if hasattr(alpha, "shape") else alpha
+        with np.errstate(divide="ignore", invalid="ignore"):
+            p = tensor_rules.normmax_from(front.RowOps(xp, x.dtype), rows, alpha_rows)
+        return restore(p).astype(out_dtype, copy=False), tau
+
+    def _alpha_rows(self, y, axis, xp):
+        (alpha,) = self._values_like(y, axis, xp)
+        return _rows(xp.broadcast_to(alpha, y.shape), axis)[0][:, :1] if hasattr(alpha, "shape") else alpha
+
+    def jvp(self, y, dx, axis: int = -1, *, upper=None, total=1.0):
+        """``J dx`` at ``y = normmax(x)``: ``J = (I - p 1^T) diag(m) (I - 1 p^T)`` (:mod:`derive.normmax`)."""
+        if front.is_box(upper, total):
+            raise ValueError("normmax takes no box constraints (upper=, total=): its regularizer is not separable")
+        backend, xp, y, out_dtype, axis, fy, fd, restore = _tangent_rows(y, dx, axis, "tangent")
+        with np.errstate(divide="ignore", invalid="ignore", over="ignore"):
+            out = tensor_rules.normmax_vjp(front.RowOps(xp, y.dtype), fy, fd, self._alpha_rows(y, axis, xp))
+        return restore(out).astype(out_dtype, copy=False)
+
+    def vjp(self, y, dy, axis: int = -1, *, upper=None, total=1.0):
+        """``J^T dy``; ``J`` is symmetric, so this equals :meth:`jvp`."""
+        return self.jvp(y, dy, axis=axis, upper=upper, total=total)
+
+    def vjp_params(self, y, dy, axis: int = -1, *, reduce: bool = False, upper=None, total=1.0) -> dict:
+        raise NotImplementedError("normmax has no gradient in alpha (only in the scores)")
+
+    def loss_and_grad(self, x, target, axis: int = -1, reduction: str = "mean", *, upper=None, total=1.0,
+                      bounds: bool = False):
+        """``(loss, dloss/dx)``: the Fenchel-Young loss ``Omega*(s) + ||y||_alpha - <s, y>`` and ``p - y``, with the
+        conventions of :meth:`numeric.Map.loss_and_grad` (no box constraints)."""
+        if bounds or front.is_box(upper, total):
+            raise ValueError("normmax takes no box constraints (upper=, total=): its regularizer is not separable")
+        front.check_reduction(reduction)
+        xp = array_module(x, target)
+        x, out_dtype = to_compute_dtype(x, xp)
+        axis = check_axis(x.shape, axis)
+        y = front.check_target(x, xp.asarray(target), axis, front.Arrays(xp))
+        p = self(x, axis=axis).astype(x.dtype, copy=False)
+        rows = [_rows(a, axis)[0] for a in (x, p, y)]
+        with np.errstate(over="ignore", invalid="ignore", divide="ignore", under="ignore"):
+            value = tensor_rules.normmax_loss(front.RowOps(xp, x.dtype), *rows, self._alpha_rows(x, axis, xp))
+        value = value.reshape(x.shape[:axis] + x.shape[axis + 1:])
+        grad = p - y
+        if reduction == "mean":
+            grad = grad / max(1, value.size)
+        return front.reduce(value, reduction).astype(out_dtype), grad.astype(out_dtype)
+
+
+def normmax(x, alpha=2.0, axis: int = -1):
+    """normmax ``argmax_{p in simplex} <p, s> - ||p||_alpha`` along ``axis`` (``alpha > 1``: a number or an array
+    broadcasting to ``x`` with size 1 along ``axis``); sparse, and at ``alpha = 2`` proportional to the scores
+    shifted by a threshold (:class:`NormmaxMap`)."""
+    return NormmaxMap(alpha=alpha)(x, axis=axis)

@@ -1,0 +1,116 @@
+"""normmax on NumPy (:class:`numeric.normmax.NormmaxMap`) against its mpmath reference (:mod:`derive.normmax`):
+values, the Jacobian and the loss; the map's properties (simplex, permutation invariance) by hypothesis."""
+
+from __future__ import annotations
+
+import mpmath
+import numpy as np
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+from hypothesis.extra import numpy as hnp
+
+import numeric as nm
+from derive.normmax import normmax_jacobian, normmax_kkt_residual, normmax_loss, solve_normmax
+from numeric.attention import attention, attention_backward
+
+ALPHAS = [1.25, 2.0, 3.0, 7.5]
+
+
+@pytest.mark.parametrize("alpha", ALPHAS)
+def test_values_along_an_axis_match_the_reference(alpha):
+    rng = np.random.default_rng(int(alpha * 4))
+    x = rng.standard_normal((3, 6, 2)) * 2
+    x[1, 2, 0] = -np.inf
+    p = nm.normmax(x, alpha, axis=1)
+    for b in range(3):
+        for j in range(2):
+            ref, _ = solve_normmax(x[b, :, j].tolist(), alpha, digits=30)
+            np.testing.assert_allclose(p[b, :, j], [float(v) for v in ref], rtol=0, atol=1e-12)
+    assert p[1, 2, 0] == 0
+    p32 = nm.normmax(x.astype(np.float32), alpha, axis=1)
+    assert p32.dtype == np.float32
+    np.testing.assert_allclose(p32, p, rtol=0, atol=2e-6)
+
+
+def test_alpha_per_row_and_edge_rows():
+    x = np.array([[1.0, 0.5, -1.0, 0.2], [1.0, 0.5, -1.0, 0.2], [-np.inf] * 4, [0.0, np.nan, 1.0, 2.0]])
+    alpha = np.array([[1.5], [4.0], [2.0], [2.0]])
+    p = nm.normmax(x, alpha)
+    for i in range(2):
+        ref, _ = solve_normmax(x[i].tolist(), float(alpha[i, 0]), digits=30)
+        np.testing.assert_allclose(p[i], [float(v) for v in ref], rtol=0, atol=1e-12)
+    np.testing.assert_array_equal(p[2], 0)
+    assert np.isnan(p[3]).all()
+
+
+@settings(max_examples=25, deadline=None)
+@given(x=hnp.arrays(np.float64, st.integers(1, 9), elements=st.floats(-30, 30)),
+       alpha=st.sampled_from(ALPHAS), seed=st.integers(0, 2**16))
+def test_simplex_permutation_and_kkt(x, alpha, seed):
+    p = nm.normmax(x, alpha)
+    assert np.all(p >= 0) and abs(p.sum() - 1) < 1e-12
+    perm = np.random.default_rng(seed).permutation(len(x))
+    np.testing.assert_allclose(nm.normmax(x[perm], alpha), p[perm], rtol=0, atol=1e-13)
+    np.testing.assert_allclose(nm.normmax(x + 7.25, alpha), p, rtol=0, atol=1e-12)
+    assert normmax_kkt_residual(x.tolist(), p.tolist(), alpha, digits=20) < 1e-9
+
+
+@pytest.mark.parametrize("alpha", ALPHAS)
+def test_vjp_is_the_references_jacobian(alpha):
+    x = np.array([[1.0, 0.5, -1.0, 0.2, 0.45], [0.3, 0.2, 0.1, 0.0, -0.1]])
+    m = nm.get_map("normmax", alpha=alpha)
+    p = m(x)
+    v = np.random.default_rng(1).standard_normal(x.shape)
+    got = m.vjp(p, v)
+    for i in range(2):
+        jac = np.array([[float(e) for e in row] for row in normmax_jacobian(x[i].tolist(), alpha, digits=30)])
+        np.testing.assert_allclose(got[i], jac.T @ v[i], rtol=0, atol=1e-10)
+
+
+@pytest.mark.parametrize("alpha", ALPHAS)
+def test_loss_matches_the_reference(alpha):
+    x = np.array([[1.0, 0.5, -1.0, 0.2], [0.3, -np.inf, 0.1, 0.0]])
+    y = np.array([[0.25, 0.5, 0.125, 0.125], [0.5, 0.0, 0.25, 0.25]])
+    m = nm.get_map("normmax", alpha=alpha)
+    value, grad = m.loss_and_grad(x, y, reduction="none")
+    for i in range(2):
+        with mpmath.workdps(30):
+            want = normmax_loss(x[i].tolist(), y[i].tolist(), alpha, digits=30)
+        assert value[i] == pytest.approx(float(want), abs=1e-12)
+    np.testing.assert_allclose(grad, m(x) - y, rtol=0, atol=0)
+    assert m.loss(x, m(x), reduction="sum") == pytest.approx(0, abs=1e-12)
+    assert m.loss(np.array([[0.0, -np.inf]]), np.array([[0.5, 0.5]]), reduction="sum") == np.inf
+
+
+def test_attention_with_normmax():
+    rng = np.random.default_rng(2)
+    q, k, v = rng.standard_normal((2, 5, 4)), rng.standard_normal((2, 6, 4)), rng.standard_normal((2, 6, 3))
+    m = nm.get_map("normmax", alpha=np.array([[[1.5]], [[3.0]]]))  # per batch element
+    out = attention(q, k, v, mapping=m, causal=True, block=2)
+    s = np.where(np.tril(np.ones((5, 6), dtype=bool)), q @ np.swapaxes(k, -1, -2) / 2, -np.inf)
+    np.testing.assert_allclose(out, m(s) @ v, rtol=0, atol=1e-14)
+    dout = rng.standard_normal(out.shape)
+    dq, _, _ = attention_backward(q, k, v, dout, mapping=m, causal=True)
+    h = 1e-6
+    fd = np.zeros_like(q)
+    for idx in np.ndindex(q.shape):
+        up, down = q.copy(), q.copy()
+        up[idx] += h
+        down[idx] -= h
+        fd[idx] = ((attention(up, k, v, mapping=m, causal=True) - attention(down, k, v, mapping=m, causal=True))
+                   * dout).sum() / (2 * h)
+    np.testing.assert_allclose(dq, fd, rtol=0, atol=1e-7)
+
+
+def test_errors_by_name():
+    with pytest.raises(ValueError, match="alpha > 1"):
+        nm.normmax(np.zeros(3), 1.0)
+    with pytest.raises(ValueError, match="alpha > 1"):
+        nm.get_map("normmax", alpha=np.array([[2.0], [0.5]]))
+    with pytest.raises(ValueError, match="no box constraints"):
+        nm.get_map("normmax")(np.zeros(3), upper=0.5)
+    with pytest.raises(NotImplementedError, match="no gradient in alpha"):
+        nm.get_map("normmax").vjp_params(np.full(3, 1 / 3), np.ones(3))
+    assert repr(nm.get_map("normmax", alpha=3.0)) == "NormmaxMap(alpha=3.0)"
+    assert nm.get_map(nm.get_map("normmax", alpha=3.0), alpha=2.0).params["alpha"] == 2.0
