@@ -196,7 +196,7 @@ def box_rows(xp, arrays: Arrays, x, upper, total, axis: int, word: str = "axis")
     bounds (``inf``: none) and ``(rows, 1)`` totals, in ``x``'s dtype, checked.
 
     ``upper``: ``None``, a number or an array broadcasting to the scores, ``>= 0``; ``total``: a number or an array
-    broadcasting to the scores with size 1 along the map's axis, ``> 0`` and finite.  Where the values can be read
+    broadcasting to the scores with size 1 along the map's axis, ``>= 0`` and finite (0: ``p = 0``).  Where the values can be read
     (:meth:`Arrays.readable`) the bounds of each row's unmasked scores must sum to at least its total, within
     the rounding of a sum of ``n`` (``n eps`` relative) ("infeasible bounds", with the row and the two sums).
     """
@@ -224,8 +224,8 @@ def box_rows(xp, arrays: Arrays, x, upper, total, axis: int, word: str = "axis")
     ru, rc, rx = arrays.readable(u), arrays.readable(c), arrays.readable(x)
     if ru is not None and bool((ru != ru).any() | (ru < 0).any()):
         raise ValueError("upper must be >= 0 everywhere (inf: no bound), got a negative or NaN bound")
-    if rc is not None and not bool(((rc > 0) & (rc < math.inf)).all()):
-        raise ValueError(f"total must be finite and > 0, got {float(rc.min()) if (rc == rc).all() else math.nan}")
+    if rc is not None and not bool(((rc >= 0) & (rc < math.inf)).all()):
+        raise ValueError(f"total must be finite and >= 0, got {float(rc.min()) if (rc == rc).all() else math.nan}")
     if ru is not None and rc is not None and rx is not None:
         finite = xp.moveaxis(rx, axis, -1).reshape(rows, n) > -math.inf
         room = xp.where(finite, ru, 0).sum(axis=-1)

@@ -168,7 +168,7 @@ class Map:
         """``p*(x)`` along ``axis``; same array kind, shape and (float) dtype as ``x``.
 
         ``upper`` (a number or an array broadcasting to ``x``, ``>= 0``; ``None``: no bound) and ``total`` (a number
-        or an array with size 1 along ``axis``, ``> 0``): the map over the box ``0 <= p <= upper``, ``sum p =
+        or an array with size 1 along ``axis``, ``>= 0``): the map over the box ``0 <= p <= upper``, ``sum p =
         total`` instead of the simplex, ``p_i = min(u_i, g_+(s_i - tau))`` (:mod:`derive.box`): constrained
         softmax and sparsemax, and ``sparsemax(x, upper=1, total=k)`` the budget map.  Infeasible bounds (those
         of a row's unmasked scores summing to less than its total) are refused.

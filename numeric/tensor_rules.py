@@ -1358,7 +1358,8 @@ def box_solve(ops: TensorOps, r: Routines, x, upper, total, steps: int = ROOT_ST
     """``(p, tau)`` for the rows of ``x`` (2-D) with ``0 <= p <= upper`` and ``sum p = total``:
     ``p_i = min(u_i, g_+(s_i - tau))`` (:mod:`derive.box`), every map (its link, or the link inverted).
 
-    ``upper``: ``x``'s shape, ``>= 0`` (``inf``: no bound); ``total``: ``(rows, 1)``, ``> 0``; the bounds of each
+    ``upper``: ``x``'s shape, ``>= 0`` (``inf``: no bound); ``total``: ``(rows, 1)``, ``>= 0`` (0: ``p = 0``,
+    ``tau = inf``); the bounds of each
     row's unmasked entries must sum to at least its total, within ``n eps`` of it (the front end checks it; a
     row where they do not gives NaN; one within rounding below saturates every entry).  ``F(tau) = sum_i min(u_i, g_+(s_i - tau))`` decreases; its root of ``F = total`` is bracketed by
     ``hi = max(s) - omega'(total / n)`` (every entry at most ``total / n``) and ``lo = min_i s_i -
@@ -1406,7 +1407,8 @@ def box_solve(ops: TensorOps, r: Routines, x, upper, total, steps: int = ROOT_ST
     # bounds summing to the total within rounding (n eps relative: a sum of n terms) are feasible: every entry
     # saturates there
     feasible = total - room <= total * (x.shape[-1] * ops.eps)
-    going = ops.not_(bad) & feasible
+    empty = total <= 0  # (a total of 0: p = 0, the box's one point)
+    going = ops.not_(bad) & feasible & ops.not_(empty)
     state = (ops.where(going, (lo + hi) / 2, 0), lo, hi, width, width, going)
     t = ops.repeat(steps, body, state, going)[0]
     p, _, _, free, saturated = sums(t)
@@ -1415,8 +1417,8 @@ def box_solve(ops: TensorOps, r: Routines, x, upper, total, steps: int = ROOT_ST
     p = ops.where(free & (share > 0), p * (rest / ops.where(share > 0, share, 1)), p)
     nan = ops.full(m, float("nan"))
     infeasible = ops.not_(bad) & ops.not_(feasible)
-    p = ops.where(infeasible | ops.isnan(m), nan, ops.where(bad, 0, p))
-    tau = ops.where(infeasible | ops.isnan(m), nan, ops.where(bad, float("inf"), m0 + t))
+    p = ops.where(infeasible | ops.isnan(m), nan, ops.where(bad | empty, 0, p))
+    tau = ops.where(infeasible | ops.isnan(m), nan, ops.where(bad | empty, float("inf"), m0 + t))
     return p, tau
 
 

@@ -289,7 +289,7 @@ class TorchMap(FrameworkMap):
         """``p*(x)`` along ``dim``: same shape, dtype and device as ``x``.
 
         ``upper`` (a number or a tensor broadcasting to ``x``, ``>= 0``; ``None``: no bound) and ``total`` (a
-        number or a tensor with size 1 along ``dim``, ``> 0``): the map over the box ``0 <= p <= upper``, ``sum p =
+        number or a tensor with size 1 along ``dim``, ``>= 0``): the map over the box ``0 <= p <= upper``, ``sum p =
         total`` (:meth:`numeric.Map.__call__`); gradients flow to bound tensors that require them.
         """
         if front.is_box(upper, total):
