@@ -392,8 +392,15 @@ def attention(query, key, value, attn_mask=None, is_causal=False, scale=None, ma
             fused.warn_fallback("the fused kernels have no box constraints (upper=)")
         backend = "torch"
     if backend == "triton" or backend == "auto" and query.is_cuda and block is None:
-        why = fused.unsupported(query, attn_mask, fn, is_map, float(dropout_p))
+        # a family with one value per head in several cases: each case's heads through its own kernels
+        groups = fused.case_groups(fn, batch) if is_map else None
+        whys = [fused.unsupported(query, attn_mask, m, True, float(dropout_p)) for _, m in groups or ()]
+        why = next((w for w in whys if w is not None), None) if groups else \
+            fused.unsupported(query, attn_mask, fn, is_map, float(dropout_p))
         if why is None and L and S:
+            if groups:
+                return fused.grouped_attention(query, key, value, attn_mask, bool(is_causal), float(scale), groups,
+                                               batch)
             return fused.fused_attention(query, key, value, attn_mask, bool(is_causal), float(scale), fn, batch)
         if why is not None and backend == "triton":
             fused.warn_fallback(why)

@@ -32,7 +32,8 @@ import torch
 
 from .. import family
 
-__all__ = ["unsupported", "steep_at_clip", "check_backend", "fused_attention", "BACKENDS", "BLOCK", "KEEP"]
+__all__ = ["unsupported", "steep_at_clip", "check_backend", "fused_attention", "case_groups", "grouped_attention",
+           "BACKENDS", "BLOCK", "KEEP"]
 
 #: Query and key rows per block: (on CUDA, in Triton's interpreter).
 BLOCK = {"cuda": 64, "cpu": 16}
@@ -292,3 +293,66 @@ def fused_attention(query, key, value, attn_mask, is_causal: bool, scale: float,
     fns = map_functions(module)
     out = _Fused.apply(q, k, v, mask, scale, is_causal, module, fns, params, (B, H, L, S, E, EV))
     return out.reshape(batch + (L, EV))
+
+
+def case_groups(fn, batch: tuple):
+    """``[(heads, map)]`` for a family map whose parameter holds one value per head (the head axis last in the
+    batch) in several of its cases, or values at a point case (softmax at alpha = 1): the heads of each case (an
+    index tensor) and the map that runs them, a point case's own module (no parameters) or the family with those
+    heads' values (their case's kernels); ``None`` where the values are not of that form, cannot be read, or lie
+    in one open case (the map runs as it is)."""
+    module = fn.module
+    if not family.is_family(module) or not batch or torch.compiler.is_compiling():
+        return None
+    value = fn.params.get(module.FAMILY_PARAMETER)
+    H = batch[-1]
+    if isinstance(value, torch.Tensor):
+        shape = (1,) * max(0, len(batch) + 2 - value.dim()) + tuple(value.shape)
+        if value.numel() == 1:
+            heads = np.full(H, float(value.detach().reshape(())))
+        elif len(shape) < 3 or shape[-3] != H or any(n != 1 for i, n in enumerate(shape) if i != len(shape) - 3):
+            return None
+        else:
+            heads = value.detach().reshape(H).cpu().double().numpy()
+    else:
+        shape, heads = None, np.full(H, float(value))
+    cases = [family.case_index(module.CASES, float(a)) for a in heads]
+    point = [c is not None and module.CASES[c][0] == module.CASES[c][1] for c in cases]
+    if any(c is None for c in cases) or len(set(cases)) < 2 and not point[0]:
+        return None
+    groups = []
+    for c in sorted(set(cases)):
+        index = torch.tensor([h for h in range(H) if cases[h] == c], device=getattr(value, "device", None))
+        lo, hi, _ = module.CASES[c]
+        if lo == hi:  # a point: its own module, no parameter
+            groups.append((index, type(fn)(family.case_modules(module)[c])))
+        elif shape is None or value.numel() == 1:
+            groups.append((index, fn))
+        else:
+            part = value.reshape(shape).index_select(len(shape) - 3, index.to(value.device))
+            groups.append((index, type(fn)(fn, **{module.FAMILY_PARAMETER: part})))
+    return groups
+
+
+def grouped_attention(query, key, value, attn_mask, is_causal: bool, scale: float, groups, batch: tuple):
+    """:func:`fused_attention` head group by head group (:func:`case_groups`), each with its case's kernels; the
+    outputs put back in the heads' order."""
+    H = batch[-1]
+
+    def heads(t, index):
+        if t is None:
+            return None
+        if t.dim() >= 3 and t.shape[-3] == H and len(batch) + 2 - t.dim() <= 0:
+            return t.index_select(t.dim() - 3, index)
+        return t  # (broadcast along the heads)
+
+    outs, order = [], []
+    for index, m in groups:
+        part = batch[:-1] + (len(index),)
+        outs.append(fused_attention(heads(query, index), heads(key, index), heads(value, index),
+                                    heads(attn_mask, index), is_causal, scale, m, part))
+        order.append(index)
+    out = torch.cat(outs, dim=-3)
+    inverse = torch.empty(H, dtype=torch.long, device=out.device)
+    inverse[torch.cat(order)] = torch.arange(H, device=out.device)
+    return out.index_select(out.dim() - 3, inverse)

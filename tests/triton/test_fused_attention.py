@@ -237,16 +237,21 @@ def test_the_entmax_family_below_one_per_head():
     _check("entmax", {"alpha": np.array([0.5, 0.8]).reshape(2, 1, 1)}, 21, 19, True, "bool")
 
 
-def test_the_entmax_family_across_one_falls_back():
-    """Heads on both sides of 1 have no one case's kernels: the torch path, with a warning that says why."""
+@pytest.mark.parametrize("alphas", [(0.7, 1.4), (1.0, 1.4), (0.6, 1.0), (1.0, 1.0)])
+def test_the_entmax_family_across_one_per_head(alphas):
+    """Heads on both sides of 1, or at 1: each case's heads run that case's kernels (the dense case's, softmax's
+    at the point 1, the sparse case's) and come back in the heads' order; no fallback (it fell back to the torch
+    path), within the float32 bounds."""
+    _check("entmax", {"alpha": np.array(alphas).reshape(2, 1, 1)}, 21, 19, True, "bool")
+
+
+def test_the_entmax_family_at_one():
+    """alpha = 1 given as a number is softmax's point: softmax's kernels run (the family fell back)."""
     from numeric.torch import fused
 
-    q, k, v, _ = _inputs(0, L=21, S=19)
-    mapping = get_map("entmax", alpha=torch.tensor([0.7, 1.4]).reshape(2, 1, 1))
-    fused._warned.clear()
-    with pytest.warns(RuntimeWarning, match="do not all lie in one of its open cases"):
-        out = attention(q, k, v, mapping=mapping, backend="triton")
-    torch.testing.assert_close(out, attention(q, k, v, mapping=mapping, backend="torch"), rtol=0, atol=0)
+    groups = fused.case_groups(get_map("entmax", alpha=1.0), (1, 2))
+    assert len(groups) == 1 and groups[0][1].name == "softmax" and groups[0][0].tolist() == [0, 1]
+    assert fused.case_groups(get_map("entmax", alpha=1.5), (1, 2)) is None  # one open case: the map as it is
 
 
 def test_a_family_module_has_no_kernels_of_its_own():
