@@ -11,6 +11,8 @@ Run (torch's CPU wheel first, then the peers):
 * the price of the box on each map: ``m(x, upper=u)`` against ``m(x)`` (a bound of ``1.5 / n`` on every entry,
   so that many bind), torch forward+backward and NumPy forward, for softmax, sparsemax, entmax15, entmax at
   alpha 0.6 and the typed maps of :data:`_typed.TYPED` (no closed-form link);
+* normmax (``alpha`` 1.5, 2, 4), forward and forward+backward: ``numeric.torch.normmax`` against the entmax
+  package's ``normmax_bisect``, and both against the float64 solution;
 * constrained softmax against the sort-based algorithm written per row in NumPy as the constrained-softmax
   papers state it (sort by ``exp(s_i) / u_i``, saturate a prefix), the only other implementation there is.
 
@@ -76,33 +78,40 @@ def main():
     def timed(fn):
         return median_seconds(fn, repeat=repeat, min_seconds=min_s)
 
-    def fwd_bwd(f, x):
+    def fwd_bwd(f, x, grad):
         def run():
             xx = x.detach().requires_grad_()
             f(xx).backward(grad)
         return run
 
-    # ---------------------------------------------------------------- budget sparsemax
+    def against_peer(case, n, rows, ours, peer, x, grad, truth):
+        """A row of figures: ours and the peer's (``None``: not installed) forward and forward+backward times
+        on ``x``, each one's largest error against ``truth``."""
+        row = {"case": case, "n": n, "rows": rows, "ours_fwd_ms": 1e3 * timed(lambda: ours(x)),
+               "ours_fwdbwd_ms": 1e3 * timed(fwd_bwd(ours, x, grad)),
+               "ours_err": float((ours(x).double() - truth).abs().max())}
+        if peer is not None:
+            row.update(peer_fwd_ms=1e3 * timed(lambda: peer(x)), peer_fwdbwd_ms=1e3 * timed(fwd_bwd(peer, x, grad)),
+                       peer_err=float((peer(x).double() - truth).abs().max()))
+            row["fwd_ratio"] = row["ours_fwd_ms"] / row["peer_fwd_ms"]
+            row["fwdbwd_ratio"] = row["ours_fwdbwd_ms"] / row["peer_fwdbwd_ms"]
+        rows_out.append(row)
+        print(row, flush=True)
+
+    # ---------------------------------------------------------------- budget sparsemax, normmax
     for n in sizes:
         rows = (1 << 17) // n
         g = torch.Generator().manual_seed(n)
         x = torch.randn(rows, n, generator=g)
         grad = torch.randn(rows, n, generator=g)
         k = 4.0
-        ours = lambda a: rt.sparsemax(a, upper=1.0, total=k)  # noqa: E731
-        truth = rt.sparsemax(x.double(), upper=1.0, total=k)
-        row = {"case": "budget sparsemax k=4", "n": n, "rows": rows,
-               "ours_fwd_ms": 1e3 * timed(lambda: ours(x)),
-               "ours_fwdbwd_ms": 1e3 * timed(fwd_bwd(ours, x)),
-               "ours_err": float((ours(x).double() - truth).abs().max())}
-        if entmax is not None:
-            peer = lambda a: entmax.budget_bisect(a, k)  # noqa: E731
-            row.update(peer_fwd_ms=1e3 * timed(lambda: peer(x)), peer_fwdbwd_ms=1e3 * timed(fwd_bwd(peer, x)),
-                       peer_err=float((peer(x).double() - truth).abs().max()))
-            row["fwd_ratio"] = row["ours_fwd_ms"] / row["peer_fwd_ms"]
-            row["fwdbwd_ratio"] = row["ours_fwdbwd_ms"] / row["peer_fwdbwd_ms"]
-        rows_out.append(row)
-        print(row, flush=True)
+        against_peer("budget sparsemax k=4", n, rows, lambda a: rt.sparsemax(a, upper=1.0, total=k),
+                     None if entmax is None else lambda a: entmax.budget_bisect(a, k), x, grad,
+                     rt.sparsemax(x.double(), upper=1.0, total=k))
+        for alpha in (1.5, 2.0, 4.0):
+            against_peer(f"normmax alpha={alpha}", n, rows, lambda a: rt.normmax(a, alpha),
+                         None if entmax is None else lambda a: entmax.normmax_bisect(a, alpha), x, grad,
+                         rt.normmax(x.double(), alpha))
 
     # ---------------------------------------------------------------- the price of the box
     typed = typed_modules()
@@ -117,8 +126,8 @@ def main():
     for name, params in maps:
         module = typed.get(name, name)
         m, mn = rt.get_map(module, **params), nm.get_map(module, **params)
-        plain_t = timed(fwd_bwd(lambda a: m(a), x))
-        box_t = timed(fwd_bwd(lambda a: m(a, upper=u), x))
+        plain_t = timed(fwd_bwd(lambda a: m(a), x, grad))
+        box_t = timed(fwd_bwd(lambda a: m(a, upper=u), x, grad))
         xn, un = x.numpy(), u.numpy()
         plain_n = timed(lambda: mn(xn))
         box_n = timed(lambda: mn(xn, upper=un))
@@ -153,7 +162,7 @@ def main():
     (out / "box.json").write_text(json.dumps({"meta": meta, "rows": rows_out}, indent=1))
     lines = ["| case | n | ours (ms) | peer (ms) | ratio | error / note |", "|---|---|---|---|---|---|"]
     for r in rows_out:
-        if r["case"].startswith("budget"):
+        if r["case"].startswith(("budget", "normmax")):
             lines.append(f"| {r['case']} fwd | {r['n']} | {r['ours_fwd_ms']:.2f} | {r.get('peer_fwd_ms', float('nan')):.2f} "
                          f"| {r.get('fwd_ratio', float('nan')):.2f} | ours {r['ours_err']:.1e}, entmax {r.get('peer_err', float('nan')):.1e} |")
             lines.append(f"| {r['case']} fwd+bwd | {r['n']} | {r['ours_fwdbwd_ms']:.2f} | "

@@ -81,6 +81,17 @@ def _check_mask_dtype(mask, name: str):
     return mask
 
 
+def _per_head(a, name: str, N: int, H: int, L: int, S: int):
+    """``a`` of shape ``(L, S)`` or ``(N * num_heads, L, S)`` (nn.MultiheadAttention's layout of ``attn_mask``) as
+    ``(1, 1, L, S)`` or ``(N, H, L, S)``."""
+    if a.dim() == 2 and tuple(a.shape) == (L, S):
+        return a.reshape(1, 1, L, S)
+    if a.dim() == 3 and tuple(a.shape) == (N * H, L, S):
+        return a.reshape(N, H, L, S)
+    raise ValueError(f"{name} must have shape (L, S) = {(L, S)} or (N * num_heads, L, S) = {(N * H, L, S)}, "
+                     f"got {tuple(a.shape)}")
+
+
 def _pad_key(mask):
     """One more key (a bias or zero key/value), allowed for every query."""
     if mask is None:
@@ -248,26 +259,14 @@ class MultiheadAttention(nn.MultiheadAttention):
         if causal:
             attn_mask = None
         if attn_mask is not None:
-            if attn_mask.dim() == 2 and tuple(attn_mask.shape) == (L, S):
-                attn_mask = attn_mask.reshape(1, 1, L, S)
-            elif attn_mask.dim() == 3 and tuple(attn_mask.shape) == (N * H, L, S):
-                attn_mask = attn_mask.reshape(N, H, L, S)
-            else:
-                raise ValueError(f"attn_mask must have shape (L, S) = {(L, S)} or (N * num_heads, L, S) = {(N * H, L, S)}, "
-                                 f"got {tuple(attn_mask.shape)}")
+            attn_mask = _per_head(attn_mask, "attn_mask", N, H, L, S)
         if key_padding_mask is not None:
             if tuple(key_padding_mask.shape) != (N, S):
                 raise ValueError(f"key_padding_mask must have shape (N, S) = {(N, S)}, got "
                                  f"{tuple(key_padding_mask.shape)}")
             key_padding_mask = key_padding_mask.reshape(N, 1, 1, S)
         if isinstance(upper, torch.Tensor):
-            if upper.dim() == 2 and tuple(upper.shape) == (L, S):
-                upper = upper.reshape(1, 1, L, S)
-            elif upper.dim() == 3 and tuple(upper.shape) == (N * H, L, S):
-                upper = upper.reshape(N, H, L, S)
-            else:
-                raise ValueError(f"upper must have shape (L, S) = {(L, S)} or (N * num_heads, L, S) = {(N * H, L, S)}, "
-                                 f"got {tuple(upper.shape)}")
+            upper = _per_head(upper, "upper", N, H, L, S)
         q, k, v = self._project(query, key, value)
         extra = int(self.bias_k is not None) + int(self.add_zero_attn)
         if extra and isinstance(upper, torch.Tensor):

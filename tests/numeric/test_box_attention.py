@@ -12,6 +12,8 @@ import pytest
 import numeric as nm
 from numeric.attention import attention, attention_backward
 
+from .test_box_maps import _fd  # (central differences; of a scalar here)
+
 
 def _inputs(seed=0, L=6, S=6):
     rng = np.random.default_rng(seed)
@@ -44,16 +46,6 @@ def test_causal_rows_with_feasible_bounds():
     np.testing.assert_allclose(out, nm.entmax15(s, upper=upper) @ v, rtol=0, atol=1e-14)
     with pytest.raises(ValueError, match="infeasible bounds"):
         attention(q, k, v, mapping="entmax15", causal=True, upper=0.5)
-
-
-def _fd(f, a, h=1e-6):
-    out = np.zeros(a.shape)
-    for idx in np.ndindex(a.shape):
-        up, down = a.copy(), a.copy()
-        up[idx] += h
-        down[idx] -= h
-        out[idx] = (f(up) - f(down)) / (2 * h)
-    return out
 
 
 @pytest.mark.parametrize("name", ["softmax", "sparsemax", "entmax15"])
