@@ -20,5 +20,7 @@ except ModuleNotFoundError as exc:  # pragma: no cover - depends on the environm
 
 from .attention import attention  # the function (the submodule of the same name is numeric.jax.attention)
 from .maps import JaxMap, entmax, entmax15, fenchel_young_loss, get_map, softmax, sparsemax
+from .normmax import JaxNormmax, normmax
 
-__all__ = ["JaxMap", "get_map", "softmax", "sparsemax", "entmax15", "entmax", "fenchel_young_loss", "attention"]
+__all__ = ["JaxMap", "JaxNormmax", "get_map", "softmax", "sparsemax", "entmax15", "entmax", "normmax",
+           "fenchel_young_loss", "attention"]

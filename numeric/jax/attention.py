@@ -12,7 +12,10 @@ those weights:
   True where a query may attend; ``bias`` (keyword) is added to the scores;
 * ``is_causal=True`` lets query ``t`` see the keys ``s <= t`` (top-left
   aligned, also for ``T != S``, as ``jax.nn``); it combines with ``mask``;
-* ``scale`` defaults to ``1 / sqrt(H)``.
+* ``scale`` defaults to ``1 / sqrt(H)``;
+* ``upper`` (keyword) bounds each weight: a number, or an array broadcastable to
+  the scores' shape ``(B, N, T, S)`` (a bound per query and key, per head, per
+  example), ``>= 0``.
 
 ``mapping`` is a map name (``"softmax"``, ``"sparsemax"``, ``"entmax15"``,
 ``"entmax"``, a generated module's name), a generated module, or a
@@ -20,6 +23,22 @@ those weights:
 ``alpha`` per head as an array of shape ``(N, 1, 1)`` (broadcasting to the
 scores ``(B, N, T, S)``; any shape that broadcasts with size 1 along ``S``
 works), traced or not: its gradient flows.
+
+**Bounded weights.**  With ``upper`` each query's weights are the map over the
+box ``0 <= p <= upper``, ``sum p = 1`` instead of the simplex
+(:meth:`~numeric.jax.maps.JaxMap.__call__`, :func:`numeric.tensor_rules.box_solve`):
+``p_j = min(u_j, g_+(s_j - tau))``, constrained (fertility-style) attention in
+which no key takes more than its bound of a query's attention (constrained
+softmax and sparsemax, Martins and Kreutzer 2017; Malaviya et al. 2018, where the
+bounds are what a source word has left of its fertility).  Gradients flow into
+``upper`` (an array, traced or not): non-zero where a weight sits at its bound.
+A query's bounds on the keys it may attend to (those of ``mask``, of
+``is_causal``, with finite scores) must sum to at least 1 (within rounding): where
+the map can read the values (an eager call whose scores fit one block) such bounds
+are refused (``ValueError: infeasible bounds``), a fully masked query's too (its
+bounds sum to 0), as :func:`numeric.attention` and :func:`numeric.torch.attention`
+refuse them; traced (under ``jit``, ``grad``, or in blocks) the row's weights, and
+so its output, are NaN, and a fully masked query's are 0.
 
 **Fully masked rows.**  A query that may attend to no key gets weights 0 and
 output 0 (and zero gradients), for every mapping.  ``jax.nn.dot_product_attention``
@@ -54,6 +73,7 @@ import jax
 import jax.numpy as jnp
 from jax import lax
 
+from .. import front
 from .maps import JaxMap, compute_dtype, get_map
 
 __all__ = ["attention", "BLOCK_ENTRIES"]
@@ -98,14 +118,14 @@ def _check_inputs(query, key, value):
 
 
 def _scores_shaped(a, name: str, shape: tuple, boolean: bool):
-    """``mask`` or ``bias`` checked and given 4 dimensions (broadcasting to ``shape`` = (B, N, T, S))."""
+    """``mask``, ``bias`` or ``upper`` checked and given 4 dimensions (broadcasting to ``shape`` = (B, N, T, S))."""
     if not hasattr(a, "dtype") or not hasattr(a, "shape"):
         raise TypeError(f"{name} must be an array, got {type(a).__name__}")
     a = jnp.asarray(a)
     if boolean and a.dtype != jnp.bool_:
         raise TypeError(f"mask must be boolean (True = may attend), got dtype {a.dtype}; pass additive scores as bias")
     if not boolean and not jnp.issubdtype(a.dtype, jnp.floating):
-        raise TypeError(f"bias must be a floating-point array, got dtype {a.dtype}")
+        raise TypeError(f"{name} must be a floating-point array, got dtype {a.dtype}")
     if a.ndim > 4:
         raise ValueError(f"{name} of shape {tuple(a.shape)} has more dimensions than the scores (B, N, T, S) = {shape}")
     a = a.reshape((1,) * (4 - a.ndim) + tuple(a.shape))
@@ -131,11 +151,20 @@ def _resolve(mapping) -> JaxMap:
 
 
 def attention(query, key, value, mask=None, is_causal: bool = False, scale=None, mapping="softmax", *,
-              bias=None, block_size: int | None = None):
+              bias=None, block_size: int | None = None, upper=None):
     """``mapping(scale * query key^T + bias, masked) value`` with :func:`jax.nn.dot_product_attention`'s shapes.
 
     See the module's description.  Returns ``(B, T, N, Hv)`` (``(T, N, Hv)`` for
     unbatched inputs) in the query's dtype; float16 and bfloat16 compute in float32.
+    ``upper``: bounds on the weights, a number or an array broadcastable to ``(B, N, T, S)``
+    (the module's **Bounded weights**): each weight at most its bound, each query's
+    unmasked bounds summing to at least 1.
+
+    >>> import jax.numpy as jnp
+    >>> q, k = jnp.zeros((1, 1, 1)), jnp.zeros((3, 1, 1))  # (T, N, H), (S, K, H): equal scores, 1/3 each
+    >>> v = jnp.array([[[1.0]], [[2.0]], [[3.0]]])
+    >>> attention(q, k, v, mapping="sparsemax", upper=jnp.array([0.2, 0.4, 0.4]))[0, 0]  # weights 0.2, 0.4, 0.4
+    Array([2.2], dtype=float32)
     """
     query, key, value, unbatched = _check_inputs(query, key, value)
     B, T, N, H = query.shape
@@ -149,6 +178,8 @@ def attention(query, key, value, mask=None, is_causal: bool = False, scale=None,
     m = _resolve(mapping)
     mask = None if mask is None else _scores_shaped(mask, "mask", shape, boolean=True)
     bias = None if bias is None else _scores_shaped(bias, "bias", shape, boolean=False)
+    if upper is not None and not front.is_number(upper):
+        upper = _scores_shaped(upper, "upper", shape, boolean=False)
     if block_size is not None and (isinstance(block_size, bool) or not isinstance(block_size, int) or block_size < 1):
         raise ValueError(f"block_size must be a positive integer, got {block_size!r}")
     out_dtype = query.dtype
@@ -165,7 +196,8 @@ def attention(query, key, value, mask=None, is_causal: bool = False, scale=None,
             m.param_rows(name, v, shape, 3, dtype)  # (checks the shape against the scores)
         params[name] = v
     # per query row (T > 1 along the rows' axis): sliced with the blocks; the rest is shared by every block
-    rowwise = {"mask": mask, "bias": bias, **{n: v for n, v in params.items() if not isinstance(v, float)}}
+    rowwise = {"mask": mask, "bias": bias, "upper": None if front.is_number(upper) else upper,
+               **{n: v for n, v in params.items() if not isinstance(v, float)}}
     rowwise = {n: a for n, a in rowwise.items() if a is not None and a.shape[2] > 1}
 
     def block(q, start, rows):
@@ -183,6 +215,9 @@ def attention(query, key, value, mask=None, is_causal: bool = False, scale=None,
         if keep is not None:
             s = jnp.where(keep, s, -jnp.inf)
         values = {n: rows.get(n, v) for n, v in params.items()}
+        if upper is not None:
+            u = rows.get("upper", upper)
+            values["upper"] = u if front.is_number(u) else u.astype(dtype)
         p = m(s, axis=-1, **values) if values else m(s, axis=-1)
         out = jnp.einsum("bkgts,bskh->btkgh", p.reshape(B, K, G, tb, S), value)
         return out.reshape(B, tb, N, value.shape[-1])
@@ -204,7 +239,7 @@ def attention(query, key, value, mask=None, is_causal: bool = False, scale=None,
             return jnp.moveaxis(a, axis, 0)
 
         # (a parameter's padding rows take a value inside its domain: their output rows are dropped)
-        fills = {"mask": True, "bias": 0, **{n: _padding_value(m, n) for n in params}}
+        fills = {"mask": True, "bias": 0, "upper": jnp.inf, **{n: _padding_value(m, n) for n in params}}
         xs = (blocks(query, 1, 0), jnp.arange(nb) * tb, {n: blocks(a, 2, fills[n]) for n, a in rowwise.items()})
         out = lax.map(jax.checkpoint(lambda x: block(*x)), xs)
         out = jnp.moveaxis(out, 0, 1).reshape(B, nb * tb, N, value.shape[-1])[:, :T]

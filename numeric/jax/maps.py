@@ -29,9 +29,21 @@ parameter derivative ``c`` is evaluated in float64 (the printed
 ``d omega'/d alpha`` cancels near ``alpha = 1`` in float32, as in
 :meth:`numeric.Map.vjp_params`).
 
+**Box constraints.**  ``upper=`` and ``total=`` (keywords of every map and of
+the loss) replace the simplex by the box ``0 <= p <= upper``, ``sum p = total``:
+``p_i = min(u_i, g_+(s_i - tau))`` (:func:`numeric.tensor_rules.box_solve`,
+:meth:`numeric.Map.__call__`), with the JVP of
+:func:`numeric.tensor_rules.box_jvp`: on the free entries ``0 < p_i < u_i``
+``dp_i = w_i (dx_i - c_i dq - dtau)``, on the saturated ones ``dp_j = du_j``,
+``dtau`` keeping ``sum p = total``; gradients flow to bound and total arrays.
+Bounds that cannot hold a row's total (those of its unmasked scores summing to
+less) are refused where the values can be read, and give a NaN row where they
+are traced.
+
 :func:`fenchel_young_loss` is :meth:`numeric.Map.loss_and_grad`'s loss with
 the gradient ``p*(s) - y`` in the scores and the envelope theorem's in the
-parameters.
+parameters (with the box: ``mu = [s - tau - omega'(u)]_+`` in the bounds and
+``tau`` in the total).
 
     >>> import jax, jax.numpy as jnp
     >>> x = jnp.array([[-2.0, 0.0, 0.5]])
@@ -51,6 +63,7 @@ import jax
 import jax.numpy as jnp
 import jax.scipy.special
 import numpy as np
+from jax.custom_derivatives import SymbolicZero
 
 from .. import contract, family, front, tensor_rules
 from ..maps import FrameworkMap
@@ -133,6 +146,11 @@ class _Solver:
         p, _ = tensor_rules.solve(ops_for(x.dtype), self.routines(params), x, method=self.method)
         return p
 
+    def box(self, x, upper, total, params):
+        """``(p, tau)`` over the box ``0 <= p <= upper``, ``sum p = total`` for the rows of the 2-D ``x``
+        (:func:`numeric.tensor_rules.box_solve`; ``tau`` unshifted, ``(rows, 1)``)."""
+        return tensor_rules.box_solve(ops_for(x.dtype), self.routines(params), x, upper, total)
+
     def direction(self, p, params, name):
         """``c = omega_prime_d_name(p)`` on the support, 0 elsewhere (in float64 for float32 ``p`` where JAX has it)."""
         wide = p.dtype == jnp.float32 and jax.config.jax_enable_x64
@@ -167,6 +185,47 @@ def _map_rows_jvp(solver, primals, tangents):
 
 # eager calls run compiled (one compilation per solver, shapes and dtypes); inside a traced function they inline
 _map_rows_jit = jax.jit(_map_rows, static_argnums=0)
+
+
+def _zero(t) -> bool:
+    """Whether a tangent is a symbolic zero (an input not differentiated: :func:`jax.custom_jvp`'s ``symbolic_zeros``)."""
+    return isinstance(t, SymbolicZero)
+
+
+@partial(jax.custom_jvp, nondiff_argnums=(0,))
+def _box_rows(solver: _Solver, x, upper, total, params: tuple):
+    """``(p, tau)`` over the box ``0 <= p <= upper``, ``sum p = total`` on rows ``x`` (2-D), ``upper`` like ``x``,
+    ``total`` and ``tau`` of shape ``(rows, 1)``, parameters of shape ``(rows, 1)`` or ``()``."""
+    return solver.box(x, upper, total, params)
+
+
+@partial(_box_rows.defjvp, symbolic_zeros=True)
+def _box_rows_jvp(solver, primals, tangents):
+    """``dp`` of :func:`numeric.tensor_rules.box_jvp`, with ``v = dx - sum_q c_q dq`` for the scores' tangent; and
+    ``dtau``: on a free entry ``omega'(p_i) = s_i - tau``, so ``tau = sum_i a_i (s_i - omega'(p_i))`` for any
+    weights ``a`` summing to 1 over the free entries (held constant), here ``a = dp/dc`` (``w / sum w``), whose
+    tangent ``sum_i a_i (v_i - omega''(p_i) dp_i)`` is the ``dtau`` that keeps ``sum p = total``.  (Symbolic
+    zeros: the bounds and the total of a call that does not differentiate them cost nothing.)"""
+    x, upper, total, params = primals
+    dx, du, dc, dparams = tangents
+    p, tau = _box_rows(solver, x, upper, total, params)
+    ops, r = ops_for(p.dtype), solver.routines(params)
+    v = 0 if _zero(dx) else dx
+    for name, dq in zip(solver.names, dparams):
+        if not _zero(dq):
+            v = v - solver.direction(p, params, name) * dq  # dp/dq = -J c, as the plain map's
+    dp = tensor_rules.box_jvp(ops, r, p, v, 0 if _zero(du) else du, 0 if _zero(dc) else dc, upper)
+    free = tensor_rules.box_free(ops, p, upper)
+    a = jax.lax.stop_gradient(tensor_rules.box_jvp(ops, r, p, 0, 0, 1, upper))  # dp/dc: 0 where none is free
+    _, curve = jax.jvp(lambda q: r.omega_prime(jnp.where(free, q, 1)), (p,), (dp,))  # omega''(p) dp
+    return (p, tau), (dp, ops.row_sum(jnp.where(free, a * (v - curve), 0)))
+
+
+def _box_map(solver, x, upper, total, params):
+    return _box_rows(solver, x, upper, total, params)[0]
+
+
+_box_map_jit = jax.jit(_box_map, static_argnums=0)
 
 
 @partial(jax.tree_util.register_pytree_node_class)
@@ -223,16 +282,33 @@ class JaxMap(FrameworkMap):
         trace cannot read take the family's)."""
         return _solver(family.resolve(self.module, values, ARRAYS.readable), self.threshold)
 
-    def __call__(self, x, axis: int = -1, **params):
-        """``p*(x)`` along ``axis``: same shape and dtype as ``x``."""
+    def __call__(self, x, axis: int = -1, *, upper=None, total=1.0, **params):
+        """``p*(x)`` along ``axis``: same shape and dtype as ``x``.
+
+        ``upper`` (a number or an array broadcasting to ``x``, ``>= 0``; ``None``: no bound) and ``total`` (a number
+        or an array broadcasting to ``x`` with size 1 along ``axis``, finite): the map over the box ``0 <= p <=
+        upper``, ``sum p = total`` instead of the simplex (:meth:`numeric.Map.__call__`; laid out and checked by
+        :func:`numeric.front.box_rows`), differentiable in both (traced or not).  Bounds whose unmasked entries sum
+        below a row's total are refused where the values can be read; traced (under ``jit``, ``grad``, ``vmap``),
+        such a row comes out NaN.
+
+        >>> import jax.numpy as jnp
+        >>> JaxMap("sparsemax")(jnp.array([3.0, 2.9, 0.1, 0.0]), upper=1.0, total=2.0)
+        Array([1., 1., 0., 0.], dtype=float32)
+        """
         x = _scores(x)
         axis = front.check_axis(x.shape, axis)
         values = self.values(params)
         dtype = compute_dtype(x.dtype)
-        moved = jnp.moveaxis(x.astype(dtype), axis, -1)
+        xc = x.astype(dtype)
+        moved = jnp.moveaxis(xc, axis, -1)
         flat = moved.reshape(-1, x.shape[axis])
         tensors = tuple(self.param_rows(n, values[n], tuple(x.shape), axis, dtype) for n in self.module.PARAMETERS)
-        p = _map_rows_jit(self.solver_for(values), flat, tensors)
+        if front.is_box(upper, total):
+            u, c = front.box_rows(jnp, ARRAYS, xc, upper, total, axis)
+            p = _box_map_jit(self.solver_for(values), flat, u, c, tensors)
+        else:
+            p = _map_rows_jit(self.solver_for(values), flat, tensors)
         return jnp.moveaxis(p.reshape(moved.shape), -1, axis).astype(x.dtype)
 
 
@@ -245,6 +321,10 @@ def get_map(mapping, *, threshold: str = "auto", **params) -> JaxMap:
     """
     if isinstance(mapping, JaxMap) and not params and threshold == "auto":
         return mapping
+    if mapping == "normmax" or isinstance(mapping, JaxMap) and mapping.name == "normmax":
+        from .normmax import JaxNormmax
+
+        return JaxNormmax(**({"alpha": mapping.params["alpha"]} if isinstance(mapping, JaxMap) else {}), **params)
     if isinstance(mapping, JaxMap) and threshold == "auto":
         threshold = mapping.threshold
     return JaxMap(mapping, threshold=threshold, **params)
@@ -260,40 +340,50 @@ def _builtin(name: str) -> JaxMap:
     return m
 
 
-def softmax(x, axis: int = -1):
+def softmax(x, axis: int = -1, *, upper=None, total=1.0):
     """Softmax ``p_i = exp(s_i) / sum_j exp(s_j)``: the map of ``p log p``.
+
+    ``upper``, ``total``: over the box ``0 <= p <= upper``, ``sum p = total`` instead (:meth:`JaxMap.__call__`):
+    constrained softmax, ``p_i = min(u_i, exp(s_i - tau))``.
 
     >>> import jax.numpy as jnp
     >>> softmax(jnp.array([0.0, 0.0, math.log(2.0)]))
     Array([0.25, 0.25, 0.5 ], dtype=float32)
+    >>> softmax(jnp.array([0.0, 0.0, math.log(2.0)]), upper=0.4)
+    Array([0.3, 0.3, 0.4], dtype=float32)
     """
-    return _builtin("softmax")(x, axis=axis)
+    return _builtin("softmax")(x, axis=axis, upper=upper, total=total)
 
 
-def sparsemax(x, axis: int = -1):
+def sparsemax(x, axis: int = -1, *, upper=None, total=1.0):
     """Sparsemax ``p = [s - tau]_+``: the map of ``p**2 / 2``.
+
+    ``upper``, ``total``: the projection on the box ``0 <= p <= upper``, ``sum p = total`` instead
+    (:meth:`JaxMap.__call__`); ``sparsemax(x, upper=1, total=k)`` is budget (k-subset) sparsemax.
 
     >>> import jax.numpy as jnp
     >>> sparsemax(jnp.array([[1.0, 0.5, -1.0]]), axis=1)
     Array([[0.75, 0.25, 0.  ]], dtype=float32)
     """
-    return _builtin("sparsemax")(x, axis=axis)
+    return _builtin("sparsemax")(x, axis=axis, upper=upper, total=total)
 
 
-def entmax15(x, axis: int = -1):
-    """1.5-entmax ``p = [s/2 - tau]_+**2``: Tsallis alpha = 3/2.
+def entmax15(x, axis: int = -1, *, upper=None, total=1.0):
+    """1.5-entmax ``p = [s/2 - tau]_+**2``: Tsallis alpha = 3/2 (``upper``, ``total``: over the box,
+    :meth:`JaxMap.__call__`).
 
     >>> import jax.numpy as jnp
     >>> entmax15(jnp.array([-2.0, 0.0, 0.5]))
     Array([0.        , 0.32600737, 0.67399263], dtype=float32)
     """
-    return _builtin("entmax15")(x, axis=axis)
+    return _builtin("entmax15")(x, axis=axis, upper=upper, total=total)
 
 
-def entmax(x, alpha, axis: int = -1):
+def entmax(x, alpha, axis: int = -1, *, upper=None, total=1.0):
     """alpha-entmax ``p = [(alpha - 1) s - tau]_+**(1/(alpha - 1))`` for any alpha > 0 (sparse above 1, softmax
     at 1, dense below): a number or an array broadcasting to ``x`` with size 1 along ``axis`` (differentiable; the
-    map and its gradient in alpha are continuous through 1).
+    map and its gradient in alpha are continuous through 1).  ``upper``, ``total``: over the box ``0 <= p <=
+    upper``, ``sum p = total`` instead (:meth:`JaxMap.__call__`), at any alpha, per row too.
 
     >>> import jax, jax.numpy as jnp
     >>> x = jnp.array([[-2.0, 0.0, 0.5], [-2.0, 0.0, 0.5]])
@@ -303,7 +393,7 @@ def entmax(x, alpha, axis: int = -1):
     >>> jax.grad(lambda a: entmax(x, a)[:, 2].sum())(jnp.array([[1.5], [2.0]])).shape
     (2, 1)
     """
-    return _builtin("entmax")(x, axis=axis, alpha=alpha)
+    return _builtin("entmax")(x, axis=axis, alpha=alpha, upper=upper, total=total)
 
 
 # ------------------------------------------------------------------ the loss
@@ -334,7 +424,42 @@ def _loss_rows_jvp(solver, primals, tangents):
 _loss_rows_jit = jax.jit(_loss_rows, static_argnums=0)
 
 
-def fenchel_young_loss(scores, target, mapping="softmax", reduction: str = "mean", axis: int = -1):
+@partial(jax.custom_jvp, nondiff_argnums=(0,))
+def _box_loss_rows(solver: _Solver, x, y, upper, total, params: tuple):
+    """The Fenchel-Young loss of each row of ``x`` (2-D) against ``y`` over the box ``0 <= p <= upper``, ``sum p =
+    total`` (:func:`_box_rows`' layout): :func:`numeric.front.loss_rows` at the bounded map's ``p``."""
+    return _omega_terms(solver.module, x, solver.box(x, upper, total, params)[0], y, params)
+
+
+@partial(_box_loss_rows.defjvp, symbolic_zeros=True)
+def _box_loss_rows_jvp(solver, primals, tangents):
+    """``(p - y).dx + mu.du + tau dc`` and the parameters' envelope term, with ``p`` and ``tau`` of
+    :func:`_box_rows` (differentiable again) and ``mu = [s - tau - omega'(u)]_+``
+    (:func:`numeric.tensor_rules.box_multipliers`); an argument not differentiated adds nothing."""
+    x, y, upper, total, params = primals
+    dx, _, du, dc, dparams = tangents  # (the target is a constant: its tangent is not used)
+    p, tau = _box_rows(solver, x, upper, total, params)
+    if params and not all(_zero(dq) for dq in dparams):  # the envelope theorem: d/dq at the optimum p, held fixed
+        dq = tuple(jnp.zeros_like(q) if _zero(d) else d for q, d in zip(params, dparams))
+        value, dvalue = jax.jvp(lambda *q: _omega_terms(solver.module, x, p, y, q), params, dq)
+    else:
+        value = _omega_terms(solver.module, x, p, y, params)
+        dvalue = jnp.zeros_like(value)
+    if not _zero(dx):
+        dvalue = dvalue + jnp.sum((p - y) * dx, axis=-1)
+    if not _zero(du):
+        mu = tensor_rules.box_multipliers(ops_for(x.dtype), solver.routines(params), x, tau, upper)
+        dvalue = dvalue + jnp.sum(mu * du, axis=-1)
+    if not _zero(dc):
+        dvalue = dvalue + (tau * dc)[:, 0]
+    return value, dvalue
+
+
+_box_loss_rows_jit = jax.jit(_box_loss_rows, static_argnums=0)
+
+
+def fenchel_young_loss(scores, target, mapping="softmax", reduction: str = "mean", axis: int = -1, *, upper=None,
+                       total=1.0):
     """The Fenchel-Young loss ``Omega*(s) + Omega(y) - <s, y>`` of ``mapping`` (a name, a generated module or a
     :class:`JaxMap` with its parameters bound, traced or not).
 
@@ -345,6 +470,13 @@ def fenchel_young_loss(scores, target, mapping="softmax", reduction: str = "mean
     ``p*(s) - y`` for the scores (so the Hessian is the map's Jacobian), and for a map
     parameter ``q`` the envelope theorem's ``sum_i d omega(y_i)/dq - d omega(p_i)/dq`` at
     fixed ``p``.
+
+    ``upper``, ``total``: the loss of the bounded map (:meth:`JaxMap.__call__`), ``Omega`` plus the indicator of
+    the box ``0 <= p <= upper``, ``sum p = total`` (:meth:`numeric.Map.loss_and_grad`): the same terms at the
+    bounded ``p``, the target inside the box (each row summing to its total, no entry above its bound, checked
+    where the values can be read).  Its gradients: ``p - y`` in the scores, ``mu = [s - tau - omega'(u)]_+`` in
+    the bounds (non-zero on the saturated ones; ``+inf`` where ``u_i = 0`` and ``omega'(0+) = -inf``), the
+    threshold ``tau`` in the total, the envelope theorem's in the parameters.
 
     >>> import jax, jax.numpy as jnp
     >>> s = jnp.array([[1.0, 0.5, -1.0]])
@@ -360,10 +492,22 @@ def fenchel_young_loss(scores, target, mapping="softmax", reduction: str = "mean
     m.values()
     dtype = compute_dtype(x.dtype)
     xc = x.astype(dtype)
+    if m.name == "normmax":
+        from .normmax import _NO_BOX, normmax_loss
+
+        if front.is_box(upper, total):
+            raise ValueError(_NO_BOX)
+        y = jax.lax.stop_gradient(front.check_target(
+            xc, jnp.asarray(target) if isinstance(target, (list, tuple)) else target, axis, ARRAYS))
+        return front.reduce(normmax_loss(m, xc, y, axis), reduction).astype(x.dtype)
+    box = front.box_rows(jnp, ARRAYS, xc, upper, total, axis) if front.is_box(upper, total) else None
     y = jax.lax.stop_gradient(front.check_target(xc, jnp.asarray(target) if isinstance(target, (list, tuple)) else target,
-                                                 axis, ARRAYS))
+                                                 axis, ARRAYS, box=box))
     n = x.shape[axis]
     rows = lambda a: jnp.moveaxis(a, axis, -1).reshape(-1, n)  # noqa: E731
     params = tuple(m.param_rows(name, m.params[name], tuple(x.shape), axis, dtype) for name in m.module.PARAMETERS)
-    value = _loss_rows_jit(m.solver_for(m.params), rows(xc), rows(y), params)
+    if box is None:
+        value = _loss_rows_jit(m.solver_for(m.params), rows(xc), rows(y), params)
+    else:
+        value = _box_loss_rows_jit(m.solver_for(m.params), rows(xc), rows(y), *box, params)
     return front.reduce(value.reshape(x.shape[:axis] + x.shape[axis + 1:]), reduction).astype(x.dtype)
