@@ -198,7 +198,8 @@ def box_rows(xp, arrays: Arrays, x, upper, total, axis: int, word: str = "axis")
     ``upper``: ``None``, a number or an array broadcasting to the scores, ``>= 0``; ``total``: a number or an array
     broadcasting to the scores with size 1 along the map's axis, ``>= 0`` and finite (0: ``p = 0``).  Where the values can be read
     (:meth:`Arrays.readable`) the bounds of each row's unmasked scores must sum to at least its total, within
-    the rounding of a sum of ``n`` (``n eps`` relative) ("infeasible bounds", with the row and the two sums).
+    the rounding of a sum of ``n`` (``n eps`` relative) ("infeasible bounds", with the row and the two sums); a
+    fully masked row is exempt (it gives zeros).
     """
     shape, n = tuple(x.shape), x.shape[axis]
     rows = math.prod(shape) // n
@@ -227,9 +228,10 @@ def box_rows(xp, arrays: Arrays, x, upper, total, axis: int, word: str = "axis")
     if rc is not None and not bool(((rc >= 0) & (rc < math.inf)).all()):
         raise ValueError(f"total must be finite and >= 0, got {float(rc.min()) if (rc == rc).all() else math.nan}")
     if ru is not None and rc is not None and rx is not None:
-        finite = xp.moveaxis(rx, axis, -1).reshape(rows, n) > -math.inf
-        room = xp.where(finite, ru, 0).sum(axis=-1)
-        short = rc[:, 0] - room > rc[:, 0] * (n * arrays.eps(x.dtype))  # (within rounding of a sum of n: feasible)
+        live = xp.moveaxis(rx, axis, -1).reshape(rows, n) != -math.inf  # (a NaN counts: its row comes out NaN)
+        room = xp.where(live, ru, 0).sum(axis=-1)
+        # (within rounding of a sum of n: feasible; a fully masked row gives zeros, as without bounds)
+        short = (rc[:, 0] - room > rc[:, 0] * (n * arrays.eps(x.dtype))) & live.any(axis=-1)
         if bool(short.any()):
             i = int((room - rc[:, 0]).argmin())
             raise ValueError(f"infeasible bounds: in row {i} the upper bounds of the unmasked scores sum to "

@@ -451,6 +451,11 @@ def module_of(mapping, own: type, check: bool = False) -> ModuleType:
     return module
 
 
+#: Maps of a class of their own rather than of a generated module, by name (``numeric.normmax`` registers
+#: ``"normmax"`` on import, which ``import numeric`` does).
+CLASSES: dict = {}
+
+
 def get_map(name, *, threshold: str = "auto", **params) -> Map:
     """The :class:`Map` for a built-in name, an importable generated module's name, or the module itself.
 
@@ -468,12 +473,11 @@ def get_map(name, *, threshold: str = "auto", **params) -> Map:
     if isinstance(name, Map):
         if not params and threshold == "auto":
             return name
-        return type(name)(**{**name.params, **params}) if name.name == "normmax" else \
-            Map(name.module, threshold, **{**name.params, **params})
-    if name == "normmax":
-        from .normmax import NormmaxMap
-
-        return NormmaxMap(**params)
+        if type(name) is not Map:  # (a map of its own class, normmax: rebound by its class)
+            return type(name)(**{**name.params, **params})
+        return Map(name.module, threshold, **{**name.params, **params})
+    if isinstance(name, str) and name in CLASSES:
+        return CLASSES[name](**params)
     return Map(module_of(name, Map), threshold, **params)
 
 

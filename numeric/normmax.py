@@ -16,7 +16,7 @@ import numpy as np
 from . import front, tensor_rules
 from .backend import array_module, to_compute_dtype
 from .front import check_axis
-from .maps import Map, _rows, _tangent_rows, import_map_module
+from .maps import CLASSES, Map, _rows, _tangent_rows, import_map_module
 
 __all__ = ["NormmaxMap", "normmax", "check_normmax_alpha"]
 
@@ -120,6 +120,9 @@ class NormmaxMap(Map):
         if reduction == "mean":
             grad = grad / max(1, value.size)
         return front.reduce(value, reduction).astype(out_dtype), grad.astype(out_dtype)
+
+
+CLASSES["normmax"] = NormmaxMap
 
 
 def normmax(x, alpha=2.0, axis: int = -1):

@@ -1434,7 +1434,9 @@ def box_vjp(ops: TensorOps, r: Routines, p, v, upper, at_zero=None):
     free = box_free(ops, p, upper)
     jv, mean = _centred(ops, ops.where(free, _weights(ops, r, p, at_zero), 0), v)
     saturated = (p >= upper) & (p > 0)
-    return jv, ops.where(saturated, v - mean, 0), mean
+    nan = ops.isnan(ops.row_sum(p))  # (a NaN row's derivatives are NaN, as the plain map's)
+    return (ops.where(nan, math.nan, jv), ops.where(nan, math.nan, ops.where(saturated, v - mean, 0)),
+            ops.where(nan, math.nan, mean))
 
 
 def box_jvp(ops: TensorOps, r: Routines, p, dx, du, dc, upper, at_zero=None):
@@ -1450,7 +1452,7 @@ def box_jvp(ops: TensorOps, r: Routines, p, dx, du, dc, upper, at_zero=None):
     total = ops.row_sum(w)
     shift = ops.row_sum(w * dx) + ops.row_sum(moved) - dc
     dtau = ops.where(total > 0, shift / ops.where(total > 0, total, 1), 0)
-    return w * (dx - dtau) + moved
+    return ops.where(ops.isnan(ops.row_sum(p)), math.nan, w * (dx - dtau) + moved)  # (a NaN row: NaN)
 
 
 def box_multipliers(ops: TensorOps, r: Routines, x, tau, upper):

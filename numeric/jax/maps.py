@@ -312,6 +312,11 @@ class JaxMap(FrameworkMap):
         return jnp.moveaxis(p.reshape(moved.shape), -1, axis).astype(x.dtype)
 
 
+#: Maps of a class of their own, by name (``numeric.jax.normmax`` registers ``"normmax"`` on import, which
+#: ``import numeric.jax`` does).
+CLASSES: dict = {}
+
+
 def get_map(mapping, *, threshold: str = "auto", **params) -> JaxMap:
     """The :class:`JaxMap` for a name, a generated module or a :class:`JaxMap` (rebound with ``params``).
 
@@ -321,10 +326,10 @@ def get_map(mapping, *, threshold: str = "auto", **params) -> JaxMap:
     """
     if isinstance(mapping, JaxMap) and not params and threshold == "auto":
         return mapping
-    if mapping == "normmax" or isinstance(mapping, JaxMap) and mapping.name == "normmax":
-        from .normmax import JaxNormmax
-
-        return JaxNormmax(**({"alpha": mapping.params["alpha"]} if isinstance(mapping, JaxMap) else {}), **params)
+    if isinstance(mapping, JaxMap) and type(mapping) is not JaxMap:  # (a map of its own class: normmax)
+        return type(mapping)(**{**mapping.params, **params})
+    if isinstance(mapping, str) and mapping in CLASSES:
+        return CLASSES[mapping](**params)
     if isinstance(mapping, JaxMap) and threshold == "auto":
         threshold = mapping.threshold
     return JaxMap(mapping, threshold=threshold, **params)
@@ -492,14 +497,12 @@ def fenchel_young_loss(scores, target, mapping="softmax", reduction: str = "mean
     m.values()
     dtype = compute_dtype(x.dtype)
     xc = x.astype(dtype)
-    if m.name == "normmax":
-        from .normmax import _NO_BOX, normmax_loss
-
+    if hasattr(m, "loss_rows"):  # (a map of its own class with its own loss: normmax)
         if front.is_box(upper, total):
-            raise ValueError(_NO_BOX)
+            raise ValueError(f"{m.name} takes no box constraints (upper=, total=)")
         y = jax.lax.stop_gradient(front.check_target(
             xc, jnp.asarray(target) if isinstance(target, (list, tuple)) else target, axis, ARRAYS))
-        return front.reduce(normmax_loss(m, xc, y, axis), reduction).astype(x.dtype)
+        return front.reduce(m.loss_rows(xc, y, axis), reduction).astype(x.dtype)
     box = front.box_rows(jnp, ARRAYS, xc, upper, total, axis) if front.is_box(upper, total) else None
     y = jax.lax.stop_gradient(front.check_target(xc, jnp.asarray(target) if isinstance(target, (list, tuple)) else target,
                                                  axis, ARRAYS, box=box))

@@ -17,9 +17,9 @@ from jax.custom_derivatives import SymbolicZero
 
 from .. import front, tensor_rules
 from ._ops import ops_for
-from .maps import ARRAYS, JaxMap, _map_rows, _scores, compute_dtype
+from .maps import ARRAYS, CLASSES, JaxMap, _map_rows, _scores, compute_dtype
 
-__all__ = ["JaxNormmax", "normmax", "normmax_loss"]
+__all__ = ["JaxNormmax", "normmax"]
 
 _NO_BOX = "normmax takes no box constraints (upper=, total=): its regularizer is not separable"
 _NO_ALPHA = "normmax has no gradient in alpha (only in the scores)"
@@ -94,6 +94,10 @@ class JaxNormmax(JaxMap):
         p = _normmax_rows_jit(self.solver_for({"alpha": (2 * v - 1) / v}), flat, alpha)
         return jnp.moveaxis(p.reshape(moved.shape), -1, axis).astype(x.dtype)
 
+    def loss_rows(self, xc, y, axis: int):
+        """The loss per row for :func:`numeric.jax.fenchel_young_loss` (:func:`_loss_of`)."""
+        return _loss_of(self, xc, y, axis)
+
 
 @partial(jax.custom_jvp, nondiff_argnums=(0,))
 def _loss_rows(solver, x, y, alpha):
@@ -115,7 +119,7 @@ _loss_rows.defjvp(_loss_rows_jvp, symbolic_zeros=True)
 _loss_rows_jit = jax.jit(_loss_rows, static_argnums=0)
 
 
-def normmax_loss(m: JaxNormmax, xc, y, axis: int):
+def _loss_of(m, xc, y, axis: int):
     """The loss per row (batch shape) of the scores ``xc`` (compute dtype) against the checked target ``y``:
     :func:`numeric.jax.fenchel_young_loss` for normmax, with the gradient ``p - y`` in the scores."""
     n = xc.shape[axis]
@@ -125,6 +129,9 @@ def normmax_loss(m: JaxNormmax, xc, y, axis: int):
     a_rows = m.param_rows("alpha", alpha, tuple(xc.shape), axis, xc.dtype)
     value = _loss_rows_jit(m.solver_for({"alpha": (2 * v - 1) / v}), rows(xc), rows(y), a_rows)
     return value.reshape(xc.shape[:axis] + xc.shape[axis + 1:])
+
+
+CLASSES["normmax"] = JaxNormmax
 
 
 def normmax(x, alpha=2.0, axis: int = -1):

@@ -210,3 +210,21 @@ def test_a_total_of_zero_is_the_boxs_one_point():
         assert tau[0] == np.inf
         np.testing.assert_allclose(p[1], m(x[1:], upper=1.0)[0], rtol=0, atol=1e-15)
         np.testing.assert_array_equal(m.vjp(p, np.ones_like(p), upper=1.0, total=np.array([[0.0], [1.0]]))[0], 0)
+
+
+def test_fully_masked_and_nan_rows_with_bounds():
+    """A fully masked row gives zeros with bounds as without (it was refused as "infeasible", which made
+    ``upper=`` unusable with padding masks); a NaN row gives NaN and NaN derivatives (they were 0, or refused)."""
+    x = np.array([[-np.inf, -np.inf, -np.inf], [0.0, 1.0, np.nan], [0.0, 1.0, 2.0]])
+    for name in ("softmax", "sparsemax", "entmax15"):
+        m = nm.get_map(name)
+        p = m(x, upper=0.6)
+        np.testing.assert_array_equal(p[0], 0)
+        assert np.isnan(p[1]).all() and np.all(np.isfinite(p[2]))
+        d = m.vjp(p, np.ones_like(p), upper=0.6)
+        np.testing.assert_array_equal(d[0], 0)
+        assert np.isnan(d[1]).all() and np.all(np.isfinite(d[2]))
+    q = np.zeros((1, 3, 2))
+    mask = np.array([[False, False, False], [True, True, True], [True, True, True]])  # query 0 sees no key
+    out = nm.attention(q, q, np.ones((1, 3, 2)), mask=mask, upper=0.6)
+    np.testing.assert_array_equal(out[0, 0], 0)
