@@ -138,7 +138,7 @@ def normmax(x, alpha=2.0, axis: int = -1):
     """normmax ``argmax_{p in simplex} <p, s> - ||p||_alpha`` along ``axis`` (:class:`JaxNormmax`).
 
     >>> import jax.numpy as jnp
-    >>> normmax(jnp.array([[1.0, 0.5, -1.0, 0.2]]), alpha=3.0).round(4)
-    Array([[0.5313, 0.3407, 0.    , 0.128 ]], dtype=float32)
+    >>> [round(v, 4) for v in normmax(jnp.array([1.0, 0.5, -1.0, 0.2]), alpha=3.0).tolist()]
+    [0.5313, 0.3407, 0.0, 0.128]
     """
     return JaxNormmax(alpha=alpha)(x, axis=axis)
