@@ -1376,32 +1376,18 @@ def box_solve(ops: TensorOps, r: Routines, x, upper, total, steps: int = ROOT_ST
     room = ops.row_sum(ops.where(live, upper, 0))
     count = ops.row_sum(ops.float_(ops.isfinite(x)))
     clip = r.clip()
-    hi = -r.omega_prime(total / ops.where(count > 0, count, 1))
-    cap = ops.where(upper < total, upper, total)
-    reach = y - r.omega_prime(ops.where(live, cap, total))
-    lo = -ops.row_max(ops.where(live, -reach, -hi))
+    hi = box_high(ops, r, total, count)
+    lo = box_lowest(ops, r, y, upper, total, live)
     lo = ops.where(lo < hi, lo, hi)
-
-    ceiling = r.omega_prime(ops.full(m, float("inf")))  # (NaN where omega' has no value at inf: no ceiling)
-    ceiling = ops.where(ops.isnan(ceiling), float("inf"), ceiling)
+    ceiling = box_ceiling(ops, r, m)
 
     def sums(t):
-        g, pos = clipped_link(ops, r, y, t, clip, ceiling=ceiling)
-        saturated = live & (g >= upper)
-        p = ops.where(saturated, upper, ops.where(live, g, 0))
-        free = pos & live & ops.not_(saturated)
-        w = ops.where(free, r.weight(ops.where(free, g, 1)), 0)
-        return p, ops.row_sum(p), ops.row_sum(w), free, saturated
+        return box_sums(ops, r, y, t, upper, live, clip, ceiling)
 
     def body(state):
         t, lo, hi, step, step_old, active = state
         _, f, slope, _, _ = sums(t)
-        lo, hi = narrow_bracket(ops, t, lo, hi, active, f / total)
-        point = t + (f - total) / ops.where(slope > 0, slope, 1)
-        usable = ops.isfinite(point) & (slope > 0)
-        t, step, step_old, going, _, _ = threshold_round(ops, t, lo, hi, step, step_old, active, f / total,
-                                                         -slope / total, point, usable, 1)
-        return (t, lo, hi, step, step_old, going), going
+        return box_round(ops, t, lo, hi, step, step_old, active, f, slope, total, 1)
 
     width = hi - lo
     # bounds summing to the total within rounding (n eps relative: a sum of n terms) are feasible: every entry
@@ -1420,6 +1406,54 @@ def box_solve(ops: TensorOps, r: Routines, x, upper, total, steps: int = ROOT_ST
     p = ops.where(infeasible | ops.isnan(m), nan, ops.where(bad | empty, 0, p))
     tau = ops.where(infeasible | ops.isnan(m), nan, ops.where(bad | empty, float("inf"), m0 + t))
     return p, tau
+
+
+def box_high(ops, r: Routines, total, count):
+    """The right end of the bounded threshold's bracket, ``-omega'(total / n)`` for ``n`` keys (every entry at
+    most ``total / n`` there), relative to the row's largest score."""
+    return -r.omega_prime(total / ops.where(count > 0, count, 1))
+
+
+def box_lowest(ops, r: Routines, y, upper, total, live):
+    """The left end of the bounded threshold's bracket before it is capped at :func:`box_high`: the least
+    ``y_i - omega'(min(u_i, total))`` over the entries ``live`` (those that can hold mass: each holds at least
+    ``min(u_i, total)`` left of it), ``inf`` in a row with none.  A minimum, so that a kernel takes it key
+    block by key block."""
+    cap = ops.where(upper < total, upper, total)
+    reach = y - r.omega_prime(ops.where(live, cap, total))
+    return -ops.row_max(ops.where(live, -reach, float("-inf")))
+
+
+def box_ceiling(ops, r: Routines, like):
+    """``omega'(inf)`` where ``omega'`` is bounded above (:func:`clipped_link`'s ``ceiling``), else ``inf``."""
+    ceiling = r.omega_prime(ops.full(like, float("inf")))  # (NaN where omega' has no value at inf: no ceiling)
+    return ops.where(ops.isnan(ceiling), float("inf"), ceiling)
+
+
+def box_sums(ops, r: Routines, y, t, upper, live, clip, ceiling, peak=None):
+    """``(p, F, -F', free, saturated)`` at the threshold ``t`` of the scores ``y`` (shifted by their row's
+    largest, or ``peak`` as in :func:`clipped_link`) bounded by ``upper``: ``p_i = min(u_i, g_+(y_i - t))`` on
+    the entries ``live``, 0 elsewhere, its row sums, the row sums of ``w`` over the free entries ``0 < p_i <
+    u_i``, and where entries are free and where saturated.  Sums over a block of a row's keys add up to the
+    row's (the fused attention's passes)."""
+    g, pos = clipped_link(ops, r, y, t, clip, peak=peak, ceiling=ceiling)
+    saturated = live & (g >= upper)
+    p = ops.where(saturated, upper, ops.where(live, g, 0))
+    free = pos & live & ops.not_(saturated)
+    w = ops.where(free, r.weight(ops.where(free, g, 1)), 0)
+    return p, ops.row_sum(p), ops.row_sum(w), free, saturated
+
+
+def box_round(ops, t, lo, hi, step, step_old, active, f, slope, total, scale):
+    """One Newton round of the bounded threshold's solve of ``F(t) = total`` at ``t``, ``F`` being ``f`` and
+    ``-F'`` ``slope`` there (:func:`box_sums`): the bracket narrowed and :func:`threshold_round` on ``F / total``;
+    returns ``(t, lo, hi, step, step_old, active)``.  ``scale``: as :func:`threshold_round`'s."""
+    lo, hi = narrow_bracket(ops, t, lo, hi, active, f / total)
+    point = t + (f - total) / ops.where(slope > 0, slope, 1)
+    usable = ops.isfinite(point) & (slope > 0)
+    t, step, step_old, going, _, _ = threshold_round(ops, t, lo, hi, step, step_old, active, f / total,
+                                                     -slope / total, point, usable, scale)
+    return (t, lo, hi, step, step_old, going), going
 
 
 def box_free(ops: TensorOps, p, upper):

@@ -15,7 +15,7 @@ from ..errors import DerivationError
 from ..family import derive_family
 from ..regularizers import FAMILIES, Regularizer
 from .emit import HEADER_MARK, content_hash, generate_family_module, generate_module
-from .trace import kept_threshold_source, newton_link_sources, safeguard_source
+from .trace import box_source, kept_threshold_source, newton_link_sources, safeguard_source
 from .trace_rows import rows_solve_source, solver_enum_source
 
 __all__ = ["Builtin", "BUILTINS", "BUILTIN_MAPS", "FAMILY_MAPS", "CONTINUOUS_MAPS", "builtin_sources"]
@@ -88,12 +88,15 @@ CUDA_SOURCE = r"""
 
 _NEWTON_TRITON = '''"""numeric's algorithms traced into Triton (derive.codegen.trace): the inversion of a link with no closed
 form (numeric.newton.invert_link), the safeguard of every bracketed Newton solve
-(numeric.newton.safeguarded_point) and the threshold of a block of rows (numeric.tensor_rules.halley_threshold).
+(numeric.newton.safeguarded_point), the threshold of a block of rows (numeric.tensor_rules.halley_threshold) and
+the pieces of the bounded threshold's solve (numeric.tensor_rules.box_solve: box_high, box_lowest, box_sums,
+box_round).
 
 The Triton module of a map whose link has no closed form (its TRITON_SOURCE) defines
 link(z, params) as newton_link(z, params, omega_prime, omega_second) with its own derivatives; the
 fused attention's forward (numeric.kernels.triton_attention) solves its kept scores with kept_threshold
-and takes the next point of its passes from safeguarded_point.
+and takes the next point of its passes from safeguarded_point; with bounds (upper=) its passes run box_sums and
+box_round.
 """
 
 import triton
@@ -166,7 +169,7 @@ def builtin_sources() -> dict[str, str]:
     init = _INIT.format(names=tuple(b.name for b in BUILTINS), continuous=continuous)
     out["__init__.py"] = _package_module("numeric._generated", init)
     cuda, triton = newton_link_sources()
-    triton = "\n\n\n".join([triton, safeguard_source(), kept_threshold_source()])
+    triton = "\n\n\n".join([triton, safeguard_source(), kept_threshold_source(), box_source()])
     out["newton_link.py"] = _package_module("numeric._generated.newton_link", _NEWTON_CUDA.format(cuda=cuda))
     out["newton_link_triton.py"] = _package_module("numeric._generated.newton_link_triton",
                                                    _NEWTON_TRITON.format(triton=triton))

@@ -26,7 +26,7 @@ from numeric import tensor_rules as TR
 from numeric.newton import Ops, invert_link, safeguarded_point
 
 __all__ = ["Operators", "Value", "Tracer", "CudaTracer", "TritonTracer", "TritonRowsTracer", "newton_link_sources",
-           "safeguard_source", "kept_threshold_source"]
+           "safeguard_source", "kept_threshold_source", "box_source"]
 
 
 class Operators:
@@ -269,10 +269,11 @@ def newton_link_sources() -> tuple[str, str]:
     return cuda, triton
 
 
-def _triton_function(name: str, fn, args: str, comment: str) -> str:
+def _triton_function(name: str, fn, args: str, comment: str, tracer=None) -> str:
     """``@triton.jit def name(args)``: ``fn(tracer, *values)`` traced into Triton on blocks, for the comma-separated
-    ``args`` (a name ending in ``?`` is a boolean, written without it); returns its values."""
-    tr = TritonTracer()
+    ``args`` (a name ending in ``?`` is a boolean, written without it); returns its values.  ``tracer``: the
+    :class:`TritonTracer` to trace with (a new one where ``None``)."""
+    tr = TritonTracer() if tracer is None else tracer
     names = [a.strip() for a in args.split(",")]
     out = fn(tr, *(Value(tr, a.rstrip("?"), "bool" if a.endswith("?") else "T") for a in names))
     out = out if isinstance(out, tuple) else (out,)
@@ -367,3 +368,38 @@ def kept_threshold_source() -> str:
                                 rest=lambda t: tr.call_many("rest", 3, t, rest_args), peak=peak)
     return "\n".join(["@triton.jit", "def kept_threshold(y, start, lo, hi, going, peak, MAP: tl.constexpr, params, rest, "
                        "rest_args):", f"    # {_KEPT}", *tr.lines, f"    return {t.text}"])
+
+
+def _rows_function(name: str, fn, args: str, comment: str) -> str:
+    """``@triton.jit def name(args, MAP: tl.constexpr, params)``: ``fn(tracer, map_calls, *values)`` traced into
+    Triton on a block of rows (:class:`TritonRowsTracer`; the map's routines through ``MAP``), for the
+    comma-separated ``args`` (a name ending in ``?`` is a boolean); returns its values."""
+    tr = TritonRowsTracer()
+    names = [a.strip() for a in args.split(",")]
+    out = fn(tr, _MapCalls(tr), *(Value(tr, a.rstrip("?"), "bool" if a.endswith("?") else "T") for a in names))
+    out = out if isinstance(out, tuple) else (out,)
+    signature = ", ".join([*(a.rstrip("?") for a in names), "MAP: tl.constexpr", "params"])
+    return "\n".join(["@triton.jit", f"def {name}({signature}):", f"    # {comment}", *tr.lines,
+                      f"    return {', '.join(tr.value(v).text for v in out)}"])
+
+
+def box_source() -> str:
+    """The bounded threshold's solve (:func:`numeric.tensor_rules.box_solve`) traced into Triton, in the pieces
+    the fused attention's passes over the keys take block by block: ``box_high``, ``box_lowest`` (the bracket's left end,
+    a minimum over the blocks), ``box_sums`` (``p``, ``F``, ``-F'``, the free and the saturated
+    entries of a block at a threshold; its row sums add up over the blocks) and ``box_round`` (one Newton
+    round on the rows' sums)."""
+    return "\n\n\n".join([
+        _rows_function("box_high", TR.box_high, "total, count",
+                       "the bounded threshold's bracket's right end, -omega'(total / n): numeric.tensor_rules.box_high"),
+        _rows_function("box_lowest", TR.box_lowest, "y, upper, total, live?",
+                       "the least y - omega'(min(u, total)) over the live entries of a block of rows (inf where "
+                       "none): numeric.tensor_rules.box_lowest"),
+        _rows_function("box_sums", TR.box_sums, "y, t, upper, live?, clip, ceiling, peak",
+                       "p = min(u, g_+(y - t)) on a block of rows, its row sums, those of w over the free entries, "
+                       "the free and the saturated entries: numeric.tensor_rules.box_sums"),
+        _triton_function("box_round", lambda ops, *a: TR.box_round(ops, *a)[0],
+                         "t, lo, hi, step, step_old, active?, f, slope, total, scale",
+                         "one Newton round of the bounded threshold: numeric.tensor_rules.box_round",
+                         TritonRowsTracer()),
+    ])

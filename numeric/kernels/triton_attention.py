@@ -82,12 +82,17 @@ narrow_bracket = _traced.narrow_bracket
 threshold_round = _traced.threshold_round
 #: the threshold of a block of rows, traced from numeric.tensor_rules.halley_threshold (generated)
 kept_threshold = _traced.kept_threshold
+#: the bounded threshold's solve in pieces, traced from numeric.tensor_rules.box_solve's (generated)
+box_high = _traced.box_high
+box_lowest = _traced.box_lowest
+box_sums = _traced.box_sums
+box_round = _traced.box_round
 
-__all__ = ["MapFunctions", "KERNELS", "FREE_STEPS", "TRUST", "F_TOLERANCE", "RESOLUTION", "link_plus", "attention_forward", "attention_backward_rows",
-           "attention_backward_keys"]
+__all__ = ["MapFunctions", "KERNELS", "FREE_STEPS", "TRUST", "F_TOLERANCE", "RESOLUTION", "link_plus", "attention_forward",
+           "attention_forward_box", "attention_backward_rows", "attention_backward_keys"]
 
 #: The kernels, by name.
-KERNELS = ("attention_forward", "attention_backward_rows", "attention_backward_keys")
+KERNELS = ("attention_forward", "attention_forward_box", "attention_backward_rows", "attention_backward_keys")
 #: Steps of the passes over the keys whose point needs only lie in the bracket (``threshold_round``'s ``free``).
 FREE_STEPS = tl.constexpr(2)
 #: A step of the tail model is taken without a pass to measure F where the model's curvature term there (its
@@ -494,6 +499,136 @@ def attention_forward(Q, K, V, Out, Tau, Fsum, Support, Bmax, Mask, Params, U, W
 
 
 @triton.jit
+def _bounds(Upper, u_base, offs_m, start, L, S, su_l, su_s, BLOCK_N: tl.constexpr):
+    # the bounds of the query block on the keys start:start+BLOCK_N, as float32 (0 out of range)
+    offs_n = start + tl.arange(0, BLOCK_N)
+    return tl.load(Upper + u_base + offs_m[:, None] * su_l + offs_n[None, :] * su_s,
+                   mask=(offs_m[:, None] < L) & (offs_n[None, :] < S), other=0.0).to(tl.float32)
+
+
+@triton.jit
+def attention_forward_box(Q, K, V, Out, Tau, Fsum, Support, Mask, Params, U, Wsum, Upper, Ceiling,
+                          H, L, S, E, EV, scale, n_kblocks, n_params,
+                          sq_b, sq_h, sq_l, sq_e, sk_b, sk_h, sk_s, sk_e, sv_b, sv_h, sv_s, sv_e,
+                          so_b, so_h, so_l, so_e, sm_b, sm_h, sm_l, sm_s, su_b, su_h, su_l, su_s,
+                          HAS_MASK: tl.constexpr, MASK_BOOL: tl.constexpr, CAUSAL: tl.constexpr,
+                          MAX_STEPS: tl.constexpr, WEIGHTED: tl.constexpr,
+                          BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_E: tl.constexpr, BLOCK_EV: tl.constexpr,
+                          UPCAST: tl.constexpr, MAP: tl.constexpr):
+    # attention_forward with bounds: p = min(u, g_+(s - tau)) with sum p = 1 (numeric.tensor_rules.box_solve, whose
+    # pieces run traced on each key block: the rows' sums add up over the blocks).  A first pass finds each row's
+    # largest score m, its number of keys and the bracket's left end; each Newton round is one pass summing F
+    # and -F' (w over the free entries); the output pass accumulates the free and the saturated entries' products
+    # apart, and the free ones are scaled to 1 less the saturated ones, as box_solve scales them.  Fsum holds the
+    # free entries' divisor (p = g_+(s - tau) / Fsum on them; p = u on the saturated), U and Wsum the sums over
+    # the free entries, which are those the backward's c runs over.  Ceiling: omega'(inf) per batch and head
+    # (numeric.tensor_rules.box_ceiling, from the host).  The rows here are [BLOCK_M, 1] (the traced pieces reduce
+    # keeping the axis).
+    qb = tl.program_id(0)
+    bh = tl.program_id(1)
+    b = bh // H
+    h = bh % H
+    params = MAP.params(Params, bh * n_params)
+    offs_m = qb * BLOCK_M + tl.arange(0, BLOCK_M)
+    offs_e = tl.arange(0, BLOCK_E)
+    offs_v = tl.arange(0, BLOCK_EV)
+    q = tl.load(Q + b * sq_b + h * sq_h + offs_m[:, None] * sq_l + offs_e[None, :] * sq_e,
+                mask=(offs_m[:, None] < L) & (offs_e[None, :] < E), other=0.0)
+    k_base = b * sk_b + h * sk_h
+    v_base = b * sv_b + h * sv_h
+    m_base = b * sm_b + h * sm_h
+    u_base = b * su_b + h * su_h
+    if CAUSAL:
+        n_keys = tl.minimum(S, (qb + 1) * BLOCK_M)
+    else:
+        n_keys = S
+    row_live = offs_m < L
+    clip = MAP.clip(params)
+    # pass 1: the largest score m, the number of keys and the least s - omega'(min(u, 1)) of each row
+    m = tl.full([BLOCK_M, 1], float("-inf"), tl.float32)
+    n = tl.zeros([BLOCK_M, 1], tl.float32)
+    low = tl.full([BLOCK_M, 1], float("inf"), tl.float32)
+    for start in range(0, n_keys, BLOCK_N):
+        s = _scores(q, scale, K, Mask, k_base, m_base, offs_m, start, L, S, E, sk_s, sk_e, sm_l, sm_s,
+                    HAS_MASK, MASK_BOOL, CAUSAL, BLOCK_N, BLOCK_E, UPCAST)
+        u = _bounds(Upper, u_base, offs_m, start, L, S, su_l, su_s, BLOCK_N)
+        live = (s > float("-inf")) & (u > 0)
+        m = tl.maximum(m, tl.max(s, 1, keep_dims=True))
+        n += tl.sum((s > float("-inf")).to(tl.float32), 1, keep_dims=True)
+        low = tl.minimum(low, box_lowest(s, u, 1.0, live, MAP, params))
+    dead = m == float("-inf")
+    m0 = tl.where(dead, 0.0, m)
+    hi = box_high(1.0, n, MAP, params)
+    lo = low - m0
+    lo = tl.where(lo < hi, lo, hi)
+    ceiling = tl.load(Ceiling + bh)
+    peak = tl.zeros([BLOCK_M, 1], tl.float32)
+    going = (dead == 0) & row_live[:, None]
+    t = tl.where(going, (lo + hi) / 2, 0.0)
+    step = hi - lo
+    step_old = step
+    rounds = tl.zeros([], tl.int32)
+    while (tl.max(going.to(tl.int32)) > 0) & (rounds < MAX_STEPS):
+        f = tl.zeros([BLOCK_M, 1], tl.float32)
+        slope = tl.zeros([BLOCK_M, 1], tl.float32)
+        for start in range(0, n_keys, BLOCK_N):
+            s = _scores(q, scale, K, Mask, k_base, m_base, offs_m, start, L, S, E, sk_s, sk_e, sm_l, sm_s,
+                        HAS_MASK, MASK_BOOL, CAUSAL, BLOCK_N, BLOCK_E, UPCAST)
+            u = _bounds(Upper, u_base, offs_m, start, L, S, su_l, su_s, BLOCK_N)
+            live = (s > float("-inf")) & (u > 0)
+            _, f_block, w_block, _, _ = box_sums(s - m0, t, u, live, clip, ceiling, peak, MAP, params)
+            f += f_block
+            slope += w_block
+        t, lo, hi, step, step_old, going = box_round(t, lo, hi, step, step_old, going, f, slope, 1.0, 1.0)
+        rounds += 1
+    # the output pass: the free entries' and the saturated entries' products apart, at the threshold as the
+    # backward reads it (_box_at)
+    tau = tl.where(dead, float("inf"), m0 + t)
+    z_one = MAP.omega_prime(1.0, params)
+    acc = tl.zeros([BLOCK_M, BLOCK_EV], tl.float32)
+    fixed_acc = tl.zeros([BLOCK_M, BLOCK_EV], tl.float32)
+    share = tl.zeros([BLOCK_M, 1], tl.float32)
+    fixed = tl.zeros([BLOCK_M, 1], tl.float32)
+    wv = tl.zeros([BLOCK_M, BLOCK_EV], tl.float32)
+    wsum = tl.zeros([BLOCK_M, 1], tl.float32)
+    for start in range(0, n_keys, BLOCK_N):
+        s = _scores(q, scale, K, Mask, k_base, m_base, offs_m, start, L, S, E, sk_s, sk_e, sm_l, sm_s,
+                    HAS_MASK, MASK_BOOL, CAUSAL, BLOCK_N, BLOCK_E, UPCAST)
+        u = _bounds(Upper, u_base, offs_m, start, L, S, su_l, su_s, BLOCK_N)
+        p, free, saturated = _box_at(s, u, tau, ceiling, z_one, MAP, params)
+        offs_n = start + tl.arange(0, BLOCK_N)
+        v = tl.load(V + v_base + offs_n[:, None] * sv_s + offs_v[None, :] * sv_e,
+                    mask=(offs_n[:, None] < S) & (offs_v[None, :] < EV), other=0.0)
+        g = tl.where(free, p, 0.0)
+        at_bound = tl.where(saturated, p, 0.0)
+        acc += _mm(g.to(v.dtype), v, UPCAST)
+        fixed_acc += _mm(at_bound.to(v.dtype), v, UPCAST)
+        share += tl.sum(g, 1, keep_dims=True)
+        fixed += tl.sum(at_bound, 1, keep_dims=True)
+        if WEIGHTED:
+            w = _weight_plus(g, MAP, params)
+            wv += _mm(w.to(v.dtype), v, UPCAST)
+            wsum += tl.sum(w, 1, keep_dims=True)
+        tl.store(Support + (bh * tl.num_programs(0) + qb) * n_kblocks + start // BLOCK_N,
+                 (tl.max(tl.max(p, 1), 0) > 0).to(tl.int8))
+    rest = 1.0 - fixed
+    ratio = tl.where(share > 0, rest / tl.where(share > 0, share, 1.0), 1.0)
+    out = tl.where(dead, 0.0, fixed_acc + acc * ratio)
+    # the free entries' divisor: p = g / F with F = share / rest (inf where the bounds hold all the mass)
+    divides = (dead == 0) & (share > 0) & (rest > 0)
+    f = tl.where(divides, share / tl.where(divides, rest, 1.0), tl.where(dead | (share == 0), 1.0, float("inf")))
+    tau = tl.reshape(tau, [BLOCK_M])
+    f = tl.reshape(f, [BLOCK_M])
+    tl.store(Out + b * so_b + h * so_h + offs_m[:, None] * so_l + offs_v[None, :] * so_e,
+             out.to(Out.dtype.element_ty), mask=row_live[:, None] & (offs_v[None, :] < EV))
+    if WEIGHTED:
+        tl.store(U + (bh * L + offs_m[:, None]) * EV + offs_v[None, :], wv, mask=row_live[:, None] & (offs_v[None, :] < EV))
+        tl.store(Wsum + bh * L + offs_m, tl.reshape(wsum, [BLOCK_M]), mask=row_live)
+    tl.store(Tau + bh * L + offs_m, tau, mask=row_live)
+    tl.store(Fsum + bh * L + offs_m, f, mask=row_live)
+
+
+@triton.jit
 def _weights_at(s, tau, f, z_one, MAP: tl.constexpr, params):
     # (p, w): the weights of scores s at the forward's tau and F, and weight(p) on the support (0 off it)
     p = link_plus(s - tau[:, None], z_one, MAP, params) / f[:, None]
@@ -502,27 +637,65 @@ def _weights_at(s, tau, f, z_one, MAP: tl.constexpr, params):
 
 
 @triton.jit
-def _weights_and_dp(q, scale, do, K, V, Mask, k_base, v_base, m_base, offs_m, start, L, S, E, EV,
-                    sk_s, sk_e, sv_s, sv_e, sm_l, sm_s, tau, f, z_one, MAP: tl.constexpr, params,
-                    HAS_MASK: tl.constexpr, MASK_BOOL: tl.constexpr, CAUSAL: tl.constexpr, BLOCK_N: tl.constexpr,
-                    BLOCK_E: tl.constexpr, BLOCK_EV: tl.constexpr, UPCAST: tl.constexpr):
-    # (w, dP) of the query block against the keys start:start+BLOCK_N: weight(p) on the support and dO v^T
+def _box_at(s, u, tau, ceiling, z_one, MAP: tl.constexpr, params):
+    # (min(u, g_+(s - tau)), free, saturated) for the scores s of a block of rows at their thresholds tau
+    # ([BLOCK_M, 1]; inf in a fully masked row, whose scores are all -inf): box_sums on the scores as they are.
+    # The forward's output pass and the backward classify the entries with this one computation, so that the
+    # backward's weights are those the forward's sums U and Wsum ran over
+    live = (s > float("-inf")) & (u > 0)
+    t = tl.where(tau < float("inf"), tau, 0.0)
+    p, _, _, free, saturated = box_sums(s, t, u, live, MAP.clip(params), ceiling, t + z_one, MAP, params)
+    return p, free, saturated
+
+
+@triton.jit
+def _box_weights_at(s, u, tau, f, ceiling, z_one, MAP: tl.constexpr, params):
+    # (p, w, saturated) with bounds u: p = u where saturated, g_+(s - tau) / F on the free entries (the forward's
+    # output pass and its scaling), weight(p) on the free entries (0 elsewhere)
+    p, free, saturated = _box_at(s, u, tau[:, None], ceiling, z_one, MAP, params)
+    p = tl.where(free, p / f[:, None], p)
+    return p, _weight_plus(tl.where(free, p, 0.0), MAP, params), saturated
+
+
+@triton.jit
+def _weights_of_block(s, Upper, u_base, offs_m, start, L, S, su_l, su_s, ceiling, tau, f, z_one, MAP: tl.constexpr,
+                      params, BOX: tl.constexpr, BLOCK_N: tl.constexpr):
+    # (p, w, saturated) of the scores s of the query block against the keys start:start+BLOCK_N (_weights_at,
+    # or _box_weights_at with the bounds; saturated: where p = u, nowhere without bounds)
+    if BOX:
+        u = _bounds(Upper, u_base, offs_m, start, L, S, su_l, su_s, BLOCK_N)
+        p, w, saturated = _box_weights_at(s, u, tau, f, ceiling, z_one, MAP, params)
+    else:
+        p, w = _weights_at(s, tau, f, z_one, MAP, params)
+        saturated = p != p
+    return p, w, saturated
+
+
+@triton.jit
+def _weights_and_dp(q, scale, do, K, V, Mask, Upper, k_base, v_base, m_base, u_base, offs_m, start, L, S, E, EV,
+                    sk_s, sk_e, sv_s, sv_e, sm_l, sm_s, su_l, su_s, ceiling, tau, f, z_one, MAP: tl.constexpr, params,
+                    HAS_MASK: tl.constexpr, MASK_BOOL: tl.constexpr, CAUSAL: tl.constexpr, BOX: tl.constexpr,
+                    BLOCK_N: tl.constexpr, BLOCK_E: tl.constexpr, BLOCK_EV: tl.constexpr, UPCAST: tl.constexpr):
+    # (w, saturated, dP) of the query block against the keys start:start+BLOCK_N: weight(p) on the support (the
+    # free entries with bounds), where p is at its bound, and dO v^T
     s = _scores(q, scale, K, Mask, k_base, m_base, offs_m, start, L, S, E, sk_s, sk_e, sm_l, sm_s,
                 HAS_MASK, MASK_BOOL, CAUSAL, BLOCK_N, BLOCK_E, UPCAST)
-    p, w = _weights_at(s, tau, f, z_one, MAP, params)
+    _, w, saturated = _weights_of_block(s, Upper, u_base, offs_m, start, L, S, su_l, su_s, ceiling, tau, f, z_one,
+                                        MAP, params, BOX, BLOCK_N)
     offs_n = start + tl.arange(0, BLOCK_N)
     offs_v = tl.arange(0, BLOCK_EV)
     v = tl.load(V + v_base + offs_n[:, None] * sv_s + offs_v[None, :] * sv_e,
                 mask=(offs_n[:, None] < S) & (offs_v[None, :] < EV), other=0.0)
-    return w, _mm(do, tl.trans(v), UPCAST)
+    return w, saturated, _mm(do, tl.trans(v), UPCAST)
 
 
 @triton.jit
-def attention_backward_rows(Q, K, V, DO, DQ, Tau, Fsum, C, Support, Mask, Params, U, Wsum,
+def attention_backward_rows(Q, K, V, DO, DQ, Tau, Fsum, C, Support, Mask, Params, U, Wsum, Upper, Ceiling, DU,
                             H, L, S, E, EV, scale, n_kblocks, n_params,
                             sq_b, sq_h, sq_l, sq_e, sk_b, sk_h, sk_s, sk_e, sv_b, sv_h, sv_s, sv_e,
-                            sd_b, sd_h, sd_l, sd_e, sm_b, sm_h, sm_l, sm_s,
+                            sd_b, sd_h, sd_l, sd_e, sm_b, sm_h, sm_l, sm_s, su_b, su_h, su_l, su_s,
                             HAS_MASK: tl.constexpr, MASK_BOOL: tl.constexpr, CAUSAL: tl.constexpr,
+                            BOX: tl.constexpr, UPPER_GRAD: tl.constexpr,
                             BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_E: tl.constexpr,
                             BLOCK_EV: tl.constexpr, UPCAST: tl.constexpr, MAP: tl.constexpr):
     qb = tl.program_id(0)
@@ -555,27 +728,33 @@ def attention_backward_rows(Q, K, V, DO, DQ, Tau, Fsum, C, Support, Mask, Params
     wsum = tl.load(Wsum + bh * L + offs_m, mask=row_live, other=0.0)
     c = tl.sum(do.to(tl.float32) * u, 1) / tl.where(wsum > 0, wsum, 1.0)
     tl.store(C + bh * L + offs_m, c, mask=row_live)
+    u_base = b * su_b + h * su_h
+    ceiling = tl.load(Ceiling + bh) if BOX else 0.0
     dq = tl.zeros([BLOCK_M, BLOCK_E], tl.float32)
     for start in range(0, n_keys, BLOCK_N):
         if tl.load(support + start // BLOCK_N) != 0:
-            w, dp = _weights_and_dp(q, scale, do, K, V, Mask, k_base, v_base, m_base, offs_m, start, L, S, E, EV,
-                                    sk_s, sk_e, sv_s, sv_e, sm_l, sm_s, tau, f, z_one, MAP, params,
-                                    HAS_MASK, MASK_BOOL, CAUSAL, BLOCK_N, BLOCK_E, BLOCK_EV, UPCAST)
+            w, saturated, dp = _weights_and_dp(q, scale, do, K, V, Mask, Upper, k_base, v_base, m_base, u_base, offs_m,
+                                               start, L, S, E, EV, sk_s, sk_e, sv_s, sv_e, sm_l, sm_s, su_l, su_s,
+                                               ceiling, tau, f, z_one, MAP, params, HAS_MASK, MASK_BOOL, CAUSAL, BOX,
+                                               BLOCK_N, BLOCK_E, BLOCK_EV, UPCAST)
             offs_n = start + tl.arange(0, BLOCK_N)
             k = tl.load(K + k_base + offs_n[:, None] * sk_s + offs_e[None, :] * sk_e,
                         mask=(offs_n[:, None] < S) & (offs_e[None, :] < E), other=0.0)
             dq += _mm((w * (dp - c[:, None])).to(k.dtype), k, UPCAST)
+            if UPPER_GRAD:  # the bounds' gradient: dP - c where p is at its bound (numeric.tensor_rules.box_vjp)
+                tl.store(DU + (bh * L + offs_m[:, None]) * S + offs_n[None, :],
+                         tl.where(saturated, dp - c[:, None], 0.0), mask=row_live[:, None] & (offs_n[None, :] < S))
     tl.store(DQ + bh * L * E + offs_m[:, None] * E + offs_e[None, :], dq * scale,
              mask=row_live[:, None] & (offs_e[None, :] < E))
 
 
 @triton.jit
-def attention_backward_keys(Q, K, V, DO, DK, DV, Tau, Fsum, C, Support, Mask, Params,
+def attention_backward_keys(Q, K, V, DO, DK, DV, Tau, Fsum, C, Support, Mask, Params, Upper, Ceiling,
                             H, L, S, E, EV, scale, n_kblocks, n_qblocks, n_params,
                             sq_b, sq_h, sq_l, sq_e, sk_b, sk_h, sk_s, sk_e, sv_b, sv_h, sv_s, sv_e,
-                            sd_b, sd_h, sd_l, sd_e, sm_b, sm_h, sm_l, sm_s,
+                            sd_b, sd_h, sd_l, sd_e, sm_b, sm_h, sm_l, sm_s, su_b, su_h, su_l, su_s,
                             HAS_MASK: tl.constexpr, MASK_BOOL: tl.constexpr, CAUSAL: tl.constexpr,
-                            BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_E: tl.constexpr,
+                            BOX: tl.constexpr, BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_E: tl.constexpr,
                             BLOCK_EV: tl.constexpr, UPCAST: tl.constexpr, MAP: tl.constexpr):
     kb = tl.program_id(0)
     bh = tl.program_id(1)
@@ -590,6 +769,8 @@ def attention_backward_keys(Q, K, V, DO, DK, DV, Tau, Fsum, C, Support, Mask, Pa
     k_base = b * sk_b + h * sk_h
     v_base = b * sv_b + h * sv_h
     m_base = b * sm_b + h * sm_h
+    u_base = b * su_b + h * su_h
+    ceiling = tl.load(Ceiling + bh) if BOX else 0.0
     v = tl.load(V + v_base + offs_n[:, None] * sv_s + offs_v[None, :] * sv_e,
                 mask=(offs_n[:, None] < S) & (offs_v[None, :] < EV), other=0.0)
     dk = tl.zeros([BLOCK_N, BLOCK_E], tl.float32)
@@ -611,7 +792,8 @@ def attention_backward_keys(Q, K, V, DO, DK, DV, Tau, Fsum, C, Support, Mask, Pa
             c = tl.load(C + bh * L + offs_m, mask=row_live, other=0.0)
             s = _scores(q, scale, K, Mask, k_base, m_base, offs_m, start, L, S, E, sk_s, sk_e, sm_l, sm_s,
                         HAS_MASK, MASK_BOOL, CAUSAL, BLOCK_N, BLOCK_E, UPCAST)
-            p, w = _weights_at(s, tau, f, z_one, MAP, params)
+            p, w, _ = _weights_of_block(s, Upper, u_base, offs_m, start, L, S, su_l, su_s, ceiling, tau, f, z_one,
+                                        MAP, params, BOX, BLOCK_N)
             dv += _mm(tl.trans(p).to(do.dtype), do, UPCAST)
             ds = w * (_mm(do, tl.trans(v), UPCAST) - c[:, None])
             dk += _mm(tl.trans(ds).to(q.dtype), q, UPCAST)

@@ -363,7 +363,7 @@ def attention(query, key, value, attn_mask=None, is_causal=False, scale=None, ma
         map over the box ``0 <= p <= upper`` (:meth:`~numeric.torch.maps.TorchMap.__call__`), as in constrained
         (fertility-bounded) attention; a tensor that requires grad gets one.  A query's bounds on the keys it may
         attend to (those of the mask and, with ``is_causal``, ``j <= i``) must sum to at least 1.  A regattn map
-        only; the torch path (the fused kernels have no bounds).
+        only; the fused kernels take it (:func:`numeric.kernels.triton_attention.attention_forward_box`).
 
     Returns
     -------
@@ -388,9 +388,6 @@ def attention(query, key, value, attn_mask=None, is_causal=False, scale=None, ma
         upper = _check_upper(upper, query, scores)
         if not is_map:
             raise TypeError("upper= needs a regattn map (a name, a generated module or a TorchMap), not a callable")
-        if backend == "triton":
-            fused.warn_fallback("the fused kernels have no box constraints (upper=)")
-        backend = "torch"
     if backend == "triton" or backend == "auto" and query.is_cuda and block is None:
         # a family with one value per head in several cases: each case's heads through its own kernels
         groups = fused.case_groups(fn, batch) if is_map else None
@@ -398,10 +395,12 @@ def attention(query, key, value, attn_mask=None, is_causal=False, scale=None, ma
         why = next((w for w in whys if w is not None), None) if groups else \
             fused.unsupported(query, attn_mask, fn, is_map, float(dropout_p))
         if why is None and L and S:
+            if upper is not None:
+                fused.check_bounds(upper, attn_mask, bool(is_causal), scores, query.dtype)
             if groups:
                 return fused.grouped_attention(query, key, value, attn_mask, bool(is_causal), float(scale), groups,
-                                               batch)
-            return fused.fused_attention(query, key, value, attn_mask, bool(is_causal), float(scale), fn, batch)
+                                               batch, upper)
+            return fused.fused_attention(query, key, value, attn_mask, bool(is_causal), float(scale), fn, batch, upper)
         if why is not None and backend == "triton":
             fused.warn_fallback(why)
     names = tuple(n for n in fn.params if isinstance(fn.params[n], torch.Tensor)) if is_map else ()

@@ -32,7 +32,8 @@ import torch
 
 from .. import family
 
-__all__ = ["unsupported", "steep_at_clip", "check_backend", "fused_attention", "case_groups", "grouped_attention",
+__all__ = ["unsupported", "steep_at_clip", "check_backend", "fused_attention", "check_bounds", "case_groups",
+           "grouped_attention",
            "BACKENDS", "BLOCK", "KEEP"]
 
 #: Query and key rows per block: (on CUDA, in Triton's interpreter).
@@ -208,7 +209,7 @@ def _param_values(fn, batch, B, H, device):
 
 class _Fused(torch.autograd.Function):
     @staticmethod
-    def forward(ctx, q, k, v, mask, scale, causal, module, fns, params, shapes):
+    def forward(ctx, q, k, v, mask, upper, scale, causal, module, fns, params, shapes):
         B, H, L, S, E, EV = shapes
         block = BLOCK["cuda" if q.is_cuda else "cpu"]
         nq, nk = math.ceil(L / block), math.ceil(S / block)
@@ -221,23 +222,30 @@ class _Fused(torch.autograd.Function):
         be, bev = max(16, _triton().next_power_of_2(E)), max(16, _triton().next_power_of_2(EV))
         exp_link = bool(module.TERM_IS_EXP) and module.LINK_FORM == "exp"
         # what the backward's c = dO . U / sum w needs: U = sum_j w_j v_j and sum_j w_j per row, where it will run
-        weighted = any(ctx.needs_input_grad[:3])
+        weighted = any(ctx.needs_input_grad[:3]) or ctx.needs_input_grad[4]
         u = torch.empty(B * H, L, EV, dtype=torch.float32, device=q.device) if weighted else fsum
         wsum = torch.empty_like(tau) if weighted else fsum
         kt = _kernels()
-        kt.attention_forward[(nq, B * H)](
-            q, k, v, out, tau, fsum, support, bmax, m, params, u, wsum, H, L, S, E, EV, float(scale), nk,
-            params.shape[1], *q.stride(), *k.stride(), *v.stride(), *out.stride(), *ms,
-            HAS_MASK=mask is not None, MASK_BOOL=mask is None or mask.dtype == torch.bool, CAUSAL=causal,
-            EXP_LINK=exp_link, MAX_STEPS=MAX_STEPS, WEIGHTED=weighted, BLOCK_M=block, BLOCK_N=block, BLOCK_E=be,
-            BLOCK_EV=bev, KEEP=KEEP["cuda" if q.is_cuda else "cpu"], UPCAST=not q.is_cuda, MAP=fns, **_options(q))
-        ctx.save_for_backward(q, k, v, mask, params, tau, fsum, support, u, wsum)
+        flags = dict(HAS_MASK=mask is not None, MASK_BOOL=mask is None or mask.dtype == torch.bool, CAUSAL=causal,
+                     MAX_STEPS=MAX_STEPS, WEIGHTED=weighted, BLOCK_M=block, BLOCK_N=block, BLOCK_E=be, BLOCK_EV=bev,
+                     UPCAST=not q.is_cuda, MAP=fns, **_options(q))
+        common = (H, L, S, E, EV, float(scale), nk, params.shape[1], *q.stride(), *k.stride(), *v.stride(),
+                  *out.stride(), *ms)
+        if upper is None:
+            kt.attention_forward[(nq, B * H)](q, k, v, out, tau, fsum, support, bmax, m, params, u, wsum, *common,
+                                              EXP_LINK=exp_link, KEEP=KEEP["cuda" if q.is_cuda else "cpu"], **flags)
+        else:
+            ceiling = _ceiling(module, params)
+            kt.attention_forward_box[(nq, B * H)](q, k, v, out, tau, fsum, support, m, params, u, wsum, upper, ceiling,
+                                                  *common, *upper.stride(), **flags)
+        ctx.save_for_backward(q, k, v, mask, upper, params, tau, fsum, support, u, wsum)
+        ctx.module = module
         ctx.args = (scale, causal, fns, shapes, block, be, bev)
         return out
 
     @staticmethod
     def backward(ctx, dout):
-        q, k, v, mask, params, tau, fsum, support, u, wsum = ctx.saved_tensors
+        q, k, v, mask, upper, params, tau, fsum, support, u, wsum = ctx.saved_tensors
         scale, causal, fns, (B, H, L, S, E, EV), block, be, bev = ctx.args
         nq, nk = math.ceil(L / block), math.ceil(S / block)
         do = dout.contiguous()
@@ -246,19 +254,39 @@ class _Fused(torch.autograd.Function):
         dv = torch.empty(B * H, S, EV, dtype=torch.float32, device=q.device)
         c = torch.empty_like(tau)
         m, ms = _mask_args(mask, q)
+        upper_grad = upper is not None and ctx.needs_input_grad[4]
+        # (the bounds' gradient: 0 where a block holds no weight, which the kernel skips)
+        du = torch.zeros(B * H, L, S, dtype=torch.float32, device=q.device) if upper_grad else c
+        bounds, us = (q, (0, 0, 0, 0)) if upper is None else (upper, tuple(upper.stride()))
+        ceiling = tau if upper is None else _ceiling(ctx.module, params)
         flags = dict(HAS_MASK=mask is not None, MASK_BOOL=mask is None or mask.dtype == torch.bool, CAUSAL=causal,
-                     BLOCK_M=block, BLOCK_N=block, BLOCK_E=be, BLOCK_EV=bev, UPCAST=not q.is_cuda, MAP=fns,
-                     **_options(q))
+                     BOX=upper is not None, BLOCK_M=block, BLOCK_N=block, BLOCK_E=be, BLOCK_EV=bev,
+                     UPCAST=not q.is_cuda, MAP=fns, **_options(q))
         common = (H, L, S, E, EV, float(scale))
-        strides = (*q.stride(), *k.stride(), *v.stride(), *do.stride(), *ms)
+        strides = (*q.stride(), *k.stride(), *v.stride(), *do.stride(), *ms, *us)
         kt = _kernels()
-        kt.attention_backward_rows[(nq, B * H)](q, k, v, do, dq, tau, fsum, c, support, m, params, u, wsum, *common,
-                                                 nk, params.shape[1], *strides, **flags)
-        kt.attention_backward_keys[(nk, B * H)](q, k, v, do, dk, dv, tau, fsum, c, support, m, params, *common, nk,
-                                                 nq, params.shape[1], *strides, **flags)
+        kt.attention_backward_rows[(nq, B * H)](q, k, v, do, dq, tau, fsum, c, support, m, params, u, wsum, bounds, ceiling,
+                                                 du, *common, nk, params.shape[1], *strides, UPPER_GRAD=upper_grad, **flags)
+        kt.attention_backward_keys[(nk, B * H)](q, k, v, do, dk, dv, tau, fsum, c, support, m, params, bounds,
+                                                 ceiling, *common, nk, nq, params.shape[1], *strides, **flags)
         shape = (B, H)
         return (dq.reshape(shape + (L, E)).to(q.dtype), dk.reshape(shape + (S, E)).to(q.dtype),
-                dv.reshape(shape + (S, EV)).to(q.dtype), None, None, None, None, None, None, None)
+                dv.reshape(shape + (S, EV)).to(q.dtype), None,
+                du.reshape(shape + (L, S)) if upper_grad else None, None, None, None, None, None, None)
+
+
+def _ceiling(module, params):
+    """``omega'(inf)`` per batch and head where ``omega'`` is bounded, else ``inf`` (float32, ``(B * H,)``): the
+    bounded kernels' ``Ceiling`` (:func:`numeric.tensor_rules.box_ceiling` on the parameters' values)."""
+    from numeric import tensor_rules
+
+    from ._ops import ops_for
+    from .maps import routine_table
+
+    values = tuple(params[:, i:i + 1] for i in range(len(module.PARAMETERS)))
+    r = tensor_rules.Routines(module, routine_table(module), values)
+    like = torch.zeros(params.shape[0], 1, dtype=torch.float32, device=params.device)
+    return tensor_rules.box_ceiling(ops_for(torch.float32), r, like).reshape(-1).contiguous()
 
 
 def _kernels():
@@ -282,17 +310,43 @@ def _mask_args(mask, q):
     return m, tuple(m.stride())
 
 
-def fused_attention(query, key, value, attn_mask, is_causal: bool, scale: float, fn, batch: tuple):
-    """``fn(scale q k^T + mask) v`` through the map's Triton kernels (:func:`unsupported` returned ``None``)."""
+def fused_attention(query, key, value, attn_mask, is_causal: bool, scale: float, fn, batch: tuple, upper=None):
+    """``fn(scale q k^T + mask) v`` through the map's Triton kernels (:func:`unsupported` returned ``None``);
+    ``upper``: ``None``, a number or a tensor broadcasting to the scores, checked (:func:`check_bounds`): the map
+    over the box ``0 <= p <= upper``."""
     L, S, E, EV = query.shape[-2], key.shape[-2], query.shape[-1], value.shape[-1]
     q, k, v = (_heads(t, batch, t.shape[-2], t.shape[-1]) for t in (query, key, value))
     B, H = q.shape[0], q.shape[1]
     mask = None if attn_mask is None else _heads(attn_mask, batch, L, S)
+    if upper is not None:
+        # float32, as the kernels compute (a tensor's gradient flows back through the conversion and the expansion)
+        upper = (torch.full((), float(upper), dtype=torch.float32, device=query.device) if not
+                 isinstance(upper, torch.Tensor) else upper.to(torch.float32))
+        upper = _heads(upper, batch, L, S)
     params = _param_values(fn, batch, B, H, query.device)
     module = _case(fn)
     fns = map_functions(module)
-    out = _Fused.apply(q, k, v, mask, scale, is_causal, module, fns, params, (B, H, L, S, E, EV))
+    out = _Fused.apply(q, k, v, mask, upper, scale, is_causal, module, fns, params, (B, H, L, S, E, EV))
     return out.reshape(batch + (L, EV))
+
+
+def check_bounds(upper, attn_mask, is_causal: bool, scores: tuple, dtype) -> None:
+    """The checks the bounded map makes (:func:`numeric.front.box_rows`: bounds ``>= 0``, and those of each
+    query's keys, the mask's and with ``is_causal`` ``j <= i``, summing to at least 1), made before the kernels
+    run; raises as the map does."""
+    from numeric import front
+
+    from .maps import ARRAYS
+
+    L, S = scores[-2:]
+    device = upper.device if isinstance(upper, torch.Tensor) else getattr(attn_mask, "device", None)
+    keep = torch.ones(scores, dtype=torch.bool, device=device)
+    if attn_mask is not None:
+        keep = keep & (attn_mask if attn_mask.dtype == torch.bool else attn_mask != float("-inf"))
+    if is_causal:
+        keep = keep & torch.ones(L, S, dtype=torch.bool, device=device).tril()
+    x = torch.zeros(scores, dtype=dtype, device=device).masked_fill(~keep, float("-inf"))
+    front.box_rows(torch, ARRAYS, x, upper.detach() if isinstance(upper, torch.Tensor) else upper, 1.0, -1, "dim")
 
 
 def case_groups(fn, batch: tuple):
@@ -334,7 +388,8 @@ def case_groups(fn, batch: tuple):
     return groups
 
 
-def grouped_attention(query, key, value, attn_mask, is_causal: bool, scale: float, groups, batch: tuple):
+def grouped_attention(query, key, value, attn_mask, is_causal: bool, scale: float, groups, batch: tuple,
+                      upper=None):
     """:func:`fused_attention` head group by head group (:func:`case_groups`), each with its case's kernels; the
     outputs put back in the heads' order."""
     H = batch[-1]
@@ -350,7 +405,8 @@ def grouped_attention(query, key, value, attn_mask, is_causal: bool, scale: floa
     for index, m in groups:
         part = batch[:-1] + (len(index),)
         outs.append(fused_attention(heads(query, index), heads(key, index), heads(value, index),
-                                    heads(attn_mask, index), is_causal, scale, m, part))
+                                    heads(attn_mask, index), is_causal, scale, m, part,
+                                    heads(upper, index) if isinstance(upper, torch.Tensor) else upper))
         order.append(index)
     out = torch.cat(outs, dim=-3)
     inverse = torch.empty(H, dtype=torch.long, device=out.device)

@@ -194,8 +194,6 @@ def test_attention_upper_errors():
         rt.attention(q, k, v, mapping=lambda s, dim: torch.softmax(s, dim), upper=upper)
     with pytest.raises(ValueError, match="infeasible bounds"):
         rt.attention(q, k, v, is_causal=True, upper=0.5)
-    with pytest.warns(RuntimeWarning, match="no box constraints"):
-        rt.attention(q, k, v, upper=upper, backend="triton")
 
 
 def test_layer_takes_bounds():

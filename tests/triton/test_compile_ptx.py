@@ -27,7 +27,8 @@ from numeric.kernels import triton_attention as kernels
 from numeric.torch import fused
 
 POINTERS = {"Tau": "fp32", "Fsum": "fp32", "C": "fp32", "Params": "fp32", "DQ": "fp32", "DK": "fp32", "DV": "fp32",
-            "Support": "i8", "Mask": "u8", "Bmax": "fp32", "U": "fp32", "Wsum": "fp32"}
+            "Support": "i8", "Mask": "u8", "Bmax": "fp32", "U": "fp32", "Wsum": "fp32", "Upper": "fp32",
+            "Ceiling": "fp32", "DU": "fp32"}
 INPUTS = {"Q", "K", "V", "Out", "DO"}
 name, params, dtype, arch = json.loads(sys.argv[1])
 mapping = nm.get_map(name, **params)
@@ -35,13 +36,16 @@ module = family.resolve(mapping.module, mapping.params)  # (a family's kernels a
 constexprs = dict(MAP=fused.map_functions(module), HAS_MASK=True, MASK_BOOL=True, CAUSAL=True, MAX_STEPS=60, WEIGHTED=True, BLOCK_M=64, BLOCK_N=64, BLOCK_E=64,
                   BLOCK_EV=64, KEEP=fused.KEEP["cuda"], UPCAST=False, EXP_LINK=bool(module.TERM_IS_EXP) and module.LINK_FORM == "exp")
 out = {}
-for kernel in ("attention_forward", "attention_backward_rows", "attention_backward_keys"):
+# (the backward kernels with and without bounds: BOX and UPPER_GRAD are constexpr branches)
+for kernel, box in (("attention_forward", False), ("attention_forward_box", True), ("attention_backward_rows", False),
+                    ("attention_backward_rows", True), ("attention_backward_keys", False),
+                    ("attention_backward_keys", True)):
     fn = getattr(kernels, kernel)
     signature, values = {}, {}
     for i, p in enumerate(fn.params):
         if p.is_constexpr:
             signature[p.name] = "constexpr"
-            values[(i,)] = constexprs[p.name]
+            values[(i,)] = box if p.name in ("BOX", "UPPER_GRAD") else constexprs[p.name]
         elif p.name in INPUTS:
             signature[p.name] = "*" + dtype
         elif p.name in POINTERS:
@@ -52,7 +56,7 @@ for kernel in ("attention_forward", "attention_backward_rows", "attention_backwa
         warnings.simplefilter("ignore", DeprecationWarning)
         compiled = triton.compile(ASTSource(fn=fn, signature=signature, constexprs=values),
                                   target=GPUTarget("cuda", arch, 32), options={"enable_fp_fusion": True})
-    out[kernel] = compiled.asm["ptx"]
+    out[kernel + ("-box" if box and kernel != "attention_forward_box" else "")] = compiled.asm["ptx"]
 print(json.dumps(out))
 """
 
@@ -75,7 +79,8 @@ def test_kernels_compile_to_ptx(name, params, dtype, arch, triton_user_modules):
                          capture_output=True, text=True, timeout=600)
     assert run.returncode == 0, run.stderr[-4000:]
     ptx = json.loads(run.stdout.strip().splitlines()[-1])
+    assert len(ptx) == 6
     for kernel, text in ptx.items():
-        assert f".target sm_{arch}" in text and f".entry {kernel}" in text
+        assert f".target sm_{arch}" in text and f".entry {kernel.removesuffix('-box')}" in text
         if dtype != "fp32":
             assert "mma" in text, kernel

@@ -307,9 +307,9 @@ def test_support_skips_blocks_and_backward_reuses_it():
     leaves = [t.clone().requires_grad_() for t in (q, k, v)]
     out = attention(*leaves, mapping="sparsemax", backend="triton")
     node = out.grad_fn
-    while not hasattr(node, "saved_tensors") or len(node.saved_tensors) < 8:
+    while not hasattr(node, "saved_tensors") or len(node.saved_tensors) < 9:
         node = node.next_functions[0][0]
-    support = node.saved_tensors[7]
+    support = node.saved_tensors[8]  # (q, k, v, mask, upper, params, tau, fsum, support, ...)
     assert fused.BLOCK["cpu"] == 16 and support.dtype == torch.int8 and support.shape == (1, 3, 3)
     d = _dense("sparsemax", {}, q, k, v, do, None, False, 1 / math.sqrt(8))
     blocks = d["p"][0, 0].reshape(3, 16, 3, 16).max(axis=(1, 3)) > 0

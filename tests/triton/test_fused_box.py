@@ -1,0 +1,186 @@
+"""The fused Triton attention with bounds (``upper=``), in Triton's interpreter, against NumPy's bounded attention
+in float64.
+
+``attention_forward_box`` solves ``p = min(u, g_+(s - tau))``, ``sum p = 1`` with the pieces of
+:func:`numeric.tensor_rules.box_solve` traced, and the backward kernels give the gradients in the scores (through
+q and k), the values and the bounds.  The reference is :func:`numeric.attention` and
+:func:`numeric.attention_backward` (``param_grads=True``: ``grads["upper"]``) in float64 on the same (float32)
+inputs.
+
+Tolerance: the kernels compute in float32 (unit roundoff ``2**-24``).  Each quantity is compared entry by entry
+to ``TOL`` times the largest magnitude of its reference (a few hundred roundoffs: the scores' products of
+``E = 8`` terms, the threshold solved to ``4 eps`` of ``F = 1``, the sums of up to 40 keys); a wrong
+classification of an entry (free or at its bound) or a missing term moves them by ``1e-2`` or more.  The bounds
+keep away from ties (an entry exactly at its bound where the map alone would put it: there the bounded map is
+not differentiable and either one-sided derivative is right).
+"""
+
+from __future__ import annotations
+
+import math
+import warnings
+
+import numpy as np
+import pytest
+
+from .conftest import interpreter_reason
+
+pytestmark = pytest.mark.skipif(interpreter_reason() is not None, reason=str(interpreter_reason()))
+
+if interpreter_reason() is None:
+    import torch
+
+    import numeric as nm
+    from numeric.torch import attention, get_map
+
+#: the largest error allowed, relative to the largest magnitude of each reference (see the module's docstring)
+TOL = 2e-5
+
+
+def _inputs(seed, B=2, H=2, L=21, S=19, E=8, EV=4):
+    g = torch.Generator().manual_seed(seed)
+    q, k = torch.randn(B, H, L, E, generator=g), torch.randn(B, H, S, E, generator=g)
+    v, do = torch.randn(B, H, S, EV, generator=g), torch.randn(B, H, L, EV, generator=g)
+    return q, k, v, do
+
+
+def _allowed(mask, causal, L, S):
+    keep = np.ones((1, 1, L, S), bool)
+    if mask is not None:
+        m = mask.numpy()
+        keep = keep & (m if m.dtype == bool else m > -np.inf)
+    if causal:
+        keep = keep & np.tril(np.ones((L, S), bool))
+    return keep
+
+
+def _bounds(shape, mask, causal, seed=5):
+    """Bounds in ``[0.05, 0.5)`` of ``shape`` (broadcasting to the scores), each query's on its allowed keys
+    raised to sum to at least 1.3 (feasible, away from ties)."""
+    g = np.random.default_rng(seed)
+    L, S = shape[-2:]
+    u = g.uniform(0.05, 0.5, shape)
+    keep = np.broadcast_to(_allowed(mask, causal, L, S), np.broadcast_shapes(shape, _allowed(mask, causal, L, S).shape))
+    room = np.where(keep, np.broadcast_to(u, keep.shape), 0).sum(-1, keepdims=True)
+    factor = np.where(room < 1.3, 1.3 / np.where(room > 0, room, 1), 1.0)
+    # (one factor per query row of the bounds: the largest over what they broadcast to)
+    factor = factor.max(axis=tuple(i for i in range(keep.ndim - 2) if shape[i] == 1), keepdims=True)
+    return torch.tensor(u * factor, dtype=torch.float32)
+
+
+def _mask(kind, L, S, seed=3):
+    if kind is None:
+        return None
+    g = torch.Generator().manual_seed(seed)
+    if kind == "bool":
+        m = torch.rand(L, S, generator=g) > 0.3
+        m[min(2, L - 1)] = False  # a fully masked row
+        return m
+    m = torch.randn(2, 1, L, S, generator=g)  # float, per batch, added
+    m[0, 0, min(1, L - 1)] = -math.inf  # a fully masked row in one batch
+    m[1, 0, :, 0] = -math.inf
+    return m
+
+
+def _check(name, params, L, S, causal, mask_kind, upper_shape=(2, 1), seed=0, scalar=None):
+    q, k, v, do = _inputs(seed, L=L, S=S)
+    mask = _mask(mask_kind, L, S)
+    upper = (scalar if scalar is not None else
+             _bounds(tuple(upper_shape) + (L, S), mask, causal).requires_grad_())
+    mapping = get_map(name, **{n: torch.as_tensor(p, dtype=torch.float32) if isinstance(p, np.ndarray) else p
+                               for n, p in params.items()})
+    leaves = [t.clone().requires_grad_() for t in (q, k, v)]
+    inputs = leaves + ([upper] if scalar is None else [])
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")  # no fallback: the kernels ran
+        out = attention(*leaves, attn_mask=mask, is_causal=causal, mapping=mapping, backend="triton", upper=upper)
+        grads = torch.autograd.grad(out, inputs, do)
+    np_map = nm.get_map(name, **{n: np.asarray(p, float) for n, p in params.items()})
+    args = [t.double().numpy() for t in (q, k, v)]
+    np_mask = None if mask is None else mask.numpy().astype(bool if mask.dtype == torch.bool else np.float64)
+    np_upper = scalar if scalar is not None else upper.detach().double().numpy()
+    want = nm.attention(*args, mapping=np_map, mask=np_mask, causal=causal, upper=np_upper)
+    dq, dk, dv, extra = nm.attention_backward(*args, do.double().numpy(), mapping=np_map, mask=np_mask,
+                                              causal=causal, upper=np_upper, param_grads=True)
+    refs = [want, dq, dk, dv] + ([extra["upper"]] if scalar is None else [])
+    for label, got, ref in zip(("out", "dq", "dk", "dv", "du"), (out, *grads), refs):
+        err = np.abs(got.detach().double().numpy() - ref)
+        assert err.max() <= TOL * max(np.abs(ref).max(), 1.0), (label, float(err.max()))
+    if mask_kind is not None:  # a fully masked row: output 0
+        dead = ~_allowed(mask, causal, L, S).any(-1)
+        dead = np.broadcast_to(dead, out.shape[:-1])
+        assert np.all(out.detach().numpy()[dead] == 0)
+    return out
+
+
+MAPS = [("softmax", {}), ("sparsemax", {}), ("entmax15", {}), ("entmax", {"alpha": 0.6}), ("entmax", {"alpha": 1.3})]
+IDS = ["softmax", "sparsemax", "entmax15", "entmax-0.6", "entmax-1.3"]
+
+
+@pytest.mark.parametrize(("name", "params"), MAPS, ids=IDS)
+@pytest.mark.parametrize(("L", "S", "causal", "mask"), [
+    (21, 19, False, None), (21, 19, True, "bool"), (7, 40, False, "float"),
+], ids=["ragged", "causal-bool", "L<S-float"])
+def test_bounded_attention_against_numpy(name, params, L, S, causal, mask):
+    _check(name, params, L, S, causal, mask)
+
+
+def test_a_map_without_closed_form_link():
+    # gini_log1p: its link inverted by the traced Newton inside box_sums
+    _check("gini_log1p", {}, 21, 19, True, None)
+
+
+def test_bounds_per_head_and_a_number():
+    _check("entmax15", {}, 21, 19, False, None, upper_shape=(1, 2))
+    _check("sparsemax", {}, 21, 19, False, None, upper_shape=())
+    _check("sparsemax", {}, 21, 19, False, "bool", scalar=0.2)
+
+
+def test_alpha_per_head_across_one():
+    # the heads of each case through their case's kernels (numeric.torch.fused.case_groups), bounds per head
+    _check("entmax", {"alpha": np.array([0.7, 1.4]).reshape(2, 1, 1)}, 21, 19, True, None, upper_shape=(2, 2))
+
+
+def test_bounds_that_bind_nowhere_give_the_plain_kernels():
+    q, k, v, _ = _inputs(1)
+    for name in ("softmax", "entmax15"):
+        with warnings.catch_warnings():
+            warnings.simplefilter("error")
+            plain = attention(q, k, v, is_causal=True, mapping=name, backend="triton")
+            bounded = attention(q, k, v, is_causal=True, mapping=name, backend="triton", upper=1.0)
+        np.testing.assert_allclose(bounded.numpy(), plain.numpy(), rtol=0, atol=TOL)
+
+
+def test_infeasible_bounds_are_refused_before_the_kernels():
+    q, k, v, _ = _inputs(2)
+    with pytest.raises(ValueError, match="infeasible bounds"):
+        attention(q, k, v, is_causal=True, mapping="sparsemax", backend="triton", upper=0.5)
+    with pytest.raises(ValueError, match="upper must be >= 0"):
+        attention(q, k, v, mapping="sparsemax", backend="triton", upper=torch.full((21, 19), -1.0))
+
+
+def test_multihead_attention_layer_with_bounds_runs_the_kernels(monkeypatch):
+    """The torch layer's forward(..., upper=) with backend="triton" runs the bounded kernels (once per call), its
+    output and input gradient equal to the layer's on the torch path in float64 within TOL of their scale."""
+    from numeric.torch import MultiheadAttention, fused
+
+    calls = []
+    run = fused.fused_attention
+    monkeypatch.setattr(fused, "fused_attention", lambda *a, **kw: calls.append(1) or run(*a, **kw))
+    torch.manual_seed(0)
+    fused_layer = MultiheadAttention(16, 2, batch_first=True, mapping="sparsemax", backend="triton")
+    ref_layer = MultiheadAttention(16, 2, batch_first=True, mapping="sparsemax", backend="torch").double()
+    ref_layer.load_state_dict({n: t.double() for n, t in fused_layer.state_dict().items()})
+    x = torch.randn(2, 12, 16, requires_grad=True)
+    xd = x.detach().double().requires_grad_()
+    upper = _bounds((12, 12), None, True).reshape(12, 12)
+    causal = torch.ones(12, 12, dtype=torch.bool).triu(1)
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        out, _ = fused_layer(x, x, x, need_weights=False, is_causal=True, attn_mask=causal, upper=upper)
+    ref, _ = ref_layer(xd, xd, xd, need_weights=False, is_causal=True, attn_mask=causal, upper=upper.double())
+    assert calls == [1]
+    torch.testing.assert_close(out.double(), ref, rtol=0, atol=TOL * float(ref.detach().abs().max()))
+    (g,) = torch.autograd.grad(out.sum(), x)
+    (gd,) = torch.autograd.grad(ref.sum(), xd)
+    torch.testing.assert_close(g.double(), gd, rtol=0, atol=TOL * float(gd.abs().max()))
