@@ -1,6 +1,7 @@
 """Block products of the fused Triton attention kernels, counted in Triton's interpreter, per map.
 
 Run: python benchmarks/bench_block_products.py [--length 256] [--dim 64] [--maps softmax sparsemax ...] [--inference-only]
+     [--upper U]
 
 On a GPU the fused kernels' cost is their matrix products over (query block, key
 block) pairs: every pass over the key blocks recomputes ``Q K^T``.  This script
@@ -13,7 +14,9 @@ of the kernels' product (``_mm``: ``Q K^T``,
 one pass: 2 products per pair.  The forward is counted twice: for inference (no
 gradient) and for training, where it also accumulates ``W V`` for the backward
 (one product more, except for softmax, whose ``W V`` is the output).  The typed maps (links with no closed form) are
-generated as ``regattn generate --expr`` would (``benchmarks/_typed.py``).
+generated as ``regattn generate --expr`` would (``benchmarks/_typed.py``).  ``--upper U`` bounds every
+weight by ``U`` (``attention(..., upper=U)``: the bounded kernels, one pass over the keys per Newton round of the
+threshold; the ratio column stays relative to unbounded softmax).
 """
 
 from __future__ import annotations
@@ -31,9 +34,10 @@ MAPS = {"softmax": {}, "sparsemax": {}, "entmax15": {}, "entmax-1.3": {"alpha": 
         "gini_log1p": {}}
 
 
-def count(mapping, length: int, dim: int, seed: int = 0, inference_only: bool = False) -> dict:
+def count(mapping, length: int, dim: int, seed: int = 0, inference_only: bool = False, upper=None) -> dict:
     """``{"inference": forward products per pair without gradients, "forward": with them, "backward": ...,
-    "seconds": interpreter time}`` for one map (``forward`` and ``backward`` NaN where ``inference_only``)."""
+    "seconds": interpreter time}`` for one map (``forward`` and ``backward`` NaN where ``inference_only``);
+    ``upper``: a bound on every weight (``None``: none)."""
     import torch
 
     from numeric.kernels import triton_attention as kernels
@@ -53,12 +57,12 @@ def count(mapping, length: int, dim: int, seed: int = 0, inference_only: bool = 
     try:
         start = time.perf_counter()
         with torch.no_grad():
-            attention(q, k, v, mapping=mapping, backend="triton")
+            attention(q, k, v, mapping=mapping, backend="triton", upper=upper)
         inference = calls[0]
         forward = float("nan")
         calls[0] = 0
         if not inference_only:
-            out = attention(*leaves, mapping=mapping, backend="triton")
+            out = attention(*leaves, mapping=mapping, backend="triton", upper=upper)
             forward = calls[0]
             torch.autograd.grad(out, leaves, do)
         seconds = time.perf_counter() - start
@@ -78,6 +82,8 @@ def main(argv=None) -> int:
     parser.add_argument("--maps", nargs="+", default=list(MAPS))
     parser.add_argument("--inference-only", action="store_true",
                         help="count the forward without gradients only (about half the time)")
+    parser.add_argument("--upper", type=float, default=None,
+                        help="bound every weight by this (the bounded kernels); at least 1/length")
     args = parser.parse_args(argv)
     import triton
 
@@ -88,15 +94,15 @@ def main(argv=None) -> int:
     from numeric.torch import get_map
 
     typed = typed_modules() if set(args.maps) & set(TYPED) else {}
+    bounded = "" if args.upper is None else f", every weight at most {args.upper:g}"
     print(f"block products per (query block, key block) pair, L = S = {args.length}, E = {args.dim}, "
-          f"random normal q, k, v, not causal")
+          f"random normal q, k, v, not causal{bounded}")
     print(f"{'map':<12} {'inference':>9} {'forward':>8} {'backward':>9} {'x softmax fwd':>14} {'s':>6}")
-    base = None
+    base = count(get_map("softmax"), args.length, args.dim, inference_only=True)["inference"]
     for name in args.maps:
         params = MAPS[name]
         mapping = get_map(typed[name]) if name in typed else get_map(name.split("-")[0], **params)
-        got = count(mapping, args.length, args.dim, inference_only=args.inference_only)
-        base = got["inference"] if name == "softmax" else base
+        got = count(mapping, args.length, args.dim, inference_only=args.inference_only, upper=args.upper)
         ratio = f"{got['inference'] / base:.2f}" if base else "-"
         print(f"{name:<12} {got['inference']:>9.2f} {got['forward']:>8.2f} {got['backward']:>9.2f} {ratio:>14} "
               f"{got['seconds']:>6.1f}")

@@ -222,7 +222,8 @@ class Derivation:
         return self.regularizer.parameters
 
     def evaluate(self, scores: Any, digits: int = 50, **params: Any) -> list[mpmath.mpf]:
-        """``p*(s)`` at ``digits`` significant digits with mpmath, from the KKT conditions.
+        """``p*(s)`` at ``digits`` significant digits with mpmath, from the KKT conditions; the values print at
+        mpmath's global precision (15 digits by default), ``mpmath.nstr(v, digits)`` shows them in full.
 
         See :func:`derive.reference.evaluate`.
         """

@@ -12,7 +12,8 @@
 checks the high-precision reference on random score vectors against the KKT
 conditions, the generated functions against SymPy, and the map
 ``numeric.get_map`` builds, printing one line per check and a verdict naming
-what failed; it is the main job of the README.  Bad input, and any other
+what failed and what did not run (a framework or NVRTC not installed); it is
+the main job of the README.  Bad input, and any other
 error (a full disk, an unwritable folder), prints one line
 ``regattn: error: ...`` and exits with status 2; ``--debug`` (or
 ``REGATTN_DEBUG=1``) shows the traceback instead.
@@ -21,6 +22,7 @@ error (a full disk, an unwritable folder), prints one line
 from __future__ import annotations
 
 import argparse
+import difflib
 import os
 import sys
 import time
@@ -57,7 +59,8 @@ _RESERVED_PARAMETER_NAMES = {"p", "pi", "E", "oo"}
 
 
 def _add_regularizer_arguments(parser: argparse.ArgumentParser) -> None:
-    parser.add_argument("regularizer", nargs="?", choices=_names(),
+    # checked by regularizer_from_args, not by argparse's choices: an unknown name is one line naming the closest
+    parser.add_argument("regularizer", nargs="?", metavar="{" + ",".join(_names()) + "}",
                         help="a built-in regularizer, or the name of its map")
     parser.add_argument("--alpha", help="Tsallis alpha, e.g. 3/2 or 1.5 (omit for symbolic alpha: > 1 for tsallis, "
                                         "the map's own domain for a map's name)")
@@ -94,8 +97,13 @@ def parameter_from_text(text: str) -> Parameter:
 
 
 def regularizer_from_args(args: argparse.Namespace) -> Regularizer:
-    """The regularizer named by ``regularizer``/``--alpha``/``--expr``/``--param``."""
+    """The regularizer named by ``regularizer``/``--alpha``/``--expr``/``--param``; an unknown name is a
+    :class:`DerivationError` naming the closest built-in and listing them all."""
     names = ", ".join(_names())
+    if args.regularizer is not None and args.regularizer not in _names():
+        closest = difflib.get_close_matches(args.regularizer, _names(), n=1)
+        hint = f" (did you mean {closest[0]!r}?)" if closest else ""
+        raise DerivationError(f"no regularizer or map named {args.regularizer!r}{hint}: built-ins are {names}")
     if (args.regularizer is None) == (args.expr is None):
         raise DerivationError(f"give exactly one of a built-in ({names}) or --expr")
     params = getattr(args, "param", None) or []
@@ -177,11 +185,11 @@ def _cmd_generate(args: argparse.Namespace) -> int:
     return 0
 
 
-def _verdict(failures) -> str:
+def _verdict(failures, unchecked=()) -> str:
     """The verdict line's text (see :func:`derive.codegen.pipeline.verdict`)."""
     from .codegen.pipeline import verdict
 
-    return verdict(failures)
+    return verdict(failures, unchecked)
 
 
 def _cmd_verify(args: argparse.Namespace) -> int:

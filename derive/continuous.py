@@ -57,6 +57,9 @@ _v = sp.Symbol("v", real=True)
 _d = sp.Symbol("d", real=True)
 _lo, _hi = sp.Symbol("x_-", real=True), sp.Symbol("x_+", real=True)
 X = sp.Symbol("x", real=True)
+#: The context of a Gaussian basis function, as the derivation's steps name it (LaTeX), and its plain-text name.
+_CONTEXT = sp.Symbol(r"E_p[\mathcal{N}(t; c, s^2)]")
+_CONTEXT_TEXT = sp.Symbol("E_p[N(t; c, s²)]")
 
 
 @dataclass(frozen=True)
@@ -213,7 +216,7 @@ class ContinuousDerivation:
                 ("radius", sp.Eq(radius, self.support_radius)),
                 ("density on the support", sp.Eq(sp.Function("p")(t), self.density.subs(u, t - mu))),
             ]
-        psi = sp.Symbol(r"E_p[\mathcal{N}(t; c, s^2)]")
+        psi = _CONTEXT
         if self.family == "gaussian":
             steps.append(("context of a Gaussian basis function", sp.Eq(psi, self.rbf_expectation())))
         elif not self.closed_context:
@@ -227,8 +230,12 @@ class ContinuousDerivation:
             ]
         return steps
 
-    def _display_steps(self) -> list[tuple[str, sp.Basic]]:
+    def _display_steps(self, text: bool = False) -> list[tuple[str, sp.Basic]]:
+        """The steps with ``sigma2``, ``s2`` shown as squares; ``text``: the context's name in plain text
+        (SymPy's text printer reads the LaTeX name's ``s^2`` as a superscript and prints ``s__2``)."""
         show = {sigma2: sp.Symbol("sigma^2", positive=True), s2: sp.Symbol("s^2", positive=True)}
+        if text:
+            show[_CONTEXT] = _CONTEXT_TEXT
         return [(title, eq.subs(show)) for title, eq in self._steps()]
 
     def latex(self) -> str:
@@ -248,7 +255,7 @@ class ContinuousDerivation:
     def pretty(self) -> str:
         """The continuous map as plain Unicode text."""
         out = [f"continuous map of omega(p) = {sp.sstr(self.regularizer.omega)}  ({self.family})"]
-        for title, eq in self._display_steps():
+        for title, eq in self._display_steps(text=True):
             text = eq.name[6:-1] if isinstance(eq, sp.Symbol) and eq.name.startswith("\\text{") else sp.pretty(eq, use_unicode=True)
             out += [f"{title}:", text, ""]
         return "\n".join(out).rstrip() + "\n"

@@ -469,6 +469,10 @@ def _solve_shifted(comp: _Compiled, values, finite, digits: int):
 def evaluate(dv: Derivation, scores: Any, digits: int = 50, **params: Any) -> list[mpmath.mpf]:
     """``p*(s)`` for one score vector, accurate to about ``digits`` significant digits.
 
+    The values are mpmath ``mpf`` numbers that keep the working precision's digits, but an ``mpf`` prints at
+    mpmath's global precision (``mpmath.mp.dps``, 15 digits by default): ``mpmath.nstr(v, digits)`` shows them
+    in full.
+
     Parameters
     ----------
     dv:

@@ -21,6 +21,7 @@ generated CUDA kernels on the device.
 
 from __future__ import annotations
 
+import difflib
 from types import ModuleType
 
 import numpy as np
@@ -414,24 +415,29 @@ class FrameworkMap:
 
 
 def import_map_module(name: str) -> ModuleType:
-    """The generated module for a built-in or a top-level module name, its header checked before it runs."""
+    """The generated module for a built-in or a top-level module name, its header checked before it runs.
+
+    A name that is neither is a :class:`ValueError` naming the closest built-in (by :mod:`difflib`) and listing
+    them all (the generated built-ins and the maps of :data:`CLASSES`)."""
     from ._generated import BUILTINS
 
     full = f"numeric._generated.{name}" if name in BUILTINS else name
+
+    def unknown():
+        builtins = (*BUILTINS, *(n for n in CLASSES if n not in BUILTINS))
+        closest = difflib.get_close_matches(name, builtins, n=1)
+        hint = f" (did you mean {closest[0]!r}?)" if closest else ""
+        return f"no map named {name!r}{hint}: built-ins are {', '.join(builtins)}"
+
     if full is name and not name.isidentifier():
-        raise ValueError(
-            f"no map named {name!r}: a generated module is found by a plain top-level name "
-            "(pass a module inside a package as the module object)"
-        )
+        raise ValueError(f"{unknown()}; any other generated module is found by a plain top-level name "
+                         "(pass a module inside a package as the module object)")
     try:
         return trust.import_generated(full)
     except ModuleNotFoundError as exc:
         if exc.name != full:
             raise
-        raise ValueError(
-            f"no map named {name!r}: built-ins are {', '.join(BUILTINS)}; a generated module "
-            "must be importable by that name (or pass the module itself)"
-        ) from None
+        raise ValueError(f"{unknown()}; a generated module must be importable by that name (or pass the module itself)") from None
 
 
 def module_of(mapping, own: type, check: bool = False) -> ModuleType:

@@ -125,6 +125,25 @@ def inside_site_packages(path: Path) -> bool:
     return False
 
 
+def _out_folder(out: Path) -> Path:
+    """``out`` (``--out``) as a :class:`Path`, refused unless it can be written: an existing directory, or a path
+    whose nearest existing folder is a directory (:func:`_make_folder` creates the rest just before writing, so
+    that input refused on the way leaves no folder behind).  Both must be writable."""
+    out = Path(out)
+    existing = next((folder for folder in (out, *out.parents) if folder.exists()), None)
+    if existing is None or not existing.is_dir():
+        raise DerivationError(f"--out {out}: {existing or out} is not a directory")
+    if not os.access(existing, os.W_OK):
+        raise DerivationError(f"--out {out} is not writable" if existing == out
+                              else f"--out {out} cannot be created: {existing} is not writable")
+    return out
+
+
+def _make_folder(out: Path) -> None:
+    """Create ``out`` and its missing parents (checked first by :func:`_out_folder`)."""
+    Path(out).mkdir(parents=True, exist_ok=True)
+
+
 def write_atomic(path: Path, text: str) -> None:
     """Write ``text`` to ``path`` through a temporary file and ``os.replace``: never half-written."""
     path = Path(path)
@@ -158,20 +177,20 @@ def write_builtins(folder: Path | None = None, force: bool = False) -> list[Path
     """Generate every built-in into ``folder`` (default :func:`generated_dir`); returns the paths written.
 
     Files already there are replaced only if regattn wrote them (or ``force``).
-    The default folder is refused when it lies in site-packages: an installed
-    regattn is not rewritten in place; give a folder.
+    A ``folder`` that does not exist is created, parents too.  The default
+    folder is refused when it lies in site-packages: an installed regattn is
+    not rewritten in place; give a folder.
     """
     if folder is None:
         folder = generated_dir()
         if inside_site_packages(folder):
             raise DerivationError(f"{folder} belongs to an installed regattn; "
                                   "write the modules elsewhere with --out DIR (or use an editable install)")
-    folder = Path(folder)
-    if not folder.is_dir():
-        raise DerivationError(f"--out {folder} is not an existing directory")
+    folder = _out_folder(folder)
     sources = builtin_sources()
     for fname in sources:
         _check_overwrite(folder / fname, force)
+    _make_folder(folder)
     written = []
     for fname, text in sources.items():
         write_atomic(folder / fname, text)
@@ -209,18 +228,18 @@ def write_user_module(expr: str | Regularizer, name: str, out: Path, force: bool
 
     ``name`` must not shadow another module (:func:`check_module_name`), and an
     existing ``out/name.py`` is replaced only if regattn wrote it (or ``force``).
+    An ``out`` that does not exist is created, parents too, once the module is
+    derived (input refused before that creates nothing).
     """
     check_module_name(name)
-    out = Path(out)
-    if not out.is_dir():
-        raise DerivationError(f"--out {out} is not an existing directory")
-    if not os.access(out, os.W_OK):
-        raise DerivationError(f"--out {out} is not writable")
+    out = _out_folder(out)
     path = out / f"{name}.py"
     _check_overwrite(path, force)
     reg = expr if isinstance(expr, Regularizer) else Regularizer.from_string(expr, name=name)
     if stated_cases(reg) is None:
-        write_atomic(path, generate_module(derive_map(reg), name))
+        text = generate_module(derive_map(reg), name)
+        _make_folder(out)
+        write_atomic(path, text)
         return path
     # a family (derive.family): a module per case, name_case0, ..., then the family module that imports them
     fam = derive_family(reg)
@@ -234,6 +253,7 @@ def write_user_module(expr: str | Regularizer, name: str, out: Path, force: bool
         derivations.append(dv)
         texts[case_name] = generate_module(dv, case_name)
     texts[name] = generate_family_module(fam, name, names, tuple(derivations))
+    _make_folder(out)
     for module_name, text in texts.items():
         write_atomic(out / f"{module_name}.py", text)
     return path

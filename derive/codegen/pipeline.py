@@ -19,7 +19,11 @@ NumPy functions or the NumPy map are wrong: the map is not usable),
 and a framework's name, ``"torch"`` or ``"jax"`` (the routines on its arrays in
 float64: the map is usable, but not with that framework), or that name and
 ``" float"`` (the same in float32).  A framework that is not
-installed is reported and not checked.
+installed, or NVRTC where its wheels are missing, is reported and not checked:
+its step records what did not run (``Step.unchecked``), and the verdict
+names it, ``all checks that ran passed; not checked: torch, jax, NVRTC (not
+installed)``, so that a passing verdict never stands for a check that did not
+run.  What did not run is no failure: ``ok`` stays true.
 
 A failure also names the parts it affects (:func:`part_of`): a routine that
 fails matters only where it is used.  ``omega`` and ``omega(0+)`` serve the
@@ -110,12 +114,14 @@ def part_of(routine: str) -> str:
 @dataclass(frozen=True)
 class Step:
     """One check: ``label`` and ``text`` make its line; ``failures`` hold a :class:`Failure` each (or a plain
-    ``(what failed, scope)`` pair, which affects the map)."""
+    ``(what failed, scope)`` pair, which affects the map); ``unchecked``, for a check that did not run, is
+    ``(what, why)``, e.g. ``("torch", "not installed")``, which the verdict names."""
 
     label: str
     text: str
     failures: tuple[Failure | tuple[str, str], ...] = ()
     log: str = ""
+    unchecked: tuple[str, str] | None = None
 
     @property
     def ok(self) -> bool:
@@ -139,21 +145,35 @@ class Verification:
     def ok(self) -> bool:
         return not self.failures
 
+    @property
+    def unchecked(self) -> list[tuple[str, str]]:
+        """``(what, why)`` for each check that did not run."""
+        return [step.unchecked for step in self.steps if step.unchecked is not None]
+
     def verdict(self) -> str:
-        return verdict(self.failures)
+        return verdict(self.failures, self.unchecked)
 
     def report(self) -> str:
         """Every step's line, then the verdict line: what ``regattn verify`` prints."""
         return "\n".join([step.line() for step in self.steps] + [f"{'verdict':<12} {self.verdict()}"]) + "\n"
 
 
-def verdict(failures: Sequence[Failure | tuple[str, str]]) -> str:
-    """The verdict from failures (see the module docstring for scopes and parts).
+def verdict(failures: Sequence[Failure | tuple[str, str]], unchecked: Sequence[tuple[str, str]] = ()) -> str:
+    """The verdict from failures (see the module docstring for scopes and parts) and the ``(what, why)`` of the
+    checks that did not run.
 
     The failures that reach the map decide where it is usable, as before; those confined to other parts
     (the loss, the JVP, a parameter's gradient) are named each with the digits it loses, where and in which
-    precision, and what to do: not to use it, or to compute it in float64 or without a framework.
+    precision, and what to do: not to use it, or to compute it in float64 or without a framework.  The checks
+    that did not run end the verdict, grouped by why: ``; not checked: torch, jax, NVRTC (not installed)``;
+    with no failure it reads ``all checks that ran passed; not checked: ...``.
     """
+    if unchecked:
+        reasons = dict.fromkeys(why for _, why in unchecked)
+        skipped = "; ".join(f"{', '.join(what for what, w in unchecked if w == why)} ({why})" for why in reasons)
+        if not failures:
+            return f"all checks that ran passed; not checked: {skipped}"
+        return f"{verdict(failures)}; not checked: {skipped}"
     if not failures:
         return "all checks passed"
     failures = [f if isinstance(f, Failure) else Failure(*f) for f in failures]
@@ -277,7 +297,8 @@ def _framework_steps(dv: Derivation, module, points: int, seed: int) -> list[Ste
         try:
             table = importlib.import_module(f"numeric.{target}.maps").routine_table(module)  # imports the framework
         except ImportError:
-            steps.append(Step(target, f"not installed (pip install 'regattn[{target}]'): {target} routines not checked"))
+            steps.append(Step(target, f"not installed (pip install 'regattn[{target}]'): {target} routines not checked",
+                              unchecked=(target, "not installed")))
             continue
         reports = [V.check(dv, _framework_caller(target, table, ctype), ctype, target, points=points, seed=seed)
                    for ctype in ("double", "float")]
@@ -330,7 +351,8 @@ def _nvrtc_step(source: str) -> Step:
     from .compilers import ARCHES, nvrtc_available, nvrtc_compile
 
     if not nvrtc_available():
-        return Step("nvrtc", "not installed (pip install cuda-bindings nvidia-cuda-nvrtc): CUDA compile not checked")
+        return Step("nvrtc", "not installed (pip install cuda-bindings nvidia-cuda-nvrtc): CUDA compile not checked",
+                    unchecked=("NVRTC", "not installed"))
     failed = (("CUDA_SOURCE does not compile with NVRTC", "device"),)
     try:
         results = [nvrtc_compile(source, arch) for arch in ARCHES]

@@ -122,7 +122,7 @@ def test_generate_user_map_imports_with_plain_python(tmp_path, capsys):
         (["generate", "--expr", "p**3", "--name", "not-valid", "--out", "."], "not a Python identifier"),
         (["generate", "--expr", "p**3", "--name", "class", "--out", "."], "not a Python identifier"),
         (["generate", "--expr", "p**3", "--name", "cube"], "needs all of"),
-        (["generate", "--expr", "p**3", "--name", "cube", "--out", "/nonexistent/dir"], "not an existing directory"),
+        (["generate", "--expr", "p**3", "--name", "cube", "--out", "/dev/null/dir"], "/dev/null is not a directory"),
         (["generate", "--check", "--expr", "p**3", "--name", "cube", "--out", "."], "built-ins only"),
         (["generate", "--expr", "p", "--name", "lin", "--out", "."], "not strictly convex"),
     ],
@@ -182,3 +182,42 @@ def test_verify_continuous(capsys):
         assert line in out and "FAILED" not in out
     assert main(["verify", "--expr", "p**3", "--continuous", "--samples", "1"]) == 2
     assert "not a polynomial" in capsys.readouterr().err
+
+
+def test_verify_verdict_names_what_did_not_run(monkeypatch, capsys):
+    """Without torch, JAX and NVRTC (their probes simulated as missing) the verdict says what was not checked."""
+    from derive.codegen import compilers
+
+    for target in ("torch", "jax"):
+        monkeypatch.setitem(sys.modules, f"numeric.{target}.maps", None)  # importing it raises ImportError
+    monkeypatch.setattr(compilers, "nvrtc_available", lambda: False)
+    assert main(["verify", "--expr", "p**3", "--samples", "2", "--points", "3"]) == 0
+    lines = capsys.readouterr().out.splitlines()
+    assert any(line.startswith("torch        not installed") for line in lines)
+    assert lines[-1] == "verdict      all checks that ran passed; not checked: torch, jax, NVRTC (not installed)"
+
+
+def test_generate_creates_a_missing_out_folder(tmp_path, capsys):
+    user = tmp_path / "a" / "b"
+    assert main(["generate", "--expr", "p**3", "--name", "cube", "--out", str(user)]) == 0
+    assert (user / "cube.py").is_file()
+    built = tmp_path / "c" / "d"
+    assert main(["generate", "--out", str(built)]) == 0
+    assert (built / "sparsemax.py").is_file()
+    # bad input creates no folder
+    assert main(["generate", "--expr", "p", "--name", "lin", "--out", str(tmp_path / "e" / "f")]) == 2
+    assert not (tmp_path / "e").exists()
+
+
+def test_unknown_name_is_one_line_naming_the_closest(capsys):
+    assert main(["derive", "sparsmax"]) == 2
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1 and err.startswith("regattn: error: ") and "usage" not in err
+    assert "did you mean 'sparsemax'?" in err and "shannon, gini, tsallis, softmax, sparsemax" in err
+
+
+def test_derive_continuous_prints_readable_symbols(capsys):
+    assert main(["derive", "gini", "--continuous"]) == 0
+    out = capsys.readouterr().out
+    assert "s__2" not in out and r"\mathcal" not in out
+    assert "E_p[N(t; c, s²)]" in out

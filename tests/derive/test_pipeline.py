@@ -70,3 +70,12 @@ def test_verify_continuous_map():
 def test_verify_continuous_map_refuses_a_family_without_closed_context():
     with pytest.raises(DerivationError, match="closed"):
         verify_continuous_map(derive_continuous(Regularizer.from_string("p**3")), "cube", samples=1)
+
+
+def test_verdict_names_what_did_not_run():
+    skipped = [("torch", "not installed"), ("jax", "not installed")]
+    assert verdict([], skipped) == "all checks that ran passed; not checked: torch, jax (not installed)"
+    assert verdict([("x", "device")], skipped).endswith(
+        "usable in NumPy only (not with CuPy on a GPU); not checked: torch, jax (not installed)")
+    result = Verification([Step("nvrtc", "not installed", unchecked=("NVRTC", "not installed"))])
+    assert result.ok and result.verdict() == "all checks that ran passed; not checked: NVRTC (not installed)"

@@ -51,3 +51,19 @@ def test_frameworks_page_runs(tmp_path):
     assert len(blocks) >= 2
     proc = subprocess.run([sys.executable, "-c", "\n".join(blocks)], cwd=tmp_path, capture_output=True, text=True, timeout=300)
     assert proc.returncode == 0, proc.stderr
+
+
+@pytest.mark.parametrize("page", ["README.md", "docs/getting_started.md"])
+def test_evaluate_example_shows_what_a_user_gets(page):
+    """The pages' comments on ``dv.evaluate`` show what it returns and how its 50 digits are seen."""
+    import mpmath
+    import sympy
+
+    from derive import derive_map, tsallis
+
+    text = (ROOT / page).read_text()
+    probs = derive_map(tsallis(sympy.Rational(3, 2))).evaluate([-2, 0, 0.5])
+    shown = re.search(r"^probs = dv\.evaluate\(\[-2, 0, 0\.5\]\) +# .*?(\[mpf.*\])$", text, flags=re.M)
+    assert shown and shown.group(1) == repr(probs)
+    digits = re.search(r"^mpmath\.nstr\(probs\[1\], 50\) +# '([0-9.]+)'", text, flags=re.M)
+    assert digits and digits.group(1) == mpmath.nstr(probs[1], 50)

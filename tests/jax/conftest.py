@@ -9,7 +9,9 @@ from __future__ import annotations
 
 import pytest
 
-from tests.numeric.conftest import IDS, MAPS, importable_user_maps  # noqa: F401 (IDS, MAPS: for the tests)
+from tests.numeric.conftest import FRAMEWORK_IDS as IDS  # noqa: F401 (IDS, MAPS: for the tests)
+from tests.numeric.conftest import FRAMEWORK_MAPS as MAPS  # noqa: F401
+from tests.numeric.conftest import importable_user_maps  # noqa: F401
 
 
 @pytest.fixture(scope="module", autouse=True)

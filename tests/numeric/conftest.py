@@ -14,6 +14,7 @@ import sympy as sp
 from derive import Regularizer, derive_map, generate_module
 from derive.codegen.builtins import BUILTIN_MAPS, FAMILY_MAPS
 from derive.family import derive_family
+from tests.profile import THOROUGH
 
 USER = {"shannon_gini": "p*log(p) + p**2/2", "cube": "p**3", "gini_log1p": "p**2/2 + p*log(1 + p)"}
 PARAMS = {"entmax": {"alpha": 1.3}, "entmax_sparse": {"alpha": 1.3}, "entmax_dense": {"alpha": 0.6}}
@@ -22,6 +23,11 @@ PARAMS = {"entmax": {"alpha": 1.3}, "entmax_sparse": {"alpha": 1.3}, "entmax_den
 MAPS = [("softmax", {}), ("sparsemax", {}), ("entmax15", {}), ("entmax", {"alpha": 1.3}), ("entmax", {"alpha": 1.01}),
         ("entmax", {"alpha": 5.0}), ("entmax", {"alpha": 0.6}), ("shannon_gini", {}), ("cube", {}), ("gini_log1p", {})]
 IDS = [name + "".join(f"-{k}{v}" for k, v in params.items()) for name, params in MAPS]
+#: the maps of the framework suites (tests/torch, tests/jax), which check the framework maps against the NumPy
+#: maps: every one of MAPS in the thorough profile; in the others alpha-entmax at the ends of its range (1.01,
+#: 5.0) is left to the NumPy suite
+FRAMEWORK_MAPS = [m for m in MAPS if THOROUGH or m[1].get("alpha") not in (1.01, 5.0)]
+FRAMEWORK_IDS = [IDS[MAPS.index(m)] for m in FRAMEWORK_MAPS]
 
 
 class FamilyDerivation:

@@ -435,3 +435,11 @@ def test_float32_rows_near_the_clip_stay_finite(alpha):
         # for alpha > 2 the Jacobian weight p**(2 - alpha) is unbounded as p -> 0: float32
         # rounding of s - tau is amplified there, so only the simplex is asserted
         np.testing.assert_allclose(p, nm.entmax(x.astype(np.float64), alpha), atol=2e-6)
+
+
+@pytest.mark.parametrize("name, closest", [("entmax1.5", "entmax15"), ("sparsmax", "sparsemax")])
+def test_a_misspelt_map_name_lists_the_builtins_and_the_closest(name, closest):
+    with pytest.raises(ValueError, match="no map named") as info:
+        nm.get_map(name)
+    message = str(info.value)
+    assert f"did you mean {closest!r}?" in message and "built-ins are softmax, sparsemax, entmax15" in message

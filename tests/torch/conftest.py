@@ -9,7 +9,9 @@ try:
 except ImportError:  # (torch absent: the tests of this folder skip)
     TorchMap = object
 
-from tests.numeric.conftest import IDS, MAPS, importable_user_maps  # noqa: F401 (IDS, MAPS: for the tests)
+from tests.numeric.conftest import FRAMEWORK_IDS as IDS  # noqa: F401 (IDS, MAPS: for the tests)
+from tests.numeric.conftest import FRAMEWORK_MAPS as MAPS  # noqa: F401
+from tests.numeric.conftest import importable_user_maps  # noqa: F401
 
 
 @pytest.fixture(scope="session", autouse=True)

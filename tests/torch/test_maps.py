@@ -288,3 +288,8 @@ def test_get_map_accepts_name_module_and_map():
     rebound = get_map(TorchMap("entmax", alpha=1.5), alpha=2.0)
     assert torch.allclose(rebound(x), torch.tensor([0.75, 0.25, 0.0]))
     assert TorchMap("cube").name == "cube"
+
+
+def test_a_misspelt_map_name_lists_the_builtins_and_the_closest():
+    with pytest.raises(ValueError, match=r"no map named 'entmax1\.5' \(did you mean 'entmax15'\?\): built-ins are"):
+        get_map("entmax1.5")

@@ -10,7 +10,8 @@ import subprocess
 import sys
 
 import pytest
-from hypothesis import settings
+
+from tests.profile import THOROUGH
 
 from .conftest import interpreter_reason
 
@@ -60,7 +61,6 @@ for kernel, box in (("attention_forward", False), ("attention_forward_box", True
 print(json.dumps(out))
 """
 
-THOROUGH = settings._current_profile == "thorough"  # (set from --hypothesis-profile before collection)
 CASES = [("softmax", {}, "fp16", 80), ("entmax", {"alpha": 1.5}, "bf16", 90),
          ("gini_log1p", {}, "fp16", 90)]  # (a link with no closed form: its traced Newton loop)
 if THOROUGH:
