@@ -289,6 +289,26 @@ def _solve_kept(top, tau, lo, hi, tail, rate, eta, m0, fixed, MAP: tl.constexpr,
 
 
 @triton.jit
+def _query_block(Q, H, L, S, E, sq_b, sq_h, sq_l, sq_e, sk_b, sk_h, sv_b, sv_h, sm_b, sm_h, CAUSAL: tl.constexpr,
+                 BLOCK_M: tl.constexpr, BLOCK_E: tl.constexpr):
+    # a forward program's query block: (block, batch x head, batch, head, its rows, its queries, the bases of the
+    # keys, values and mask of its batch and head, the keys it sees)
+    qb = tl.program_id(0)
+    bh = tl.program_id(1)
+    b = bh // H
+    h = bh % H
+    offs_m = qb * BLOCK_M + tl.arange(0, BLOCK_M)
+    offs_e = tl.arange(0, BLOCK_E)
+    q = tl.load(Q + b * sq_b + h * sq_h + offs_m[:, None] * sq_l + offs_e[None, :] * sq_e,
+                mask=(offs_m[:, None] < L) & (offs_e[None, :] < E), other=0.0)
+    if CAUSAL:
+        n_keys = tl.minimum(S, (qb + 1) * BLOCK_M)
+    else:
+        n_keys = S
+    return qb, bh, b, h, offs_m, q, b * sk_b + h * sk_h, b * sv_b + h * sv_h, b * sm_b + h * sm_h, n_keys
+
+
+@triton.jit
 def attention_forward(Q, K, V, Out, Tau, Fsum, Support, Bmax, Mask, Params, U, Wsum,
                       H, L, S, E, EV, scale, n_kblocks, n_params,
                       sq_b, sq_h, sq_l, sq_e, sk_b, sk_h, sk_s, sk_e, sv_b, sv_h, sv_s, sv_e,
@@ -297,23 +317,11 @@ def attention_forward(Q, K, V, Out, Tau, Fsum, Support, Bmax, Mask, Params, U, W
                       EXP_LINK: tl.constexpr, MAX_STEPS: tl.constexpr, WEIGHTED: tl.constexpr,
                       BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_E: tl.constexpr, BLOCK_EV: tl.constexpr,
                       KEEP: tl.constexpr, UPCAST: tl.constexpr, MAP: tl.constexpr):
-    qb = tl.program_id(0)
-    bh = tl.program_id(1)
-    b = bh // H
-    h = bh % H
+    qb, bh, b, h, offs_m, q, k_base, v_base, m_base, n_keys = _query_block(Q, H, L, S, E, sq_b, sq_h, sq_l, sq_e, sk_b,
+                                                                          sk_h, sv_b, sv_h, sm_b, sm_h, CAUSAL,
+                                                                          BLOCK_M, BLOCK_E)
     params = MAP.params(Params, bh * n_params)
-    offs_m = qb * BLOCK_M + tl.arange(0, BLOCK_M)
-    offs_e = tl.arange(0, BLOCK_E)
     offs_v = tl.arange(0, BLOCK_EV)
-    q = tl.load(Q + b * sq_b + h * sq_h + offs_m[:, None] * sq_l + offs_e[None, :] * sq_e,
-                mask=(offs_m[:, None] < L) & (offs_e[None, :] < E), other=0.0)
-    k_base = b * sk_b + h * sk_h
-    v_base = b * sv_b + h * sv_h
-    m_base = b * sm_b + h * sm_h
-    if CAUSAL:
-        n_keys = tl.minimum(S, (qb + 1) * BLOCK_M)
-    else:
-        n_keys = S
     row_live = offs_m < L
     z_one = MAP.omega_prime(1.0, params)
     if EXP_LINK:
@@ -524,24 +532,12 @@ def attention_forward_box(Q, K, V, Out, Tau, Fsum, Support, Mask, Params, U, Wsu
     # the free entries, which are those the backward's c runs over.  Ceiling: omega'(inf) per batch and head
     # (numeric.tensor_rules.box_ceiling, from the host).  The rows here are [BLOCK_M, 1] (the traced pieces reduce
     # keeping the axis).
-    qb = tl.program_id(0)
-    bh = tl.program_id(1)
-    b = bh // H
-    h = bh % H
+    qb, bh, b, h, offs_m, q, k_base, v_base, m_base, n_keys = _query_block(Q, H, L, S, E, sq_b, sq_h, sq_l, sq_e, sk_b,
+                                                                          sk_h, sv_b, sv_h, sm_b, sm_h, CAUSAL,
+                                                                          BLOCK_M, BLOCK_E)
     params = MAP.params(Params, bh * n_params)
-    offs_m = qb * BLOCK_M + tl.arange(0, BLOCK_M)
-    offs_e = tl.arange(0, BLOCK_E)
     offs_v = tl.arange(0, BLOCK_EV)
-    q = tl.load(Q + b * sq_b + h * sq_h + offs_m[:, None] * sq_l + offs_e[None, :] * sq_e,
-                mask=(offs_m[:, None] < L) & (offs_e[None, :] < E), other=0.0)
-    k_base = b * sk_b + h * sk_h
-    v_base = b * sv_b + h * sv_h
-    m_base = b * sm_b + h * sm_h
     u_base = b * su_b + h * su_h
-    if CAUSAL:
-        n_keys = tl.minimum(S, (qb + 1) * BLOCK_M)
-    else:
-        n_keys = S
     row_live = offs_m < L
     clip = MAP.clip(params)
     # pass 1: the largest score m, the number of keys and the least s - omega'(min(u, 1)) of each row

@@ -17,7 +17,6 @@ not differentiable and either one-sided derivative is right).
 
 from __future__ import annotations
 
-import math
 import warnings
 
 import numpy as np
@@ -33,15 +32,10 @@ if interpreter_reason() is None:
     import numeric as nm
     from numeric.torch import attention, get_map
 
+    from .test_fused_attention import _inputs, _mask  # (the same inputs and masks as the unbounded kernels' tests)
+
 #: the largest error allowed, relative to the largest magnitude of each reference (see the module's docstring)
 TOL = 2e-5
-
-
-def _inputs(seed, B=2, H=2, L=21, S=19, E=8, EV=4):
-    g = torch.Generator().manual_seed(seed)
-    q, k = torch.randn(B, H, L, E, generator=g), torch.randn(B, H, S, E, generator=g)
-    v, do = torch.randn(B, H, S, EV, generator=g), torch.randn(B, H, L, EV, generator=g)
-    return q, k, v, do
 
 
 def _allowed(mask, causal, L, S):
@@ -66,20 +60,6 @@ def _bounds(shape, mask, causal, seed=5):
     # (one factor per query row of the bounds: the largest over what they broadcast to)
     factor = factor.max(axis=tuple(i for i in range(keep.ndim - 2) if shape[i] == 1), keepdims=True)
     return torch.tensor(u * factor, dtype=torch.float32)
-
-
-def _mask(kind, L, S, seed=3):
-    if kind is None:
-        return None
-    g = torch.Generator().manual_seed(seed)
-    if kind == "bool":
-        m = torch.rand(L, S, generator=g) > 0.3
-        m[min(2, L - 1)] = False  # a fully masked row
-        return m
-    m = torch.randn(2, 1, L, S, generator=g)  # float, per batch, added
-    m[0, 0, min(1, L - 1)] = -math.inf  # a fully masked row in one batch
-    m[1, 0, :, 0] = -math.inf
-    return m
 
 
 def _check(name, params, L, S, causal, mask_kind, upper_shape=(2, 1), seed=0, scalar=None):
