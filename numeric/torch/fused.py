@@ -239,7 +239,7 @@ class _Fused(torch.autograd.Function):
             kt.attention_forward_box[(nq, B * H)](q, k, v, out, tau, fsum, support, m, params, u, wsum, upper, ceiling,
                                                   *common, *upper.stride(), **flags)
         ctx.save_for_backward(q, k, v, mask, upper, params, tau, fsum, support, u, wsum)
-        ctx.module = module
+        ctx.ceiling = None if upper is None else ceiling  # (the backward reads the bounds at the same ceiling)
         ctx.args = (scale, causal, fns, shapes, block, be, bev)
         return out
 
@@ -258,7 +258,7 @@ class _Fused(torch.autograd.Function):
         # (the bounds' gradient: 0 where a block holds no weight, which the kernel skips)
         du = torch.zeros(B * H, L, S, dtype=torch.float32, device=q.device) if upper_grad else c
         bounds, us = (q, (0, 0, 0, 0)) if upper is None else (upper, tuple(upper.stride()))
-        ceiling = tau if upper is None else _ceiling(ctx.module, params)
+        ceiling = tau if upper is None else ctx.ceiling
         flags = dict(HAS_MASK=mask is not None, MASK_BOOL=mask is None or mask.dtype == torch.bool, CAUSAL=causal,
                      BOX=upper is not None, BLOCK_M=block, BLOCK_N=block, BLOCK_E=be, BLOCK_EV=bev,
                      UPCAST=not q.is_cuda, MAP=fns, **_options(q))
