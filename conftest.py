@@ -11,11 +11,13 @@ settings.register_profile("dev", max_examples=60, **_common)
 settings.register_profile("thorough", max_examples=500, **_common)
 settings.load_profile("dev")
 
-# numeric.torch and numeric.jax import their framework (optional extras): where one is not installed, their
+# numeric.torch, numeric.jax and numeric.torch.hf import their framework (optional extras): where one is not installed, their
 # doctests are not collected (the tests of tests/torch and tests/jax skip, and are counted, on their own)
 import importlib.util  # noqa: E402
 
 collect_ignore = [f"numeric/{name}" for name in ("torch", "jax") if importlib.util.find_spec(name) is None]
+if importlib.util.find_spec("transformers") is None:  # the extra [hf]
+    collect_ignore.append("numeric/torch/hf.py")
 
 # Triton's interpreter (TRITON_INTERPRET=1) is chosen when Triton is first imported, and any test module may
 # import it first (torch._dynamo does, at collection): without a GPU the kernels run only in the interpreter,

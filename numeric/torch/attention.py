@@ -151,9 +151,49 @@ def _mask_block(mask, start: int, stop: int, keys: int):
     return None if mask is None else _rows(mask, start, stop)[..., :keys]
 
 
+def _folds(a, b) -> bool:
+    """Whether ``b`` is shared by ``a``'s groups: size 1 in the last batch dimension where ``a`` has more (the
+    keys and values of grouped-query attention, ``(..., H_kv, 1, S, E)`` against ``(..., H_kv, g, L, E)``)."""
+    return a.dim() >= 3 and b.dim() >= 3 and b.shape[-3] == 1 and a.shape[-3] > 1
+
+
+def _fold(a, lead: tuple):
+    """``a`` ``(..., g, m, k)`` as ``lead + (g m, k)``: the groups stacked as rows."""
+    return a.expand(lead + tuple(a.shape[-3:])).reshape(lead + (a.shape[-3] * a.shape[-2], a.shape[-1]))
+
+
+def matmul(a, b):
+    """``a @ b``; where ``b`` is shared by ``a``'s groups (:func:`_folds`) the groups are taken as rows of one
+    product, so that ``b`` is not copied per group (``torch.matmul``'s broadcasting would expand it)."""
+    if not _folds(a, b):
+        return torch.matmul(a, b)
+    lead = tuple(torch.broadcast_shapes(a.shape[:-3], b.shape[:-3]))
+    out = torch.matmul(_fold(a, lead), b.squeeze(-3))
+    return out.reshape(lead + tuple(a.shape[-3:-1]) + (out.shape[-1],))
+
+
+def matmul_t(a, b, groups: int):
+    """``a^T @ b`` summed over the groups (dim -3) where ``groups`` is 1 and ``a`` has several, without a product
+    per group: the gradient of keys or values shared by the groups (:func:`_folds`)."""
+    if groups != 1 or a.dim() < 3 or a.shape[-3] == 1:
+        return torch.matmul(a.transpose(-2, -1), b)
+    lead = tuple(torch.broadcast_shapes(a.shape[:-3], b.shape[:-3]))
+    g = tuple(torch.broadcast_shapes(a.shape[-3:-2], b.shape[-3:-2]))
+    a, b = a.expand(lead + g + tuple(a.shape[-2:])), b.expand(lead + g + tuple(b.shape[-2:]))
+    return torch.matmul(_fold(a, lead).transpose(-2, -1), _fold(b, lead)).unsqueeze(-3)
+
+
+def _grad_shape(batch: tuple, x) -> tuple:
+    """The shape a gradient of ``x`` is accumulated in: the broadcast ``batch``, kept at 1 in the groups' dimension
+    where ``x`` is shared by them."""
+    if len(batch) and x.dim() >= 3 and x.shape[-3] == 1:
+        batch = batch[:-1] + (1,)
+    return batch + tuple(x.shape[-2:])
+
+
 def block_scores(qs, key, mask, start: int, causal: bool):
     """Masked scores ``qs key^T`` (+ mask) of one block of query rows starting at row ``start``."""
-    a = torch.matmul(qs, key.transpose(-2, -1))
+    a = matmul(qs, key.transpose(-2, -1))
     if mask is not None:
         wide = tuple(torch.broadcast_shapes(a.shape, mask.shape))
         if wide != tuple(a.shape):  # value's batch dimensions widen the scores
@@ -245,7 +285,7 @@ class _BlockedAttention(torch.autograd.Function):
                     taus = tau.new_empty(tau.shape[:-2] + (spec.L, 1))
                 taus[..., start:stop, :] = tau
             del a
-            out[..., start:stop, :] = torch.matmul(p, value[..., :keys, :])
+            out[..., start:stop, :] = matmul(p, value[..., :keys, :])
         ctx.spec = spec
         ctx.save_for_backward(qs, key, value, mask, taus, *params)
         return out
@@ -259,8 +299,8 @@ class _BlockedAttention(torch.autograd.Function):
         need_p = ctx.needs_input_grad[5:]
         batch = tuple(dout.shape[:-2])
         dq = torch.zeros(batch + tuple(qs.shape[-2:]), dtype=qs.dtype, device=qs.device) if need_q else None
-        dk = torch.zeros(batch + tuple(key.shape[-2:]), dtype=qs.dtype, device=qs.device) if need_k else None
-        dv = torch.zeros(batch + tuple(value.shape[-2:]), dtype=qs.dtype, device=qs.device) if need_v else None
+        dk = torch.zeros(_grad_shape(batch, key), dtype=qs.dtype, device=qs.device) if need_k else None
+        dv = torch.zeros(_grad_shape(batch, value), dtype=qs.dtype, device=qs.device) if need_v else None
         dm = torch.zeros_like(mask) if need_m else None
         leaves = [t.detach().requires_grad_(need) for t, need in zip(params, need_p)]
         dparams = [torch.zeros_like(t) if need else None for t, need in zip(params, need_p)]
@@ -277,18 +317,18 @@ class _BlockedAttention(torch.autograd.Function):
                     a.requires_grad_()
                     w = spec.weights(a, leaves, start, stop, tau=None if taus is None else taus[..., start:stop, :])
                 if need_v:
-                    dv[..., :keys, :] += torch.matmul(w.detach().transpose(-2, -1), g)
+                    dv[..., :keys, :] += matmul_t(w.detach(), g, dv.shape[-3] if dv.dim() >= 3 else 0)
                 if not (need_q or need_k or need_m or wanted):
                     continue
-                dw = torch.matmul(g, v_b.transpose(-2, -1))
+                dw = matmul(g, v_b.transpose(-2, -1))
                 da, *grads = torch.autograd.grad(w, [a, *wanted], dw)
                 del w, dw
                 for d, grad in zip([d for d in dparams if d is not None], grads):
                     d += grad
                 if need_q:
-                    dq[..., start:stop, :] = torch.matmul(da, k_b)
+                    dq[..., start:stop, :] = matmul(da, k_b)
                 if need_k:
-                    dk[..., :keys, :] += torch.matmul(da.transpose(-2, -1), q_b)
+                    dk[..., :keys, :] += matmul_t(da, q_b, dk.shape[-3] if dk.dim() >= 3 else 0)
                 if need_m:
                     view = _mask_block(dm, start, stop, keys)
                     view += da.sum_to_size(view.shape)
@@ -299,7 +339,7 @@ class _BlockedAttention(torch.autograd.Function):
 def _block(qs, key, value, mask, start: int, spec, params, stop: int):
     """``weights(qs key^T + mask) value`` for the rows ``start:stop`` with plain autograd (one block, or a checkpoint)."""
     a = block_scores(qs, key, mask, start, spec.causal)
-    return torch.matmul(spec.weights(a, params, start, stop), value)
+    return matmul(spec.weights(a, params, start, stop), value)
 
 
 def _closure_grads(spec, qs, key, mask) -> bool:

@@ -72,6 +72,14 @@ from .maps import TorchMap, get_map
 __all__ = ["MultiheadAttention"]
 
 
+def in_range(logit, lo: float, hi: float):
+    """``lo + (hi - lo) * sigmoid(logit)``, kept strictly inside ``(lo, hi)`` (a learned map parameter's value)."""
+    value = lo + (hi - lo) * torch.sigmoid(logit)
+    t = logit.detach()
+    inside = (torch.nextafter(t.new_tensor(lo), t.new_tensor(hi)), torch.nextafter(t.new_tensor(hi), t.new_tensor(lo)))
+    return torch.minimum(torch.maximum(value, inside[0]), inside[1])
+
+
 def _check_mask_dtype(mask, name: str):
     if mask is not None:
         if not isinstance(mask, torch.Tensor):
@@ -172,12 +180,7 @@ class MultiheadAttention(nn.MultiheadAttention):
 
     def _learned(self, name):
         """``(num_heads,)``: ``lo + (hi - lo) * sigmoid(<name>_logit)``, strictly inside the range."""
-        lo, hi = self.ranges[name]
-        logit = getattr(self, f"{name}_logit")
-        value = lo + (hi - lo) * torch.sigmoid(logit)
-        t = logit.detach()
-        inside = (torch.nextafter(t.new_tensor(lo), t.new_tensor(hi)), torch.nextafter(t.new_tensor(hi), t.new_tensor(lo)))
-        return torch.minimum(torch.maximum(value, inside[0]), inside[1])
+        return in_range(getattr(self, f"{name}_logit"), *self.ranges[name])
 
     @property
     def learned(self) -> dict:

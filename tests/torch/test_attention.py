@@ -366,6 +366,40 @@ def test_default_block_holds_block_entries():
     assert {shape for shape in rec.calls} == {(2, rows, S), (2, L % rows, S)}
 
 
+def _largest_allocation(fn) -> int:
+    """The largest single CPU allocation (bytes) while ``fn`` runs, as torch's profiler records them."""
+    from torch.profiler import ProfilerActivity, profile
+
+    with profile(activities=[ProfilerActivity.CPU], profile_memory=True) as prof:
+        fn()
+    return max(e.self_cpu_memory_usage for e in prof.events())
+
+
+@pytest.mark.parametrize("block", [None, 2])
+def test_grouped_keys_and_values_are_not_copied_per_group(block):
+    """Keys and values ``(B, H_kv, 1, S, E)`` shared by the ``g`` query heads ``(B, H_kv, g, L, E)`` of grouped-query
+    attention: equal to the call with them repeated per head (forward and gradients), and no allocation, forward
+    or backward, is as large as the repeated keys (torch.matmul's broadcasting would expand them per product)."""
+    B, Hk, G, L, S, E = 1, 2, 4, 4, 2048, 64
+    g = _gen(95)
+    q = torch.randn(B, Hk, G, L, E, generator=g, dtype=F64, requires_grad=True)
+    k, v = (torch.randn(B, Hk, 1, S, E, generator=g, dtype=F64, requires_grad=True) for _ in range(2))
+    mask = torch.rand(B, 1, 1, L, S, generator=g) > 0.2
+    repeated = B * Hk * G * S * E * 8
+
+    def run(expand: bool):
+        kk, vv = (x.expand(B, Hk, G, S, E) if expand else x for x in (k, v))
+        out = attention(q, kk, vv, attn_mask=mask, mapping="entmax15", block=block)
+        return out, torch.autograd.grad(out, (q, k, v), torch.ones_like(out))
+
+    assert _largest_allocation(lambda: run(False)) < repeated
+    assert _largest_allocation(lambda: run(True)) >= repeated  # (the check sees a copy where there is one)
+    (out, grads), (want, want_grads) = run(False), run(True)
+    torch.testing.assert_close(out, want, rtol=0, atol=1e-13)
+    for a, b in zip(grads, want_grads):
+        torch.testing.assert_close(a, b, rtol=0, atol=1e-11)
+
+
 _MEMORY_SCRIPT = textwrap.dedent("""
     import resource, torch
     from numeric.torch.attention import attention
