@@ -3,10 +3,17 @@
 #   make test   run the test suite (PROFILE=ci by default; PROFILE=thorough for long local runs) in JOBS
 #               pytest-xdist worker processes (2 by default; JOBS=auto: one per core; JOBS=0: one process)
 #   make docs   build the documentation (warnings are errors) into docs/_build/html
+# Set-up installs torch==2.13.0 first, then the package with its extras. pip takes torch from the indexes it is
+# configured with, unless TORCH_INDEX names another. On PyPI, torch 2.13.0 for Linux is the CUDA build, which
+# brings about 20 nvidia-* CUDA packages (several GB); where pip also finds a CPU wheel (2.13.0+cpu, e.g. a local
+# one in its find-links), it takes that one. The tests need no GPU: PyTorch's CPU wheel from PyTorch's own index,
+# on first set-up (or after `make clean`), with
+#   make test TORCH_INDEX=https://download.pytorch.org/whl/cpu      (the same for make setup, demo, docs)
 PYTHON ?= python3
 VENV ?= .venv
 PROFILE ?= ci
 JOBS ?= 2
+TORCH_INDEX ?=
 BIN := $(VENV)/bin
 # the ci profile's XLA compiles without LLVM's optimisations: the tests' arrays are small and most of tests/jax's
 # time is compilation (7:02 -> 5:12 on two workers, docs/benchmarks.md); the other profiles compile as users do
@@ -17,8 +24,8 @@ XLA_TEST_FLAGS_ci := --xla_backend_optimization_level=0
 $(BIN)/regattn: pyproject.toml
 	$(PYTHON) -m venv $(VENV)
 	$(BIN)/python -m pip install --quiet --upgrade pip
-	$(BIN)/python -m pip install --quiet torch==2.13.0
-	$(BIN)/python -m pip install --quiet -e '.[test,torch,jax,triton,peers]'
+	$(BIN)/python -m pip install --quiet torch==2.13.0 $(if $(TORCH_INDEX),--index-url $(TORCH_INDEX))
+	$(BIN)/python -m pip install --quiet -e '.[test,torch,jax,triton,peers,hf]'
 	touch $@
 
 setup: $(BIN)/regattn

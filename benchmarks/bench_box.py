@@ -2,7 +2,7 @@
 
 Run (torch's CPU wheel first, then the peers):
 
-    pip install torch==2.13.0 && pip install -e '.[torch]' entmax
+    pip install torch==2.13.0 --index-url https://download.pytorch.org/whl/cpu && pip install -e '.[torch]' entmax
     python benchmarks/bench_box.py [--quick] [--out benchmarks/results]
 
 * budget sparsemax (``0 <= p <= 1``, ``sum p = k``), forward and forward+backward, n = 64 / 1024 / 16384 with

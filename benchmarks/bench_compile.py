@@ -2,7 +2,7 @@
 
 Run:
 
-    pip install torch==2.13.0 && pip install -e '.[torch]'
+    pip install torch==2.13.0 --index-url https://download.pytorch.org/whl/cpu && pip install -e '.[torch]'
     python benchmarks/bench_compile.py [--quick] [--threads 1] [--out benchmarks/results]
 
 * maps on (512, n) scores, n = 64 and 1024: softmax, sparsemax, entmax15,

@@ -2,7 +2,7 @@
 
 Run (torch's CPU wheel first, then the peers):
 
-    pip install torch==2.13.0 && pip install -e '.[torch,jax]' entmax
+    pip install torch==2.13.0 --index-url https://download.pytorch.org/whl/cpu && pip install -e '.[torch,jax]' entmax
     python benchmarks/bench_frameworks.py [--quick] [--threads 1] [--out benchmarks/results]
 
 * maps, forward and forward+backward, n = 64 / 1024 / 16384 (2**17 scores in all):
@@ -312,7 +312,7 @@ def main(argv=None) -> int:
         from numeric import torch as rt
     except ImportError:
         torch = None
-        missing.append("torch (pip install torch==2.13.0)")
+        missing.append("torch (pip install torch==2.13.0 --index-url https://download.pytorch.org/whl/cpu)")
     if torch is not None:
         torch.set_num_threads(args.threads)
         try:

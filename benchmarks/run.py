@@ -1,6 +1,6 @@
 """regattn against its peers, side by side in one run: a Markdown table, a JSON file and a plot.
 
-Run (after `pip install -e '.[bench]'` and `pip install torch==2.13.0 entmax`):
+Run (after `make setup`, which installs torch (its CPU wheel: see the README), and `pip install -e '.[bench]' entmax`):
 
     python benchmarks/run.py [--quick] [--out benchmarks/results]
 
@@ -42,7 +42,7 @@ def peers():
         torch.set_num_threads(THREADS)
         found["torch"] = torch
     except ImportError:
-        missing.append("torch (pip install torch==2.13.0)")
+        missing.append("torch (pip install torch==2.13.0 --index-url https://download.pytorch.org/whl/cpu)")
     try:
         import entmax
 

@@ -5,12 +5,26 @@ Build: sphinx-build -W -b html docs docs/_build/html   (``make docs``)
 At build time this file writes ``docs/_generated/``: one page of derivations
 printed by regattn itself, and one page per example with the text it printed
 and the pictures it drew (the examples run here, in a temporary folder).
+``sphinx-build -t no_generated ...`` leaves ``docs/_generated/`` as it is: a quick
+build of the hand-written pages (a full build spends most of its time running
+the examples).
+
+The built pages read the same offline: MathJax comes from a pip package
+(``sphinx-mathjax-offline``, copied into ``_static/mathjax``), and after the
+build :func:`_check_offline` warns (an error under ``-W``) about any script,
+stylesheet or picture a page would fetch from the network or that is missing
+from the build.
 """
 
+import re
 import shutil
 import subprocess
 import sys
+import urllib.parse
+from html.parser import HTMLParser
 from pathlib import Path
+
+from sphinx.util import logging
 
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
@@ -18,11 +32,17 @@ sys.path.insert(0, str(ROOT))
 project = "regattn"
 author = "the regattn developers"
 copyright = "2026, the regattn developers"
-extensions = ["myst_parser", "sphinx.ext.autodoc", "sphinx.ext.napoleon", "sphinx.ext.mathjax"]
+extensions = ["myst_parser", "sphinx.ext.autodoc", "sphinx.ext.napoleon", "sphinx.ext.mathjax",
+              # MathJax 3 from the pip package of that name, copied into the build and loaded from there:
+              # sphinx.ext.mathjax alone loads it from a CDN, and offline the maths stays raw LaTeX
+              "sphinx-mathjax-offline"]
 source_suffix = {".md": "markdown", ".rst": "restructuredtext"}
 myst_enable_extensions = ["dollarmath", "amsmath"]
 exclude_patterns = ["_build"]
 html_theme = "alabaster"
+# wider pages, code that scrolls sideways, figures that link to their full-size files
+html_static_path = ["_static"]
+html_css_files = ["regattn.css"]
 autodoc_member_order = "bysource"
 autodoc_typehints = "none"
 napoleon_numpy_docstring = True
@@ -67,11 +87,20 @@ EXAMPLES = [
 ]
 
 
+def _picture(path):
+    """MyST lines showing the picture at ``path`` (relative to the page) with a link to its full-size file.
+
+    ``:scale: 100`` keeps the picture's own size (the stylesheet narrows it to the
+    column) and makes Sphinx wrap it in a link to the file (``html_scaled_image_link``).
+    """
+    return [f"```{{image}} {path}", f":alt: {Path(path).stem}", ":scale: 100", "```", ""]
+
+
 def _examples():
     folder = GENERATED / "examples"
     folder.mkdir(parents=True, exist_ok=True)
-    index = ["# Examples", "", "Each page shows what the script printed and drew when these docs were built.", "",
-             "```{toctree}", ":maxdepth: 1", ""]
+    index = ["# Examples", "", "Each page shows what the script printed and drew when these docs were built "
+             "(click a picture to open it at full size).", "", "```{toctree}", ":maxdepth: 1", ""]
     for name, title in EXAMPLES:
         script = ROOT / "examples" / f"{name}.py"
         work = folder / name
@@ -81,14 +110,72 @@ def _examples():
         doc = (script.read_text().split('"""')[1]).strip()
         page = [f"# {title}", "", f"`examples/{name}.py`", "", "```text", doc, "```", "", "## Output", "", "```text",
                 proc.stdout.strip(), "```", ""]
-        for png in sorted(work.glob("*.png")):
-            page += [f"![{png.stem}]({name}/{png.name})", ""]
+        pictures = sorted(work.glob("*.png"))
+        if pictures:
+            page += ["Click a picture to open it at full size.", ""]
+        for png in pictures:
+            page += _picture(f"{name}/{png.name}")
         (folder / f"{name}.md").write_text("\n".join(page))
         index.append(name)
     index += ["```", ""]
     (folder / "index.md").write_text("\n".join(index))
 
 
-GENERATED.mkdir(exist_ok=True)
-_derivations()
-_examples()
+class _Loads(HTMLParser):
+    """The URLs a page fetches by itself: scripts, stylesheets, pictures, frames (not the links a reader follows)."""
+
+    def __init__(self):
+        super().__init__()
+        self.urls = []
+
+    def handle_starttag(self, tag, attrs):
+        attrs = dict(attrs)
+        if tag in ("script", "img", "iframe", "source") and attrs.get("src"):
+            self.urls.append(attrs["src"])
+        elif tag == "link" and "stylesheet" in (attrs.get("rel") or "").split() and attrs.get("href"):
+            self.urls.append(attrs["href"])
+
+
+_CSS_URL = re.compile(r"""(?:url\(|@import)\s*['"]?((?:https?:)?//[^'")\s]+)""")
+
+
+def _check_offline(app, exc):
+    """Warn about every resource a built page would fetch from the network or that is not in the build.
+
+    Looks at each HTML page's scripts, stylesheets and pictures (a URL with a host,
+    or a relative path to a file that does not exist) and at the ``url(...)`` and
+    ``@import`` of the stylesheets in ``_static``.  Runs after the other
+    ``build-finished`` handlers, so after ``sphinx-mathjax-offline`` copied MathJax.
+    """
+    if exc is not None or app.builder.format != "html":
+        return
+    log = logging.getLogger("regattn.docs")
+    out = Path(app.outdir)
+    # this build's pages (not pages an earlier build left behind) and the pages every build writes
+    pages = {Path(app.builder.get_outfilename(doc)) for doc in app.env.all_docs}
+    pages |= {out / f"{name}.html" for name in ("genindex", "search", "py-modindex") if (out / f"{name}.html").is_file()}
+    for page in sorted(pages):
+        parser = _Loads()
+        parser.feed(page.read_text(encoding="utf-8"))
+        for url in parser.urls:
+            parts = urllib.parse.urlsplit(url)
+            if parts.scheme == "data":
+                continue
+            name = page.relative_to(out)
+            if parts.scheme or parts.netloc:
+                log.warning(f"{name} loads {url} from the network; the documentation must read the same offline")
+            elif parts.path and not (page.parent / urllib.parse.unquote(parts.path)).is_file():
+                log.warning(f"{name} loads {url}, which is not in the build")
+    for css in sorted((out / "_static").rglob("*.css")):
+        for url in _CSS_URL.findall(css.read_text(encoding="utf-8", errors="replace")):
+            log.warning(f"{css.relative_to(out)} loads {url} from the network; the documentation must read the same offline")
+
+
+def setup(app):
+    app.connect("build-finished", _check_offline, priority=900)
+
+
+if not tags.has("no_generated"):  # noqa: F821 (Sphinx defines tags for conf.py)
+    GENERATED.mkdir(exist_ok=True)
+    _derivations()
+    _examples()

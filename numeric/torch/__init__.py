@@ -17,7 +17,7 @@ try:
     import torch as _torch  # noqa: F401
 except ModuleNotFoundError as exc:  # pragma: no cover - depends on the environment
     raise ModuleNotFoundError("numeric.torch needs PyTorch: pip install 'regattn[torch]' "
-                              "(the CPU wheel first: pip install torch)", name=exc.name) from None
+                              "(the CPU wheel first: pip install torch --index-url https://download.pytorch.org/whl/cpu)", name=exc.name) from None
 
 from .attention import attention  # the function (the submodule of the same name is numeric.torch.attention)
 from .layers import MultiheadAttention

@@ -78,8 +78,21 @@ def test_derive_a_new_map_runs_the_user_map_in_attention(tmp_path):
     out = _run("derive_a_new_map.py", tmp_path)
     assert "LambertW" in out and "imported shannon_gini: link newton, threshold root" in out
     assert r"\begin{align*}" in (tmp_path / "shannon_gini.tex").read_text()
-    diff = float(out.split("weights: ")[1].split()[0])
-    assert diff > 0  # a different map gives different weights
+    # what the example teaches: the Gini term flattens Shannon (slope w(1/2)/2 = 1/6 < softmax's 1/4) ...
+    assert "w(1/2) = 1/3 (softmax: 1/2), so dp_1/dt at t = 0 is 1/6" in out
+    assert "softmax 0.2500, shannon_gini 0.1667, entmax15 0.3536, sparsemax 0.5000" in out
+    # ... without making it sparse (omega'(0+) = -oo), where sparsemax and 1.5-entmax reach exact zeros
+    assert "omega'(0+) = -oo, sparse: False" in out
+    assert "shannon_gini: p_1 > 0 for every t" in out
+    assert "sparsemax: p_1 = 0 exactly for t <= -1.00" in out and "entmax15: p_1 = 0 exactly for t <= -2.00" in out
+    rows = {ln.split(":")[0].strip(): ln for ln in out.splitlines() if "input-gradient norm" in ln}
+    zeros = {name: float(ln.split("exactly 0: ")[1].split("%")[0]) for name, ln in rows.items()}
+    largest = {name: float(ln.split("on average ")[1]) for name, ln in rows.items()}
+    assert zeros["softmax"] == zeros["shannon_gini"] == 0 and zeros["sparsemax"] > 50
+    assert largest["shannon_gini"] < largest["softmax"]  # flatter in attention too
+    for peer in ("softmax", "sparsemax"):
+        diff = float(out.split(f"and {peer}'s weights: ")[1].split()[0])
+        assert diff > 0.05  # a visibly different map
 
 
 def test_training_learns_and_sparse_maps_are_sparse(tmp_path):

@@ -2,7 +2,9 @@
 
 from __future__ import annotations
 
+import os
 import re
+import shutil
 import subprocess
 import sys
 from pathlib import Path
@@ -67,3 +69,22 @@ def test_evaluate_example_shows_what_a_user_gets(page):
     assert shown and shown.group(1) == repr(probs)
     digits = re.search(r"^mpmath\.nstr\(probs\[1\], 50\) +# '([0-9.]+)'", text, flags=re.M)
     assert digits and digits.group(1) == mpmath.nstr(probs[1], 50)
+
+
+def test_torch_index_chooses_where_set_up_takes_torch():
+    """``make ... TORCH_INDEX=URL`` (the README's way to torch's CPU wheel) installs torch from URL; without it,
+    from pip's own indexes."""
+    if shutil.which("make") is None:
+        pytest.skip("make is not installed")
+    env = {k: v for k, v in os.environ.items() if k not in ("TORCH_INDEX", "MAKEFLAGS", "MFLAGS")}
+
+    def torch_line(*args):  # the recipe line that installs torch, printed, not run (-n; -W: as if set-up were due)
+        proc = subprocess.run(["make", "-n", "-W", "pyproject.toml", "setup", *args], cwd=ROOT, env=env,
+                              capture_output=True, text=True, timeout=60)
+        assert proc.returncode == 0, proc.stderr
+        return next(line for line in proc.stdout.splitlines() if "torch==2.13.0" in line).split()
+
+    url = "https://download.pytorch.org/whl/cpu"
+    assert torch_line()[-1] == "torch==2.13.0"
+    assert torch_line(f"TORCH_INDEX={url}")[-3:] == ["torch==2.13.0", "--index-url", url]
+    assert f"make test TORCH_INDEX={url}" in (ROOT / "README.md").read_text()
