@@ -84,6 +84,7 @@ EXAMPLES = [
     ("derive_a_new_map", "Deriving a new map and using it in attention"),
     ("train_flag_retrieval", "Training a causal attention model end to end"),
     ("continuous_attention", "Continuous attention: compact densities and a layer on a toy signal"),
+    ("hf_adaptive_sparsity", "Adaptively sparse attention in a HuggingFace transformers model"),
 ]
 
 

@@ -14,10 +14,15 @@ EXAMPLES = sorted(p for p in (Path(__file__).resolve().parents[2] / "examples").
 
 #: examples that need an optional framework: script name -> the module it imports
 NEEDS = {"distributed_torch.py": "torch", "distributed_jax.py": "jax", "alpha_across_one.py": "torch",
-         "constrained_attention.py": "torch"}
+         "constrained_attention.py": "torch", "hf_adaptive_sparsity.py": "transformers"}
 
 
-@pytest.mark.parametrize("script", EXAMPLES, ids=lambda p: p.name)
+#: examples a test below runs and checks the claims of (its exit status among them): not run twice
+CLAIMED = {"birds_sometimes_walk.py", "attention_exploration.py", "simplex_geometry.py", "derive_a_new_map.py",
+           "train_flag_retrieval.py", "continuous_attention.py", "hf_adaptive_sparsity.py"}
+
+
+@pytest.mark.parametrize("script", [s for s in EXAMPLES if s.name not in CLAIMED], ids=lambda p: p.name)
 def test_example_runs(script, tmp_path):
     needed = NEEDS.get(script.name)
     if needed and importlib.util.find_spec(needed) is None:
@@ -121,3 +126,24 @@ def test_continuous_attention_claims(tmp_path):
         assert float(re.search(r"held-out mean squared error ([0-9.]+)", line).group(1)) < 0.1 * baseline, line
         support = int(re.search(r"positions in the support: (\d+) of 64", line).group(1))
         assert support == 64 if name == "softmax" else support < 32, line
+
+
+def test_hf_adaptive_sparsity_claims(tmp_path):
+    """The copy task is learned with softmax, survives the switch to learned alpha-entmax, and the alphas learned
+    per head stay in (0, 3) with exact zeros where alpha > 1 and none where alpha <= 1."""
+    if importlib.util.find_spec("transformers") is None:
+        pytest.skip("needs transformers")
+    out = _run("hf_adaptive_sparsity.py", tmp_path)
+    lines = out.splitlines()
+    accuracies = [float(ln.rsplit("copy accuracy ", 1)[1].rstrip("%")) for ln in lines if "copy accuracy" in ln]
+    assert len(accuracies) == 3 and accuracies[0] > 95 and accuracies[2] > 95
+    assert "attention implementation: regattn_entmax_alpha1.5" in out
+    heads = [h for ln in lines if "per head:" in ln for h in ln.split("per head: ")[1].split(", ")]
+    assert len(heads) == 8
+    moved = 0
+    for h in heads:
+        alpha, zeros = float(h.split()[0]), float(h.split("(")[1].split("%")[0])
+        assert 0 < alpha < 3
+        assert (zeros > 0) == (alpha > 1), h
+        moved += abs(alpha - 1.5) > 0.05
+    assert moved >= 2  # the alphas are learned: heads move away from the start

@@ -45,6 +45,7 @@ def test_frameworks_page_runs(tmp_path):
     """docs/frameworks.md's snippets (PyTorch, then JAX) run as written where both frameworks are installed."""
     pytest.importorskip("torch")
     pytest.importorskip("jax")
+    pytest.importorskip("transformers")
     # the page uses `shannon_gini`, generated with the CLI as docs/getting_started.md tells the reader
     proc = subprocess.run([sys.executable, "-m", "derive.cli", "generate", "--expr", "p*log(p) + p**2/2", "--name",
                            "shannon_gini", "--out", str(tmp_path)], capture_output=True, text=True, timeout=300)
