@@ -70,6 +70,7 @@ __all__ = ["register", "sparsify", "learned", "from_pretrained", "attention_forw
 
 #: the prefix of the parameters :func:`sparsify` adds to an attention module (``regattn_alpha_logit``)
 PREFIX = "regattn_"
+_UNSET = object()
 #: keyword arguments of transformers' attention functions that change the scores in ways no map path takes
 _UNSUPPORTED = ("softcap", "s_aux", "sinks")
 
@@ -324,7 +325,17 @@ def from_pretrained(model_class, path, **kwargs):
     and loads the learned logits from the folder's safetensors files.  A model
     without ``config.regattn`` is returned as transformers loads it.
     """
-    model = model_class.from_pretrained(path, **kwargs)
+    # the learned logits are not the class's parameters: transformers is told to expect them (no load report)
+    before = model_class.__dict__.get("_keys_to_ignore_on_load_unexpected", _UNSET)
+    model_class._keys_to_ignore_on_load_unexpected = [*(getattr(model_class, "_keys_to_ignore_on_load_unexpected", None)
+                                                        or ()), rf"\.{PREFIX}\w+_logit$"]
+    try:
+        model = model_class.from_pretrained(path, **kwargs)
+    finally:
+        if before is _UNSET:
+            del model_class._keys_to_ignore_on_load_unexpected
+        else:
+            model_class._keys_to_ignore_on_load_unexpected = before
     spec = getattr(model.config, "regattn", None)
     if not spec:
         return model

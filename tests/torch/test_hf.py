@@ -317,6 +317,7 @@ def test_a_sparsified_model_saves_and_loads(tmp_path):
     # save_pretrained / from_pretrained
     model.save_pretrained(tmp_path)
     loaded = hf.from_pretrained(transformers.LlamaForCausalLM, tmp_path)
+    assert "_keys_to_ignore_on_load_unexpected" not in transformers.LlamaForCausalLM.__dict__  # (put back)
     assert loaded.config.regattn["mapping"] == "entmax" and loaded.config.regattn["learn"] == ["alpha"]
     for name, p in _alphas(model).items():
         assert torch.equal(dict(loaded.named_parameters())[name], p)
