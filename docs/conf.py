@@ -4,7 +4,9 @@ Build: sphinx-build -W -b html docs docs/_build/html   (``make docs``)
 
 At build time this file writes ``docs/_generated/``: one page of derivations
 printed by regattn itself, and one page per example with the text it printed
-and the pictures it drew (the examples run here, in a temporary folder).
+and the pictures it drew (the examples run here, in a temporary folder, unless
+the environment variable ``REGATTN_EXAMPLE_RUNS`` names a folder where the tests
+of the same run kept each example's output: ``.ci/run`` runs them once).
 ``sphinx-build -t no_generated ...`` leaves ``docs/_generated/`` as it is: a quick
 build of the hand-written pages (a full build spends most of its time running
 the examples).
@@ -16,6 +18,7 @@ stylesheet or picture a page would fetch from the network or that is missing
 from the build.
 """
 
+import os
 import re
 import shutil
 import subprocess
@@ -107,10 +110,17 @@ def _examples():
         work = folder / name
         shutil.rmtree(work, ignore_errors=True)
         work.mkdir()
-        proc = subprocess.run([sys.executable, str(script)], cwd=work, capture_output=True, text=True, timeout=600, check=True)
+        kept = Path(os.environ.get("REGATTN_EXAMPLE_RUNS") or work) / name / "stdout.txt"
+        if os.environ.get("REGATTN_EXAMPLE_RUNS") and kept.exists():  # run by the tests of this run (.ci/run)
+            for png in kept.parent.glob("*.png"):
+                shutil.copy(png, work)
+            stdout = kept.read_text()
+        else:
+            stdout = subprocess.run([sys.executable, str(script)], cwd=work, capture_output=True, text=True,
+                                    timeout=600, check=True).stdout
         doc = (script.read_text().split('"""')[1]).strip()
         page = [f"# {title}", "", f"`examples/{name}.py`", "", "```text", doc, "```", "", "## Output", "", "```text",
-                proc.stdout.strip(), "```", ""]
+                stdout.strip(), "```", ""]
         pictures = sorted(work.glob("*.png"))
         if pictures:
             page += ["Click a picture to open it at full size.", ""]

@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import importlib.util
+import os
+import shutil
 import subprocess
 import sys
 from pathlib import Path
@@ -10,6 +12,24 @@ from pathlib import Path
 import pytest
 
 EXAMPLES = sorted(p for p in (Path(__file__).resolve().parents[2] / "examples").glob("*.py") if not p.name.startswith("_"))
+
+
+#: where a run keeps what each example printed and drew for the docs build of the same run to show instead of
+#: running the examples again (``.ci/run`` sets it for ``make test`` and ``make docs``; docs/conf.py reads it)
+KEEP = os.environ.get("REGATTN_EXAMPLE_RUNS")
+
+
+def run_example(script: Path, cwd: Path) -> subprocess.CompletedProcess:
+    """Run an example in ``cwd``; where :data:`KEEP` is set and it succeeded, keep its output and pictures there."""
+    proc = subprocess.run([sys.executable, str(script)], cwd=cwd, capture_output=True, text=True, timeout=300)
+    if KEEP and proc.returncode == 0:
+        kept = Path(KEEP) / script.stem
+        shutil.rmtree(kept, ignore_errors=True)
+        kept.mkdir(parents=True)
+        for png in cwd.glob("*.png"):
+            shutil.copy(png, kept)
+        (kept / "stdout.txt").write_text(proc.stdout)  # (last: its presence says the folder is complete)
+    return proc
 
 
 #: examples that need an optional framework: script name -> the module it imports
@@ -27,21 +47,23 @@ def test_example_runs(script, tmp_path):
     needed = NEEDS.get(script.name)
     if needed and importlib.util.find_spec(needed) is None:
         pytest.skip(f"{script.name} needs {needed}, which is not installed")
-    proc = subprocess.run([sys.executable, str(script)], cwd=tmp_path, capture_output=True, text=True, timeout=300)
+    proc = run_example(script, tmp_path)
     assert proc.returncode == 0, proc.stderr
     assert proc.stdout.strip()
 
 
 def test_derive_a_map_prints_reference_values(tmp_path):
     script = next(s for s in EXAMPLES if s.name == "derive_a_map.py")
-    out = subprocess.run([sys.executable, str(script)], cwd=tmp_path, capture_output=True, text=True, timeout=300).stdout
+    proc = run_example(script, tmp_path)
+    assert proc.returncode == 0, proc.stderr
+    out = proc.stdout
     assert "LambertW" in out
     assert "softmax : ['0.048611', '0.359188', '0.592201']" in out
 
 
 def test_birds_sometimes_walk_prints_the_seed_numbers(tmp_path):
     script = next(s for s in EXAMPLES if s.name == "birds_sometimes_walk.py")
-    proc = subprocess.run([sys.executable, str(script)], cwd=tmp_path, capture_output=True, text=True, timeout=300)
+    proc = run_example(script, tmp_path)
     assert proc.returncode == 0, proc.stderr
     out = proc.stdout
     assert "v_walk . v_birds            = -0.090" in out
@@ -54,7 +76,7 @@ def test_birds_sometimes_walk_prints_the_seed_numbers(tmp_path):
 
 def _run(name, tmp_path):
     script = next(s for s in EXAMPLES if s.name == name)
-    proc = subprocess.run([sys.executable, str(script)], cwd=tmp_path, capture_output=True, text=True, timeout=300)
+    proc = run_example(script, tmp_path)
     assert proc.returncode == 0, proc.stderr
     assert (tmp_path / name.replace(".py", ".png")).stat().st_size > 10_000
     return proc.stdout
