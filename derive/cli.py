@@ -3,7 +3,7 @@
     regattn derive REG [--alpha 3/2] | --expr "EXPR" [--param NAME[:LOWER:UPPER]]... [--latex]
     regattn generate [--check] [--out DIR] [--force]   built-ins -> numeric/_generated/ (or DIR)
     regattn generate --expr "EXPR" --name NAME --out DIR [--param ...] [--force]
-    regattn verify REG [--alpha 3/2] | --expr "EXPR" [--param ...] [--samples N]
+    regattn verify REG [--alpha 3/2] | --expr "EXPR" [--param ...] [--samples N] [--hypothesis N]
     regattn --version
 
 ``REG`` is a regularizer (shannon, gini, tsallis) or the name of its map
@@ -13,7 +13,11 @@ checks the high-precision reference on random score vectors against the KKT
 conditions, the generated functions against SymPy, and the map
 ``numeric.get_map`` builds, printing one line per check and a verdict naming
 what failed and what did not run (a framework or NVRTC not installed); it is
-the main job of the README.  Bad input, and any other
+the main job of the README.  ``--hypothesis N`` then property-tests the
+generated map with N hypothesis examples (:func:`derive.testing.check_map`:
+values, simplex, KKT, JVP, Fenchel-Young loss and its gradient on NumPy, torch
+and JAX, float64 and float32), one line per backend and check, and prints the
+falsifying example of a failure.  Bad input, and any other
 error (a full disk, an unwritable folder), prints one line
 ``regattn: error: ...`` and exits with status 2; ``--debug`` (or
 ``REGATTN_DEBUG=1``) shows the traceback instead.
@@ -192,11 +196,59 @@ def _verdict(failures, unchecked=()) -> str:
     return verdict(failures, unchecked)
 
 
+def _free_name(name: str) -> str:
+    """``name``, or ``name_map``, ``name_map2``, ...: the first that shadows no module and is not imported (the
+    module ``--hypothesis`` generates and imports)."""
+    from .codegen.files import check_module_name
+
+    for candidate in (name, *(f"{name}_map{i or ''}" for i in range(100))):
+        try:
+            check_module_name(candidate)
+        except DerivationError:
+            continue
+        if candidate not in sys.modules:
+            return candidate
+    raise DerivationError(f"no free module name for the map {name!r} to check")  # pragma: no cover
+
+
+def _hypothesis_steps(reg: Regularizer, name: str, examples: int, seed: int, unchecked=()) -> list:
+    """``--hypothesis``: :func:`derive.testing.check_map` on the module generated from ``reg`` (into a temporary
+    folder, imported while it runs) as steps of the verification: one per backend and check, one per backend not
+    installed (a verdict's ``not checked``, unless ``unchecked`` names it already), or one for the failure with the
+    falsifying example as its log."""
+    from .codegen.pipeline import Failure, Step
+
+    try:
+        from .testing import MapCheckError, check_map, generated_map
+    except ImportError as exc:  # (hypothesis is an optional dependency)
+        raise DerivationError(str(exc)) from None
+    with generated_map(reg, _free_name(name)) as module:
+        try:
+            result = check_map(module, max_examples=examples, seed=seed)
+        except MapCheckError as exc:
+            scope = "all" if exc.backend == "numpy" else exc.backend if exc.dtype == "float64" else f"{exc.backend} float"
+            part = {"JVP": "JVP", "loss": "loss", "gradient": "loss"}.get(exc.check, "map")
+            example = str(exc).partition("\n")[2]
+            what = f"{exc.check} ({exc.dtype}, {exc.backend}) fails a property check at the example printed"
+            return [Step("hypothesis", f"{exc.backend} {exc.check} FAILED ({exc.dtype}): {exc.detail}; "
+                                       "falsifying example (shrunk):", (Failure(what, scope, (part,)),), example)]
+    steps = [Step("hypothesis", f"{line.line()} (ok)") for line in result.lines]
+    for backend, why in result.skipped:
+        steps.append(Step("hypothesis", f"{backend} not checked: {why} (pip install 'regattn[{backend}]')",
+                          unchecked=None if (backend, why) in unchecked else (backend, why)))
+    return steps
+
+
 def _cmd_verify(args: argparse.Namespace) -> int:
-    """``regattn verify``: the library's verify pipeline, printing each step as it completes."""
+    """``regattn verify``: the library's verify pipeline, printing each step as it completes, then (``--hypothesis
+    N``) the property checks of the generated map."""
     from .codegen import pipeline
 
     reg = regularizer_from_args(args)
+    if args.hypothesis is not None and args.continuous:
+        raise DerivationError("--hypothesis applies to discrete maps, not to --continuous")
+    if args.hypothesis is not None and args.hypothesis < 1:
+        raise DerivationError(f"--hypothesis takes a number of examples >= 1, got {args.hypothesis}")
     show = lambda step: print(step.line(), flush=True)  # noqa: E731
     start = time.perf_counter()
     if args.continuous:
@@ -219,12 +271,24 @@ def _cmd_verify(args: argparse.Namespace) -> int:
             print(f"{'verdict':<12} {result.verdict()}")
             ok = ok and result.ok
             start = time.perf_counter()
+        if args.hypothesis is not None:  # the family as one map, its parameter drawn across the cases
+            print(f"family {fam.parameter.symbol} in ({fam.parameter.lower}, {fam.parameter.upper})", flush=True)
+            result = pipeline.Verification()
+            for step in _hypothesis_steps(reg, base, args.hypothesis, args.seed):
+                show(step)
+                result.steps.append(step)
+            print(f"{'verdict':<12} {result.verdict()}")
+            ok = ok and result.ok
         return 0 if ok else 1
     else:
         dv = derive_map(reg)
         name = args.name or ("custom" if args.expr else dv.name.split("(")[0])
         result = pipeline.verify_map(dv, name, samples=args.samples, points=args.points, seed=args.seed,
                                      on_step=show, took=time.perf_counter() - start)
+        if args.hypothesis is not None:
+            for step in _hypothesis_steps(reg, name, args.hypothesis, args.seed, result.unchecked):
+                show(step)
+                result.steps.append(step)
     print(f"{'verdict':<12} {result.verdict()}")
     return 0 if result.ok else 1
 
@@ -290,6 +354,9 @@ def main(argv: Sequence[str] | None = None) -> int:
     p_verify.add_argument("--seed", type=int, default=0, help="random seed (default 0)")
     p_verify.add_argument("--points", type=int, default=40, help="points per generated function (default 40)")
     p_verify.add_argument("--continuous", action="store_true", help="verify the continuous map (densities on the real line)")
+    p_verify.add_argument("--hypothesis", type=int, metavar="N", default=None,
+                          help="then property-test the generated map with N hypothesis examples (derive.testing.check_map: "
+                               "values, simplex, KKT, JVP, loss on numpy, torch, jax; needs hypothesis)")
     p_verify.set_defaults(func=_cmd_verify)
     args = parser.parse_args(_join_dash_values(list(sys.argv[1:] if argv is None else argv)))
     if args.debug or os.environ.get("REGATTN_DEBUG", "") not in ("", "0"):
