@@ -39,7 +39,7 @@ test: setup
 	$(BIN)/regattn generate --check
 	$(BIN)/ruff check derive numeric tests benchmarks examples
 	XLA_FLAGS="$(strip $(XLA_FLAGS) $(XLA_TEST_FLAGS_$(PROFILE)))" \
-		$(BIN)/python -m pytest --hypothesis-profile=$(PROFILE) -q -rs -n $(JOBS) --dist worksteal
+		$(BIN)/python -m pytest --hypothesis-profile=$(PROFILE) -q -rs -n $(JOBS) --dist worksteal --durations=30
 
 docs: setup
 	$(BIN)/python -m pip install --quiet -e '.[test,docs]'
