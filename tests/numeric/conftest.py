@@ -70,20 +70,11 @@ def derivation(name: str):
 @contextmanager
 def importable_map(folder, text: str, name: str, parameters=()):
     """The module ``regattn generate --expr text --name name`` writes (with ``parameters`` declared), written into
-    ``folder`` and imported; importable by its name while the context lasts."""
-    import importlib
+    ``folder`` and imported; importable by its name while the context lasts (:func:`derive.testing.generated_map`)."""
+    from derive.testing import generated_map
 
-    from derive.codegen.files import write_user_module
-
-    write_user_module(Regularizer.from_string(text, name=name, parameters=parameters), name, folder)
-    sys.path.insert(0, str(folder))
-    importlib.invalidate_caches()
-    try:
-        yield importlib.import_module(name)
-    finally:
-        sys.path.remove(str(folder))
-        for module in [m for m in sys.modules if m == name or m.startswith(f"{name}_case")]:
-            sys.modules.pop(module, None)
+    with generated_map(Regularizer.from_string(text, name=name, parameters=parameters), name, folder) as module:
+        yield module
 
 
 @contextmanager
