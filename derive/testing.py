@@ -160,8 +160,10 @@ def rows(draw, dtype="float64", *, min_size: int = 1, max_size: int = 16, masked
     Values are exact in ``dtype``: the reference sees the very numbers the map does.
 
     >>> import numpy as np
-    >>> from hypothesis import find
-    >>> x = find(rows("float32"), lambda x: np.isneginf(x).any() and len(set(x[np.isfinite(x)])) < np.isfinite(x).sum())
+    >>> from hypothesis import Phase, find, settings
+    >>> first = settings(phases=[Phase.generate], database=None)  # the first row found, not shrunk (slow)
+    >>> x = find(rows("float32"), lambda x: np.isneginf(x).any() and len(set(x[np.isfinite(x)])) < np.isfinite(x).sum(),
+    ...          settings=first)
     >>> x.dtype, bool(np.isfinite(x).any())
     (dtype('float32'), True)
     """
@@ -206,10 +208,11 @@ def parameters(mapping, *, margin: float = 0.01, span: float = 4.0):
     are left out, those of a family's point cases (alpha-entmax's softmax at ``alpha = 1``) are drawn too.
     ``mapping`` is a name, a generated module or a map; a map with no parameters gives ``{}``.
 
-    >>> from hypothesis import find
-    >>> find(parameters("entmax"), lambda v: v["alpha"] > 1)["alpha"] > 1
+    >>> from hypothesis import Phase, find, settings
+    >>> first = settings(phases=[Phase.generate], database=None)  # the first value found, not shrunk (slow)
+    >>> find(parameters("entmax"), lambda v: v["alpha"] > 1, settings=first)["alpha"] > 1
     True
-    >>> find(parameters("softmax"), lambda v: True)
+    >>> find(parameters("softmax"), lambda v: True, settings=first)
     {}
     """
     module = _module(mapping)
