@@ -658,8 +658,8 @@ def check_map(mapping, backends: Sequence[str] = BACKENDS, *, max_examples: int 
         module, or a map of :func:`numeric.get_map` (the NumPy checks run that very object, a subclass too; torch
         and JAX run its module with its parameters), or of ``numeric.torch``/``numeric.jax``.
     backends:
-        Any of ``"numpy"``, ``"torch"``, ``"jax"``; one not installed is skipped and named in
-        :attr:`CheckResult.skipped`.
+        Any of ``"numpy"``, ``"torch"``, ``"jax"``; one not installed is skipped and named (in the
+        result's :attr:`CheckResult.skipped`).
     max_examples:
         Examples hypothesis draws (each runs every backend).
     params:
@@ -672,9 +672,14 @@ def check_map(mapping, backends: Sequence[str] = BACKENDS, *, max_examples: int 
     seed:
         hypothesis's seed (``None``: a random one): a run is repeatable.
 
-    Returns a :class:`CheckResult`; raises :class:`MapCheckError` at the first property that does not hold, with
-    the example hypothesis shrank it to, and :class:`ValueError` for arguments it cannot take.
+    Returns
+    -------
+    CheckResult
+        What ran.  Raises :class:`MapCheckError` at the first property that does not hold, with the example
+        hypothesis shrank it to, and :class:`ValueError` for arguments it cannot take.
 
+    Examples
+    --------
     >>> result = check_map("entmax", backends=("numpy",), params={"alpha": 1.5}, max_examples=3)
     >>> result.name, result.params, [line.check for line in result.lines]
     ('entmax', {'alpha': 1.5}, ['values', 'simplex', 'KKT', 'JVP', 'loss', 'gradient'])

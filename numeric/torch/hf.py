@@ -127,8 +127,9 @@ def register(mapping, name: str | None = None, *, backend: str = "auto", **param
 
     Returns
     -------
-    The name to pass as ``attn_implementation=`` to ``from_pretrained`` or
-    ``from_config``, or to ``model.set_attn_implementation``.
+    str
+        The name to pass as ``attn_implementation=`` to ``from_pretrained`` or
+        ``from_config``, or to ``model.set_attn_implementation``.
     """
     _check_params(params)
     fused.check_backend(backend)
