@@ -358,3 +358,23 @@ def test_register_names_and_errors():
         hf.attention_forward(module, q, q, q, None, mapping="softmax", softcap=30.0)
     with pytest.raises(ValueError, match="multiple"):
         hf.attention_forward(module, torch.randn(1, 3, 3, 4), q, q, None, mapping="softmax")
+
+
+@pytest.mark.parametrize("mapping", ["gini_log1p", "cube"])
+def test_a_typed_map_in_a_model(mapping):
+    """A user's map with no closed-form link (p**2/2 + p log(1 + p): Newton; p**3: sparse) in a Llama: a padded row
+    equals it unpadded, cached generation equals uncached, and the map is in use (its output is not softmax's)."""
+    model = hf.sparsify(_model("llama"), mapping)
+    ids, mask = _batch("llama")
+    with torch.no_grad():
+        padded = _run(model, "llama", ids, mask)
+        keep = mask[2].bool()
+        alone = _run(model, "llama", ids[2:3, keep], mask[2:3, keep])
+        assert (padded[2, keep] - alone[0]).abs().max() <= 2e-6 * alone.abs().max()
+        softmax = _run(hf.sparsify(_model("llama"), "softmax"), "llama", ids, mask)
+        assert (padded - softmax)[mask.bool()].abs().max() > 1e-3
+    runs = [model.generate(ids, attention_mask=mask, max_new_tokens=4, do_sample=False, use_cache=cache,
+                           output_scores=True, return_dict_in_generate=True, pad_token_id=0) for cache in (True, False)]
+    assert torch.equal(runs[0].sequences, runs[1].sequences)
+    for a, b in zip(runs[0].scores, runs[1].scores):
+        assert (a - b).abs().max() <= 2e-5 * b.abs().max()
