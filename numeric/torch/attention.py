@@ -213,17 +213,20 @@ def block_scores(qs, key, mask, start: int, causal: bool):
 class MapSpec:
     """What a call's blocks share: the map, its tensor parameters' names, and the options."""
 
-    def __init__(self, fn, is_map, names, causal, guard, dropout_p, block, L, S, upper=None):
+    def __init__(self, fn, is_map, names, causal, guard, dropout_p, block, L, S, upper=None, offset=0):
         self.fn, self.is_map, self.names = fn, is_map, names
         # the bounds on the weights: None, a number, or "tensor" (then the last of the parameter tensors)
         self.upper = upper
         self.causal, self.guard, self.dropout_p = causal, guard, dropout_p
         self.block, self.L, self.S = block, L, S
+        # causal: query row i sees the keys j <= i + offset (0: SDPA's top-left alignment)
+        self.offset = offset
 
     def blocks(self):
+        """``(start, stop, keys)``: each block's query rows and the keys it sees (a prefix when causal)."""
         for start in range(0, self.L, self.block):
             stop = min(self.L, start + self.block)
-            yield start, stop, (min(self.S, stop) if self.causal else self.S)
+            yield start, stop, (min(self.S, stop + self.offset) if self.causal else self.S)
 
     def weights(self, a, params, start: int, stop: int, tau=None, keep_tau=False):
         """The (dropped-out) weights of the scores ``a`` of rows ``start:stop``; ``params`` full-size tensors.
@@ -262,30 +265,84 @@ def _set_rng_state(state, device):
         torch.set_rng_state(state)
 
 
+def blocked_forward(qs, key, value, mask, spec, params):
+    """``(out, taus)``: the output of every query block, and the map's thresholds ``(batch, L, 1)`` (``None`` where
+    the map keeps none), with which :func:`blocked_backward` finds the weights again without a solve."""
+    batch = tuple(torch.broadcast_shapes(qs.shape[:-2], key.shape[:-2], value.shape[:-2]))
+    out = qs.new_empty(batch + (spec.L, value.shape[-1]))
+    taus = None
+    for start, stop, keys in spec.blocks():
+        a = block_scores(qs[..., start:stop, :], key[..., :keys, :], _mask_block(mask, start, stop, keys),
+                         start + spec.offset, spec.causal)
+        p, tau = spec.weights(a, params, start, stop, keep_tau=True)
+        if tau is not None:
+            if taus is None:
+                taus = tau.new_empty(tau.shape[:-2] + (spec.L, 1))
+            taus[..., start:stop, :] = tau
+        del a
+        out[..., start:stop, :] = matmul(p, value[..., :keys, :])
+    return out, taus
+
+
+def blocked_backward(dout, qs, key, value, mask, taus, params, spec, needs, rng=None):
+    """The gradients ``(dq, dk, dv, dmask, *dparams)`` of :func:`blocked_forward`'s output for the cotangent ``dout``,
+    block by block (each block's scores and weights recomputed); ``needs``: which of ``qs``, ``key``, ``value``,
+    ``mask`` and then ``params`` want one (the others are ``None``); ``rng``: the random state the forward pass's
+    dropout started from."""
+    need_q, need_k, need_v, need_m = needs[:4]
+    need_p = needs[4:]
+    batch = tuple(dout.shape[:-2])
+    dq = torch.zeros(batch + tuple(qs.shape[-2:]), dtype=qs.dtype, device=qs.device) if need_q else None
+    dk = torch.zeros(_grad_shape(batch, key), dtype=qs.dtype, device=qs.device) if need_k else None
+    dv = torch.zeros(_grad_shape(batch, value), dtype=qs.dtype, device=qs.device) if need_v else None
+    dm = torch.zeros_like(mask) if need_m else None
+    leaves = [t.detach().requires_grad_(need) for t, need in zip(params, need_p)]
+    dparams = [torch.zeros_like(t) if need else None for t, need in zip(params, need_p)]
+    wanted = [t for t, need in zip(leaves, need_p) if need]
+    with torch.random.fork_rng(devices=[qs.device] if qs.device.type == "cuda" else [],
+                               enabled=rng is not None, device_type=qs.device.type):
+        if rng is not None:
+            _set_rng_state(rng, qs.device)
+        for start, stop, keys in spec.blocks():
+            q_b, k_b, v_b = qs[..., start:stop, :], key[..., :keys, :], value[..., :keys, :]
+            g = dout[..., start:stop, :]
+            a = block_scores(q_b, k_b, _mask_block(mask, start, stop, keys), start + spec.offset, spec.causal)
+            with torch.enable_grad():
+                a.requires_grad_()
+                w = spec.weights(a, leaves, start, stop, tau=None if taus is None else taus[..., start:stop, :])
+            if need_v:
+                dv[..., :keys, :] += matmul_t(w.detach(), g, dv.shape[-3] if dv.dim() >= 3 else 0)
+            if not (need_q or need_k or need_m or wanted):
+                continue
+            dw = matmul(g, v_b.transpose(-2, -1))
+            da, *grads = torch.autograd.grad(w, [a, *wanted], dw)
+            del w, dw
+            for d, grad in zip([d for d in dparams if d is not None], grads):
+                d += grad
+            if need_q:
+                dq[..., start:stop, :] = matmul(da, k_b)
+            if need_k:
+                dk[..., :keys, :] += matmul_t(da, q_b, dk.shape[-3] if dk.dim() >= 3 else 0)
+            if need_m:
+                view = _mask_block(dm, start, stop, keys)
+                view += da.sum_to_size(view.shape)
+    return (None if dq is None else dq.sum_to_size(qs.shape), None if dk is None else dk.sum_to_size(key.shape),
+            None if dv is None else dv.sum_to_size(value.shape), dm, *dparams)
+
+
 class _BlockedAttention(torch.autograd.Function):
     """Attention over query blocks; the backward pass recomputes each block's weights (flash-attention style).
 
     Inputs: ``qs = scale * query``, ``key``, ``value``, ``mask`` (or None), the
-    spec, and the map's tensor parameters.  Only these inputs are saved; the
-    output and the gradients are written block by block into tensors allocated
-    once.
+    spec, and the map's tensor parameters.  Only these inputs (and the map's
+    thresholds, one per query) are saved; the output and the gradients are
+    written block by block into tensors allocated once.
     """
 
     @staticmethod
     def forward(ctx, qs, key, value, mask, spec, *params):
-        batch = tuple(torch.broadcast_shapes(qs.shape[:-2], key.shape[:-2], value.shape[:-2]))
-        out = qs.new_empty(batch + (spec.L, value.shape[-1]))
         ctx.rng = _rng_state(qs.device) if spec.dropout_p > 0 else None
-        taus = None  # the map's thresholds, (batch, L, 1): the backward pass's weights without a solve
-        for start, stop, keys in spec.blocks():
-            a = block_scores(qs[..., start:stop, :], key[..., :keys, :], _mask_block(mask, start, stop, keys), start, spec.causal)
-            p, tau = spec.weights(a, params, start, stop, keep_tau=True)
-            if tau is not None:
-                if taus is None:
-                    taus = tau.new_empty(tau.shape[:-2] + (spec.L, 1))
-                taus[..., start:stop, :] = tau
-            del a
-            out[..., start:stop, :] = matmul(p, value[..., :keys, :])
+        out, taus = blocked_forward(qs, key, value, mask, spec, params)
         ctx.spec = spec
         ctx.save_for_backward(qs, key, value, mask, taus, *params)
         return out
@@ -294,46 +351,9 @@ class _BlockedAttention(torch.autograd.Function):
     @once_differentiable
     def backward(ctx, dout):
         qs, key, value, mask, taus, *params = ctx.saved_tensors
-        spec = ctx.spec
-        need_q, need_k, need_v, need_m = ctx.needs_input_grad[:4]
-        need_p = ctx.needs_input_grad[5:]
-        batch = tuple(dout.shape[:-2])
-        dq = torch.zeros(batch + tuple(qs.shape[-2:]), dtype=qs.dtype, device=qs.device) if need_q else None
-        dk = torch.zeros(_grad_shape(batch, key), dtype=qs.dtype, device=qs.device) if need_k else None
-        dv = torch.zeros(_grad_shape(batch, value), dtype=qs.dtype, device=qs.device) if need_v else None
-        dm = torch.zeros_like(mask) if need_m else None
-        leaves = [t.detach().requires_grad_(need) for t, need in zip(params, need_p)]
-        dparams = [torch.zeros_like(t) if need else None for t, need in zip(params, need_p)]
-        wanted = [t for t, need in zip(leaves, need_p) if need]
-        with torch.random.fork_rng(devices=[qs.device] if qs.device.type == "cuda" else [],
-                                   enabled=ctx.rng is not None, device_type=qs.device.type):
-            if ctx.rng is not None:
-                _set_rng_state(ctx.rng, qs.device)
-            for start, stop, keys in spec.blocks():
-                q_b, k_b, v_b = qs[..., start:stop, :], key[..., :keys, :], value[..., :keys, :]
-                g = dout[..., start:stop, :]
-                a = block_scores(q_b, k_b, _mask_block(mask, start, stop, keys), start, spec.causal)
-                with torch.enable_grad():
-                    a.requires_grad_()
-                    w = spec.weights(a, leaves, start, stop, tau=None if taus is None else taus[..., start:stop, :])
-                if need_v:
-                    dv[..., :keys, :] += matmul_t(w.detach(), g, dv.shape[-3] if dv.dim() >= 3 else 0)
-                if not (need_q or need_k or need_m or wanted):
-                    continue
-                dw = matmul(g, v_b.transpose(-2, -1))
-                da, *grads = torch.autograd.grad(w, [a, *wanted], dw)
-                del w, dw
-                for d, grad in zip([d for d in dparams if d is not None], grads):
-                    d += grad
-                if need_q:
-                    dq[..., start:stop, :] = matmul(da, k_b)
-                if need_k:
-                    dk[..., :keys, :] += matmul_t(da, q_b, dk.shape[-3] if dk.dim() >= 3 else 0)
-                if need_m:
-                    view = _mask_block(dm, start, stop, keys)
-                    view += da.sum_to_size(view.shape)
-        return (None if dq is None else dq.sum_to_size(qs.shape), None if dk is None else dk.sum_to_size(key.shape),
-                None if dv is None else dv.sum_to_size(value.shape), dm, None, *dparams)
+        needs = ctx.needs_input_grad[:4] + ctx.needs_input_grad[5:]
+        dq, dk, dv, dm, *dparams = blocked_backward(dout, qs, key, value, mask, taus, params, ctx.spec, needs, ctx.rng)
+        return dq, dk, dv, dm, None, *dparams
 
 
 def _block(qs, key, value, mask, start: int, spec, params, stop: int):
@@ -466,7 +486,7 @@ def attention(query, key, value, attn_mask=None, is_causal=False, scale=None, ma
     own = torch.is_grad_enabled() and not is_map and _closure_grads(spec, qs, key, attn_mask)
     if not (own or torch.is_grad_enabled() and any(t is not None and t.requires_grad for t in (qs, key, value, attn_mask, *params))):
         with torch.no_grad():
-            return _BlockedAttention.forward(_NoContext(), qs, key, value, attn_mask, spec, *params)
+            return blocked_forward(qs, key, value, attn_mask, spec, params)[0]
     if own:
         # the callable's own tensors need gradients that only autograd can route: checkpoint each block
         outs = [checkpoint(_block, qs[..., start:stop, :], key[..., :keys, :], value[..., :keys, :],
@@ -474,10 +494,3 @@ def attention(query, key, value, attn_mask=None, is_causal=False, scale=None, ma
                            preserve_rng_state=dropout_p > 0) for start, stop, keys in spec.blocks()]
         return torch.cat(outs, dim=-2)
     return _BlockedAttention.apply(qs, key, value, attn_mask, spec, *params)
-
-
-class _NoContext:
-    """A stand-in for the autograd context when the blocked forward runs without gradients."""
-
-    def save_for_backward(self, *tensors):
-        pass

@@ -1,0 +1,327 @@
+"""Context-parallel attention: one long sequence spread over the ranks of a ``torch.distributed`` process group.
+
+Each rank holds a shard of the sequence (queries, keys and values of some of its
+positions, along dim -2) and gets the output of its own queries:
+
+.. math::
+
+    o_i = \\sum_j p_{ij} v_j, \\qquad p_{i\\cdot} = \\mathrm{map}(\\text{scale}\\; q_i K^\\top),
+
+where ``K`` and ``V`` are the keys and values of the *whole* sequence and, with
+``is_causal``, query ``i`` sees the keys at global positions ``j <= i``.
+
+**Why the keys are gathered.**  Softmax's context parallelism (ring attention,
+torch's ``context_parallel``) passes key blocks around a ring and merges the
+partial outputs by their log-sum-exp.  A sparse map has no such merge: its
+threshold ``tau_i`` solves ``sum_j g(s_ij - tau_i) = 1`` over every key of the
+row, so each step of the solver would need a full pass of the ring (one pass
+per Newton or bisection step).  Here each rank all-gathers the keys and values
+once and runs the blocked attention of :mod:`numeric.torch.attention` for its
+own queries against all of them (the pattern Llama 3 trained its long contexts
+with): the map, its solver and its backward are exactly those of one process.
+
+**Communicated per call**, with ``P`` ranks, a sequence of ``L`` positions and
+``n = L / P`` local rows (sizes per batch entry and head):
+
+* forward: one all-gather of ``K`` and ``V`` (each rank receives
+  ``(P - 1) n (E + Ev)`` numbers; the two collectives are issued together);
+* backward: the same all-gather again (the gathered keys are not kept between
+  the passes) and one reduce-scatter of ``dK`` and ``dV``, which sums every
+  rank's contribution to a key's gradient on the key's owner.
+
+Gradients of a map's tensor parameters (an ``alpha`` per head) are this rank's
+contribution, from its own queries; the data-parallel engine that replicates
+the parameters (DistributedDataParallel or FSDP over the same ranks) sums them,
+as it sums the other parameters' gradients.
+
+**Memory per rank.**  Kept for the backward pass: the local ``query``, ``key``
+and ``value`` and the map's threshold per local query, ``O(L / P)``.  During one
+call: the gathered ``K`` and ``V`` (and in the backward pass their gradients),
+``O(L (E + Ev))``, and the blocked kernel's scores, a block of rows by ``L``.
+
+**Layouts** (the caller shards the sequence; :func:`shard` does it for a
+tensor held whole):
+
+* ``"contiguous"``: rank ``r`` holds positions ``[r n, (r + 1) n)``.  Causal
+  attention then gives the last rank ``2P - 1`` times the first rank's work.
+* ``"zigzag"``: the sequence is cut into ``2P`` chunks; rank ``r`` holds chunks
+  ``r`` and ``2P - 1 - r``, in that order, which gives every rank the same
+  causal work.  ``n`` must be even.
+
+Every rank holds the same number of positions, calls with the same arguments
+(shapes, map, ``requires_grad``) and runs the backward pass, since each pass
+runs collectives.  On GPUs with NCCL the same code runs unchanged (one process
+per GPU, ``torch.distributed.init_process_group("nccl")``, tensors on the
+rank's device).
+"""
+
+from __future__ import annotations
+
+import math
+import numbers
+
+import torch
+import torch.distributed as dist
+from torch.autograd.function import once_differentiable
+
+from .attention import BLOCK_ENTRIES, MapSpec, _check_inputs, _resolve, _rows, blocked_backward, blocked_forward
+
+__all__ = ["context_parallel_attention", "shard", "unshard", "positions", "LAYOUTS"]
+
+LAYOUTS = ("contiguous", "zigzag")
+
+_gather_single = getattr(dist, "all_gather_single", None) or dist.all_gather_into_tensor
+_scatter_single = getattr(dist, "reduce_scatter_single", None) or dist.reduce_scatter_tensor
+
+
+def _check_layout(layout, local: int, name: str):
+    if layout not in LAYOUTS:
+        raise ValueError(f"layout must be one of {LAYOUTS}, got {layout!r}")
+    if layout == "zigzag" and local % 2:
+        raise ValueError(f"the zigzag layout holds two equal chunks a rank: {name}'s local length must be even, "
+                         f"got {local}")
+
+
+def _chunks(local: int, rank: int, world: int, layout: str) -> list:
+    """``(start, stop, position)``: the runs of this rank's rows, and the global position of each run's first row."""
+    if layout == "contiguous":
+        return [(0, local, rank * local)]
+    c = local // 2
+    return [(0, c, rank * c), (c, local, (2 * world - 1 - rank) * c)]
+
+
+def positions(length: int, rank: int, world_size: int, layout: str = "contiguous") -> torch.Tensor:
+    """The global positions of rank ``rank``'s ``length`` rows (an int64 tensor) in ``layout``.
+
+    >>> positions(4, 1, 2, "zigzag").tolist()   # a sequence of 8: chunks 1 and 2 of 4
+    [2, 3, 4, 5]
+    >>> positions(4, 0, 2, "zigzag").tolist()   # chunks 0 and 3
+    [0, 1, 6, 7]
+    """
+    _check_layout(layout, length, "the shard")
+    return torch.cat([torch.arange(p, p + stop - start) for start, stop, p in _chunks(length, rank, world_size, layout)])
+
+
+def shard(x: torch.Tensor, rank: int, world_size: int, layout: str = "contiguous", dim: int = -2) -> torch.Tensor:
+    """Rank ``rank``'s shard of the whole sequence ``x`` (positions along ``dim``) in ``layout`` (a view or a copy).
+
+    >>> shard(torch.arange(8), 1, 2, "zigzag", dim=0).tolist()
+    [2, 3, 4, 5]
+    """
+    L = x.shape[dim]
+    parts = world_size * (2 if layout == "zigzag" else 1)
+    if layout not in LAYOUTS:
+        raise ValueError(f"layout must be one of {LAYOUTS}, got {layout!r}")
+    if L % parts:
+        raise ValueError(f"a sequence of length {L} does not split into {parts} equal chunks ({world_size} ranks, "
+                         f"layout {layout!r})")
+    n = L // world_size
+    runs = _chunks(n, rank, world_size, layout)
+    return torch.cat([x.narrow(dim, p, stop - start) for start, stop, p in runs], dim=dim) if len(runs) > 1 \
+        else x.narrow(dim, runs[0][2], n)
+
+
+def unshard(shards, layout: str = "contiguous", dim: int = -2) -> torch.Tensor:
+    """The whole sequence from every rank's shard (a sequence ordered by rank): :func:`shard`'s inverse."""
+    shards = list(shards)
+    P = len(shards)
+    n = shards[0].shape[dim]
+    _check_layout(layout, n, "a shard")
+    pieces = {}
+    for r, s in enumerate(shards):
+        for start, stop, p in _chunks(n, r, P, layout):
+            pieces[p] = s.narrow(dim, start, stop - start)
+    return torch.cat([pieces[p] for p in sorted(pieces)], dim=dim)
+
+
+def _gathered_runs(n: int, world: int, layout: str) -> list:
+    """``(start, length)`` in the all-gathered (rank-ordered) tensor of each run of positions, in global order."""
+    runs = [(r * n + start, stop - start, p) for r in range(world) for start, stop, p in _chunks(n, r, world, layout)]
+    return [(s, m) for s, m, _ in sorted(runs, key=lambda t: t[2])]
+
+
+def _all_gather(xs, group, world: int) -> list:
+    """Each of ``xs`` gathered from every rank along dim -2 (rank order); the collectives run together."""
+    outs, works = [], []
+    for x in xs:
+        xt = x.movedim(-2, 0).contiguous()
+        out = xt.new_empty((world * xt.shape[0],) + tuple(xt.shape[1:]))
+        works.append(_gather_single(out, xt, group=group, async_op=True))
+        outs.append(out)
+    for w in works:
+        w.wait()
+    return [out.movedim(0, -2) for out in outs]
+
+
+def _reduce_scatter(xs, group, world: int) -> list:
+    """Each of ``xs`` (rank order along dim -2) summed over the ranks, this rank's part kept; together."""
+    outs, works = [], []
+    for x in xs:
+        xt = x.movedim(-2, 0).contiguous()
+        out = xt.new_empty((xt.shape[0] // world,) + tuple(xt.shape[1:]))
+        works.append(_scatter_single(out, xt, group=group, async_op=True))
+        outs.append(out)
+    for w in works:
+        w.wait()
+    return [out.movedim(0, -2) for out in outs]
+
+
+class _Plan:
+    """What the passes of one call share: the group, this rank's runs of rows, and the blocked kernel's specs."""
+
+    def __init__(self, group, rank, world, layout, causal, fn, is_map, names, guard, L, S, block):
+        self.group, self.world, self.layout, self.causal = group, world, layout, causal
+        # with is_causal the gathered keys are put in global order (a run sees a prefix of them)
+        self.order = _gathered_runs(S, world, layout) if causal and layout != "contiguous" else None
+        self.runs = []
+        for start, stop, p in _chunks(L, rank, world, layout):
+            keys = p + stop - start if causal else S * world
+            self.runs.append((start, stop, MapSpec(fn, is_map, names, causal, guard, 0.0, block, stop - start, keys,
+                                                   offset=p if causal else 0)))
+
+    def gather(self, key, value):
+        K, V = _all_gather((key, value), self.group, self.world)
+        if self.order is not None:
+            K, V = (torch.cat([x.narrow(-2, s, m) for s, m in self.order], dim=-2) for x in (K, V))
+        return K, V
+
+    def scatter(self, grads):
+        """Each of the gradients ``grads`` of the gathered keys or values summed onto the keys' owners."""
+        if self.order is not None:  # back to rank order
+            runs = sorted(range(len(self.order)), key=lambda i: self.order[i][0])
+            starts = [sum(m for _, m in self.order[:i]) for i in range(len(self.order))]
+            grads = [torch.cat([x.narrow(-2, starts[i], self.order[i][1]) for i in runs], dim=-2) for x in grads]
+        return _reduce_scatter(grads, self.group, self.world)
+
+
+def _forward(qs, K, V, plan, params):
+    outs, taus = [], []
+    for start, stop, spec in plan.runs:
+        ps = tuple(_rows(t, start, stop) for t in params)
+        out, tau = blocked_forward(qs[..., start:stop, :], K[..., :spec.S, :], V[..., :spec.S, :], None, spec, ps)
+        outs.append(out)
+        taus.append(tau)
+    out = torch.cat(outs, dim=-2) if len(outs) > 1 else outs[0]
+    tau = None if taus[0] is None else torch.cat(taus, dim=-2) if len(taus) > 1 else taus[0]
+    return out, tau
+
+
+class _ContextParallelAttention(torch.autograd.Function):
+    """The local output; saved are the local ``qs``, ``key``, ``value``, thresholds and the map's parameters."""
+
+    @staticmethod
+    def forward(ctx, qs, key, value, plan, *params):
+        K, V = plan.gather(key, value)
+        out, taus = _forward(qs, K, V, plan, params)
+        ctx.plan = plan
+        ctx.save_for_backward(qs, key, value, taus, *params)
+        return out
+
+    @staticmethod
+    @once_differentiable
+    def backward(ctx, dout):
+        qs, key, value, taus, *params = ctx.saved_tensors
+        plan = ctx.plan
+        need_q, need_k, need_v = ctx.needs_input_grad[:3]
+        need_p = ctx.needs_input_grad[4:]
+        K, V = plan.gather(key, value)
+        dq = torch.zeros_like(qs) if need_q else None
+        dK = torch.zeros(K.shape, dtype=K.dtype, device=K.device) if need_k else None
+        dV = torch.zeros(V.shape, dtype=V.dtype, device=V.device) if need_v else None
+        dparams = [torch.zeros_like(t) if need else None for t, need in zip(params, need_p)]
+        for start, stop, spec in plan.runs:
+            ps = tuple(_rows(t, start, stop) for t in params)
+            tau = None if taus is None else taus[..., start:stop, :]
+            dq_r, dk_r, dv_r, _, *dps = blocked_backward(
+                dout[..., start:stop, :], qs[..., start:stop, :], K[..., :spec.S, :], V[..., :spec.S, :], None, tau,
+                ps, spec, (need_q, need_k, need_v, False, *need_p))
+            if need_q:
+                dq[..., start:stop, :] = dq_r
+            if need_k:
+                dK[..., :spec.S, :] += dk_r
+            if need_v:
+                dV[..., :spec.S, :] += dv_r
+            for d, t, dp in zip(dparams, params, dps):
+                if d is not None:
+                    _rows(d, start, stop).add_(dp)
+        # every rank wants the same gradients (it called with the same arguments), so all join these collectives
+        owned = iter(plan.scatter([d for d in (dK, dV) if d is not None]))
+        dk, dv = (None if d is None else next(owned) for d in (dK, dV))
+        return (dq, dk, dv, None, *dparams)
+
+
+def context_parallel_attention(query, key, value, *, group=None, is_causal=False, scale=None, mapping="softmax",
+                               layout="contiguous", block=None):
+    """This rank's output of attention over a sequence sharded across the ranks of ``group`` (module docstring).
+
+    Parameters
+    ----------
+    query, key, value:
+        This rank's shards ``(..., n, E)``, ``(..., m, E)``, ``(..., m, Ev)`` (positions along dim -2, as
+        :func:`numeric.torch.attention.attention`; batch dimensions broadcast, grouped keys and values too).  Every
+        rank holds as many positions; with ``is_causal`` the queries and keys are the same positions (``n == m``).
+    group:
+        The process group (default: the whole world); ``torch.distributed`` must be initialised.
+    is_causal:
+        Query at global position ``i`` sees the keys at global positions ``j <= i``.
+    scale:
+        Score scale, ``1 / sqrt(E)`` by default.
+    mapping:
+        Map name, generated module, :class:`~numeric.torch.maps.TorchMap` (its tensor parameters, e.g. an ``alpha``
+        per head ``(H, 1, 1)``, broadcast to the local scores ``(..., n, L)`` and get gradients), or a callable
+        ``(scores, dim) -> weights`` without tensors of its own that need gradients.
+    layout:
+        ``"contiguous"`` or ``"zigzag"``: which positions each rank holds (:func:`shard`).
+    block:
+        Query rows per block of the blocked kernel (``None``: as many as keep a block within
+        :data:`~numeric.torch.attention.BLOCK_ENTRIES` scores).
+
+    Returns
+    -------
+    torch.Tensor
+        ``(..., n, Ev)``: the output of this rank's queries, in the query's dtype; differentiable once
+        (gradients reach the local query, key and value, and the map's tensor parameters).
+
+    Raises
+    ------
+    RuntimeError
+        If ``torch.distributed`` is not initialised.
+    """
+    batch = _check_inputs(query, key, value)
+    n, m, E = query.shape[-2], key.shape[-2], query.shape[-1]
+    if not isinstance(is_causal, bool):
+        raise TypeError(f"is_causal must be True or False, got {is_causal!r}")
+    if layout not in LAYOUTS:
+        raise ValueError(f"layout must be one of {LAYOUTS}, got {layout!r}")
+    if is_causal and n != m:
+        raise ValueError(f"with is_causal the local queries and keys are the same positions: query {tuple(query.shape)} "
+                         f"and key {tuple(key.shape)} differ in length")
+    _check_layout(layout, n, "query")
+    _check_layout(layout, m, "key")
+    if scale is None:
+        scale = 1.0 / math.sqrt(E) if E else 1.0
+    elif isinstance(scale, bool) or not isinstance(scale, numbers.Real):
+        raise TypeError(f"scale must be a real number or None, got {scale!r}")
+    if block is not None and (isinstance(block, bool) or not isinstance(block, numbers.Integral) or block < 1):
+        raise ValueError(f"block must be a positive integer or None, got {block!r}")
+    fn, is_map = _resolve(mapping)
+    if not is_map:
+        with torch.enable_grad():
+            if fn(torch.zeros(1, 2, dtype=query.dtype, device=query.device), dim=-1).requires_grad:
+                raise TypeError("a callable mapping whose weights depend on tensors of its own that need gradients "
+                                "cannot run context-parallel: pass its parameters through a TorchMap")
+    if not dist.is_available() or not dist.is_initialized():
+        raise RuntimeError("context_parallel_attention needs torch.distributed initialised "
+                           "(torch.distributed.init_process_group); for one process use numeric.torch.attention")
+    world, rank = dist.get_world_size(group), dist.get_rank(group)
+    names = tuple(k for k in fn.params if isinstance(fn.params[k], torch.Tensor)) if is_map else ()
+    params = tuple(fn.params[k] for k in names)
+    S = m * world
+    if block is None:
+        block = max(1, BLOCK_ENTRIES // (math.prod(batch) * S or 1))
+    plan = _Plan(group, rank, world, layout, is_causal, fn, is_map, names, not is_map, n, m, block)
+    qs = query * scale
+    if torch.is_grad_enabled() and any(t.requires_grad for t in (qs, key, value, *params)):
+        return _ContextParallelAttention.apply(qs, key, value, plan, *params)
+    with torch.no_grad():
+        return _forward(qs, *plan.gather(key, value), plan, params)[0]
