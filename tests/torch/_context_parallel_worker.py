@@ -1,0 +1,115 @@
+"""Runs every case of tests/torch/test_context_parallel.py on 2 gloo processes and writes their errors as JSON.
+
+``python -m tests.torch._context_parallel_worker OUT.json FOLDER MODULE``: ``FOLDER`` holds the generated typed map
+``MODULE``.  Each rank compares its output shard and its gradients with one process's
+:func:`numeric.torch.attention` on the whole sequence (float64); the key and value gradients each rank gets are
+its own positions' (reduce-scattered), a learned parameter's are summed over the ranks first (as
+DistributedDataParallel does).  The file maps each case to the largest relative error over both ranks.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import sys
+import tempfile
+
+import torch
+import torch.distributed as dist
+import torch.multiprocessing as mp
+
+WORLD = 2
+#: (name, mapping, is_causal, layout, grouped): grouped-query keys and values (2 key heads for 4 query heads)
+MAPPINGS = ("softmax", "sparsemax", "entmax15", "entmax_alpha_per_head", "typed")
+CASES = [(f"{m}-{'causal' if c else 'full'}-{lay}", m, c, lay, False)
+         for m in MAPPINGS for c in (False, True) for lay in ("contiguous", "zigzag")]
+CASES += [("entmax15-causal-zigzag-grouped", "entmax15", True, "zigzag", True),
+          ("callable-causal-contiguous", "callable", True, "contiguous", False),
+          ("entmax_alpha_per_head-causal-zigzag-one-block", "entmax_alpha_per_head", True, "zigzag", False)]
+#: whole sequence of 28 positions: 14 a rank, zigzag runs of 7; blocks of 4 rows (neither divides the other)
+B, H, L, E, EV, BLOCK = 2, 4, 28, 5, 3, 4
+
+
+def _mapping(name, alpha, typed):
+    from numeric.torch import get_map
+
+    if name == "entmax_alpha_per_head":
+        return get_map("entmax", alpha=alpha)
+    if name == "typed":
+        return typed
+    if name == "callable":
+        return lambda s, dim: torch.softmax(s, dim=dim)
+    return name
+
+
+def _rel(a, b) -> float:
+    return float((a - b).abs().max() / b.abs().max().clamp_min(1.0))
+
+
+def _case(rank, mapping_name, causal, layout, grouped, typed, one_block):
+    from numeric.torch import attention
+    from numeric.torch.distributed import context_parallel_attention, shard
+
+    gen = torch.Generator().manual_seed(1)
+    hk = H // 2 if grouped else H
+    q = torch.randn(B, H, L, E, dtype=torch.float64, generator=gen) * 1.5
+    k = torch.randn(B, hk, L, E, dtype=torch.float64, generator=gen) * 1.5
+    v = torch.randn(B, hk, L, EV, dtype=torch.float64, generator=gen)
+    if grouped:  # (B, H_kv, g, L, E) queries against (B, H_kv, 1, S, E) keys: no copy per group
+        q, k, v = q.reshape(B, hk, 2, L, E), k.unsqueeze(2), v.unsqueeze(2)
+    alpha = torch.tensor([1.2, 1.5, 1.8, 2.5], dtype=torch.float64).reshape(H, 1, 1).requires_grad_()
+    learn = mapping_name == "entmax_alpha_per_head" and not grouped
+    mapping = _mapping(mapping_name, alpha, typed)
+
+    Q, K, V = (x.clone().requires_grad_() for x in (q, k, v))
+    ref = attention(Q, K, V, is_causal=causal, mapping=mapping)
+    dout = torch.randn(ref.shape, dtype=torch.float64, generator=gen)
+    wrt = [Q, K, V] + ([alpha] if learn else [])
+    grads = torch.autograd.grad(ref, wrt, dout)
+
+    local = [shard(x, rank, WORLD, layout).detach().requires_grad_() for x in (q, k, v)]
+    saved = []
+
+    def pack(t):
+        saved.append(t.numel())
+        return t
+
+    with torch.autograd.graph.saved_tensors_hooks(pack, lambda t: t):
+        out = context_parallel_attention(*local, is_causal=causal, mapping=mapping, layout=layout,
+                                         block=None if one_block else BLOCK)
+    mine = torch.autograd.grad(out, local + ([alpha] if learn else []), shard(dout, rank, WORLD, layout))
+    with torch.no_grad():
+        out_ng = context_parallel_attention(*local, is_causal=causal, mapping=mapping, layout=layout, block=BLOCK)
+    errors = {"output": _rel(out, shard(ref, rank, WORLD, layout)), "output_no_grad": _rel(out_ng, out)}
+    for name, a, b in zip(("dq", "dk", "dv"), mine[:3], grads[:3]):
+        errors[name] = _rel(a, shard(b, rank, WORLD, layout))
+    if learn:
+        d = mine[3].clone()
+        dist.all_reduce(d)
+        errors["dalpha"] = _rel(d, grads[3])
+    # memory: nothing kept for the backward pass is larger than the local inputs (no gathered sequence)
+    errors["saved_over_local"] = max(saved) / max(t.numel() for t in local)
+    return errors
+
+
+def _run(rank, init, out, folder, module):
+    dist.init_process_group("gloo", init_method=f"file://{init}", rank=rank, world_size=WORLD)
+    sys.path.insert(0, folder)
+    typed = __import__(module)
+    results = {}
+    for name, mapping_name, causal, layout, grouped in CASES:
+        errors = _case(rank, mapping_name, causal, layout, grouped, typed, name.endswith("one-block"))
+        both = [None] * WORLD
+        dist.all_gather_object(both, errors)
+        results[name] = {k: max(e[k] for e in both) for k in errors}
+    if rank == 0:
+        with open(out, "w") as f:
+            json.dump(results, f)
+    dist.destroy_process_group()
+
+
+if __name__ == "__main__":
+    out, folder, module = sys.argv[1:4]
+    torch.set_num_threads(1)
+    with tempfile.TemporaryDirectory() as tmp:
+        mp.spawn(_run, args=(os.path.join(tmp, "init"), out, folder, module), nprocs=WORLD)

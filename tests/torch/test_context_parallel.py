@@ -1,0 +1,85 @@
+"""numeric.torch.distributed.context_parallel_attention on 2 gloo processes against one process, in float64.
+
+The cases run once, in one subprocess (tests/torch/_context_parallel_worker.py spawns the 2 ranks); each test
+reads its case's largest relative errors: the output shard, and the gradients of the local queries, keys and
+values (each key's gradient reduce-scattered to its owner) and of an alpha per head (summed over the ranks) all
+equal one process's :func:`numeric.torch.attention` on the whole sequence to 1e-12.  Maps: the built-ins, alpha
+per head, a typed map with no closed-form link, a plain callable; causal or not; both layouts; grouped keys.
+"""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+torch = pytest.importorskip("torch")
+pytest.importorskip("torch.distributed")
+
+from tests.torch._context_parallel_worker import CASES  # noqa: E402
+
+ROOT = Path(__file__).resolve().parents[2]
+TYPED = ("p**2/2 + p*log(1 + p)", "cp_gini_log1p")  # no closed-form link: Newton's method on the link
+
+
+@pytest.fixture(scope="module")
+def errors(tmp_path_factory):
+    if not torch.distributed.is_available() or not torch.distributed.is_gloo_available():
+        pytest.skip("torch.distributed with gloo is not available")
+    from derive.testing import generated_map
+
+    folder = tmp_path_factory.mktemp("cp_typed")
+    out = folder / "errors.json"
+    with generated_map(TYPED[0], TYPED[1], str(folder)):
+        proc = subprocess.run([sys.executable, "-m", "tests.torch._context_parallel_worker", str(out), str(folder),
+                               TYPED[1]], cwd=ROOT, capture_output=True, text=True, timeout=600)
+        assert proc.returncode == 0, proc.stderr[-4000:]
+    return json.loads(out.read_text())
+
+
+@pytest.mark.parametrize("case", [c[0] for c in CASES])
+def test_shards_equal_one_process(errors, case):
+    e = errors[case]
+    grads = {k: v for k, v in e.items() if k.startswith("d")}
+    assert {"dq", "dk", "dv"} <= set(grads)
+    if case.startswith("entmax_alpha_per_head"):
+        assert "dalpha" in grads
+    assert e["output"] <= 1e-12, e
+    assert e["output_no_grad"] <= 1e-12, e
+    assert max(grads.values()) <= 1e-12, e
+    # what the backward pass keeps is local: no tensor larger than this rank's inputs (the gathered ones are not kept)
+    assert e["saved_over_local"] <= 1.0, e
+
+
+def test_errors_name_what_is_wrong():
+    from numeric.torch.distributed import context_parallel_attention, shard, unshard
+
+    q = torch.zeros(1, 6, 4)
+    with pytest.raises(ValueError, match="layout must be one of"):
+        context_parallel_attention(q, q, q, layout="ring")
+    with pytest.raises(ValueError, match="local length must be even, got 5"):
+        context_parallel_attention(q[:, :5], q[:, :5], q[:, :5], layout="zigzag")
+    with pytest.raises(ValueError, match="same positions"):
+        context_parallel_attention(q, q[:, :4], q[:, :4], is_causal=True)
+    if not torch.distributed.is_initialized():
+        with pytest.raises(RuntimeError, match="init_process_group"):
+            context_parallel_attention(q, q, q)
+    with pytest.raises(ValueError, match="does not split into 4 equal chunks"):
+        shard(torch.zeros(6), 0, 2, "zigzag", dim=0)
+
+
+def test_shard_and_unshard_are_inverse():
+    from numeric.torch.distributed import positions, shard, unshard
+
+    x = torch.arange(24).reshape(2, 12)
+    for layout in ("contiguous", "zigzag"):
+        shards = [shard(x, r, 3, layout, dim=-1) for r in range(3)]
+        assert torch.equal(unshard(shards, layout, dim=-1), x)
+        for r in range(3):
+            assert torch.equal(x[0, positions(4, r, 3, layout)], shards[r][0])
+    # zigzag: every rank the same causal work (sum over its positions of the keys each sees)
+    work = [int((positions(4, r, 3, "zigzag") + 1).sum()) for r in range(3)]
+    assert len(set(work)) == 1, work
