@@ -88,6 +88,7 @@ EXAMPLES = [
     ("train_flag_retrieval", "Training a causal attention model end to end"),
     ("continuous_attention", "Continuous attention: compact densities and a layer on a toy signal"),
     ("hf_adaptive_sparsity", "Adaptively sparse attention in a HuggingFace transformers model"),
+    ("context_parallel_torch", "One sequence over two processes: context-parallel attention"),
 ]
 
 

@@ -19,10 +19,11 @@ EXAMPLES = sorted(p for p in (Path(__file__).resolve().parents[2] / "examples").
 KEEP = os.environ.get("REGATTN_EXAMPLE_RUNS")
 
 
-def run_example(script: Path, cwd: Path) -> subprocess.CompletedProcess:
-    """Run an example in ``cwd``; where :data:`KEEP` is set and it succeeded, keep its output and pictures there."""
-    proc = subprocess.run([sys.executable, str(script)], cwd=cwd, capture_output=True, text=True, timeout=300)
-    if KEEP and proc.returncode == 0:
+def run_example(script: Path, cwd: Path, *args: str) -> subprocess.CompletedProcess:
+    """Run an example in ``cwd`` with ``args``; where :data:`KEEP` is set and it ran as the docs show it (no
+    arguments) and succeeded, keep its output and pictures there."""
+    proc = subprocess.run([sys.executable, str(script), *args], cwd=cwd, capture_output=True, text=True, timeout=300)
+    if KEEP and proc.returncode == 0 and not args:
         kept = Path(KEEP) / script.stem
         shutil.rmtree(kept, ignore_errors=True)
         kept.mkdir(parents=True)
@@ -34,12 +35,14 @@ def run_example(script: Path, cwd: Path) -> subprocess.CompletedProcess:
 
 #: examples that need an optional framework: script name -> the module it imports
 NEEDS = {"distributed_torch.py": "torch", "distributed_jax.py": "jax", "alpha_across_one.py": "torch",
-         "constrained_attention.py": "torch", "hf_adaptive_sparsity.py": "transformers"}
+         "constrained_attention.py": "torch", "hf_adaptive_sparsity.py": "transformers",
+         "context_parallel_torch.py": "torch"}
 
 
 #: examples a test below runs and checks the claims of (its exit status among them): not run twice
 CLAIMED = {"birds_sometimes_walk.py", "attention_exploration.py", "simplex_geometry.py", "derive_a_new_map.py",
-           "train_flag_retrieval.py", "continuous_attention.py", "hf_adaptive_sparsity.py"}
+           "train_flag_retrieval.py", "continuous_attention.py", "hf_adaptive_sparsity.py",
+           "context_parallel_torch.py"}
 
 
 @pytest.mark.parametrize("script", [s for s in EXAMPLES if s.name not in CLAIMED], ids=lambda p: p.name)

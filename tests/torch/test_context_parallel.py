@@ -83,3 +83,30 @@ def test_shard_and_unshard_are_inverse():
     # zigzag: every rank the same causal work (sum over its positions of the keys each sees)
     work = [int((positions(4, r, 3, "zigzag") + 1).sum()) for r in range(3)]
     assert len(set(work)) == 1, work
+
+
+EXAMPLE = ROOT / "examples" / "context_parallel_torch.py"
+
+
+def _example(tmp_path, *args):
+    from tests.examples.test_examples import run_example
+
+    proc = run_example(EXAMPLE, tmp_path, *args)
+    assert proc.returncode == 0, proc.stderr[-4000:]
+    return proc.stdout
+
+
+def test_example_one_step_has_the_single_process_gradients(tmp_path):
+    out = _example(tmp_path, "--check-gradients", "--layout", "contiguous")
+    line = next(ln for ln in out.splitlines() if "largest relative difference" in ln)
+    assert "2 processes (contiguous) vs one: 17 parameters" in line, line
+    assert float(line.split()[-1]) <= 1e-12, line
+
+
+def test_example_loss_falls_with_sequences_sharded(tmp_path):
+    out = _example(tmp_path)
+    line = next(ln for ln in out.splitlines() if ln.startswith("loss fell from"))
+    first, last = float(line.split()[3]), float(line.split()[5])
+    assert last < 0.7 * first, line  # chance is log(16) = 2.77
+    alphas = [float(a) for a in next(ln for ln in out.splitlines() if ln.startswith("alpha per head")).split(":")[1].split()]
+    assert len(alphas) == 4 and all(1 < a < 2 for a in alphas)
