@@ -19,8 +19,9 @@ except ModuleNotFoundError as exc:  # pragma: no cover - depends on the environm
     raise ModuleNotFoundError("numeric.jax needs JAX: pip install 'regattn[jax]'", name=exc.name) from None
 
 from .attention import attention  # the function (the submodule of the same name is numeric.jax.attention)
+from .distributed import context_parallel_attention, shard_layout, unshard_layout
 from .maps import JaxMap, entmax, entmax15, fenchel_young_loss, get_map, softmax, sparsemax
 from .normmax import JaxNormmax, normmax
 
 __all__ = ["JaxMap", "JaxNormmax", "get_map", "softmax", "sparsemax", "entmax15", "entmax", "normmax",
-           "fenchel_young_loss", "attention"]
+           "fenchel_young_loss", "attention", "context_parallel_attention", "shard_layout", "unshard_layout"]

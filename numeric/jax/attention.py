@@ -168,8 +168,7 @@ def attention(query, key, value, mask=None, is_causal: bool = False, scale=None,
     """
     query, key, value, unbatched = _check_inputs(query, key, value)
     B, T, N, H = query.shape
-    S, K = key.shape[1], key.shape[2]
-    G = N // K
+    S = key.shape[1]
     shape = (B, N, T, S)
     if not isinstance(is_causal, (bool, type(None))):
         raise TypeError(f"is_causal must be True or False, got {is_causal!r}")
@@ -180,11 +179,25 @@ def attention(query, key, value, mask=None, is_causal: bool = False, scale=None,
     bias = None if bias is None else _scores_shaped(bias, "bias", shape, boolean=False)
     if upper is not None and not front.is_number(upper):
         upper = _scores_shaped(upper, "upper", shape, boolean=False)
-    if block_size is not None and (isinstance(block_size, bool) or not isinstance(block_size, int) or block_size < 1):
-        raise ValueError(f"block_size must be a positive integer, got {block_size!r}")
+    _check_block_size(block_size)
     out_dtype = query.dtype
     dtype = compute_dtype(out_dtype)
     query, key, value = query.astype(dtype), key.astype(dtype), value.astype(dtype)
+    params = _param_values(m, shape, dtype)
+    out = _attend(query, key, value, m, params, is_causal=is_causal, scale=scale, mask=mask, bias=bias, upper=upper,
+                  block_size=block_size)
+    out = out.astype(out_dtype)
+    return out[0] if unbatched else out
+
+
+def _check_block_size(block_size) -> None:
+    if block_size is not None and (isinstance(block_size, bool) or not isinstance(block_size, int) or block_size < 1):
+        raise ValueError(f"block_size must be a positive integer, got {block_size!r}")
+
+
+def _param_values(m: JaxMap, shape: tuple, dtype) -> dict:
+    """The map's parameter values for the scores ``shape`` = (B, N, T, S): Python floats as they are, arrays given 4
+    dimensions and checked against ``shape``."""
     params = {}
     for name in m.module.PARAMETERS:
         v = m.params[name]
@@ -195,13 +208,35 @@ def attention(query, key, value, mask=None, is_causal: bool = False, scale=None,
             v = v.reshape((1,) * (4 - v.ndim) + tuple(v.shape))
             m.param_rows(name, v, shape, 3, dtype)  # (checks the shape against the scores)
         params[name] = v
+    return params
+
+
+def _attend(query, key, value, m: JaxMap, params: dict, *, is_causal: bool, scale, mask=None, bias=None, upper=None,
+            block_size: int | None = None, positions=None):
+    """The blocked computation of :func:`attention` on checked inputs: ``query`` (B, T, N, H), ``key`` (B, S, K, H),
+    ``value`` (B, S, K, Hv), all in the compute dtype; ``params`` from :func:`_param_values`; ``mask``, ``bias``,
+    ``upper`` 4-dimensional (or ``upper`` a number).  Returns ``(B, T, N, Hv)`` in the compute dtype.
+
+    ``positions``: ``(query positions (T,), key positions (S,))``, integers: with ``is_causal`` the query at
+    position ``i`` sees the key at position ``j`` iff ``j <= i``, tested block by block (no ``T x S`` mask is made);
+    ``None`` is ``(arange(T), arange(S))``.  The query positions are row-wise: sliced with the query blocks.
+    """
+    B, T, N, H = query.shape
+    S, K = key.shape[1], key.shape[2]
+    G = N // K
+    dtype = query.dtype
+    if is_causal:
+        qpos, kpos = (jnp.arange(T), jnp.arange(S)) if positions is None else positions
+    else:
+        qpos = kpos = None
     # per query row (T > 1 along the rows' axis): sliced with the blocks; the rest is shared by every block
     rowwise = {"mask": mask, "bias": bias, "upper": None if front.is_number(upper) else upper,
                **{n: v for n, v in params.items() if not isinstance(v, float)}}
     rowwise = {n: a for n, a in rowwise.items() if a is not None and a.shape[2] > 1}
 
-    def block(q, start, rows):
-        """Output rows ``start...`` for the query block ``q`` (B, tb, N, H); ``rows`` the row-wise arrays' blocks."""
+    def block(q, qp, rows):
+        """Output rows for the query block ``q`` (B, tb, N, H) at the positions ``qp`` (tb,) (None: not causal);
+        ``rows`` the row-wise arrays' blocks."""
         tb = q.shape[1]
         s = jnp.einsum("btkgh,bskh->bkgts", q.reshape(B, tb, K, G, H), key).reshape(B, N, tb, S)
         s = s * jnp.asarray(scale, dtype)
@@ -210,7 +245,7 @@ def attention(query, key, value, mask=None, is_causal: bool = False, scale=None,
             s = s + b.astype(dtype)
         keep = rows.get("mask", mask)
         if is_causal:
-            causal = (start + jnp.arange(tb))[:, None] >= jnp.arange(S)[None, :]
+            causal = qp[:, None] >= kpos[None, :]
             keep = causal if keep is None else keep & causal
         if keep is not None:
             s = jnp.where(keep, s, -jnp.inf)
@@ -224,27 +259,26 @@ def attention(query, key, value, mask=None, is_causal: bool = False, scale=None,
 
     tb = block_size or max(1, BLOCK_ENTRIES // max(1, B * N * S))
     if tb >= T:
-        out = block(query, 0, rowwise)
-    else:
-        nb = -(-T // tb)
-        pad = nb * tb - T
+        return block(query, qpos, rowwise)
+    nb = -(-T // tb)
+    pad = nb * tb - T
 
-        def blocks(a, axis, fill):
-            """``a`` padded to ``nb * tb`` along ``axis`` and split into ``(nb, ..., tb, ...)``."""
-            if pad:
-                widths = [(0, 0)] * a.ndim
-                widths[axis] = (0, pad)
-                a = jnp.pad(a, widths, constant_values=fill)
-            a = a.reshape(a.shape[:axis] + (nb, tb) + a.shape[axis + 1:])
-            return jnp.moveaxis(a, axis, 0)
+    def blocks(a, axis, fill):
+        """``a`` padded to ``nb * tb`` along ``axis`` and split into ``(nb, ..., tb, ...)``."""
+        if pad:
+            widths = [(0, 0)] * a.ndim
+            widths[axis] = (0, pad)
+            a = jnp.pad(a, widths, constant_values=fill)
+        a = a.reshape(a.shape[:axis] + (nb, tb) + a.shape[axis + 1:])
+        return jnp.moveaxis(a, axis, 0)
 
-        # (a parameter's padding rows take a value inside its domain: their output rows are dropped)
-        fills = {"mask": True, "bias": 0, "upper": jnp.inf, **{n: _padding_value(m, n) for n in params}}
-        xs = (blocks(query, 1, 0), jnp.arange(nb) * tb, {n: blocks(a, 2, fills[n]) for n, a in rowwise.items()})
-        out = lax.map(jax.checkpoint(lambda x: block(*x)), xs)
-        out = jnp.moveaxis(out, 0, 1).reshape(B, nb * tb, N, value.shape[-1])[:, :T]
-    out = out.astype(out_dtype)
-    return out[0] if unbatched else out
+    # (a parameter's padding rows take a value inside its domain, a padding query any position: their output rows
+    # are dropped)
+    fills = {"mask": True, "bias": 0, "upper": jnp.inf, **{n: _padding_value(m, n) for n in params}}
+    xs = (blocks(query, 1, 0), None if qpos is None else blocks(qpos, 0, 0),
+          {n: blocks(a, 2, fills[n]) for n, a in rowwise.items()})
+    out = lax.map(jax.checkpoint(lambda x: block(*x)), xs)
+    return jnp.moveaxis(out, 0, 1).reshape(B, nb * tb, N, value.shape[-1])[:, :T]
 
 
 def _padding_value(m: JaxMap, name: str) -> float:

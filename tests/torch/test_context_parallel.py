@@ -55,7 +55,7 @@ def test_shards_equal_one_process(errors, case):
 
 
 def test_errors_name_what_is_wrong():
-    from numeric.torch.distributed import context_parallel_attention, shard, unshard
+    from numeric.torch.distributed import context_parallel_attention, shard
 
     q = torch.zeros(1, 6, 4)
     with pytest.raises(ValueError, match="layout must be one of"):
