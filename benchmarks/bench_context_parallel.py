@@ -1,10 +1,12 @@
 """Context-parallel attention on CPU: one sequence over 2 gloo processes against one process, per-rank time and memory.
 
 Run: python benchmarks/bench_context_parallel.py [--length 16384] [--heads 2] [--dim 64] [--mapping entmax15]
-                                                 [--world 2] [--reps 2]
+                                                 [--world 2] [--reps 2] [--layers 4]
 
-One causal attention call, forward and backward (float32, batch 1), timed as the
-smallest of ``--reps`` runs after a small warm-up:
+``--layers`` causal attention calls in a row, as the attention layers of a model
+with residual connections (each layer's queries, keys and values are the
+previous layer's plus its output), forward and backward (float32, batch 1),
+timed as the smallest of ``--reps`` runs after a small warm-up:
 
 * one process with ``--world`` threads: :func:`numeric.torch.attention` on the
   whole sequence;
@@ -15,9 +17,11 @@ smallest of ``--reps`` runs after a small warm-up:
   shows as the difference to the zigzag layout).
 
 Memory per rank: the peak resident memory above what the process held before
-the call (Linux's VmHWM, reset through /proc/self/clear_refs), and the bytes the
-call keeps for its backward pass (what stays alive per layer in a model; counted
-with ``torch.autograd.graph.saved_tensors_hooks``).  Each configuration runs in
+the layers ran (Linux's VmHWM, reset through /proc/self/clear_refs), and the
+bytes the layers keep for the backward pass (counted with
+``torch.autograd.graph.saved_tensors_hooks``; each layer keeps its own, while
+the gathered keys and values and the blocks' scores live during one layer's
+call only).  Each configuration runs in
 a fresh process.  Writes benchmarks/results/context_parallel.json.
 """
 
@@ -40,6 +44,17 @@ def _status(field: str) -> int:
             if line.startswith(field + ":"):
                 return int(line.split()[1]) * 1024
     raise RuntimeError(f"no {field} in /proc/self/status")
+
+
+def _layers(call, layers: int):
+    """``call`` applied ``layers`` times, as attention layers of a model with residual connections: each layer's
+    queries, keys and values are the previous layer's plus its output (new tensors, each layer's own to keep)."""
+    def stacked(q, k, v):
+        for _ in range(layers):
+            out = call(q, k, v)
+            q, k, v = q + out, k + out, v + out
+        return out
+    return stacked
 
 
 def _measure(call, inputs, reps: int) -> dict:
@@ -84,7 +99,8 @@ def _one(args) -> dict:
     q, k, v = _inputs(args, torch)
     small = [x[..., :256, :] for x in (q, k, v)]
     _measure(lambda *x: attention(*x, is_causal=True, mapping=args.mapping), small, 1)  # warm-up
-    return _measure(lambda *x: attention(*x, is_causal=True, mapping=args.mapping), [q, k, v], args.reps)
+    return _measure(_layers(lambda *x: attention(*x, is_causal=True, mapping=args.mapping), args.layers), [q, k, v],
+                    args.reps)
 
 
 def _rank(rank, args, layout, init, out):
@@ -102,7 +118,7 @@ def _rank(rank, args, layout, init, out):
         return context_parallel_attention(*x, is_causal=True, mapping=args.mapping, layout=layout)
 
     _measure(call, [x[..., :128, :] for x in (q, k, v)], 1)  # warm-up
-    result = _measure(call, [q, k, v], args.reps)
+    result = _measure(_layers(call, args.layers), [q, k, v], args.reps)
     every = [None] * args.world
     dist.all_gather_object(every, result)
     if rank == 0:
@@ -127,6 +143,7 @@ def main() -> None:
     parser.add_argument("--mapping", default="entmax15")
     parser.add_argument("--world", type=int, default=2)
     parser.add_argument("--reps", type=int, default=2)
+    parser.add_argument("--layers", type=int, default=4)
     parser.add_argument("--child", choices=("one", "contiguous", "zigzag"))
     args = parser.parse_args()
     if args.child:
@@ -139,8 +156,8 @@ def main() -> None:
                               text=True, check=True)
         rows[config] = json.loads(proc.stdout.strip().splitlines()[-1])
     one = rows["one"]
-    print(f"causal {args.mapping} attention, L = {args.length}, {args.heads} heads of {args.dim}, float32, forward + "
-          f"backward; one process with {args.world} threads vs {args.world} gloo processes with one thread each")
+    print(f"{args.layers} layers of causal {args.mapping} attention, L = {args.length}, {args.heads} heads of {args.dim}, "
+          f"float32, forward + backward; one process with {args.world} threads vs {args.world} gloo processes with one thread each")
     print(f"{'':28s} {'seconds':>8s} {'x one':>6s} {'peak MiB':>9s} {'x one':>6s} {'kept MiB':>9s} {'x one':>6s}")
     print(f"{'one process':28s} {one['seconds']:8.2f} {1:6.2f} {one['peak_mib']:9.1f} {1:6.2f} {one['saved_mib']:9.1f} "
           f"{1:6.2f}")

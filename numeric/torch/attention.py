@@ -284,17 +284,26 @@ def blocked_forward(qs, key, value, mask, spec, params):
     return out, taus
 
 
-def blocked_backward(dout, qs, key, value, mask, taus, params, spec, needs, rng=None):
+def blocked_backward(dout, qs, key, value, mask, taus, params, spec, needs, rng=None, into=(None, None, None)):
     """The gradients ``(dq, dk, dv, dmask, *dparams)`` of :func:`blocked_forward`'s output for the cotangent ``dout``,
     block by block (each block's scores and weights recomputed); ``needs``: which of ``qs``, ``key``, ``value``,
     ``mask`` and then ``params`` want one (the others are ``None``); ``rng``: the random state the forward pass's
-    dropout started from."""
+    dropout started from; ``into``: tensors (or views) of zeros, or of gradients to add to, that ``dq``, ``dk``,
+    ``dv`` are accumulated in where their shapes are those the accumulation needs (else new ones are made)."""
     need_q, need_k, need_v, need_m = needs[:4]
     need_p = needs[4:]
     batch = tuple(dout.shape[:-2])
-    dq = torch.zeros(batch + tuple(qs.shape[-2:]), dtype=qs.dtype, device=qs.device) if need_q else None
-    dk = torch.zeros(_grad_shape(batch, key), dtype=qs.dtype, device=qs.device) if need_k else None
-    dv = torch.zeros(_grad_shape(batch, value), dtype=qs.dtype, device=qs.device) if need_v else None
+
+    def accumulator(need, shape, given):
+        if not need:
+            return None
+        if given is not None and tuple(given.shape) == tuple(shape):
+            return given
+        return torch.zeros(shape, dtype=qs.dtype, device=qs.device)
+
+    dq = accumulator(need_q, batch + tuple(qs.shape[-2:]), into[0])
+    dk = accumulator(need_k, _grad_shape(batch, key), into[1])
+    dv = accumulator(need_v, _grad_shape(batch, value), into[2])
     dm = torch.zeros_like(mask) if need_m else None
     leaves = [t.detach().requires_grad_(need) for t, need in zip(params, need_p)]
     dparams = [torch.zeros_like(t) if need else None for t, need in zip(params, need_p)]

@@ -134,64 +134,62 @@ def unshard(shards, layout: str = "contiguous", dim: int = -2) -> torch.Tensor:
     return torch.cat([pieces[p] for p in sorted(pieces)], dim=dim)
 
 
-def _gathered_runs(n: int, world: int, layout: str) -> list:
-    """``(start, length)`` in the all-gathered (rank-ordered) tensor of each run of positions, in global order."""
-    runs = [(r * n + start, stop - start, p) for r in range(world) for start, stop, p in _chunks(n, r, world, layout)]
-    return [(s, m) for s, m, _ in sorted(runs, key=lambda t: t[2])]
+def _all_gather(xs, group, world: int, runs: list) -> list:
+    """Each of ``xs`` (``(..., n, E)``) gathered from every rank into ``(..., world n, E)`` in global order; the
+    collectives run together.  ``runs``: ``(rank, start, stop, position)`` of every rank's runs of rows."""
+    xs = [x.contiguous() for x in xs]
+    bufs, works = [], []
+    for x in xs:
+        buf = x.new_empty((world * x.shape[0],) + tuple(x.shape[1:]))  # rank by rank, along the first dimension
+        works.append(_gather_single(buf, x, group=group, async_op=True))
+        bufs.append(buf.view((world,) + tuple(x.shape)))
+    outs = []
+    for i, (x, w) in enumerate(zip(xs, works)):
+        w.wait()
+        out = x.new_empty(tuple(x.shape[:-2]) + (world * x.shape[-2], x.shape[-1]))
+        for r, start, stop, p in runs:
+            out[..., p:p + stop - start, :] = bufs[i][r, ..., start:stop, :]
+        bufs[i] = None
+        outs.append(out)
+    return outs
 
 
-def _all_gather(xs, group, world: int) -> list:
-    """Each of ``xs`` gathered from every rank along dim -2 (rank order); the collectives run together."""
+def _reduce_scatter(xs, group, world: int, runs: list) -> list:
+    """Each of ``xs`` (``(..., world n, E)`` in global order) summed over the ranks, this rank's rows kept
+    (``(..., n, E)``, in its layout); the collectives run together."""
     outs, works = [], []
     for x in xs:
-        xt = x.movedim(-2, 0).contiguous()
-        out = xt.new_empty((world * xt.shape[0],) + tuple(xt.shape[1:]))
-        works.append(_gather_single(out, xt, group=group, async_op=True))
+        n = x.shape[-2] // world
+        buf = x.new_empty((world,) + tuple(x.shape[:-2]) + (n, x.shape[-1]))  # rank by rank
+        for r, start, stop, p in runs:
+            buf[r, ..., start:stop, :] = x[..., p:p + stop - start, :]
+        out = x.new_empty(tuple(buf.shape[1:]))
+        works.append(_scatter_single(out, buf.view((-1,) + tuple(buf.shape[2:])), group=group, async_op=True))
         outs.append(out)
     for w in works:
         w.wait()
-    return [out.movedim(0, -2) for out in outs]
-
-
-def _reduce_scatter(xs, group, world: int) -> list:
-    """Each of ``xs`` (rank order along dim -2) summed over the ranks, this rank's part kept; together."""
-    outs, works = [], []
-    for x in xs:
-        xt = x.movedim(-2, 0).contiguous()
-        out = xt.new_empty((xt.shape[0] // world,) + tuple(xt.shape[1:]))
-        works.append(_scatter_single(out, xt, group=group, async_op=True))
-        outs.append(out)
-    for w in works:
-        w.wait()
-    return [out.movedim(0, -2) for out in outs]
+    return outs
 
 
 class _Plan:
-    """What the passes of one call share: the group, this rank's runs of rows, and the blocked kernel's specs."""
+    """What the passes of one call share: the group, the ranks' runs of rows, and the blocked kernel's specs."""
 
     def __init__(self, group, rank, world, layout, causal, fn, is_map, names, guard, L, S, block):
         self.group, self.world, self.layout, self.causal = group, world, layout, causal
-        # with is_causal the gathered keys are put in global order (a run sees a prefix of them)
-        self.order = _gathered_runs(S, world, layout) if causal and layout != "contiguous" else None
+        # (rank, start, stop, position) of every rank's runs of keys: the gathered keys are in global order
+        self.key_runs = [(r, *run) for r in range(world) for run in _chunks(S, r, world, layout)]
         self.runs = []
         for start, stop, p in _chunks(L, rank, world, layout):
-            keys = p + stop - start if causal else S * world
+            keys = p + stop - start if causal else S * world  # causal: a run sees a prefix of the keys
             self.runs.append((start, stop, MapSpec(fn, is_map, names, causal, guard, 0.0, block, stop - start, keys,
                                                    offset=p if causal else 0)))
 
     def gather(self, key, value):
-        K, V = _all_gather((key, value), self.group, self.world)
-        if self.order is not None:
-            K, V = (torch.cat([x.narrow(-2, s, m) for s, m in self.order], dim=-2) for x in (K, V))
-        return K, V
+        return _all_gather((key, value), self.group, self.world, self.key_runs)
 
     def scatter(self, grads):
         """Each of the gradients ``grads`` of the gathered keys or values summed onto the keys' owners."""
-        if self.order is not None:  # back to rank order
-            runs = sorted(range(len(self.order)), key=lambda i: self.order[i][0])
-            starts = [sum(m for _, m in self.order[:i]) for i in range(len(self.order))]
-            grads = [torch.cat([x.narrow(-2, starts[i], self.order[i][1]) for i in runs], dim=-2) for x in grads]
-        return _reduce_scatter(grads, self.group, self.world)
+        return _reduce_scatter(grads, self.group, self.world, self.key_runs)
 
 
 def _forward(qs, K, V, plan, params):
@@ -232,18 +230,19 @@ class _ContextParallelAttention(torch.autograd.Function):
         for start, stop, spec in plan.runs:
             ps = tuple(_rows(t, start, stop) for t in params)
             tau = None if taus is None else taus[..., start:stop, :]
-            dq_r, dk_r, dv_r, _, *dps = blocked_backward(
+            views = (None if dq is None else dq[..., start:stop, :], None if dK is None else dK[..., :spec.S, :],
+                     None if dV is None else dV[..., :spec.S, :])
+            grads = blocked_backward(
                 dout[..., start:stop, :], qs[..., start:stop, :], K[..., :spec.S, :], V[..., :spec.S, :], None, tau,
-                ps, spec, (need_q, need_k, need_v, False, *need_p))
-            if need_q:
-                dq[..., start:stop, :] = dq_r
-            if need_k:
-                dK[..., :spec.S, :] += dk_r
-            if need_v:
-                dV[..., :spec.S, :] += dv_r
+                ps, spec, (need_q, need_k, need_v, False, *need_p), into=views)
+            for d, g in zip(views, grads[:3]):
+                if d is not None and g.data_ptr() != d.data_ptr():  # (not accumulated in place: broadcast batch)
+                    d += g
+            dps = grads[4:]
             for d, t, dp in zip(dparams, params, dps):
                 if d is not None:
                     _rows(d, start, stop).add_(dp)
+        del K, V
         # every rank wants the same gradients (it called with the same arguments), so all join these collectives
         owned = iter(plan.scatter([d for d in (dK, dV) if d is not None]))
         dk, dv = (None if d is None else next(owned) for d in (dK, dV))
