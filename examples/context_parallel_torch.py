@@ -57,9 +57,9 @@ class Block(nn.Module):
 
     def __init__(self):
         super().__init__()
-        self.tokens = nn.Embedding(VOCAB, EMBED)
-        self.positions = nn.Parameter(0.1 * torch.randn(LENGTH, EMBED))
-        self.norm1, self.norm2 = nn.LayerNorm(EMBED), nn.LayerNorm(EMBED)
+        self.embed = nn.Embedding(VOCAB, EMBED)
+        self.place = nn.Embedding(LENGTH, EMBED)  # looked up by global position: a shard's rows find theirs
+        self.pre_attention, self.pre_mlp = nn.LayerNorm(EMBED), nn.LayerNorm(EMBED)
         self.qkv, self.proj = nn.Linear(EMBED, 3 * EMBED), nn.Linear(EMBED, EMBED)
         self.alpha_logit = nn.Parameter(torch.zeros(HEADS, 1, 1))  # alpha = 1 + sigmoid(logit), 1.5 at the start
         self.mlp = nn.Sequential(nn.Linear(EMBED, 2 * EMBED), nn.GELU(), nn.Linear(2 * EMBED, EMBED))
@@ -71,12 +71,12 @@ class Block(nn.Module):
 
     def forward(self, tokens, where, attend):
         """Logits of the positions ``where`` (global indices) of ``tokens``; ``attend(q, k, v, mapping)``."""
-        x = self.tokens(tokens) + self.positions[where]
+        x = self.embed(tokens) + self.place(where)
         n = x.shape[1]
-        q, k, v = self.qkv(self.norm1(x)).reshape(BATCH, n, 3, HEADS, EMBED // HEADS).permute(2, 0, 3, 1, 4)
+        q, k, v = self.qkv(self.pre_attention(x)).reshape(BATCH, n, 3, HEADS, EMBED // HEADS).permute(2, 0, 3, 1, 4)
         a = attend(q, k, v, rt.get_map("entmax", alpha=self.alpha))  # (B, H, n, D)
         x = x + self.proj(a.transpose(1, 2).reshape(BATCH, n, EMBED))
-        x = x + self.mlp(self.norm2(x))
+        x = x + self.mlp(self.pre_mlp(x))
         return self.out(x)
 
 
