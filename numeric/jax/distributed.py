@@ -56,13 +56,12 @@ from jax.ad_checkpoint import checkpoint_name
 from jax.sharding import Mesh
 from jax.sharding import PartitionSpec as P
 
+from ..layouts import LAYOUTS, check_layout, chunks, layout_positions
 from .attention import _attend, _check_block_size, _check_inputs, _param_values, _resolve
 from .maps import compute_dtype
 
 __all__ = ["context_parallel_attention", "shard_layout", "unshard_layout", "LAYOUTS"]
 
-#: The layouts of a sequence over the devices (the module's **Layouts**).
-LAYOUTS = ("contiguous", "zigzag")
 
 # the names of the gathered keys and values: not saved for the backward pass (re-gathered there)
 _GATHERED = ("regattn_cp_gathered_key", "regattn_cp_gathered_value")
@@ -87,37 +86,19 @@ def _check_parts(parts) -> int:
     return int(parts)
 
 
-def _check_layout(layout) -> str:
-    if not isinstance(layout, str) or layout not in LAYOUTS:
-        raise ValueError(f"layout must be one of {', '.join(map(repr, LAYOUTS))}, got {layout!r}")
-    return layout
-
-
 def _check_length(length: int, parts: int, layout: str, what: str = "the sequence") -> None:
-    chunks = parts if layout == "contiguous" else 2 * parts
-    if length % chunks:
+    count = parts if layout == "contiguous" else 2 * parts
+    if length % count:
         devices = f"{parts} device" + ("s" if parts != 1 else "")
-        raise ValueError(f"the {layout} layout over {devices} cuts {what} into {chunks} equal chunks: its "
-                         f"length T = {length} is not divisible by {chunks}")
-
-
-def _natural(index, length: int, parts: int, layout: str):
-    """The natural positions of the entries ``index`` (integers, NumPy or JAX) of a sequence of ``length`` laid out
-    over ``parts`` devices, ``index`` counted in layout order."""
-    if layout == "contiguous":
-        return index
-    size = length // (2 * parts)  # (a chunk's)
-    chunk = index // size  # the chunks r and 2P - 1 - r of device r are the layout's chunks 2r and 2r + 1
-    device = chunk // 2
-    where = np.where if isinstance(index, np.ndarray) else jnp.where
-    return where(chunk % 2 == 0, device, 2 * parts - 1 - device) * size + index % size
+        raise ValueError(f"the {layout} layout over {devices} cuts {what} into {count} equal chunks: its "
+                         f"length T = {length} is not divisible by {count}")
 
 
 def _layout_positions(length: int, parts: int, layout: str, what: str = "the sequence") -> np.ndarray:
     """The natural positions of the ``length`` entries of a sequence laid out over ``parts`` devices, in layout
     order."""
     _check_length(length, parts, layout, what)
-    return _natural(np.arange(length), length, parts, layout)
+    return layout_positions(length, parts, layout)
 
 
 def _axis(x, axis) -> int:
@@ -154,7 +135,7 @@ def shard_layout(x, parts: int, layout: str, axis: int = 1):
     """
     x = jnp.asarray(x)
     axis = _axis(x, axis)
-    positions = _layout_positions(x.shape[axis], _check_parts(parts), _check_layout(layout), f"axis {axis}")
+    positions = _layout_positions(x.shape[axis], _check_parts(parts), check_layout(layout), f"axis {axis}")
     return x if layout == "contiguous" else jnp.take(x, positions, axis=axis)
 
 
@@ -184,7 +165,7 @@ def unshard_layout(x, parts: int, layout: str, axis: int = 1):
     """
     x = jnp.asarray(x)
     axis = _axis(x, axis)
-    positions = _layout_positions(x.shape[axis], _check_parts(parts), _check_layout(layout), f"axis {axis}")
+    positions = _layout_positions(x.shape[axis], _check_parts(parts), check_layout(layout), f"axis {axis}")
     return x if layout == "contiguous" else jnp.take(x, np.argsort(positions), axis=axis)
 
 
@@ -260,7 +241,7 @@ def context_parallel_attention(query, key, value, *, mesh, axis_name, is_causal:
         raise ValueError(f"axis_name {axis_name!r} is not an axis of the mesh, whose axes are {tuple(mesh.axis_names)}")
     if not isinstance(is_causal, bool):
         raise TypeError(f"is_causal must be True or False, got {is_causal!r}")
-    _check_layout(layout)
+    check_layout(layout)
     _check_block_size(block_size)
     query, key, value, unbatched = _check_inputs(query, key, value)
     B, T, N, H = query.shape
@@ -288,8 +269,12 @@ def context_parallel_attention(query, key, value, *, mesh, axis_name, is_causal:
         v = checkpoint_name(lax.all_gather(v, axis_name, axis=1, tiled=True).astype(dtype), _GATHERED[1])
         positions = None
         if is_causal:  # (computed here, not saved for the backward pass: no O(T) residual)
-            rows = lax.axis_index(axis_name) * (T // parts) + lax.iota(jnp.int32, T // parts)
-            positions = (_natural(rows, T, parts, layout), _natural(lax.iota(jnp.int32, T), T, parts, layout))
+            def runs(rank):  # the positions of a device's rows, made by iota: no O(T) constant kept as a residual
+                return [p + lax.iota(jnp.int32, stop - start) for start, stop, p in chunks(T // parts, rank, parts,
+                                                                                          layout)]
+
+            positions = (jnp.concatenate(runs(lax.axis_index(axis_name))),
+                         jnp.concatenate([x for r in range(parts) for x in runs(r)]))  # (the gathered keys')
         out = _attend(q.astype(dtype), k, v, m, {**floats, **local_arrays}, is_causal=is_causal, scale=scale,
                       block_size=block_size, positions=positions)
         out = out.astype(query.dtype)

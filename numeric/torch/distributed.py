@@ -64,30 +64,20 @@ import torch
 import torch.distributed as dist
 from torch.autograd.function import once_differentiable
 
+from ..layouts import LAYOUTS, check_layout, chunks
 from .attention import BLOCK_ENTRIES, MapSpec, _check_inputs, _resolve, _rows, blocked_backward, blocked_forward
 
 __all__ = ["context_parallel_attention", "shard", "unshard", "positions", "LAYOUTS"]
-
-LAYOUTS = ("contiguous", "zigzag")
 
 _gather_single = getattr(dist, "all_gather_single", None) or dist.all_gather_into_tensor
 _scatter_single = getattr(dist, "reduce_scatter_single", None) or dist.reduce_scatter_tensor
 
 
 def _check_layout(layout, local: int, name: str):
-    if layout not in LAYOUTS:
-        raise ValueError(f"layout must be one of {LAYOUTS}, got {layout!r}")
+    check_layout(layout)
     if layout == "zigzag" and local % 2:
         raise ValueError(f"the zigzag layout holds two equal chunks a rank: {name}'s local length must be even, "
                          f"got {local}")
-
-
-def _chunks(local: int, rank: int, world: int, layout: str) -> list:
-    """``(start, stop, position)``: the runs of this rank's rows, and the global position of each run's first row."""
-    if layout == "contiguous":
-        return [(0, local, rank * local)]
-    c = local // 2
-    return [(0, c, rank * c), (c, local, (2 * world - 1 - rank) * c)]
 
 
 def positions(length: int, rank: int, world_size: int, layout: str = "contiguous") -> torch.Tensor:
@@ -99,7 +89,7 @@ def positions(length: int, rank: int, world_size: int, layout: str = "contiguous
     [0, 1, 6, 7]
     """
     _check_layout(layout, length, "the shard")
-    return torch.cat([torch.arange(p, p + stop - start) for start, stop, p in _chunks(length, rank, world_size, layout)])
+    return torch.cat([torch.arange(p, p + stop - start) for start, stop, p in chunks(length, rank, world_size, layout)])
 
 
 def shard(x: torch.Tensor, rank: int, world_size: int, layout: str = "contiguous", dim: int = -2) -> torch.Tensor:
@@ -109,14 +99,12 @@ def shard(x: torch.Tensor, rank: int, world_size: int, layout: str = "contiguous
     [2, 3, 4, 5]
     """
     L = x.shape[dim]
-    parts = world_size * (2 if layout == "zigzag" else 1)
-    if layout not in LAYOUTS:
-        raise ValueError(f"layout must be one of {LAYOUTS}, got {layout!r}")
+    parts = world_size * (2 if check_layout(layout) == "zigzag" else 1)
     if L % parts:
         raise ValueError(f"a sequence of length {L} does not split into {parts} equal chunks ({world_size} ranks, "
                          f"layout {layout!r})")
     n = L // world_size
-    runs = _chunks(n, rank, world_size, layout)
+    runs = chunks(n, rank, world_size, layout)
     return torch.cat([x.narrow(dim, p, stop - start) for start, stop, p in runs], dim=dim) if len(runs) > 1 \
         else x.narrow(dim, runs[0][2], n)
 
@@ -129,7 +117,7 @@ def unshard(shards, layout: str = "contiguous", dim: int = -2) -> torch.Tensor:
     _check_layout(layout, n, "a shard")
     pieces = {}
     for r, s in enumerate(shards):
-        for start, stop, p in _chunks(n, r, P, layout):
+        for start, stop, p in chunks(n, r, P, layout):
             pieces[p] = s.narrow(dim, start, stop - start)
     return torch.cat([pieces[p] for p in sorted(pieces)], dim=dim)
 
@@ -177,9 +165,9 @@ class _Plan:
     def __init__(self, group, rank, world, layout, causal, fn, is_map, names, guard, L, S, block):
         self.group, self.world, self.layout, self.causal = group, world, layout, causal
         # (rank, start, stop, position) of every rank's runs of keys: the gathered keys are in global order
-        self.key_runs = [(r, *run) for r in range(world) for run in _chunks(S, r, world, layout)]
+        self.key_runs = [(r, *run) for r in range(world) for run in chunks(S, r, world, layout)]
         self.runs = []
-        for start, stop, p in _chunks(L, rank, world, layout):
+        for start, stop, p in chunks(L, rank, world, layout):
             keys = p + stop - start if causal else S * world  # causal: a run sees a prefix of the keys
             self.runs.append((start, stop, MapSpec(fn, is_map, names, causal, guard, 0.0, block, stop - start, keys,
                                                    offset=p if causal else 0)))
@@ -290,8 +278,7 @@ def context_parallel_attention(query, key, value, *, group=None, is_causal=False
     n, m, E = query.shape[-2], key.shape[-2], query.shape[-1]
     if not isinstance(is_causal, bool):
         raise TypeError(f"is_causal must be True or False, got {is_causal!r}")
-    if layout not in LAYOUTS:
-        raise ValueError(f"layout must be one of {LAYOUTS}, got {layout!r}")
+    check_layout(layout)
     if is_causal and n != m:
         raise ValueError(f"with is_causal the local queries and keys are the same positions: query {tuple(query.shape)} "
                          f"and key {tuple(key.shape)} differ in length")
