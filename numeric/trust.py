@@ -9,6 +9,9 @@ A generated file starts with a header of comment lines::
 
 and the hash is the SHA-256 of the UTF-8 bytes of everything after the hash
 line (the *body*: the only part Python executes; the header is comments).
+Every byte Python executes must be covered by the hash, so a header line is
+refused if it holds a carriage return: Python ends a line at a lone CR too, and
+the text after one would be code outside the body.
 :func:`content_hash` is the one definition of that rule: ``derive`` writes
 headers with it and this module checks them with it.
 
@@ -94,6 +97,10 @@ def verified_body(text: str, origin: str = "<string>") -> str:
     if parts is None:
         raise NotGeneratedError(f"{origin} is not a generated map: it does not start with {HEADER_MARK!r}")
     header, body = parts
+    if any("\r" in line for line in header):
+        # Python also ends a line at a lone CR: text after one in a "comment" would run outside the hashed body
+        raise UntrustedModuleError(f"{origin}: a carriage return inside the header is not allowed (the text after "
+                                   f"it would be code the content hash does not cover)")
     if not _HASH_LINE.match(header[-1]):
         raise UntrustedModuleError(f"{origin}: malformed content-hash line {header[-1]!r}")
     if any(_COOKIE.match(line) for line in header[1:2]):

@@ -77,6 +77,33 @@ def test_get_map_refuses_code_in_the_header(gen_folder):
     assert not _ran()
 
 
+@pytest.mark.parametrize("line", [1, 2, 3, 4])
+def test_code_after_a_carriage_return_in_a_header_line_is_refused(gen_folder, line):
+    # Python ends a line at a lone CR, so text after one in a comment is code outside the hashed body
+    path = gen_folder / "cube_t.py"
+    lines = path.read_text(encoding="utf-8").split("\n")
+    lines[line - 1] += "\r" + TRACE.strip()
+    path.write_bytes("\n".join(lines).encode("utf-8"))
+    with pytest.raises(ValueError, match="carriage return|not a generated map|malformed"):
+        nm.get_map("cube_t")
+    assert not _ran()
+    assert "cube_t" not in sys.modules
+    with pytest.raises(ValueError):
+        trust.verified_body(path.read_bytes().decode("utf-8"))
+
+
+def test_every_byte_python_executes_is_hashed():
+    # the header is comment lines only, each one line for Python: tokenizing it alone yields comments and line ends
+    import io
+    import tokenize
+
+    for path in sorted(GENERATED.glob("*.py")):
+        header, _ = trust.split_header(path.read_text(encoding="utf-8"))
+        text = "\n".join(header) + "\n"
+        kinds = {tok.type for tok in tokenize.generate_tokens(io.StringIO(text).readline)}
+        assert kinds <= {tokenize.COMMENT, tokenize.NL, tokenize.NEWLINE, tokenize.ENDMARKER}, path.name
+
+
 def test_a_coding_cookie_in_the_header_is_refused(gen_folder):
     path = gen_folder / "cube_t.py"
     lines = path.read_text(encoding="utf-8").split("\n")
