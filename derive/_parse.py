@@ -4,7 +4,8 @@ Nothing the user types is evaluated as Python.  The text is parsed by
 :func:`ast.parse` into a syntax tree and every node is checked against a
 whitelist: numbers, the symbol ``p`` (and declared parameter names), the
 constants ``pi`` and ``E``, the operators ``+ - * / ** ^`` and calls of the
-functions in :data:`FUNCTIONS` with one positional argument.  Each accepted
+functions in :data:`FUNCTIONS`, by name, with one positional argument (a call
+of anything else, such as ``exp(p)(p)`` or ``(p**2)(7)``, is refused).  Each accepted
 node is then turned into the corresponding SymPy object directly; ``eval``,
 ``sympify`` and ``parse_expr`` are never called on user text.
 
@@ -231,7 +232,11 @@ class _Converter:
 
     def _Call(self, node: ast.Call, depth: int) -> sp.Expr:
         if not isinstance(node.func, ast.Name):
-            return self.convert(node.func, depth)  # refuses the callee: attribute access, a lambda, ...
+            self.convert(node.func, depth)  # refuses the callee's own syntax first: attribute access, a lambda, ...
+            raise DerivationError(
+                f"`{self._segment(node.func)}` is not a function: only a function's name may be called, "
+                f"as in exp(p), in `{self._segment(node)}`; allowed: {', '.join(sorted(FUNCTIONS))}"
+            )
         if node.func.id not in FUNCTIONS:
             name = node.func.id
             raise DerivationError(

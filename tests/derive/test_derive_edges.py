@@ -424,6 +424,24 @@ def test_parse_errors_are_worded_for_a_person(text, words):
     assert "\n" not in message
 
 
+@pytest.mark.parametrize(
+    "text, callee",
+    [
+        ("exp(p)(p)", "exp(p)"),
+        ("(p**2)(7)", "p**2"),
+        ("exp(p)(__import__('os').system('echo hi'))", "exp(p)"),
+        ("log(p)(p)(p)", "log(p)"),  # the innermost call is refused first
+        ("p**2 + (2)(p)", "2"),
+    ],
+)
+def test_calls_of_a_non_name_are_refused(text, callee):
+    # a call's callee must be a function's name, as ``p(1)`` is refused; these were read as their callee alone
+    with pytest.raises(DerivationError) as info:
+        Regularizer.from_string(text)
+    message = str(info.value)
+    assert f"`{callee}` is not a function" in message and "\n" not in message
+
+
 def test_unknown_function_lists_the_allowed_ones():
     with pytest.raises(DerivationError) as info:
         Regularizer.from_string("foo(p)")
