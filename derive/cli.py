@@ -39,7 +39,7 @@ from .argmax import derive_map
 from .errors import DerivationError
 from .codegen import builtins
 from .family import derive_family, stated_cases
-from .regularizers import FAMILIES, Parameter, Regularizer
+from .regularizers import FAMILIES, Parameter, Regularizer, check_parameter_name
 
 __all__ = ["main", "regularizer_from_args", "parameter_from_text"]
 
@@ -59,7 +59,6 @@ def _names() -> tuple[str, ...]:
 
 #: options whose value may start with "-" (an expression such as -log(p), a negative bound)
 _VALUE_OPTIONS = ("--expr", "--param", "--alpha")
-_RESERVED_PARAMETER_NAMES = {"p", "pi", "E", "oo"}
 
 
 def _add_regularizer_arguments(parser: argparse.ArgumentParser) -> None:
@@ -82,8 +81,10 @@ def _add_expr_arguments(parser: argparse.ArgumentParser) -> None:
 def parameter_from_text(text: str) -> Parameter:
     """A :class:`Parameter` from ``NAME``, ``NAME:LOWER``, ``NAME:LOWER:UPPER`` (bounds: numbers, ``oo``, ``-oo``)."""
     name, *bounds = [part.strip() for part in text.split(":")]
-    if not name.isidentifier() or not name.isascii() or name in _RESERVED_PARAMETER_NAMES:
-        raise DerivationError(f"--param {text!r}: {name!r} is not a usable parameter name")
+    try:
+        check_parameter_name(name)
+    except DerivationError as exc:
+        raise DerivationError(f"--param {text!r}: {exc}") from None
     if len(bounds) > 2:
         raise DerivationError(f"--param {text!r}: expected NAME, NAME:LOWER or NAME:LOWER:UPPER")
     values = []

@@ -37,6 +37,7 @@ import unicodedata
 from collections.abc import Mapping
 from dataclasses import InitVar, dataclass, field
 from functools import cached_property
+from types import MappingProxyType
 
 import mpmath
 import sympy as sp
@@ -51,6 +52,8 @@ __all__ = [
     "alpha",
     "Parameter",
     "Regularizer",
+    "RESERVED_NAMES",
+    "check_parameter_name",
     "shannon",
     "gini",
     "tsallis",
@@ -103,10 +106,51 @@ MAX_EXPONENT = 1000
 MAX_POWER_OF_SUM = 32
 # nonzero constants must lie in [10**-_MAX_DECADE, 10**_MAX_DECADE] in magnitude
 _MAX_DECADE = 100
-# names a parameter may not take: the symbols of the derivation, constants and functions
-_RESERVED = frozenset({"p", "z", "s", "y", "tau", "i", "d", "k", "S", "S_1", "S_2", "s_max", "pi", "E", "I", "oo"}) | set(
-    FUNCTIONS
-)
+#: Names a parameter may not take, by what takes them.  A parameter's name becomes a SymPy symbol beside the
+#: derivation's, an argument of every generated NumPy, CUDA and Triton function, a member of the CUDA map struct
+#: and a keyword of numeric's maps (``get_map(..., c=0.5)``, ``Map(module, threshold, **params)``,
+#: ``TorchMap(...)(x, dim, **params)``, ``numeric.torch.hf.register``, ``sparsify``); any of these names would
+#: collide there (``self=0.7`` as "multiple values for argument 'self'", ``threshold`` read as the threshold rule).
+RESERVED_NAMES: Mapping[str, frozenset] = MappingProxyType({
+    "a symbol of the derivation": frozenset({"p", "z", "s", "y", "tau", "i", "d", "k", "S", "S_1", "S_2", "s_max"}),
+    "a constant": frozenset({"pi", "E", "I", "oo", "inf", "nan"}),
+    "a function": frozenset(FUNCTIONS),
+    "an argument of numeric's maps": frozenset({
+        "self", "cls", "module", "mapping", "name", "threshold", "x", "axis", "dim", "upper", "total", "backend",
+        "model", "learn", "ranges", "params"}),
+    "a name in generated modules": frozenset({
+        "numpy", "math", "kernels", "erf", "triton", "tl", "T", "Params", "offset", "q", "solver", "v", "out",
+        "rows", "cols", "newton_link", "omega", "omega_prime", "omega_second", "omega_third", "weight", "weight_d2",
+        "clip", "omega_zero", "link", "link_dtau", "link_dtau2", "link_scale", "link_exponent", "term",
+        "tau_from_sum", "tau_candidate", "discriminant", "NAME", "REGULARIZER", "PARAMETERS", "PARAMETER_DOMAINS"}),
+    "a C++ keyword (CUDA)": frozenset({
+        "auto", "bool", "break", "case", "catch", "char", "const", "constexpr", "continue", "default", "delete",
+        "do", "double", "else", "enum", "explicit", "extern", "float", "for", "friend", "goto", "if", "inline", "int",
+        "long", "mutable", "namespace", "new", "operator", "private", "protected", "public", "register", "return",
+        "short", "signed", "sizeof", "static", "struct", "switch", "template", "this", "throw", "true", "false",
+        "try", "typedef", "typename", "union", "unsigned", "using", "virtual", "void", "volatile", "while"}),
+})
+# names of a generated function's temporaries (t0, t1, ...) and of the package's device helpers (rg_...)
+_RESERVED_PATTERN = re.compile(r"t[0-9]+|rg_\w*|omega_prime_d_\w*")
+
+
+def check_parameter_name(name: str) -> str:
+    """``name`` if a parameter may take it: a plain ASCII identifier, neither a Python keyword nor in
+    :data:`RESERVED_NAMES` nor a generated temporary (``t0``, ``t1``, ...) or helper (``rg_...``).
+
+    Every way of declaring a parameter (:class:`Parameter`, :meth:`Parameter.from_spec`, ``regattn ... --param``)
+    checks its name here, so a reserved one is refused before any derivation with this one message.
+    """
+    if not isinstance(name, str) or not name.isascii() or not name.isidentifier():
+        raise DerivationError(f"parameter name {name!r} is not a plain ASCII identifier such as 'c' or 'beta'")
+    why = "a Python keyword" if keyword.iskeyword(name) else None
+    why = why or next((what for what, names in RESERVED_NAMES.items() if name in names), None)
+    if why is None and _RESERVED_PATTERN.fullmatch(name):
+        why = "a name in generated modules"
+    if why is not None:
+        raise DerivationError(f"parameter name {name!r} is reserved ({why}); choose another, such as 'c' or 'beta'")
+    return name
+
 _BOUNDS = {"oo": sp.oo, "+oo": sp.oo, "inf": sp.oo, "+inf": sp.oo, "-oo": -sp.oo, "-inf": -sp.oo}
 _SPEC = re.compile(r"\s*([A-Za-z_][A-Za-z0-9_]*)\s*(?:in\s*\(\s*([^,()]+?)\s*,\s*([^,()]+?)\s*\))?\s*")
 
@@ -136,6 +180,7 @@ class Parameter:
     def __post_init__(self) -> None:
         if not isinstance(self.symbol, sp.Symbol):
             raise DerivationError(f"a parameter must be a SymPy Symbol, got {self.symbol!r}")
+        check_parameter_name(self.symbol.name)
         lower, upper = _bound(self.lower, self.symbol), _bound(self.upper, self.symbol)
         if not (lower < upper):
             raise DerivationError(
@@ -226,12 +271,7 @@ class Parameter:
 
 
 def _parameter_symbol(name: str, symbols: Mapping[str, sp.Symbol] | None) -> sp.Symbol:
-    if not name.isascii() or not name.isidentifier() or keyword.iskeyword(name):
-        raise DerivationError(f"parameter name {name!r} is not a plain ASCII identifier such as 'c' or 'beta'")
-    if name in _RESERVED:
-        raise DerivationError(
-            f"parameter name {name!r} is reserved (taken by p, the derivation's symbols, a constant or a function)"
-        )
+    check_parameter_name(name)
     if symbols and name in symbols:
         return symbols[name]
     return sp.Symbol(name, real=True)

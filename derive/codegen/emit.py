@@ -44,7 +44,7 @@ from numeric import trust, contract
 from ..argmax import Derivation
 from ..symbols import S, S1, S2, k, score
 from ..errors import DerivationError
-from ..regularizers import p, z
+from ..regularizers import check_parameter_name, p, z
 from . import cuda
 from . import triton as triton_code
 from .printers import POINTS, POSITIVE, CudaPrinter, PyPrinter, print_block, stable_form
@@ -242,9 +242,8 @@ def generate_module(dv: Derivation, name: str) -> str:
         raise DerivationError(f"generate_module expects a Derivation, got {type(dv).__name__}")
     check_name(name)
     params = [q.symbol.name for q in dv.parameters]
-    for q in params:
-        if q in {"p", "z", "s", "S", "k", "S_1", "S_2", "numpy", "math"} or not q.isidentifier():
-            raise DerivationError(f"parameter name {q!r} clashes with a generated name")
+    for q in params:  # (a Parameter checked its name; a Derivation built by hand may hold any symbol)
+        check_parameter_name(q)
     pieces = map_pieces(dv)
     py, cu = PyPrinter(), CudaPrinter()
 

@@ -222,11 +222,22 @@ def test_generate_with_a_parameter(tmp_path, capsys):
     assert "PARAMETERS = ('c',)" in text
 
 
+@pytest.mark.parametrize("name", ["self", "module", "threshold", "mapping", "z", "tau", "T", "t0", "weight"])
+def test_generate_refuses_a_reserved_parameter_name(name, tmp_path, capsys):
+    # 'self' and 'module' wrote a module whose get_map(..., self=0.7) raised "multiple values for argument",
+    # 'threshold' was read as the threshold rule, 'z' failed inside SymPy ("duplicate argument 'z'")
+    argv = ["generate", "--expr", "c*p**2/2 + p*log(p)", "--param", "c:0:oo", "--param", f"{name}:0:oo",
+            "--name", "collide", "--out", str(tmp_path)]
+    assert main(argv) == 2
+    assert f"parameter name '{name}' is reserved" in _one_error_line(capsys.readouterr().err)
+    assert list(tmp_path.iterdir()) == []
+
+
 @pytest.mark.parametrize(
     "argv, message",
     [
-        (["derive", "--expr", "c*p**2", "--param", "1c"], "not a usable parameter name"),
-        (["derive", "--expr", "c*p**2", "--param", "p"], "not a usable parameter name"),
+        (["derive", "--expr", "c*p**2", "--param", "1c"], "not a plain ASCII identifier"),
+        (["derive", "--expr", "c*p**2", "--param", "p"], "parameter name 'p' is reserved"),
         (["derive", "--expr", "c*p**2", "--param", "c:1:0"], "empty domain"),
         (["derive", "--expr", "c*p**2", "--param", "c:x"], "is not a number"),
         (["derive", "--expr", "c*p**2", "--param", "c", "--param", "c"], "twice"),

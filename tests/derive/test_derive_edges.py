@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import inspect
 import re
 import sys
 import threading
@@ -18,6 +19,9 @@ from hypothesis import strategies as st
 
 import derive
 from derive import DerivationError, Parameter, Regularizer, derive_map, gini, p, shannon, tsallis
+
+from derive.cli import parameter_from_text
+from derive.regularizers import RESERVED_NAMES
 
 from ._maps import ALL, derivation
 
@@ -346,6 +350,63 @@ def test_parameter_values_give_the_map_of_the_fixed_regularizer():
 def test_bad_parameters(spec, message):
     with pytest.raises(DerivationError, match=message):
         Regularizer.from_string("c*p**2 + p*log(p)", parameters=spec)
+
+
+_RESERVED_PARAMETERS = sorted(set().union(*RESERVED_NAMES.values())) + ["t0", "t12", "rg_pow", "omega_prime_d_c", "lambda"]
+
+
+@pytest.mark.parametrize("name", _RESERVED_PARAMETERS)
+def test_reserved_parameter_names_are_refused_on_every_path(name):
+    # each path that declares a parameter refuses a reserved name with the one message, before any derivation
+    # (regattn's --param built a Parameter from a bare Symbol: 'z' failed inside SymPy, 'self' derived a map
+    # whose get_map(..., self=0.7) raised TypeError, 'threshold' was read as the threshold rule)
+    paths = [
+        lambda: Regularizer.from_string("c*p**2 + p*log(p)", parameters=["c", name]),
+        lambda: Regularizer(p**2 + p * sp.log(p), parameters=[sp.Symbol(name)]),
+        lambda: Parameter.from_spec((name, 0, 1)),
+        lambda: Parameter(sp.Symbol(name, real=True), 0, 1),
+        lambda: parameter_from_text(f"{name}:0:oo"),
+    ]
+    for declare in paths:
+        with pytest.raises(DerivationError, match=f"parameter name '{name}' is reserved"):
+            declare()
+
+
+def _named_arguments(fn) -> set:
+    kinds = (inspect.Parameter.VAR_POSITIONAL, inspect.Parameter.VAR_KEYWORD)
+    return {a.name for a in inspect.signature(fn).parameters.values() if a.kind not in kinds}
+
+
+def test_reserved_names_hold_every_argument_beside_a_maps_parameters():
+    # numeric passes a map's parameters as **params beside these arguments: a parameter of the same name collides
+    import numeric.maps
+
+    functions = [numeric.maps.get_map, numeric.maps.Map.__init__]
+    try:
+        import numeric.torch.hf as hf
+        import numeric.torch.maps as torch_maps
+
+        functions += [torch_maps.get_map, torch_maps.TorchMap.__init__, torch_maps.TorchMap.__call__, hf.register,
+                      hf.sparsify]
+    except ImportError:  # pragma: no cover - torch or transformers not installed
+        pass
+    try:
+        import numeric.jax.maps as jax_maps
+
+        functions += [jax_maps.get_map, jax_maps.JaxMap.__init__, jax_maps.JaxMap.__call__]
+    except ImportError:  # pragma: no cover - jax not installed
+        pass
+    reserved = set().union(*RESERVED_NAMES.values())
+    for fn in functions:
+        assert _named_arguments(fn) <= reserved, (fn.__qualname__, _named_arguments(fn) - reserved)
+
+
+def test_reserved_names_hold_the_generated_routines_and_their_arguments():
+    from numeric import contract
+
+    reserved = set().union(*RESERVED_NAMES.values())
+    for routine in contract.ROUTINES:
+        assert routine.name in reserved and set(routine.args) <= reserved, routine.name
 
 
 def test_parameter_from_spec_is_public():
