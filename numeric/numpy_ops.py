@@ -59,7 +59,7 @@ class NumpyRowOps(CompactRows, NumpyOps, TensorOps):
         return np.multiply(b, 1 / total, out=b if out is None else out)
 
     partial_from = 32
-    support_below = 256
+    support_below = 2048
 
     @staticmethod
     def largest(x, k):

@@ -594,6 +594,12 @@ def support_rule(ops: TensorOps, r: Routines, y, steps: int = SUPPORT_STEPS):
     if power is None:
         t, result, active = _support_generic(ops, bound, rows, t, result, active, steps)
     elif power[1] == 1:  # F is piecewise linear: the Newton step is the candidate (Michelot), exact once S repeats
+        # Start from the middle of [-omega'(1), -omega'(0+)] where Jensen's bound is below it: the start need not be
+        # a lower bound, since from any t with a non-empty support the first step lands on one (F is convex: its
+        # tangent lies below it), and most rows start closer to t* (a round fewer on N(0, 1) rows)
+        mid = (lo - r.clip()) / 2
+        t = ops.where(t > mid, t, mid)
+
         def body(state, rows):
             y, r = bound(rows)
             t, result, size, active = state
@@ -602,7 +608,11 @@ def support_rule(ops: TensorOps, r: Routines, y, steps: int = SUPPORT_STEPS):
             cand = r.tau_candidate(kk, su + kk * c, 0 * kk)
             exact = kk == size
             result = ops.where(active & exact, cand, result)
-            t = ops.where(active & (cand > t), cand, t)
+            # after the first round (size n + 1) t is a lower bound and only rises; -omega'(1) is one too
+            first = size > n
+            floor = -_reach_one(ops, r, kk)
+            cand = ops.where(cand > floor, cand, floor)
+            t = ops.where(active & (first | (cand > t)), cand, t)
             size = ops.where(active, kk, size)
             active = active & ops.not_(exact)
             return (t, result, size, active), active
