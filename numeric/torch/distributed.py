@@ -57,8 +57,10 @@ rank's device).
 
 from __future__ import annotations
 
+import hashlib
 import math
 import numbers
+import struct
 
 import torch
 import torch.distributed as dist
@@ -237,6 +239,139 @@ class _ContextParallelAttention(torch.autograd.Function):
         return (dq, dk, dv, None, *dparams)
 
 
+#: the dtypes the agreement between the ranks names (any other is told by a digest of its name)
+_DTYPES = (torch.float64, torch.float32, torch.float16, torch.bfloat16)
+#: the trailing dimensions of a shape the agreement carries as numbers (a longer shape adds a digest of the rest)
+_DIMS = 8
+#: bytes of the map's description the agreement carries (a longer one is cut; a digest of the whole map is kept)
+_TEXT = 64
+
+
+def _digest(text: str) -> int:
+    """A signed 64-bit digest of ``text``, the same in every process (Python's ``hash`` of a str is not)."""
+    return int.from_bytes(hashlib.blake2b(text.encode(), digest_size=8).digest(), "little", signed=True)
+
+
+def _map_text(mapping) -> str:
+    """What names ``mapping`` to a user: ``entmax(alpha=1.5)``, a callable's qualified name, or its repr."""
+    from .maps import TorchMap
+
+    if isinstance(mapping, TorchMap):
+        params = [f"{k}={v:g}" if isinstance(v, numbers.Real) else
+                  f"{k}=<tensor {tuple(v.shape)} {str(v.dtype).removeprefix('torch.')}>" if isinstance(v, torch.Tensor)
+                  else f"{k}={v!r}" for k, v in sorted(mapping.params.items())]
+        if mapping.threshold != "auto":
+            params.append(f"threshold={mapping.threshold!r}")
+        name = mapping.module.__name__.removeprefix("numeric._generated.")
+        return name + (f"({', '.join(params)})" if params else "")
+    if isinstance(mapping, str):
+        return mapping
+    if callable(mapping) and hasattr(mapping, "__qualname__"):
+        return f"{getattr(mapping, '__module__', '') or ''}.{mapping.__qualname__}".lstrip(".")
+    return repr(mapping)
+
+
+def _encode(text: str, size: int = _TEXT) -> list:
+    """``text`` as ``size / 8`` int64s (its UTF-8 bytes, cut or padded with zeros) and a digest of all of it."""
+    return list(struct.unpack(f"<{size // 8}q", text.encode()[:size].ljust(size, b"\0"))) + [_digest(text)]
+
+
+def _decode(ints) -> str:
+    return struct.pack(f"<{len(ints) - 1}q", *ints[:-1]).rstrip(b"\0").decode("utf-8", "replace")
+
+
+def _shape(ints) -> str:
+    ndim, _, *tail = ints
+    return str(tuple(tail[_DIMS - ndim:])) if ndim <= _DIMS else f"(..., {', '.join(map(str, tail))})"
+
+
+def _fields(query, key, value, is_causal, layout, scale, fn, error):
+    """``[(what, int64s, show)]``: every argument of a call the ranks must agree on, as numbers, and how to show
+    them (``show(int64s)``) in the error."""
+    fields = []
+    for name, x in (("query", query), ("key", key), ("value", value)):
+        if isinstance(x, torch.Tensor):
+            dims = tuple(x.shape)
+            tail = list(dims[-_DIMS:]) if dims else []
+            code = [len(dims), _digest(repr(dims)) if len(dims) > _DIMS else 0] + [-1] * (_DIMS - len(tail)) + tail
+            fields.append((f"the local shape of {name}", code, _shape))
+            fields.append((f"the dtype of {name}", _encode(str(x.dtype), 16), _decode))
+        else:
+            fields.append((f"the local shape of {name}", _encode(f"a {type(x).__name__}", 16), _decode))
+    device = query.device.type if isinstance(query, torch.Tensor) else "?"
+    fields.append(("the device type", _encode(device, 16), _decode))
+    for what, v in (("is_causal", is_causal), ("layout", layout), ("scale", "the default" if scale is None else scale)):
+        fields.append((what, _encode(v if isinstance(v, str) and what == "scale" else repr(v), 16), _decode))
+    fields.append(("mapping", _encode(_map_text(fn)), _decode))
+    grad = torch.is_grad_enabled()
+    needs = tuple(bool(grad and isinstance(x, torch.Tensor) and x.requires_grad) for x in (query, key, value))
+    fields.append(("which of query, key, value need gradients", [int(n) for n in needs],
+                   lambda ints: str(tuple(bool(i) for i in ints))))
+    fields.append(("valid arguments", [0 if error is None else 1], lambda ints: "no" if ints[0] else "yes"))
+    return fields
+
+
+def _ranks(ranks: list) -> str:
+    return f"rank {ranks[0]}" if len(ranks) == 1 else f"ranks {', '.join(map(str, ranks))}"
+
+
+def _agree(group, query, key, value, is_causal, layout, scale, fn, error):
+    """Raise the same ValueError on every rank of ``group`` unless all called with the same arguments.
+
+    One all-gather of a small int64 descriptor per rank (:func:`_fields`: the local shapes and dtypes, the device
+    type, causality, layout, scale, the map, which inputs need gradients, and whether the arguments passed the local
+    checks), before any collective that moves the keys: a rank with other shapes or dtypes would otherwise send
+    buffers of another size into the same collective, which gloo and NCCL answer by aborting the processes.
+    """
+    fields = _fields(query, key, value, is_causal, layout, scale, fn, error)
+    row = [i for _, code, _ in fields for i in code]
+    device = query.device if isinstance(query, torch.Tensor) else torch.device("cpu")
+    mine = torch.tensor(row, dtype=torch.int64, device=device)
+    world = dist.get_world_size(group)
+    table = mine.new_empty(world * len(row))  # rank by rank
+    _gather_single(table, mine, group=group)
+    table = table.view(world, len(row)).tolist()
+    differ, at = [], 0
+    for what, code, show in fields:
+        values = [tuple(r[at:at + len(code)]) for r in table]
+        at += len(code)
+        if len(set(values)) > 1:
+            seen = {}
+            for rank, v in enumerate(values):
+                seen.setdefault(v, []).append(rank)
+            differ.append(f"{what}: " + ", ".join(f"{show(list(v))} on {_ranks(r)}" for v, r in seen.items()))
+    if differ:
+        # (a rank whose own arguments are invalid says why in the cause)
+        raise ValueError("context_parallel_attention: every rank of the group must call with the same arguments "
+                         "(each call runs collectives that all ranks join), but they differ in "
+                         + "; ".join(differ)) from error
+
+
+def _check_call(query, key, value, is_causal, scale, mapping, layout, block):
+    """One rank's checks of a call's arguments (as one process's); ``(batch, fn, is_map, scale)``."""
+    batch = _check_inputs(query, key, value)
+    n, m = query.shape[-2], key.shape[-2]
+    if not isinstance(is_causal, bool):
+        raise TypeError(f"is_causal must be True or False, got {is_causal!r}")
+    check_layout(layout)
+    if is_causal and n != m:
+        raise ValueError(f"with is_causal the local queries and keys are the same positions: query {tuple(query.shape)} "
+                         f"and key {tuple(key.shape)} differ in length")
+    _check_layout(layout, n, "query")
+    _check_layout(layout, m, "key")
+    if scale is not None and (isinstance(scale, bool) or not isinstance(scale, numbers.Real)):
+        raise TypeError(f"scale must be a real number or None, got {scale!r}")
+    if block is not None and (isinstance(block, bool) or not isinstance(block, numbers.Integral) or block < 1):
+        raise ValueError(f"block must be a positive integer or None, got {block!r}")
+    fn, is_map = _resolve(mapping)
+    if not is_map:
+        with torch.enable_grad():
+            if fn(torch.zeros(1, 2, dtype=query.dtype, device=query.device), dim=-1).requires_grad:
+                raise TypeError("a callable mapping whose weights depend on tensors of its own that need gradients "
+                                "cannot run context-parallel: pass its parameters through a TorchMap")
+    return batch, fn, is_map, scale
+
+
 def context_parallel_attention(query, key, value, *, group=None, is_causal=False, scale=None, mapping="softmax",
                                layout="contiguous", block=None):
     """This rank's output of attention over a sequence sharded across the ranks of ``group`` (module docstring).
@@ -271,38 +406,37 @@ def context_parallel_attention(query, key, value, *, group=None, is_causal=False
 
     Raises
     ------
+    ValueError
+        On every rank, if the ranks called with different local shapes, dtypes, causality, layout, scale, map or
+        inputs that need gradients, or if the arguments are invalid on some ranks only (one all-gather of a small
+        descriptor, before the keys move, checks this); otherwise as one process's checks.
     RuntimeError
         If ``torch.distributed`` is not initialised.
     """
-    batch = _check_inputs(query, key, value)
-    n, m, E = query.shape[-2], key.shape[-2], query.shape[-1]
-    if not isinstance(is_causal, bool):
-        raise TypeError(f"is_causal must be True or False, got {is_causal!r}")
-    check_layout(layout)
-    if is_causal and n != m:
-        raise ValueError(f"with is_causal the local queries and keys are the same positions: query {tuple(query.shape)} "
-                         f"and key {tuple(key.shape)} differ in length")
-    _check_layout(layout, n, "query")
-    _check_layout(layout, m, "key")
-    if scale is None:
-        scale = 1.0 / math.sqrt(E) if E else 1.0
-    elif isinstance(scale, bool) or not isinstance(scale, numbers.Real):
-        raise TypeError(f"scale must be a real number or None, got {scale!r}")
-    if block is not None and (isinstance(block, bool) or not isinstance(block, numbers.Integral) or block < 1):
-        raise ValueError(f"block must be a positive integer or None, got {block!r}")
-    fn, is_map = _resolve(mapping)
-    if not is_map:
-        with torch.enable_grad():
-            if fn(torch.zeros(1, 2, dtype=query.dtype, device=query.device), dim=-1).requires_grad:
-                raise TypeError("a callable mapping whose weights depend on tensors of its own that need gradients "
-                                "cannot run context-parallel: pass its parameters through a TorchMap")
-    if not dist.is_available() or not dist.is_initialized():
+    try:
+        batch, fn, is_map, scale = _check_call(query, key, value, is_causal, scale, mapping, layout, block)
+        error = None
+    except (TypeError, ValueError) as exc:
+        fn, error = mapping, exc
+        try:
+            fn = _resolve(mapping)[0]
+        except (TypeError, ValueError, ImportError):
+            pass
+    initialised = dist.is_available() and dist.is_initialized()
+    if initialised:
+        _agree(group, query, key, value, is_causal, layout, scale, fn, error)
+    if error is not None:
+        raise error
+    if not initialised:
         raise RuntimeError("context_parallel_attention needs torch.distributed initialised "
                            "(torch.distributed.init_process_group); for one process use numeric.torch.attention")
+    n, m = query.shape[-2], key.shape[-2]
     world, rank = dist.get_world_size(group), dist.get_rank(group)
     names = tuple(k for k in fn.params if isinstance(fn.params[k], torch.Tensor)) if is_map else ()
     params = tuple(fn.params[k] for k in names)
     S = m * world
+    if scale is None:
+        scale = 1.0 / math.sqrt(query.shape[-1]) if query.shape[-1] else 1.0
     if block is None:
         block = max(1, BLOCK_ENTRIES // (math.prod(batch) * S or 1))
     plan = _Plan(group, rank, world, layout, is_causal, fn, is_map, names, not is_map, n, m, block)

@@ -1,7 +1,9 @@
 """Runs every case of tests/torch/test_context_parallel.py on 2 gloo processes and writes their errors as JSON.
 
 ``python -m tests.torch._context_parallel_worker OUT.json FOLDER MODULE``: ``FOLDER`` holds the generated typed map
-``MODULE``.  Each rank compares its output shard and its gradients with one process's
+``MODULE``.  ``python -m tests.torch._context_parallel_worker --disagree OUT.json`` runs :data:`DISAGREE` instead: calls
+whose arguments differ between the ranks, each rank's exception (type and message) recorded, then one call that
+agrees (the group still works).  Each rank compares its output shard and its gradients with one process's
 :func:`numeric.torch.attention` on the whole sequence (float64); the key and value gradients each rank gets are
 its own positions' (reduce-scattered), a learned parameter's are summed over the ranks first (as
 DistributedDataParallel does).  The file maps each case to the largest relative error over both ranks.
@@ -92,6 +94,53 @@ def _case(rank, mapping_name, causal, layout, grouped, typed, one_block):
     return errors
 
 
+#: (name, rank 0's arguments, rank 1's arguments) of calls that must raise the same error on both ranks
+_SAME = {"n": 4, "dtype": torch.float64, "is_causal": False, "layout": "contiguous", "mapping": "entmax15",
+         "grad": (True, True, True)}
+DISAGREE = [("lengths", {}, {"n": 6}),
+            ("dtypes", {}, {"dtype": torch.float32}),
+            ("causality", {}, {"is_causal": True}),
+            ("layouts", {}, {"layout": "zigzag"}),
+            ("maps", {}, {"mapping": "sparsemax"}),
+            ("map-parameters", {"mapping": ("entmax", 1.5)}, {"mapping": ("entmax", 1.25)}),
+            ("gradients", {}, {"grad": (True, False, True)}),
+            ("zigzag-odd-on-one-rank", {"n": 5, "layout": "zigzag"}, {"n": 6, "layout": "zigzag"}),
+            ("zigzag-odd-on-both", {"n": 5, "layout": "zigzag"}, {"n": 5, "layout": "zigzag"}),
+            ("invalid-on-one-rank", {}, {"mapping": "no_such_map"})]
+
+
+def _disagree_call(rank, mine):
+    from numeric.torch import get_map
+    from numeric.torch.distributed import context_parallel_attention
+
+    a = {**_SAME, **mine}
+    mapping = get_map(a["mapping"][0], alpha=a["mapping"][1]) if isinstance(a["mapping"], tuple) else a["mapping"]
+    gen = torch.Generator().manual_seed(rank)
+    q, k, v = (torch.randn(2, 3, a["n"], 4, dtype=a["dtype"], generator=gen).requires_grad_(g) for g in a["grad"])
+    out = context_parallel_attention(q, k, v, is_causal=a["is_causal"], layout=a["layout"], mapping=mapping)
+    out.sum().backward()
+    return out
+
+
+def _run_disagree(rank, init, out):
+    dist.init_process_group("gloo", init_method=f"file://{init}", rank=rank, world_size=WORLD)
+    results = {}
+    for name, *args in DISAGREE:
+        try:
+            _disagree_call(rank, args[rank])
+            got = {"type": None, "message": None}
+        except Exception as e:  # noqa: BLE001 - the test reads which exception each rank raised
+            got = {"type": type(e).__name__, "message": str(e)}
+        both = [None] * WORLD
+        dist.all_gather_object(both, got)
+        results[name] = both
+    results["agreeing-call-after"] = _disagree_call(rank, {}).shape[-2]
+    if rank == 0:
+        with open(out, "w") as f:
+            json.dump(results, f)
+    dist.destroy_process_group()
+
+
 def _run(rank, init, out, folder, module):
     dist.init_process_group("gloo", init_method=f"file://{init}", rank=rank, world_size=WORLD)
     sys.path.insert(0, folder)
@@ -109,7 +158,10 @@ def _run(rank, init, out, folder, module):
 
 
 if __name__ == "__main__":
-    out, folder, module = sys.argv[1:4]
     torch.set_num_threads(1)
     with tempfile.TemporaryDirectory() as tmp:
-        mp.spawn(_run, args=(os.path.join(tmp, "init"), out, folder, module), nprocs=WORLD)
+        if sys.argv[1] == "--disagree":
+            mp.spawn(_run_disagree, args=(os.path.join(tmp, "init"), sys.argv[2]), nprocs=WORLD)
+        else:
+            out, folder, module = sys.argv[1:4]
+            mp.spawn(_run, args=(os.path.join(tmp, "init"), out, folder, module), nprocs=WORLD)

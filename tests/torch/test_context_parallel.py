@@ -54,6 +54,43 @@ def test_shards_equal_one_process(errors, case):
     assert e["saved_over_local"] <= 1.0, e
 
 
+def test_ranks_that_disagree_raise_the_same_error_on_every_rank(tmp_path):
+    """Calls whose shapes, dtypes, causality, layout, map or gradients differ between the 2 ranks: each rank raises
+    the same ValueError naming what differs and each rank's value (no process aborts in the collectives, none
+    hangs); a call invalid on one rank only raises on both; afterwards an agreeing call runs."""
+    if not torch.distributed.is_available() or not torch.distributed.is_gloo_available():
+        pytest.skip("torch.distributed with gloo is not available")
+    from tests.torch._context_parallel_worker import DISAGREE
+
+    out = tmp_path / "disagree.json"
+    proc = subprocess.run([sys.executable, "-m", "tests.torch._context_parallel_worker", "--disagree", str(out)],
+                          cwd=ROOT, capture_output=True, text=True, timeout=300)
+    assert proc.returncode == 0, proc.stderr[-4000:]
+    got = json.loads(out.read_text())
+    expect = {"lengths": ["the local shape of query: (2, 3, 4, 4) on rank 0, (2, 3, 6, 4) on rank 1",
+                          "the local shape of key: (2, 3, 4, 4) on rank 0, (2, 3, 6, 4) on rank 1"],
+              "dtypes": ["the dtype of query: torch.float64 on rank 0, torch.float32 on rank 1"],
+              "causality": ["is_causal: False on rank 0, True on rank 1"],
+              "layouts": ["layout: 'contiguous' on rank 0, 'zigzag' on rank 1"],
+              "maps": ["mapping: entmax15 on rank 0, sparsemax on rank 1"],
+              "map-parameters": ["mapping: entmax(alpha=1.5) on rank 0, entmax(alpha=1.25) on rank 1"],
+              "gradients": ["which of query, key, value need gradients: (True, True, True) on rank 0, "
+                            "(True, False, True) on rank 1"],
+              "zigzag-odd-on-one-rank": ["the local shape of query: (2, 3, 5, 4) on rank 0, (2, 3, 6, 4) on rank 1"],
+              "invalid-on-one-rank": ["valid arguments: yes on rank 0, no on rank 1"]}
+    for name, *_ in DISAGREE:
+        ranks = got[name]
+        assert ranks[0] == ranks[1], (name, ranks)  # the same exception, the same message
+        if name == "zigzag-odd-on-both":  # the same invalid arguments everywhere: the local error on every rank
+            assert ranks[0]["type"] == "ValueError" and "local length must be even, got 5" in ranks[0]["message"]
+            continue
+        assert ranks[0]["type"] == "ValueError", (name, ranks)
+        assert "every rank of the group must call" in ranks[0]["message"], (name, ranks)
+        for part in expect[name]:
+            assert part in ranks[0]["message"], (name, part, ranks[0]["message"])
+    assert got["agreeing-call-after"] == 4
+
+
 def test_errors_name_what_is_wrong():
     from numeric.torch.distributed import context_parallel_attention, shard
 
