@@ -29,6 +29,22 @@ def check_normmax_alpha(values) -> None:
         raise ValueError(f"normmax needs alpha > 1 (finite), got {float(bad)!r}")
 
 
+def check_normmax_alpha_first(alpha, readable=np.asarray) -> None:
+    """:func:`check_normmax_alpha` before the entmax family's check of its own domain ``(0, inf)`` (normmax
+    solves through that map, whose message would name entmax for ``alpha = inf``, ``nan`` or ``-2``): for
+    ``alpha`` a real number or an array of a real dtype (NumPy, JAX or torch), its values ``readable(alpha)``
+    (``None`` inside a trace: not checked here).  Anything else is left to that check's :class:`TypeError`."""
+    if front.is_number(alpha):
+        check_normmax_alpha(alpha)
+        return
+    kind = getattr(getattr(alpha, "dtype", None), "kind", None)  # (NumPy and JAX dtypes)
+    floating = getattr(alpha, "is_floating_point", None)  # (a torch tensor)
+    if kind in ("i", "u", "f") or (callable(floating) and floating()):
+        values = readable(alpha)
+        if values is not None:
+            check_normmax_alpha(values)
+
+
 class NormmaxMap(Map):
     """normmax as a :class:`~numeric.maps.Map`: the same calls (``m(x, axis)``, ``forward``, ``jvp``/``vjp``,
     ``loss``/``loss_and_grad``), ``alpha`` a number or an array with size 1 along the axis (per row, per head);
@@ -41,8 +57,8 @@ class NormmaxMap(Map):
     """
 
     def __init__(self, alpha=2.0, threshold: str = "auto"):
+        check_normmax_alpha_first(alpha)
         super().__init__(import_map_module("entmax"), threshold, alpha=alpha)
-        check_normmax_alpha(self.params["alpha"])
 
     @property
     def name(self) -> str:

@@ -49,6 +49,12 @@ _normmax_rows.defjvp(_normmax_rows_jvp, symbolic_zeros=True)
 _normmax_rows_jit = jax.jit(_normmax_rows, static_argnums=0)
 
 
+def _check_alpha_first(alpha):
+    from ..normmax import check_normmax_alpha_first
+
+    check_normmax_alpha_first(alpha, ARRAYS.readable)
+
+
 def _check_alpha(alpha):
     from ..normmax import check_normmax_alpha
 
@@ -67,8 +73,8 @@ class JaxNormmax(JaxMap):
     """
 
     def __init__(self, alpha=2.0):
+        _check_alpha_first(alpha)
         super().__init__("entmax", alpha=alpha)
-        _check_alpha(self.params["alpha"])
 
     @property
     def name(self) -> str:
@@ -84,6 +90,8 @@ class JaxNormmax(JaxMap):
             raise ValueError(_NO_BOX)
         x = _scores(x)
         axis = front.check_axis(x.shape, axis)
+        if "alpha" in params:
+            _check_alpha_first(params["alpha"])
         values = self.values(params)
         _check_alpha(values["alpha"])
         dtype = compute_dtype(x.dtype)

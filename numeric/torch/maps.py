@@ -425,8 +425,8 @@ class TorchNormmax(TorchMap):
         family_map = _BUILTIN["entmax"]  # (its solvers shared: a map built under torch.compile cannot build its own)
         self.module, self.threshold = family_map.module, family_map.threshold
         self._solver, self._cases = family_map._solver, family_map._cases
+        self._check_alpha_first(alpha)
         self.params = self._checked({"alpha": alpha})
-        self._check_alpha(self.params["alpha"])
 
     @property
     def name(self) -> str:
@@ -445,6 +445,16 @@ class TorchNormmax(TorchMap):
         if value is not None:
             check_normmax_alpha(value.cpu().double().numpy() if isinstance(value, torch.Tensor) else value)
 
+    @staticmethod
+    def _check_alpha_first(alpha):
+        from ..normmax import check_normmax_alpha_first
+
+        def values(a):  # (a tensor's values where they can be read; an array of another kind: not a torch value)
+            v = ARRAYS.readable(a) if isinstance(a, torch.Tensor) else None
+            return None if v is None else v.cpu().double().numpy()
+
+        check_normmax_alpha_first(alpha, values)
+
     def __call__(self, x, dim: int = -1, *, upper=None, total=1.0, **params):
         if front.is_box(upper, total):
             raise ValueError("normmax takes no box constraints (upper=, total=): its regularizer is not separable")
@@ -453,6 +463,8 @@ class TorchNormmax(TorchMap):
     def run(self, x, dim, params, tau=None, keep_tau=False):
         """``p`` (``(p, None)`` with ``keep_tau``: no thresholds are kept; ``tau`` is not used)."""
         dim = self._checked_scores(x, dim)
+        if "alpha" in params:
+            self._check_alpha_first(params["alpha"])
         values, dtype, moved, flat, (alpha,), _ = self._layout(x, dim, params)
         self._check_alpha(alpha)
         with torch.no_grad():

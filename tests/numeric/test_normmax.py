@@ -114,3 +114,50 @@ def test_errors_by_name():
         nm.get_map("normmax").vjp_params(np.full(3, 1 / 3), np.ones(3))
     assert repr(nm.get_map("normmax", alpha=3.0)) == "NormmaxMap(alpha=3.0)"
     assert nm.get_map(nm.get_map("normmax", alpha=3.0), alpha=2.0).params["alpha"] == 2.0
+
+
+_NOT_A_NORMMAX_ALPHA = [np.inf, -np.inf, np.nan, 1.0, 0.5, -2.0]
+
+
+def _normmax_calls(bad):
+    """Each way of giving normmax an alpha, on each installed front end: ``(label, call)``."""
+    calls = [("numpy normmax", lambda: nm.normmax(np.zeros(3), bad)),
+             ("numpy get_map", lambda: nm.get_map("normmax", alpha=bad)),
+             ("numpy per row", lambda: nm.normmax(np.zeros((2, 3)), np.array([[2.0], [bad]]))),
+             ("numpy rebound", lambda: nm.get_map(nm.get_map("normmax"), alpha=bad))]
+    try:
+        import torch
+
+        import numeric.torch as nt
+
+        calls += [("torch normmax", lambda: nt.normmax(torch.zeros(3), alpha=bad)),
+                  ("torch per row", lambda: nt.normmax(torch.zeros(2, 3), alpha=torch.tensor([[2.0], [bad]]))),
+                  ("torch call", lambda: nt.get_map("normmax")(torch.zeros(3), alpha=bad))]
+    except ImportError:  # pragma: no cover - torch not installed
+        pass
+    try:
+        import jax.numpy as jnp
+
+        import numeric.jax as nj
+
+        calls += [("jax normmax", lambda: nj.normmax(jnp.zeros(3), alpha=bad)),
+                  ("jax call", lambda: nj.get_map("normmax")(jnp.zeros(3), alpha=bad))]
+    except ImportError:  # pragma: no cover - jax not installed
+        pass
+    return calls
+
+
+@pytest.mark.parametrize("bad", _NOT_A_NORMMAX_ALPHA)
+def test_an_alpha_outside_normmaxs_domain_is_named_as_normmaxs(bad):
+    # alpha = inf or nan was refused by the entmax family it solves through: "outside (0.0, inf) for map 'entmax'"
+    for label, call in _normmax_calls(bad):
+        with pytest.raises(ValueError) as info:
+            call()
+        message = str(info.value)
+        assert "normmax needs alpha > 1 (finite)" in message and "entmax" not in message, (label, message)
+
+
+def test_an_alpha_of_the_wrong_type_is_still_a_type_error():
+    for bad in ("2", True, 2 + 1j):
+        with pytest.raises(TypeError, match="parameter alpha must be a real number"):
+            nm.get_map("normmax", alpha=bad)
