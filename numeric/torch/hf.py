@@ -15,8 +15,8 @@ model to a map, optionally with map parameters learned per layer and head.
     ...                      num_attention_heads=4, num_key_value_heads=2)
     >>> model = LlamaForCausalLM(config).eval()
     >>> model = hf.sparsify(model, "entmax", learn=("alpha",), alpha=1.5)
-    >>> model.config._attn_implementation
-    'regattn_entmax_alpha1.5'
+    >>> model.config._attn_implementation      # saved in config.json, which transformers' loader reads
+    'regattn_entmax_alpha1.5_learned_alpha'
     >>> hf.learned(model)["model.layers.0.self_attn"]["alpha"]
     tensor([1.5000, 1.5000, 1.5000, 1.5000], grad_fn=<...>)
     >>> model(torch.tensor([[1, 2, 3]])).logits.shape
@@ -45,11 +45,12 @@ from __future__ import annotations
 import json
 import math
 import numbers
+import warnings
 from pathlib import Path
 from types import ModuleType
 
 try:
-    import transformers  # noqa: F401
+    import transformers
 except ModuleNotFoundError as exc:  # pragma: no cover - depends on the environment
     raise ModuleNotFoundError("numeric.torch.hf needs HuggingFace transformers: pip install 'regattn[hf]'",
                               name=exc.name) from None
@@ -134,13 +135,22 @@ def register(mapping, name: str | None = None, *, backend: str = "auto", **param
     _check_params(params)
     fused.check_backend(backend)
     tm = get_map(mapping, **params)
-    if name is None:
-        name = _map_label(tm, params)
+    return _register(tm, _map_label(tm, params) if name is None else name, backend, params)
+
+
+def _register(tm: TorchMap, name, backend: str, params: dict, learn: tuple = ()) -> str:
+    """:func:`register`'s work for the map ``tm``; ``learn``: the names of the map parameters the modules of a
+    model must hold (:func:`sparsify`), without which the map warns that they were not loaded."""
     if not isinstance(name, str) or not name or "/" in name:
         raise ValueError(f"name must be a non-empty string without '/' (transformers reads 'a/b' as a kernel on the "
                          f"Hub), got {name!r}")
 
     def forward(module, query, key, value, attention_mask, dropout=0.0, scaling=None, is_causal=None, **kwargs):
+        if learn and not getattr(module, PREFIX + "ranges", None):
+            warnings.warn(f"attention implementation {name!r}: this model was saved with learned map parameters "
+                          f"{', '.join(learn)} per head, which the attention modules lack (transformers' own "
+                          f"from_pretrained does not load them); the map runs with {params or 'its defaults'} in "
+                          f"every head.  Load the model with numeric.torch.hf.from_pretrained", stacklevel=2)
         return attention_forward(module, query, key, value, attention_mask, dropout=dropout, scaling=scaling,
                                  is_causal=is_causal, mapping=tm, backend=backend, **kwargs)
 
@@ -261,6 +271,16 @@ def sparsify(model, mapping, *, learn=(), ranges=None, backend: str = "auto", **
     ``model.config.regattn`` (saved with ``save_pretrained``), from which
     :func:`from_pretrained` sparsifies a loaded model again.
 
+    The attention implementation's name is :func:`register`'s default name
+    (``regattn_entmax15``), with ``_learned_<name>`` appended for each learned
+    parameter (``regattn_entmax_alpha1.5_learned_alpha``), and is written to
+    ``model.config.attn_implementation``, saved as config.json's
+    ``"attn_implementation"``.  transformers' own ``from_pretrained`` reads it:
+    in a process where the name is registered it runs the map (a model without
+    learned parameters is then loaded whole; one with them runs the map without
+    their values, and warns), and where the name is not registered it raises
+    transformers' ValueError naming it, instead of running SDPA in the map's place.
+
     Returns the model (changed in place).
     """
     tm = get_map(mapping, **params)
@@ -280,11 +300,25 @@ def sparsify(model, mapping, *, learn=(), ranges=None, backend: str = "auto", **
             module.register_parameter(f"{PREFIX}{name}_logit", nn.Parameter(torch.full((_heads(module),), logit, **like)))
         setattr(module, PREFIX + "ranges", {name: (lo, hi) for name, (lo, hi, _) in spans.items()})
     # the map registered with the fixed parameters and the learned ones' starts (their values come from the modules)
-    label = register(mapping, backend=backend, **params)
+    label = _register_saved(_module_name(mapping), params, names, backend)
     model.set_attn_implementation(label)
     model.config.regattn = {"mapping": _module_name(mapping), "params": dict(params), "learn": list(names),
                             "ranges": {n: [lo, hi] for n, (lo, hi, _) in spans.items()}, "backend": backend}
+    # saved as config.json's "attn_implementation", which transformers' own from_pretrained reads: it runs the map
+    # where the name is registered in the loading process and refuses the name where not (never SDPA silently)
+    model.config.attn_implementation = label
     return model
+
+
+def _register_saved(mapping, params: dict, learn, backend: str) -> str:
+    """Register the map of a sparsified model under the name its config records: :func:`register`'s default name,
+    with ``_learned_<names>`` appended where parameters are learned (the map alone is then not the model's, so
+    that name is not one :func:`register` gives)."""
+    fused.check_backend(backend)
+    _check_params(params)
+    tm = get_map(mapping, **params)
+    label = _map_label(tm, params) + "".join(f"_learned_{n}" for n in learn)
+    return _register(tm, label, backend, params, tuple(learn))
 
 
 def learned(model) -> dict:
@@ -315,6 +349,17 @@ def _checkpoint_tensors(path: Path, keys) -> dict:
     return out
 
 
+def _saved_spec(path, kwargs) -> dict | None:
+    """The ``regattn`` entry of the config saved at ``path`` (None if absent; ``kwargs``: from_pretrained's, of
+    which the loading ones are passed on), or of the ``config=`` passed."""
+    config = kwargs.get("config")
+    if config is not None and not isinstance(config, (str, Path)):
+        return getattr(config, "regattn", None)
+    passed = {k: kwargs[k] for k in ("cache_dir", "revision", "subfolder", "local_files_only", "token") if k in kwargs}
+    config_dict, _ = transformers.PreTrainedConfig.get_config_dict(config or path, **passed)
+    return config_dict.get("regattn")
+
+
 def from_pretrained(model_class, path, **kwargs):
     """``model_class.from_pretrained(path, **kwargs)``, sparsified again as it was saved (its learned values
     loaded).
@@ -322,8 +367,9 @@ def from_pretrained(model_class, path, **kwargs):
     A model saved after :func:`sparsify` carries its map in ``config.regattn``
     and its learned logits in its weights; transformers' own ``from_pretrained``
     builds the model without them (it does not know the parameters, and drops
-    them with a warning).  This loads the model, sparsifies it from the config
-    and loads the learned logits from the folder's safetensors files.  A model
+    them with a warning).  This registers the attention implementation the
+    saved config names, loads the model, sparsifies it from the config and
+    loads the learned logits from the folder's safetensors files.  A model
     without ``config.regattn`` is returned as transformers loads it.
     """
     # the learned logits are not the class's parameters: transformers is told to expect them (no load report)
@@ -331,6 +377,9 @@ def from_pretrained(model_class, path, **kwargs):
     model_class._keys_to_ignore_on_load_unexpected = [*(getattr(model_class, "_keys_to_ignore_on_load_unexpected", None)
                                                         or ()), rf"\.{PREFIX}\w+_logit$"]
     try:
+        spec = _saved_spec(path, kwargs)
+        if spec:  # the name the saved config asks transformers for (a process that never sparsified lacks it)
+            _register_saved(spec["mapping"], spec.get("params", {}), spec.get("learn", ()), spec.get("backend", "auto"))
         model = model_class.from_pretrained(path, **kwargs)
     finally:
         if before is _UNSET:

@@ -325,6 +325,69 @@ def test_a_sparsified_model_saves_and_loads(tmp_path):
         assert torch.equal(_run(loaded.eval(), "llama", ids, mask), ref)
 
 
+def _unregistered(monkeypatch, name):
+    """``name`` taken out of transformers' two registries until the test ends (as in a process that never
+    registered it)."""
+    from transformers.masking_utils import AttentionMaskInterface
+
+    for registry in (transformers.AttentionInterface._global_mapping, AttentionMaskInterface._global_mapping):
+        if name in registry:
+            monkeypatch.delitem(registry, name)
+
+
+def test_transformers_own_loader_runs_the_map_or_refuses(tmp_path, monkeypatch):
+    """transformers' own from_pretrained (the model class's and AutoModelForCausalLM's) on a model saved after
+    sparsify never runs SDPA in the map's place: the saved config names the map's attention implementation, so a
+    process that registered it runs the map (the saved model's logits exactly) and one that did not gets
+    transformers' ValueError naming it.  A model with learned map parameters is saved under a name of its own
+    (transformers' loader cannot load the learned values): refused unless registered, and where registered, the
+    map warns that the values are missing; numeric.torch.hf.from_pretrained loads both, registered or not."""
+    from transformers import AutoModelForCausalLM, LlamaForCausalLM
+
+    ids, mask = _batch("llama")
+    model = hf.sparsify(_model("llama"), "entmax15")
+    with torch.no_grad():
+        ref = _run(model, "llama", ids, mask)
+        sdpa = _run(_model("llama"), "llama", ids, mask)
+    assert (ref - sdpa).abs().max() > 1e-3  # (SDPA's logits are not the map's)
+    model.save_pretrained(tmp_path / "fixed")
+    with monkeypatch.context() as m:
+        _unregistered(m, "regattn_entmax15")
+        for loader in (LlamaForCausalLM, AutoModelForCausalLM):
+            with pytest.raises(ValueError, match='attn_implementation="regattn_entmax15"'):
+                loader.from_pretrained(tmp_path / "fixed")
+        loaded = hf.from_pretrained(LlamaForCausalLM, tmp_path / "fixed").eval()
+        with torch.no_grad():
+            assert torch.equal(_run(loaded, "llama", ids, mask), ref)
+    assert hf.register("entmax15") == "regattn_entmax15"
+    for loader in (LlamaForCausalLM, AutoModelForCausalLM):
+        loaded = loader.from_pretrained(tmp_path / "fixed").eval()
+        assert loaded.config._attn_implementation == "regattn_entmax15"
+        with torch.no_grad():
+            assert torch.equal(_run(loaded, "llama", ids, mask), ref)
+
+    model = hf.sparsify(_model("llama"), "entmax", learn=("alpha",), alpha=1.3)
+    for p in _alphas(model).values():
+        p.data += torch.linspace(-1, 1, p.numel())
+    with torch.no_grad():
+        ref = _run(model, "llama", ids, mask)
+    name = model.config._attn_implementation
+    assert name == "regattn_entmax_alpha1.3_learned_alpha"
+    model.save_pretrained(tmp_path / "learned")
+    with monkeypatch.context() as m:
+        _unregistered(m, name)
+        assert hf.register("entmax", alpha=1.3) == "regattn_entmax_alpha1.3"  # the fixed map does not stand in
+        with pytest.raises(ValueError, match=f'attn_implementation="{name}"'):
+            AutoModelForCausalLM.from_pretrained(tmp_path / "learned")
+        loaded = hf.from_pretrained(LlamaForCausalLM, tmp_path / "learned").eval()
+        with torch.no_grad():
+            assert torch.equal(_run(loaded, "llama", ids, mask), ref)
+    bare = AutoModelForCausalLM.from_pretrained(tmp_path / "learned").eval()  # registered in this process
+    with pytest.warns(UserWarning, match="learned map parameters .* numeric.torch.hf.from_pretrained"):
+        with torch.no_grad():
+            _run(bare, "llama", ids, mask)
+
+
 @pytest.mark.filterwarnings("ignore:`torch.jit.script_method` is deprecated:DeprecationWarning")  # inductor's import
 def test_torch_compile_of_a_model():
     model = hf.sparsify(_model("llama"), "entmax15")
