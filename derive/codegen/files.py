@@ -110,6 +110,29 @@ def _check_overwrite(path: Path, force: bool) -> None:
                               "remove it, choose another name or folder, or pass --force")
 
 
+def _identity(text: str) -> tuple[str, ...]:
+    """What a generated module is the map of: its header lines but the format and the content hash (which change
+    with regattn), and its ``PARAMETER_DOMAINS`` line (the same ``omega`` on other domains is another map)."""
+    head = [line for line in text.splitlines()[1:8] if line.startswith("# ")]
+    head = [line for line in head if not line.startswith(("# format:", "# content-hash:"))]
+    return tuple(head + [line for line in text.splitlines() if line.startswith("PARAMETER_DOMAINS = ")][:1])
+
+
+def _check_same_map(path: Path, text: str, force: bool) -> None:
+    """Refuse to replace ``path``, a module regattn generated, with ``text`` if that is the map of another
+    regularizer (or of other parameter domains), unless ``force``: regenerating the same map is allowed."""
+    if force or not _is_generated(path):  # (a file regattn did not write was refused before deriving)
+        return
+    try:
+        old = _identity(path.read_text(encoding="utf-8", errors="replace"))
+    except OSError:
+        return
+    if old != _identity(text):
+        was = next((line[2:] for line in old if line.startswith("# regularizer:")), "an unknown regularizer")
+        raise DerivationError(f"{path} holds the map of another regularizer ({was}); "
+                              "remove it, choose another name or folder, or pass --force to replace it")
+
+
 def inside_site_packages(path: Path) -> bool:
     """Whether ``path`` lies in an installation folder (site-packages): an installed, not editable, regattn."""
     roots = {sysconfig.get_paths().get(key) for key in ("purelib", "platlib")}
@@ -227,7 +250,8 @@ def write_user_module(expr: str | Regularizer, name: str, out: Path, force: bool
     """Derive ``expr`` (text or a :class:`Regularizer`) and write ``out/name.py`` atomically.
 
     ``name`` must not shadow another module (:func:`check_module_name`), and an
-    existing ``out/name.py`` is replaced only if regattn wrote it (or ``force``).
+    existing ``out/name.py`` is replaced only if regattn wrote it from the same
+    regularizer, parameters and domains (or ``force``).
     An ``out`` that does not exist is created, parents too, once the module is
     derived (input refused before that creates nothing).
     """
@@ -238,6 +262,7 @@ def write_user_module(expr: str | Regularizer, name: str, out: Path, force: bool
     reg = expr if isinstance(expr, Regularizer) else Regularizer.from_string(expr, name=name)
     if stated_cases(reg) is None:
         text = generate_module(derive_map(reg), name)
+        _check_same_map(path, text, force)
         _make_folder(out)
         write_atomic(path, text)
         return path
@@ -253,6 +278,8 @@ def write_user_module(expr: str | Regularizer, name: str, out: Path, force: bool
         derivations.append(dv)
         texts[case_name] = generate_module(dv, case_name)
     texts[name] = generate_family_module(fam, name, names, tuple(derivations))
+    for module_name, text in texts.items():
+        _check_same_map(out / f"{module_name}.py", text, force)
     _make_folder(out)
     for module_name, text in texts.items():
         write_atomic(out / f"{module_name}.py", text)

@@ -59,9 +59,27 @@ def test_generate_does_not_overwrite_a_file_it_did_not_write(tmp_path, capsys):
 
 
 def test_generate_rewrites_its_own_file(tmp_path, capsys):
-    for expr in ("p**3", "p**4"):
-        assert main(["generate", "--expr", expr, "--name", "poly", "--out", str(tmp_path)]) == 0
-    assert "REGULARIZER = 'p**4'" in (tmp_path / "poly.py").read_text()
+    for _ in range(2):  # the same regularizer again (after an upgrade of regattn, say): rewritten
+        assert main(["generate", "--expr", "p**3", "--name", "poly", "--out", str(tmp_path)]) == 0
+    assert "REGULARIZER = 'p**3'" in (tmp_path / "poly.py").read_text()
+
+
+@pytest.mark.parametrize("first, second", [
+    (["--expr", "p**3"], ["--expr", "p**4"]),
+    (["--expr", "p*log(p) + c*p**2/2", "--param", "c:0:1"], ["--expr", "p*log(p) + c*p**2/2", "--param", "c:0:oo"]),
+    (["--expr", "p*log(p) + c*p**2/2", "--param", "c:0:1"], ["--expr", "p*log(p) + p**2/2"]),
+])
+def test_generate_does_not_overwrite_the_map_of_another_regularizer(first, second, tmp_path, capsys):
+    # `regattn generate --name shcube --out .` silently replaced shcube.py generated from another regularizer
+    out = ["--name", "shcube", "--out", str(tmp_path)]
+    assert main(["generate", *first, *out]) == 0
+    before = (tmp_path / "shcube.py").read_text()
+    assert main(["generate", *second, *out]) == 2
+    line = _one_error_line(capsys.readouterr().err)
+    assert "shcube.py holds the map of another regularizer" in line and "--force" in line
+    assert (tmp_path / "shcube.py").read_text() == before
+    assert main(["generate", *second, *out, "--force"]) == 0
+    assert (tmp_path / "shcube.py").read_text() != before
 
 
 def test_generate_builtins_does_not_overwrite_foreign_files(tmp_path, capsys):
