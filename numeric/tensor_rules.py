@@ -602,22 +602,20 @@ def support_rule(ops: TensorOps, r: Routines, y, steps: int = SUPPORT_STEPS):
 
         def body(state, rows):
             y, r = bound(rows)
-            t, result, size, active = state
+            t, below, result, size, active = state
             c = t + r.clip()  # the support at t: y > c
             kk, su, _ = ops.support_sums(y, c, False)
             cand = r.tau_candidate(kk, su + kk * c, 0 * kk)
             exact = kk == size
             result = ops.where(active & exact, cand, result)
-            # after the first round (size n + 1) t is a lower bound and only rises; -omega'(1) is one too
-            first = size > n
-            floor = -_reach_one(ops, r, kk)
-            cand = ops.where(cand > floor, cand, floor)
-            t = ops.where(active & (first | (cand > t)), cand, t)
+            # t rises from the lower bound ``below`` (-omega'(1) before the first round, t itself after it)
+            t = ops.where(active, ops.where(cand > below, cand, below), t)
             size = ops.where(active, kk, size)
             active = active & ops.not_(exact)
-            return (t, result, size, active), active
+            return (t, t, result, size, active), active
 
-        t, result, _, active = ops.repeat_rows(steps + 1, body, (t, result, lo * 0 + (n + 1), active), active, rows)
+        t, _, result, _, active = ops.repeat_rows(steps + 1, body, (t, lo, result, lo * 0 + (n + 1), active), active,
+                                                  rows)
     else:
         def body(state, rows):
             y, r = bound(rows)
