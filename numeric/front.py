@@ -196,7 +196,9 @@ def box_rows(xp, arrays: Arrays, x, upper, total, axis: int, word: str = "axis")
     bounds (``inf``: none) and ``(rows, 1)`` totals, in ``x``'s dtype, checked.
 
     ``upper``: ``None``, a number or an array broadcasting to the scores, ``>= 0``; ``total``: a number or an array
-    broadcasting to the scores with size 1 along the map's axis, ``>= 0`` and finite (0: ``p = 0``).  Where the values can be read
+    broadcasting to the scores with size 1 along the map's axis, finite and ``> 0`` (a NaN or negative bound, or a
+    total outside ``(0, inf)``, is refused by name; traced values, which cannot be read, give NaN rows instead,
+    :func:`numeric.tensor_rules.box_solve`).  Where the values can be read
     (:meth:`Arrays.readable`) the bounds of each row's unmasked scores must sum to at least its total, within
     the rounding of a sum of ``n`` (``n eps`` relative) ("infeasible bounds", with the row and the two sums); a
     fully masked row is exempt (it gives zeros).
@@ -222,11 +224,16 @@ def box_rows(xp, arrays: Arrays, x, upper, total, axis: int, word: str = "axis")
 
     u = layout(math.inf if upper is None else upper, "upper", True)
     c = layout(total, "total", False)
-    ru, rc, rx = arrays.readable(u), arrays.readable(c), arrays.readable(x)
+    # (a number is read even inside a trace, whose arrays full() makes cannot be)
+    ru = np.float64(upper) if is_number(upper) else arrays.readable(u)
+    rc = np.full((1, 1), float(total)) if is_number(total) else arrays.readable(c)
+    rx = arrays.readable(x)
     if ru is not None and bool((ru != ru).any() | (ru < 0).any()):
-        raise ValueError("upper must be >= 0 everywhere (inf: no bound), got a negative or NaN bound")
-    if rc is not None and not bool(((rc >= 0) & (rc < math.inf)).all()):
-        raise ValueError(f"total must be finite and >= 0, got {float(rc.min()) if (rc == rc).all() else math.nan}")
+        raise ValueError(f"upper must be >= 0 everywhere (inf: no bound), got {float(ru[~(ru >= 0)].reshape(-1)[0])!r}")
+    if rc is not None and not bool(((rc > 0) & (rc < math.inf)).all()):
+        raise ValueError(f"total must be finite and > 0, got {float(rc[~((rc > 0) & (rc < math.inf))].reshape(-1)[0])!r}")
+    ru = arrays.readable(u) if is_number(upper) else ru
+    rc = arrays.readable(c) if is_number(total) else rc
     if ru is not None and rc is not None and rx is not None:
         live = xp.moveaxis(rx, axis, -1).reshape(rows, n) != -math.inf  # (a NaN counts: its row comes out NaN)
         room = xp.where(live, ru, 0).sum(axis=-1)

@@ -1366,8 +1366,9 @@ def box_solve(ops: TensorOps, r: Routines, x, upper, total, steps: int = ROOT_ST
     """``(p, tau)`` for the rows of ``x`` (2-D) with ``0 <= p <= upper`` and ``sum p = total``:
     ``p_i = min(u_i, g_+(s_i - tau))`` (:mod:`derive.box`), every map (its link, or the link inverted).
 
-    ``upper``: ``x``'s shape, ``>= 0`` (``inf``: no bound); ``total``: ``(rows, 1)``, ``>= 0`` (0: ``p = 0``,
-    ``tau = inf``); the bounds of each
+    ``upper``: ``x``'s shape, ``>= 0`` (``inf``: no bound); ``total``: ``(rows, 1)``, finite and ``> 0``; a row
+    with a NaN or negative bound or a total outside ``(0, inf)`` gives NaN (``p`` and ``tau``), as does one with a
+    NaN or ``+inf`` score, and a fully masked row zeros (``tau = inf``); the bounds of each
     row's unmasked entries must sum to at least its total, within ``n eps`` of it (the front end checks it; a
     row where they do not gives NaN; one within rounding below saturates every entry).  ``F(tau) = sum_i min(u_i, g_+(s_i - tau))`` decreases; its root of ``F = total`` is bracketed by
     ``hi = max(s) - omega'(total / n)`` (every entry at most ``total / n``) and ``lo = min_i s_i -
@@ -1378,6 +1379,10 @@ def box_solve(ops: TensorOps, r: Routines, x, upper, total, steps: int = ROOT_ST
     """
     m = ops.row_max(x)
     bad = ops.not_(ops.isfinite(m))
+    # rows that give NaN: a NaN or +inf score (as the plain map), a total not finite and > 0, a NaN or negative
+    # bound (eager calls refuse the last two by name, numeric.front.box_rows; a traced call cannot raise)
+    invalid = (ops.isnan(m) | (m > 0) & bad | ops.not_((total > 0) & (total < float("inf")))
+               | (ops.row_sum(ops.float_(ops.not_(upper >= 0))) > 0))
     m0 = ops.where(bad, 0, m)
     y = ops.where(bad, 0, x - m0)
     live = ops.isfinite(x) & (upper > 0) & ops.not_(bad)
@@ -1401,8 +1406,7 @@ def box_solve(ops: TensorOps, r: Routines, x, upper, total, steps: int = ROOT_ST
     # bounds summing to the total within rounding (n eps relative: a sum of n terms) are feasible: every entry
     # saturates there
     feasible = total - room <= total * (x.shape[-1] * ops.eps)
-    empty = total <= 0  # (a total of 0: p = 0, the box's one point)
-    going = ops.not_(bad) & feasible & ops.not_(empty)
+    going = ops.not_(bad | invalid) & feasible
     state = (ops.where(going, (lo + hi) / 2, 0), lo, hi, width, width, going)
     t = ops.repeat(steps, body, state, going)[0]
     p, _, _, free, saturated = sums(t)
@@ -1410,9 +1414,9 @@ def box_solve(ops: TensorOps, r: Routines, x, upper, total, steps: int = ROOT_ST
     share = ops.row_sum(ops.where(free, p, 0))
     p = ops.where(free & (share > 0), p * (rest / ops.where(share > 0, share, 1)), p)
     nan = ops.full(m, float("nan"))
-    infeasible = ops.not_(bad) & ops.not_(feasible)
-    p = ops.where(infeasible | ops.isnan(m), nan, ops.where(bad | empty, 0, p))
-    tau = ops.where(infeasible | ops.isnan(m), nan, ops.where(bad | empty, float("inf"), m0 + t))
+    nan_rows = invalid | ops.not_(bad) & ops.not_(feasible)  # (a fully masked row: zeros, tau = inf)
+    p = ops.where(nan_rows, nan, ops.where(bad, 0, p))
+    tau = ops.where(nan_rows, nan, ops.where(bad, float("inf"), m0 + t))
     return p, tau
 
 
@@ -1494,7 +1498,10 @@ def box_jvp(ops: TensorOps, r: Routines, p, dx, du, dc, upper, at_zero=None):
     total = ops.row_sum(w)
     shift = ops.row_sum(w * dx) + ops.row_sum(moved) - dc
     dtau = ops.where(total > 0, shift / ops.where(total > 0, total, 1), 0)
-    return ops.where(ops.isnan(ops.row_sum(p)), math.nan, w * (dx - dtau) + moved)  # (a NaN row: NaN)
+    # a NaN row's tangent is NaN: added as NaN times the tangents, linear in them, so that the transpose (reverse
+    # mode, which JAX derives from this) is NaN there too (a where with a NaN constant transposes to 0)
+    nan = ops.where(ops.isnan(ops.row_sum(p)), math.nan, 0)
+    return w * (dx - dtau) + moved + nan * (dx + du - dc)
 
 
 def box_multipliers(ops: TensorOps, r: Routines, x, tau, upper):

@@ -142,9 +142,10 @@ def test_errors_by_name():
         rt.sparsemax(x, upper=torch.tensor([[0.5], [0.3]]))
     with pytest.raises(ValueError, match=">= 0"):
         rt.softmax(x, upper=torch.tensor([1.0, -1.0, 1.0]))
-    with pytest.raises(ValueError, match="total must be finite and >= 0"):
+    with pytest.raises(ValueError, match="total must be finite and > 0, got -0.5"):
         rt.entmax15(x, total=-0.5)
-    np.testing.assert_array_equal(rt.sparsemax(x, upper=1.0, total=0.0).numpy(), 0)  # budget 0
+    with pytest.raises(ValueError, match="total must be finite and > 0, got 0.0"):  # (the budget 0 too)
+        rt.sparsemax(x, upper=1.0, total=0.0)
     with pytest.raises(ValueError, match="upper of shape .* does not broadcast"):
         rt.sparsemax(x, upper=torch.ones(4))
     with pytest.raises(ValueError, match="must have size 1 along dim"):
