@@ -50,7 +50,11 @@ tensor held whole):
 
 Every rank holds the same number of positions, calls with the same arguments
 (shapes, map, ``requires_grad``) and runs the backward pass, since each pass
-runs collectives.  On GPUs with NCCL the same code runs unchanged (one process
+runs collectives.  Each call checks the arguments first, with one all-gather of
+a small int64 descriptor per rank: where they differ, every rank raises the same
+ValueError naming what differs (ranks whose buffers differ in size would
+otherwise meet in one collective, which gloo and NCCL answer by aborting the
+processes).  On GPUs with NCCL the same code runs unchanged (one process
 per GPU, ``torch.distributed.init_process_group("nccl")``, tensors on the
 rank's device).
 """
