@@ -29,10 +29,11 @@ from types import FunctionType, ModuleType
 
 __all__ = ["FORMAT_VERSION", "CUDA_THREADS", "Routine", "ROUTINES", "PER_PARAMETER", "CONSTANTS", "SOURCES",
            "FRAMEWORKS", "CONTINUOUS_NAMES", "routine_names", "required_names", "missing_names", "check_map_module",
-           "check_continuous_module", "routines_on"]
+           "check_continuous_module", "check_format", "routines_on"]
 
-#: Version of the contract, written into every generated map module, discrete or continuous, as
-#: ``FORMAT_VERSION`` (and in its header).
+#: Version of the contract, written into every generated module, a map (discrete or continuous) or package code
+#: (``newton_link.py``, ``newton_link_triton.py``, ``rows_solve.py``), as ``FORMAT_VERSION`` and in its header
+#: (``# format: N``); :func:`check_format` refuses a module of another.
 FORMAT_VERSION = 8
 #: Threads per block of every generated CUDA kernel.
 CUDA_THREADS = 256
@@ -116,6 +117,21 @@ def missing_names(module: ModuleType) -> list[str]:
     return out
 
 
+def check_format(module: ModuleType) -> ModuleType:
+    """``module``, a generated module of any kind (a map, a continuous map, package code such as
+    ``numeric._generated.rows_solve``), if it states this :data:`FORMAT_VERSION`; else ``TypeError`` saying to
+    run ``regattn generate`` again (a module with none comes from a regattn before the format was stamped)."""
+    label = getattr(module, "__name__", module)
+    version = getattr(module, "FORMAT_VERSION", None)
+    if version is None:
+        raise TypeError(f"module {label!r} states no FORMAT_VERSION: it comes from an older regattn, this one reads "
+                        f"format {FORMAT_VERSION}: run `regattn generate` again")
+    if version != FORMAT_VERSION:
+        raise TypeError(f"module {label!r} was generated for format {version!r}, this regattn reads "
+                        f"format {FORMAT_VERSION}: run `regattn generate` again")
+    return module
+
+
 def check_map_module(module: ModuleType) -> None:
     """Raise ``TypeError`` naming what is wrong if ``module`` does not meet this contract."""
     label = getattr(module, "__name__", module)
@@ -124,9 +140,7 @@ def check_map_module(module: ModuleType) -> None:
         older = getattr(module, "FORMAT_VERSION", None) != FORMAT_VERSION
         hint = "; it may come from an older regattn: run `regattn generate` again" if older else ""
         raise TypeError(f"module {label!r} is not a generated map: missing {', '.join(missing)}{hint}")
-    if module.FORMAT_VERSION != FORMAT_VERSION:
-        raise TypeError(f"module {label!r} was generated for format {module.FORMAT_VERSION!r}, this regattn reads "
-                        f"format {FORMAT_VERSION}: run `regattn generate` again")
+    check_format(module)
     if module.CUDA_THREADS != CUDA_THREADS:
         raise TypeError(f"module {label!r} launches {module.CUDA_THREADS} threads per block, the contract says {CUDA_THREADS}")
 
@@ -139,9 +153,7 @@ def check_continuous_module(module: ModuleType) -> None:
         older = hasattr(module, "FAMILY") and getattr(module, "FORMAT_VERSION", None) != FORMAT_VERSION
         hint = "; it may come from an older regattn: run `regattn generate` again" if older else ""
         raise TypeError(f"{label!r} is not a generated continuous module: missing {', '.join(missing)}{hint}")
-    if module.FORMAT_VERSION != FORMAT_VERSION:
-        raise TypeError(f"module {label!r} was generated for format {module.FORMAT_VERSION!r}, this regattn reads "
-                        f"format {FORMAT_VERSION}: run `regattn generate` again")
+    check_format(module)
 
 
 def routines_on(module: ModuleType, namespace, **names) -> dict:

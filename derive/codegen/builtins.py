@@ -10,6 +10,8 @@ from dataclasses import dataclass
 
 import sympy as sp
 
+from numeric import contract
+
 from ..argmax import derive_map
 from ..errors import DerivationError
 from ..family import derive_family
@@ -143,8 +145,14 @@ def _family_source(b: Builtin, reg: Regularizer, derived: dict) -> str:
 
 
 def _package_module(package: str, text: str) -> str:
-    """A generated file of package code: the header (with the content hash) and ``text``."""
-    return f"{HEADER_MARK}\n# package: {package}\n# content-hash: {content_hash(text)}\n{text}"
+    """A generated file of package code: the header (with the format and the content hash) and ``text``, which
+    states ``FORMAT_VERSION`` after its docstring, as every generated module does
+    (:func:`numeric.contract.check_format` refuses a file of another format or of none)."""
+    end = text.index('"""', 3) + 3  # (text opens with its docstring)
+    text = f"{text[:end]}\n\nFORMAT_VERSION = {contract.FORMAT_VERSION}\n\n{text[end:].lstrip()}"
+    header = [HEADER_MARK, f"# package: {package}", f"# format: {contract.FORMAT_VERSION}",
+              f"# content-hash: {content_hash(text)}"]
+    return "\n".join(header) + "\n" + text
 
 
 def builtin_sources() -> dict[str, str]:

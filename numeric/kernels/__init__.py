@@ -57,10 +57,10 @@ def device_source(functions: str) -> str:
 
 @cache
 def _newton_link() -> str:
-    """``rg_newton_link``'s text, from the generated module, its header checked as a map's is."""
-    from numeric import trust
+    """``rg_newton_link``'s text, from the generated module, its header and format checked as a map's are."""
+    from numeric import contract, trust
 
-    return trust.import_generated("numeric._generated.newton_link").CUDA_SOURCE
+    return contract.check_format(trust.import_generated("numeric._generated.newton_link")).CUDA_SOURCE
 
 
 def rows_source(device: str, entries: str) -> str:
@@ -72,11 +72,11 @@ def rows_source(device: str, entries: str) -> str:
 
 @cache
 def _rows_solve():
-    """The traced row solves (``ENUM_SOURCE``, ``CUDA_SOURCE``), the generated module, its header checked as a
-    map's is."""
-    from numeric import trust
+    """The traced row solves (``ENUM_SOURCE``, ``CUDA_SOURCE``), the generated module, its header and format
+    checked as a map's are."""
+    from numeric import contract, trust
 
-    return trust.import_generated("numeric._generated.rows_solve")
+    return contract.check_format(trust.import_generated("numeric._generated.rows_solve"))
 
 
 def context_source(device: str, entries: str) -> str:

@@ -72,10 +72,10 @@ from typing import NamedTuple
 import triton
 import triton.language as tl
 
-from numeric import trust
+from numeric import contract, trust
 from numeric.kernels.triton_math import rg_log1p
 
-_traced = trust.import_generated("numeric._generated.newton_link_triton")
+_traced = contract.check_format(trust.import_generated("numeric._generated.newton_link_triton"))
 #: the rounds of the passes' threshold solve, traced from numeric.tensor_rules.narrow_bracket and threshold_round
 #: (generated)
 narrow_bracket = _traced.narrow_bracket

@@ -161,11 +161,11 @@ def map_functions(module):
     found = _loaded.get(text)  # (by the text itself: a str caches its hash, so a call hashes nothing)
     if found is not None:
         return found
-    from numeric import trust
+    from numeric import contract, trust
     from numeric.kernels.triton_attention import MapFunctions
 
     if module.link is None:
-        trust.import_generated("numeric._generated.newton_link_triton")
+        contract.check_format(trust.import_generated("numeric._generated.newton_link_triton"))
 
     with _lock:
         if text in _loaded:

@@ -263,6 +263,57 @@ def test_committed_builtins_carry_a_valid_hash(name):
         assert f"# format: {contract.FORMAT_VERSION}" in lines[1:end]
 
 
+@pytest.mark.parametrize("path", sorted(GENERATED.glob("*.py")), ids=lambda path: path.name)
+def test_every_generated_file_states_its_format(path):
+    # the package files (newton_link.py, newton_link_triton.py, rows_solve.py, __init__.py) had no format in
+    # their header nor in their body: an old one could not be told from a current one
+    from numeric import contract
+
+    lines = path.read_text().split("\n")
+    end = next(i for i, line in enumerate(lines) if line.startswith("# content-hash: "))
+    assert f"# format: {contract.FORMAT_VERSION}" in lines[1:end]
+    assert f"FORMAT_VERSION = {contract.FORMAT_VERSION}" in lines[end + 1:]
+
+
+def _package_file(tmp_path, monkeypatch, package: str, text: str):
+    """``text`` written as the module ``package`` (in a new folder on ``sys.path``) and imported as regattn's
+    loaders import package code (:func:`numeric.trust.import_generated`)."""
+    from numeric import trust
+
+    top, name = package.split(".")
+    (tmp_path / top).mkdir()
+    (tmp_path / top / "__init__.py").write_text("")
+    (tmp_path / top / f"{name}.py").write_text(text)
+    monkeypatch.syspath_prepend(str(tmp_path))
+    return trust.import_generated(package)
+
+
+@pytest.mark.parametrize("old", ["no format", "format 7"])
+def test_an_old_package_file_is_refused_with_the_fix(old, tmp_path, monkeypatch):
+    from derive.codegen import builtins
+    from numeric import contract, kernels
+
+    source = builtins._ROWS_SOLVE.format(enum="enum rg_solver { rg_old };", cuda="")
+    if old == "no format":  # as regattn wrote package files before they stated one
+        text = f"{builtins.HEADER_MARK}\n# package: oldpkg.rows_solve\n# content-hash: {content_hash(source)}\n{source}"
+    else:
+        monkeypatch.setattr(contract, "FORMAT_VERSION", 7)
+        text = builtins._package_module("oldpkg.rows_solve", source)
+        monkeypatch.undo()
+    module = _package_file(tmp_path, monkeypatch, "oldpkg.rows_solve", text)
+    with pytest.raises(TypeError, match="oldpkg.rows_solve.*run `regattn generate` again"):
+        contract.check_format(module)
+    # the loaders of package code check it: numeric.kernels' row solves, as the CUDA sources are assembled
+    monkeypatch.setattr("numeric.trust.import_generated", lambda name: module)
+    kernels._rows_solve.cache_clear()
+    try:
+        with pytest.raises(TypeError, match="run `regattn generate` again"):
+            kernels._rows_solve()
+    finally:
+        monkeypatch.undo()
+        kernels._rows_solve.cache_clear()
+
+
 def test_generation_is_deterministic_across_hash_seeds(tmp_path):
     """The built-ins generated under two hash seeds are the same text: the committed files (which
     ``regattn generate --check`` keeps current, test_cli's test_generate_check_is_current) and a generation under
