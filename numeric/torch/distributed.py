@@ -270,9 +270,18 @@ def _map_text(mapping) -> str:
         return name + (f"({', '.join(params)})" if params else "")
     if isinstance(mapping, str):
         return mapping
-    if callable(mapping) and hasattr(mapping, "__qualname__"):
-        return f"{getattr(mapping, '__module__', '') or ''}.{mapping.__qualname__}".lstrip(".")
-    return repr(mapping)
+    if callable(mapping):  # (never its repr, which may hold an address that differs between processes)
+        module = getattr(mapping, "__module__", None) or type(mapping).__module__ or ""
+        qualname = getattr(mapping, "__qualname__", None) or type(mapping).__qualname__
+        return f"{module}.{qualname}".lstrip(".")
+    return _plain(mapping)
+
+
+def _plain(value) -> str:
+    """``value``'s repr where it is a plain value (the same in every process), else its type's name."""
+    if isinstance(value, numbers.Real) and not isinstance(value, bool):
+        return repr(float(value))
+    return repr(value) if isinstance(value, (bool, str, type(None))) else f"a {type(value).__name__}"
 
 
 def _encode(text: str, size: int = _TEXT) -> list:
@@ -304,8 +313,8 @@ def _fields(query, key, value, is_causal, layout, scale, fn, error):
             fields.append((f"the local shape of {name}", _encode(f"a {type(x).__name__}", 16), _decode))
     device = query.device.type if isinstance(query, torch.Tensor) else "?"
     fields.append(("the device type", _encode(device, 16), _decode))
-    for what, v in (("is_causal", is_causal), ("layout", layout), ("scale", "the default" if scale is None else scale)):
-        fields.append((what, _encode(v if isinstance(v, str) and what == "scale" else repr(v), 16), _decode))
+    for what, v in (("is_causal", is_causal), ("layout", layout), ("scale", scale)):
+        fields.append((what, _encode("the default" if what == "scale" and v is None else _plain(v), 16), _decode))
     fields.append(("mapping", _encode(_map_text(fn)), _decode))
     grad = torch.is_grad_enabled()
     needs = tuple(bool(grad and isinstance(x, torch.Tensor) and x.requires_grad) for x in (query, key, value))

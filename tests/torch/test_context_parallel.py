@@ -89,6 +89,7 @@ def test_ranks_that_disagree_raise_the_same_error_on_every_rank(tmp_path):
         for part in expect[name]:
             assert part in ranks[0]["message"], (name, part, ranks[0]["message"])
     assert got["agreeing-call-after"] == 4
+    assert got["agreeing-callable-object"] == 4
 
 
 def test_errors_name_what_is_wrong():
