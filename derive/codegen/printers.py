@@ -28,10 +28,14 @@ subexpressions (``exp(3)``, ``log(10)``) print as their value, and integers
 and rationals too large for an exact literal print as floating literals; a
 constant outside the float64 range raises :class:`DerivationError` naming it.
 
+Every function prints as :data:`derive.codegen.functions.FUNCTIONS` spells it
+for the printer's target (NumPy, CUDA C, Triton): one table for all three.
 Neither prints ``Heaviside``, ``DiracDelta`` or ``Piecewise``: the support is
 applied by the templates, and the derivation is differentiated on its smooth
-branch.  A function with no counterpart raises :class:`DerivationError`
-naming it.
+branch.  A function with no counterpart in every target (``LambertW``,
+``erfc``, ``gamma``, ...) raises :class:`DerivationError` naming it when the
+code is generated (:func:`derive.codegen.functions.check_functions`), not when
+it runs.
 """
 
 from __future__ import annotations
@@ -48,6 +52,7 @@ from sympy.printing.numpy import NumPyPrinter
 from ..errors import DerivationError
 from ..regularizers import p as _p, refuse_functions, singular_points
 from ..regularizers import z as _z
+from .functions import FUNCTIONS, check_functions, reciprocals
 
 __all__ = ["PyPrinter", "CudaPrinter", "blocks", "stable_form", "Select", "MAX_PRODUCT",
            "POINTS", "cancelling_points", "series_switch"]
@@ -61,27 +66,6 @@ C_INT_MAX = 2**31 - 1
 
 _FORBIDDEN = (sp.Heaviside, sp.DiracDelta, sp.Piecewise, sp.LambertW, sp.Abs, sp.sign)
 
-_C_FUNCTIONS = {
-    "exp": "rg_exp",
-    "log": "rg_log",
-    "sqrt": "rg_sqrt",
-    "cbrt": "rg_cbrt",
-    "sin": "rg_sin",
-    "cos": "rg_cos",
-    "tan": "rg_tan",
-    "sinh": "rg_sinh",
-    "cosh": "rg_cosh",
-    "tanh": "rg_tanh",
-    "asinh": "rg_asinh",
-    "acosh": "rg_acosh",
-    "atanh": "rg_atanh",
-    "asin": "rg_asin",
-    "acos": "rg_acos",
-    "atan": "rg_atan",
-    "erf": "rg_erf",
-    "log1p": "rg_log1p",
-    "expm1": "rg_expm1",
-}
 
 
 def _check_printable(expr: sp.Expr, where: str) -> None:
@@ -175,9 +159,13 @@ def _conjugate(expr: sp.Add) -> tuple[sp.Expr, sp.Expr, int, sp.Expr] | None:
     return rest, term, sign, c
 
 
-def _stable_log(arg: sp.Expr) -> sp.Expr | None:
-    """``log(arg)`` without cancellation: ``asinh`` for ``A + sqrt(A**2 + c)``, ``log1p`` for ``1 + x``."""
+def _stable_log(arg: sp.Expr, points=()) -> sp.Expr | None:
+    """``log(arg)`` without cancellation: ``asinh`` for ``A + sqrt(A**2 + c)``, ``log1p`` for ``1 + x``, and
+    ``log1p(arg - 1)`` where ``arg`` is 1 at one of ``points`` and ``arg - 1`` cancels there (``log(cosh(u))``:
+    :func:`_stable` writes ``cosh(u) - 1`` as ``2 sinh(u/2)**2``)."""
     if not arg.is_Add:
+        if arg.free_symbols and cancelling_points(sp.expand(arg - 1), points):
+            return log1p(arg - 1)
         return None
     conj = _conjugate(arg)
     if conj is not None:
@@ -585,7 +573,9 @@ def stable_form(expr: sp.Expr, points=POINTS) -> sp.Expr:
     The rewrites, each an identity on the reals:
 
     * ``log(A + sqrt(A**2 + c))`` (``c > 0`` free of ``A``'s symbols) ->
-      ``log(c)/2 + asinh(A/sqrt(c))``; ``log(1 + x)`` -> ``log1p(x)``;
+      ``log(c)/2 + asinh(A/sqrt(c))``; ``log(1 + x)`` -> ``log1p(x)``, and
+      ``log(A)`` with ``A - 1`` cancelling at one of ``points`` ->
+      ``log1p(A - 1)`` (``log(cosh(u))`` -> ``log1p(2 sinh(u/2)**2)``);
     * ``a exp(x) - a`` -> ``a expm1(x)``;
     * ``T1 + T2`` with ``r = -T1/T2 > 0`` a product of powers with a symbolic
       exponent (``p**alpha - p``) -> ``-T2 expm1(log r)``, ``log r`` expanded;
@@ -631,7 +621,7 @@ def _stable(expr: sp.Expr, points, positive=frozenset()) -> sp.Expr:
     if expr.is_Atom or isinstance(expr, Select):  # a Select is a stable form already
         return expr
     if isinstance(expr, sp.log):
-        better = _stable_log(expr.args[0])
+        better = _stable_log(expr.args[0], points)
         if better is not None:
             return _stable(better, points, positive)
     if expr.is_Pow:
@@ -725,6 +715,25 @@ def blocks(exprs: list[sp.Expr], prefix: str = "t", counter=None) -> tuple[list[
     return out, results
 
 
+class _FunctionTable:
+    """Every function of :data:`~derive.codegen.functions.FUNCTIONS` printed as the table spells it for the
+    printer's target (:meth:`_spell`), whatever SymPy's own printer would write."""
+
+    def _spell(self, name: str) -> str:
+        raise NotImplementedError
+
+    def doprint(self, expr, *args, **kwargs):
+        check_functions(sp.sympify(expr), f"the expression {expr}", structural=(Select,))
+        return super().doprint(expr, *args, **kwargs)
+
+    def _print_tabled(self, expr):
+        return f"{self._spell(type(expr).__name__)}({', '.join(self._print(a) for a in expr.args)})"
+
+
+for _name in FUNCTIONS:  # SymPy's printers dispatch on _print_<class name>, along the class hierarchy
+    setattr(_FunctionTable, f"_print_{_name}", _FunctionTable._print_tabled)
+
+
 class _PowerMixin:
     """Small integer powers as products, half-integer powers through sqrt."""
 
@@ -754,7 +763,7 @@ class _PowerMixin:
         return None
 
 
-class PyPrinter(_PowerMixin, NumPyPrinter):
+class PyPrinter(_FunctionTable, _PowerMixin, NumPyPrinter):
     """Array code for a NumPy-like module: ``numpy.`` ufuncs, Python float literals, powers as products.
 
     The module is a setting, as in SymPy's ``NumPyPrinter``/``JaxPrinter``: every
@@ -780,6 +789,11 @@ class PyPrinter(_PowerMixin, NumPyPrinter):
 
     def _one(self) -> str:
         return "1"
+
+    def _spell(self, name: str) -> str:
+        spelled = FUNCTIONS[name].numpy
+        # numeric.special.erf: NumPy has no erf ufunc (modules using it import it, frameworks bind their own)
+        return spelled if spelled == "erf" else self._call(spelled)
 
     def _call(self, name: str) -> str:
         """``module.name`` for this printer's array module (NumPy's ``name``)."""
@@ -810,16 +824,9 @@ class PyPrinter(_PowerMixin, NumPyPrinter):
     def _print_Float(self, expr):
         return repr(float(expr))
 
-    def _print_Abs(self, expr):
-        return f"{self._call('abs')}({self._print(expr.args[0])})"
-
     def _print_Select(self, expr):
         x, a, b = (self._print(e) for e in expr.args)
         return f"{self._call('where')}({x} >= 0, {a}, {b})"
-
-    def _print_erf(self, expr):
-        # numeric.special.erf: NumPy has no erf ufunc (modules using it import it)
-        return f"erf({self._print(expr.args[0])})"
 
     def _print_Infinity(self, expr):
         return "math.inf"
@@ -831,22 +838,24 @@ class PyPrinter(_PowerMixin, NumPyPrinter):
 class TritonPrinter(PyPrinter):
     """:class:`PyPrinter` for ``triton.language`` (as ``tl``) inside ``@triton.jit`` functions.
 
-    Triton has no power, cube root, ``expm1`` or ``log1p`` of its own: they print as
-    the helpers ``rg_pow``, ``rg_cbrt``, ``rg_expm1`` and ``rg_log1p`` of
-    :mod:`numeric.kernels.triton_math`, which a Triton source imports where it calls them.
+    Triton has no power or cube root of its own, nor (that its interpreter runs) ``expm1``,
+    ``log1p``, ``tan``, hyperbolic or inverse trigonometric functions: they print as the
+    helpers ``rg_pow``, ``rg_cbrt`` and those :data:`~derive.codegen.functions.FUNCTIONS`
+    names for Triton, of :mod:`numeric.kernels.triton_math`, which a Triton source imports
+    where it calls them.
     """
 
     _module = "tl"
-    _helpers = {"power": "rg_pow", "cbrt": "rg_cbrt", "expm1": "rg_expm1", "log1p": "rg_log1p"}
+    _helpers = {"power": "rg_pow", "cbrt": "rg_cbrt"}
+
+    def _spell(self, name: str) -> str:
+        return FUNCTIONS[name].triton
 
     def _call(self, name: str) -> str:
         return self._helpers.get(name) or super()._call(name)
 
     def _cbrt(self) -> str:
         return "rg_cbrt"
-
-    def _print_erf(self, expr):
-        return f"tl.erf({self._print(expr.args[0])})"
 
     def _print_Infinity(self, expr):
         return 'float("inf")'
@@ -855,11 +864,11 @@ class TritonPrinter(PyPrinter):
         return 'float("-inf")'
 
 
-class CudaPrinter(_PowerMixin, C99CodePrinter):
+class CudaPrinter(_FunctionTable, _PowerMixin, C99CodePrinter):
     """Type-generic CUDA C++: ``T(...)`` literals and ``rg_*`` math overloads."""
 
-    def __init__(self, settings=None):
-        super().__init__({"user_functions": dict(_C_FUNCTIONS), **(settings or {})})
+    def _spell(self, name: str) -> str:
+        return FUNCTIONS[name].cuda
 
     def _one(self) -> str:
         return "T(1)"
@@ -887,9 +896,6 @@ class CudaPrinter(_PowerMixin, C99CodePrinter):
         if max(abs(expr.p), expr.q) > PY_INT_MAX:
             return f"T({float(expr)!r})"
         return f"T({expr.p}.0/{expr.q}.0)"
-
-    def _print_Abs(self, expr):
-        return f"rg_fabs({self._print(expr.args[0])})"
 
     def _print_Select(self, expr):
         x, a, b = (self._print(e) for e in expr.args)
@@ -931,7 +937,9 @@ def print_block(printer, exprs: list[sp.Expr], where: str, prefix: str = "t", gi
 def _print_block_part(printer, exprs, where, counter, out, points):
     for e in exprs:
         _check_printable(e, where)
-    exprs = [_fold_constants(stable_form(e, points)) for e in exprs]
+    exprs = [_fold_constants(stable_form(reciprocals(e), points)) for e in exprs]
+    for e in exprs:
+        check_functions(e, where, structural=(Select,))
     assignments, results = blocks(exprs, counter=counter)
     out += [(printer._print(s), printer._print(v)) for s, v in assignments]
     return [printer._print(r) for r in results]

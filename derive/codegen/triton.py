@@ -25,6 +25,7 @@ import re
 
 import sympy as sp
 
+from .functions import TRITON_HELPERS
 from .printers import POINTS, TritonPrinter, print_block
 
 __all__ = ["triton_source", "PIECES"]
@@ -32,8 +33,6 @@ __all__ = ["triton_source", "PIECES"]
 #: The map's pieces the kernels call, by the names they have in the source (``omega_second`` is also what the
 #: inversion of a link with no closed form calls).
 PIECES = ("link", "weight", "omega_prime", "clip", "omega_second", "omega_third", "weight_d2")
-#: The helpers of numeric.kernels.triton_math the printer calls.
-_HELPERS = ("rg_pow", "rg_cbrt", "rg_expm1", "rg_log1p")
 
 
 def _function(name: str, args: list[str], expr: sp.Expr, arg: sp.Symbol | None, printer: TritonPrinter,
@@ -73,7 +72,7 @@ def triton_source(pieces: dict, params: list[str], points=POINTS) -> str:
     loads = ", ".join(f"tl.load(Params + offset + {i})" for i in range(len(params)))
     load = ["@triton.jit", "def params(Params, offset):", f"    return ({loads}{',' if len(params) == 1 else ''})"]
     code = "\n".join(fns)
-    helpers = [h for h in _HELPERS if f"{h}(" in code]
+    helpers = [h for h in TRITON_HELPERS if re.search(rf"\b{h}\(", code)]
     return "\n".join([
         "# Triton functions of one regattn map (derive.codegen.triton) for numeric.kernels.triton_attention",
         "",
