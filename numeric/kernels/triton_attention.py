@@ -540,10 +540,13 @@ def attention_forward_box(Q, K, V, Out, Tau, Fsum, Support, Mask, Params, U, Wsu
     u_base = b * su_b + h * su_h
     row_live = offs_m < L
     clip = MAP.clip(params)
-    # pass 1: the largest score m, the number of keys and the least s - omega'(min(u, 1)) of each row
+    # pass 1: the largest score m, the number of keys and the least s - omega'(min(u, 1)) of each row, and the
+    # rows that give NaN (as box_solve's): a NaN or +inf score, a NaN or negative bound (which the host refuses
+    # where it can read the bounds)
     m = tl.full([BLOCK_M, 1], float("-inf"), tl.float32)
     n = tl.zeros([BLOCK_M, 1], tl.float32)
     low = tl.full([BLOCK_M, 1], float("inf"), tl.float32)
+    wrong = tl.zeros([BLOCK_M, 1], tl.int32)
     for start in range(0, n_keys, BLOCK_N):
         s = _scores(q, scale, K, Mask, k_base, m_base, offs_m, start, L, S, E, sk_s, sk_e, sm_l, sm_s,
                     HAS_MASK, MASK_BOOL, CAUSAL, BLOCK_N, BLOCK_E, UPCAST)
@@ -552,14 +555,17 @@ def attention_forward_box(Q, K, V, Out, Tau, Fsum, Support, Mask, Params, U, Wsu
         m = tl.maximum(m, tl.max(s, 1, keep_dims=True))
         n += tl.sum((s > float("-inf")).to(tl.float32), 1, keep_dims=True)
         low = tl.minimum(low, box_lowest(s, u, 1.0, live, MAP, params))
-    dead = m == float("-inf")
-    m0 = tl.where(dead, 0.0, m)
+        odd = (s != s) | (s == float("inf")) | (u != u) | (u < 0)
+        wrong = tl.maximum(wrong, tl.max(odd.to(tl.int32), 1, keep_dims=True))
+    bad = wrong > 0
+    dead = (m == float("-inf")) & (bad == 0)
+    m0 = tl.where(dead | bad, 0.0, m)
     hi = box_high(1.0, n, MAP, params)
     lo = low - m0
     lo = tl.where(lo < hi, lo, hi)
     ceiling = tl.load(Ceiling + bh)
     peak = tl.zeros([BLOCK_M, 1], tl.float32)
-    going = (dead == 0) & row_live[:, None]
+    going = (dead == 0) & (bad == 0) & row_live[:, None]
     t = tl.where(going, (lo + hi) / 2, 0.0)
     step = hi - lo
     step_old = step
@@ -579,7 +585,7 @@ def attention_forward_box(Q, K, V, Out, Tau, Fsum, Support, Mask, Params, U, Wsu
         rounds += 1
     # the output pass: the free entries' and the saturated entries' products apart, at the threshold as the
     # backward reads it (_box_at)
-    tau = tl.where(dead, float("inf"), m0 + t)
+    tau = tl.where(bad, float("nan"), tl.where(dead, float("inf"), m0 + t))
     z_one = MAP.omega_prime(1.0, params)
     acc = tl.zeros([BLOCK_M, BLOCK_EV], tl.float32)
     fixed_acc = tl.zeros([BLOCK_M, BLOCK_EV], tl.float32)
@@ -605,14 +611,18 @@ def attention_forward_box(Q, K, V, Out, Tau, Fsum, Support, Mask, Params, U, Wsu
             w = _weight_plus(g, MAP, params)
             wv += _mm(w.to(v.dtype), v, UPCAST)
             wsum += tl.sum(w, 1, keep_dims=True)
+        # (a NaN row's blocks count: the backward passes its NaN on)
         tl.store(Support + (bh * tl.num_programs(0) + qb) * n_kblocks + start // BLOCK_N,
-                 (tl.max(tl.max(p, 1), 0) > 0).to(tl.int8))
+                 ((tl.max(tl.max(p, 1), 0) > 0) | (tl.max(tl.max(wrong, 1), 0) > 0)).to(tl.int8))
     rest = 1.0 - fixed
     ratio = tl.where(share > 0, rest / tl.where(share > 0, share, 1.0), 1.0)
-    out = tl.where(dead, 0.0, fixed_acc + acc * ratio)
+    out = tl.where(bad, float("nan"), tl.where(dead, 0.0, fixed_acc + acc * ratio))
     # the free entries' divisor: p = g / F with F = share / rest (inf where the bounds hold all the mass)
     divides = (dead == 0) & (share > 0) & (rest > 0)
     f = tl.where(divides, share / tl.where(divides, rest, 1.0), tl.where(dead | (share == 0), 1.0, float("inf")))
+    f = tl.where(bad, float("nan"), f)
+    wv = tl.where(bad, float("nan"), wv)
+    wsum = tl.where(bad, float("nan"), wsum)
     tau = tl.reshape(tau, [BLOCK_M])
     f = tl.reshape(f, [BLOCK_M])
     tl.store(Out + b * so_b + h * so_h + offs_m[:, None] * so_l + offs_v[None, :] * so_e,
@@ -635,13 +645,13 @@ def _weights_at(s, tau, f, z_one, MAP: tl.constexpr, params):
 @triton.jit
 def _box_at(s, u, tau, ceiling, z_one, MAP: tl.constexpr, params):
     # (min(u, g_+(s - tau)), free, saturated) for the scores s of a block of rows at their thresholds tau
-    # ([BLOCK_M, 1]; inf in a fully masked row, whose scores are all -inf): box_sums on the scores as they are.
-    # The forward's output pass and the backward classify the entries with this one computation, so that the
-    # backward's weights are those the forward's sums U and Wsum ran over
+    # ([BLOCK_M, 1]; inf in a fully masked row, whose scores are all -inf; NaN in a NaN row, whose p is NaN):
+    # box_sums on the scores as they are.  The forward's output pass and the backward classify the entries with
+    # this one computation, so that the backward's weights are those the forward's sums U and Wsum ran over
     live = (s > float("-inf")) & (u > 0)
-    t = tl.where(tau < float("inf"), tau, 0.0)
+    t = tl.where(tau == float("inf"), 0.0, tau)
     p, _, _, free, saturated = box_sums(s, t, u, live, MAP.clip(params), ceiling, t + z_one, MAP, params)
-    return p, free, saturated
+    return tl.where(tau != tau, float("nan"), p), free, saturated
 
 
 @triton.jit

@@ -164,3 +164,55 @@ def test_multihead_attention_layer_with_bounds_runs_the_kernels(monkeypatch):
     (g,) = torch.autograd.grad(out.sum(), x)
     (gd,) = torch.autograd.grad(ref.sum(), xd)
     torch.testing.assert_close(g.double(), gd, rtol=0, atol=TOL * float(gd.abs().max()))
+
+
+def _edge_rows(backend, upper, name="entmax15"):
+    """(out, dq, dk, dv) of bounded attention whose float mask puts a ``+inf`` score in query 1 and a NaN score in
+    query 3, and masks query 2 fully (in float64 on the torch path, float32 in the kernels)."""
+    q, k, v, do = _inputs(4, B=1, H=2, L=6, S=7)
+    mask = torch.zeros(6, 7)
+    mask[1, 2], mask[3, 5], mask[2] = float("inf"), float("nan"), float("-inf")
+    dtype = torch.float64 if backend == "torch" else torch.float32
+    leaves = [t.to(dtype).requires_grad_() for t in (q, k, v)]
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        warnings.filterwarnings("ignore", category=RuntimeWarning)  # (the interpreter's NumPy on NaN and inf)
+        out = attention(*leaves, attn_mask=mask.to(dtype), mapping=name, backend=backend,
+                        upper=upper if not isinstance(upper, torch.Tensor) else upper.to(dtype))
+        grads = torch.autograd.grad(out, leaves, do.to(dtype))
+    return [t.detach().double().numpy() for t in (out, *grads)]
+
+
+def test_a_plus_inf_or_nan_score_gives_a_nan_row_as_on_the_torch_path():
+    """A query whose scores hold ``+inf`` (or NaN) gives NaN, in the kernels as on the torch path and in NumPy (and
+    as the unbounded map gives); a fully masked query zeros; the other queries are the map.  (The kernels gave a
+    plausible row for the ``+inf`` score: the threshold came out infinite and was read as a fully masked row's.)
+    The gradients are NaN where the torch path's are."""
+    got = _edge_rows("triton", 0.6)
+    want = _edge_rows("torch", 0.6)
+    assert np.isnan(got[0][:, :, [1, 3]]).all() and np.isnan(want[0][:, :, [1, 3]]).all()
+    assert np.all(got[0][:, :, 2] == 0)
+    keep = [0, 2, 4, 5]
+    np.testing.assert_allclose(got[0][:, :, keep], want[0][:, :, keep], rtol=0, atol=TOL * np.abs(want[0][:, :, keep]).max())
+    for label, g, w in zip(("dq", "dk", "dv"), got[1:], want[1:]):
+        np.testing.assert_array_equal(np.isnan(g), np.isnan(w), err_msg=label)
+    assert np.isnan(got[1][:, :, [1, 3]]).all()
+
+
+def test_nan_or_negative_bounds_the_host_cannot_check_give_nan_rows(monkeypatch):
+    """Where the host cannot read the bounds (a traced call: its checks, numeric.torch.fused.check_bounds, do not
+    run), a query with a NaN or negative bound gives NaN in the kernels, as numeric.tensor_rules.box_solve gives."""
+    from numeric.torch import fused
+
+    monkeypatch.setattr(fused, "check_bounds", lambda *a, **kw: None)
+    q, k, v, _ = _inputs(6, B=1, H=2, L=6, S=7)
+    upper = torch.full((6, 7), 0.5)
+    upper[1, 3], upper[4, 0] = float("nan"), -0.25
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        warnings.filterwarnings("ignore", category=RuntimeWarning)
+        out = attention(q, k, v, mapping="sparsemax", backend="triton", upper=upper).numpy()
+    want = nm.attention(*(t.double().numpy() for t in (q, k, v)), mapping="sparsemax", upper=0.5)
+    assert np.isnan(out[:, :, [1, 4]]).all()
+    keep = [0, 2, 3, 5]
+    np.testing.assert_allclose(out[:, :, keep], want[:, :, keep], rtol=0, atol=TOL * np.abs(want).max())
