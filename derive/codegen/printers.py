@@ -678,7 +678,9 @@ def _fold_constants(expr: sp.Expr) -> sp.Expr:
 
 
 def _liftable(expr: sp.Expr) -> bool:
-    if not isinstance(expr, sp.Pow) or expr.base.is_Symbol or expr.base.is_Number:
+    # a constant base (pi) is not lifted: its power prints as its value (sqrt(pi) -> 1.7724538509055159), where
+    # a temporary holding pi would be a Python float that torch.sqrt and Triton refuse
+    if not isinstance(expr, sp.Pow) or expr.base.is_Symbol or expr.base.is_number:
         return False
     e = expr.exp
     return (e.is_Integer and 1 < abs(e) <= MAX_PRODUCT) or (e.is_Rational and e.q == 2 and abs(e.p) <= 2 * MAX_PRODUCT + 1)
@@ -859,6 +861,12 @@ class TritonPrinter(PyPrinter):
 
     def _print_Infinity(self, expr):
         return 'float("inf")'
+
+    def _print_Pi(self, expr):  # triton.language has no pi or e
+        return repr(float(sp.pi))
+
+    def _print_Exp1(self, expr):
+        return repr(float(sp.E))
 
     def _print_NegativeInfinity(self, expr):
         return 'float("-inf")'

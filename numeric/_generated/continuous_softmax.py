@@ -2,7 +2,7 @@
 # map: continuous_softmax (continuous)
 # regularizer: omega(p) = p*log(p)
 # format: 8
-# content-hash: sha256:4b5472d09c8861e2d7c54d4183e642df75fe63051e00e181f14871de0291bcbf
+# content-hash: sha256:b4e992c4160881fe5d23d3c7990fb142fcad05c520e7accfe2fa22b438f4ec99
 """The continuous continuous_softmax map, generated from omega(p) = p*log(p).
 
 Regularizer: shannon; density: gaussian.
@@ -43,9 +43,8 @@ def density_inside(t, mu, sigma2):
 
     density_inside = sqrt(2)*exp(-(-mu + t)**2/(2*sigma2))/(2*sqrt(pi)*sqrt(sigma2))
     """
-    t0 = numpy.pi
-    t1 = -mu + t
-    return (1/2)*1.4142135623730951*numpy.exp(-1/2*(t1*t1)/sigma2)/(numpy.sqrt(sigma2)*numpy.sqrt(t0))
+    t0 = -mu + t
+    return (1/2)*1.4142135623730951*numpy.exp(-1/2*(t0*t0)/sigma2)/(1.772453850905516*numpy.sqrt(sigma2))
 
 
 def rbf_expectation(mu, sigma2, c, s2):
@@ -53,10 +52,9 @@ def rbf_expectation(mu, sigma2, c, s2):
 
     rbf_expectation = sqrt(2)*exp(-(c - mu)**2/(2*s2 + 2*sigma2))/(2*sqrt(pi)*sqrt(s2 + sigma2))
     """
-    t0 = numpy.pi
-    t1 = s2 + sigma2
-    t2 = c - mu
-    return (1/2)*1.4142135623730951*numpy.exp(-(t2*t2)/(2*s2 + 2*sigma2))/(numpy.sqrt(t0)*numpy.sqrt(t1))
+    t0 = s2 + sigma2
+    t1 = c - mu
+    return (1/2)*1.4142135623730951*numpy.exp(-(t1*t1)/(2*s2 + 2*sigma2))/(1.772453850905516*numpy.sqrt(t0))
 
 
 def rbf_expectation_dmu(mu, sigma2, c, s2):
@@ -65,10 +63,9 @@ def rbf_expectation_dmu(mu, sigma2, c, s2):
     rbf_expectation_dmu = -sqrt(2)*(-2*c + 2*mu)*exp(-(c - mu)**2/(2*s2 + 2*sigma2))/(2*sqrt(pi)*sqrt(s2 + sigma2)*(2*s2 + 2*sigma2))
     """
     t0 = (1/(2*s2 + 2*sigma2))
-    t1 = numpy.pi
-    t2 = s2 + sigma2
-    t3 = c - mu
-    return -1/2*1.4142135623730951*t0*(-2*c + 2*mu)*numpy.exp(-t0*(t3*t3))/(numpy.sqrt(t1)*numpy.sqrt(t2))
+    t1 = s2 + sigma2
+    t2 = c - mu
+    return -1/2*1.4142135623730951*t0*(-2*c + 2*mu)*numpy.exp(-t0*(t2*t2))/(1.772453850905516*numpy.sqrt(t1))
 
 
 def rbf_expectation_dsigma2(mu, sigma2, c, s2):
@@ -80,8 +77,7 @@ def rbf_expectation_dsigma2(mu, sigma2, c, s2):
     t4 = c - mu
     t1 = (t4*t4)
     t2 = 2*s2 + 2*sigma2
-    t5 = numpy.pi
-    t3 = 1.4142135623730951*numpy.exp(-t1/t2)/numpy.sqrt(t5)
+    t3 = 1.4142135623730951*numpy.exp(-t1/t2)/1.772453850905516
     return t1*t3/(numpy.sqrt(t0)*(t2*t2)) - 1/4*t3/(t0*numpy.sqrt(t0))
 
 
@@ -97,8 +93,7 @@ def rbf_expectation_grad(mu, sigma2, c, s2):
     t1 = (t7*t7)
     t2 = 2*s2 + 2*sigma2
     t3 = (1/t2)
-    t8 = numpy.pi
-    t4 = 1.4142135623730951*numpy.exp(-t1*t3)/numpy.sqrt(t8)
+    t4 = 1.4142135623730951*numpy.exp(-t1*t3)/1.772453850905516
     t5 = t4/numpy.sqrt(t0)
     t6 = (1/2)*t5
     return (t6, -t3*t6*(-2*c + 2*mu), t1*t5/(t2*t2) - 1/4*t4/(t0*numpy.sqrt(t0)))
@@ -113,8 +108,7 @@ def rbf_expectation_theta(theta_1, theta_2, c, s2):
     t3 = (t10*t10)
     t4 = 2*s2 - t0
     t5 = (1/t4)
-    t11 = numpy.pi
-    t6 = 1.4142135623730951*numpy.exp(-t3*t5)/numpy.sqrt(t11)
+    t6 = 1.4142135623730951*numpy.exp(-t3*t5)/1.772453850905516
     t7 = t6/numpy.sqrt(t2)
     t8 = (1/4)*t5*t7*(-2*c - t0*theta_1)
     t9 = (1/(theta_2*theta_2))
@@ -129,18 +123,16 @@ template <typename T> __device__ __forceinline__ T continuous_softmax_support_ra
 }
 // E_p[N(t; c, s2)], the context of one Gaussian basis function.
 template <typename T> __device__ __forceinline__ T continuous_softmax_rbf_expectation(T mu, T sigma2, T c, T s2) {
-    const T t0 = T(3.141592653589793);
-    const T t1 = s2 + sigma2;
-    const T t2 = c - mu;
-    return (T(1.0/2.0))*T(1.4142135623730951)*rg_exp(-(t2*t2)/(2*s2 + 2*sigma2))/(rg_sqrt(t0)*rg_sqrt(t1));
+    const T t0 = s2 + sigma2;
+    const T t1 = c - mu;
+    return (T(1.0/2.0))*T(1.4142135623730951)*rg_exp(-(t1*t1)/(2*s2 + 2*sigma2))/(T(1.772453850905516)*rg_sqrt(t0));
 }
 // d/dmu E_p[N(t; c, s2)].
 template <typename T> __device__ __forceinline__ T continuous_softmax_rbf_expectation_dmu(T mu, T sigma2, T c, T s2) {
     const T t0 = (T(1)/(2*s2 + 2*sigma2));
-    const T t1 = T(3.141592653589793);
-    const T t2 = s2 + sigma2;
-    const T t3 = c - mu;
-    return -T(1.0/2.0)*T(1.4142135623730951)*t0*(-2*c + 2*mu)*rg_exp(-t0*(t3*t3))/(rg_sqrt(t1)*rg_sqrt(t2));
+    const T t1 = s2 + sigma2;
+    const T t2 = c - mu;
+    return -T(1.0/2.0)*T(1.4142135623730951)*t0*(-2*c + 2*mu)*rg_exp(-t0*(t2*t2))/(T(1.772453850905516)*rg_sqrt(t1));
 }
 // d/dsigma2 E_p[N(t; c, s2)].
 template <typename T> __device__ __forceinline__ T continuous_softmax_rbf_expectation_dsigma2(T mu, T sigma2, T c, T s2) {
@@ -148,8 +140,7 @@ template <typename T> __device__ __forceinline__ T continuous_softmax_rbf_expect
     const T t4 = c - mu;
     const T t1 = (t4*t4);
     const T t2 = 2*s2 + 2*sigma2;
-    const T t5 = T(3.141592653589793);
-    const T t3 = T(1.4142135623730951)*rg_exp(-t1/t2)/rg_sqrt(t5);
+    const T t3 = T(1.4142135623730951)*rg_exp(-t1/t2)/T(1.772453850905516);
     return t1*t3/(rg_sqrt(t0)*(t2*t2)) - T(1.0/4.0)*t3/(t0*rg_sqrt(t0));
 }
 // the interface of the context kernel (numeric/kernels/context.cuh) to continuous_softmax

@@ -2,7 +2,7 @@
 # map: continuous_sparsemax (continuous)
 # regularizer: omega(p) = p**2/2
 # format: 8
-# content-hash: sha256:5d93b9f8b6b18634cd9e92032d82acfd9a1dc905d99700106ff20e7e7bf6af65
+# content-hash: sha256:dc122f30d0ca84bd6efa1ec08bc3a46a6dae7d049267f4b3f809966f56ad96d7
 """The continuous continuous_sparsemax map, generated from omega(p) = p**2/2.
 
 Regularizer: gini; density: compact, support |t - mu| < 2**(2/3)*3**(1/3)*sigma2**(1/3)/2.
@@ -91,8 +91,7 @@ def rbf_expectation(mu, sigma2, c, s2):
 
     rbf_expectation = (-sqrt(2)*sqrt(s2)*(c - mu)*(-exp(-(-c + mu + 2**(2/3)*3**(1/3)*sigma2**(1/3)/2)**2/(2*s2))/2 + exp(-(-c + mu - 2**(2/3)*3**(1/3)*sigma2**(1/3)/2)**2/(2*s2))/2)/sigma2 - s2*(-sqrt(pi)*erf(sqrt(2)*(-c + mu - 2**(2/3)*3**(1/3)*sigma2**(1/3)/2)/(2*sqrt(s2)))/4 + sqrt(pi)*erf(sqrt(2)*(-c + mu + 2**(2/3)*3**(1/3)*sigma2**(1/3)/2)/(2*sqrt(s2)))/4 + sqrt(2)*(-c + mu - 2**(2/3)*3**(1/3)*sigma2**(1/3)/2)*exp(-(-c + mu - 2**(2/3)*3**(1/3)*sigma2**(1/3)/2)**2/(2*s2))/(4*sqrt(s2)) - sqrt(2)*(-c + mu + 2**(2/3)*3**(1/3)*sigma2**(1/3)/2)*exp(-(-c + mu + 2**(2/3)*3**(1/3)*sigma2**(1/3)/2)**2/(2*s2))/(4*sqrt(s2)))/sigma2 + (-sqrt(pi)*erf(sqrt(2)*(-c + mu - 2**(2/3)*3**(1/3)*sigma2**(1/3)/2)/(2*sqrt(s2)))/2 + sqrt(pi)*erf(sqrt(2)*(-c + mu + 2**(2/3)*3**(1/3)*sigma2**(1/3)/2)/(2*sqrt(s2)))/2)*(-c + mu + 2**(2/3)*3**(1/3)*sigma2**(1/3)/2)*(c - mu + 2**(2/3)*3**(1/3)*sigma2**(1/3)/2)/(2*sigma2))/sqrt(pi)
     """
-    t17 = numpy.pi
-    t0 = numpy.sqrt(t17)
+    t0 = 1.772453850905516
     t1 = 1.4142135623730951
     t2 = numpy.sqrt(s2)
     t3 = (1/sigma2)
@@ -117,8 +116,7 @@ def rbf_expectation_dmu(mu, sigma2, c, s2):
 
     rbf_expectation_dmu = (-sqrt(2)*sqrt(s2)*(c - mu)*(-(-2*c + 2*mu - 2**(2/3)*3**(1/3)*sigma2**(1/3))*exp(-(-c + mu - 2**(2/3)*3**(1/3)*sigma2**(1/3)/2)**2/(2*s2))/(4*s2) + (-2*c + 2*mu + 2**(2/3)*3**(1/3)*sigma2**(1/3))*exp(-(-c + mu + 2**(2/3)*3**(1/3)*sigma2**(1/3)/2)**2/(2*s2))/(4*s2))/sigma2 + sqrt(2)*sqrt(s2)*(-exp(-(-c + mu + 2**(2/3)*3**(1/3)*sigma2**(1/3)/2)**2/(2*s2))/2 + exp(-(-c + mu - 2**(2/3)*3**(1/3)*sigma2**(1/3)/2)**2/(2*s2))/2)/sigma2 - s2*(-sqrt(2)*(-2*c + 2*mu - 2**(2/3)*3**(1/3)*sigma2**(1/3))*(-c + mu - 2**(2/3)*3**(1/3)*sigma2**(1/3)/2)*exp(-(-c + mu - 2**(2/3)*3**(1/3)*sigma2**(1/3)/2)**2/(2*s2))/(8*s2**(3/2)) + sqrt(2)*(-2*c + 2*mu + 2**(2/3)*3**(1/3)*sigma2**(1/3))*(-c + mu + 2**(2/3)*3**(1/3)*sigma2**(1/3)/2)*exp(-(-c + mu + 2**(2/3)*3**(1/3)*sigma2**(1/3)/2)**2/(2*s2))/(8*s2**(3/2)))/sigma2 - (-sqrt(pi)*erf(sqrt(2)*(-c + mu - 2**(2/3)*3**(1/3)*sigma2**(1/3)/2)/(2*sqrt(s2)))/2 + sqrt(pi)*erf(sqrt(2)*(-c + mu + 2**(2/3)*3**(1/3)*sigma2**(1/3)/2)/(2*sqrt(s2)))/2)*(-c + mu + 2**(2/3)*3**(1/3)*sigma2**(1/3)/2)/(2*sigma2) + (-sqrt(pi)*erf(sqrt(2)*(-c + mu - 2**(2/3)*3**(1/3)*sigma2**(1/3)/2)/(2*sqrt(s2)))/2 + sqrt(pi)*erf(sqrt(2)*(-c + mu + 2**(2/3)*3**(1/3)*sigma2**(1/3)/2)/(2*sqrt(s2)))/2)*(c - mu + 2**(2/3)*3**(1/3)*sigma2**(1/3)/2)/(2*sigma2) + (sqrt(2)*exp(-(-c + mu + 2**(2/3)*3**(1/3)*sigma2**(1/3)/2)**2/(2*s2))/(2*sqrt(s2)) - sqrt(2)*exp(-(-c + mu - 2**(2/3)*3**(1/3)*sigma2**(1/3)/2)**2/(2*s2))/(2*sqrt(s2)))*(-c + mu + 2**(2/3)*3**(1/3)*sigma2**(1/3)/2)*(c - mu + 2**(2/3)*3**(1/3)*sigma2**(1/3)/2)/(2*sigma2))/sqrt(pi)
     """
-    t22 = numpy.pi
-    t0 = numpy.sqrt(t22)
+    t0 = 1.772453850905516
     t1 = 1.4142135623730951
     t2 = numpy.sqrt(s2)
     t3 = (1/sigma2)
@@ -148,8 +146,7 @@ def rbf_expectation_dsigma2(mu, sigma2, c, s2):
 
     rbf_expectation_dsigma2 = (-sqrt(2)*sqrt(s2)*(c - mu)*(2**(2/3)*3**(1/3)*(-c + mu - 2**(2/3)*3**(1/3)*sigma2**(1/3)/2)*exp(-(-c + mu - 2**(2/3)*3**(1/3)*sigma2**(1/3)/2)**2/(2*s2))/(12*s2*sigma2**(2/3)) + 2**(2/3)*3**(1/3)*(-c + mu + 2**(2/3)*3**(1/3)*sigma2**(1/3)/2)*exp(-(-c + mu + 2**(2/3)*3**(1/3)*sigma2**(1/3)/2)**2/(2*s2))/(12*s2*sigma2**(2/3)))/sigma2 + sqrt(2)*sqrt(s2)*(c - mu)*(-exp(-(-c + mu + 2**(2/3)*3**(1/3)*sigma2**(1/3)/2)**2/(2*s2))/2 + exp(-(-c + mu - 2**(2/3)*3**(1/3)*sigma2**(1/3)/2)**2/(2*s2))/2)/sigma2**2 - s2*(2**(1/6)*3**(1/3)*(-c + mu - 2**(2/3)*3**(1/3)*sigma2**(1/3)/2)**2*exp(-(-c + mu - 2**(2/3)*3**(1/3)*sigma2**(1/3)/2)**2/(2*s2))/(12*s2**(3/2)*sigma2**(2/3)) + 2**(1/6)*3**(1/3)*(-c + mu + 2**(2/3)*3**(1/3)*sigma2**(1/3)/2)**2*exp(-(-c + mu + 2**(2/3)*3**(1/3)*sigma2**(1/3)/2)**2/(2*s2))/(12*s2**(3/2)*sigma2**(2/3)))/sigma2 + s2*(-sqrt(pi)*erf(sqrt(2)*(-c + mu - 2**(2/3)*3**(1/3)*sigma2**(1/3)/2)/(2*sqrt(s2)))/4 + sqrt(pi)*erf(sqrt(2)*(-c + mu + 2**(2/3)*3**(1/3)*sigma2**(1/3)/2)/(2*sqrt(s2)))/4 + sqrt(2)*(-c + mu - 2**(2/3)*3**(1/3)*sigma2**(1/3)/2)*exp(-(-c + mu - 2**(2/3)*3**(1/3)*sigma2**(1/3)/2)**2/(2*s2))/(4*sqrt(s2)) - sqrt(2)*(-c + mu + 2**(2/3)*3**(1/3)*sigma2**(1/3)/2)*exp(-(-c + mu + 2**(2/3)*3**(1/3)*sigma2**(1/3)/2)**2/(2*s2))/(4*sqrt(s2)))/sigma2**2 + (2**(1/6)*3**(1/3)*exp(-(-c + mu + 2**(2/3)*3**(1/3)*sigma2**(1/3)/2)**2/(2*s2))/(6*sqrt(s2)*sigma2**(2/3)) + 2**(1/6)*3**(1/3)*exp(-(-c + mu - 2**(2/3)*3**(1/3)*sigma2**(1/3)/2)**2/(2*s2))/(6*sqrt(s2)*sigma2**(2/3)))*(-c + mu + 2**(2/3)*3**(1/3)*sigma2**(1/3)/2)*(c - mu + 2**(2/3)*3**(1/3)*sigma2**(1/3)/2)/(2*sigma2) - (-sqrt(pi)*erf(sqrt(2)*(-c + mu - 2**(2/3)*3**(1/3)*sigma2**(1/3)/2)/(2*sqrt(s2)))/2 + sqrt(pi)*erf(sqrt(2)*(-c + mu + 2**(2/3)*3**(1/3)*sigma2**(1/3)/2)/(2*sqrt(s2)))/2)*(-c + mu + 2**(2/3)*3**(1/3)*sigma2**(1/3)/2)*(c - mu + 2**(2/3)*3**(1/3)*sigma2**(1/3)/2)/(2*sigma2**2) + 2**(2/3)*3**(1/3)*(-sqrt(pi)*erf(sqrt(2)*(-c + mu - 2**(2/3)*3**(1/3)*sigma2**(1/3)/2)/(2*sqrt(s2)))/2 + sqrt(pi)*erf(sqrt(2)*(-c + mu + 2**(2/3)*3**(1/3)*sigma2**(1/3)/2)/(2*sqrt(s2)))/2)*(-c + mu + 2**(2/3)*3**(1/3)*sigma2**(1/3)/2)/(12*sigma2**(5/3)) + 2**(2/3)*3**(1/3)*(-sqrt(pi)*erf(sqrt(2)*(-c + mu - 2**(2/3)*3**(1/3)*sigma2**(1/3)/2)/(2*sqrt(s2)))/2 + sqrt(pi)*erf(sqrt(2)*(-c + mu + 2**(2/3)*3**(1/3)*sigma2**(1/3)/2)/(2*sqrt(s2)))/2)*(c - mu + 2**(2/3)*3**(1/3)*sigma2**(1/3)/2)/(12*sigma2**(5/3)))/sqrt(pi)
     """
-    t36 = numpy.pi
-    t0 = numpy.sqrt(t36)
+    t0 = 1.772453850905516
     t1 = (1/(sigma2*sigma2))
     t2 = 1.4422495703074083
     t3 = 1.5874010519681996*t2
@@ -196,8 +193,7 @@ def density(t, mu, sigma2):
 
 def rbf_expectation_grad(mu, sigma2, c, s2):
     """(E, dE/dmu, dE/dsigma2) for E = E_p[N(t; c, s2)], sharing one evaluation."""
-    t48 = numpy.pi
-    t0 = numpy.sqrt(t48)
+    t0 = 1.772453850905516
     t1 = (1/t0)
     t2 = c - mu
     t3 = 1.4422495703074083
@@ -250,8 +246,7 @@ def rbf_expectation_grad(mu, sigma2, c, s2):
 
 def rbf_expectation_theta(theta_1, theta_2, c, s2):
     """(E, dE/dtheta_1, dE/dtheta_2) for scores theta_1 t + theta_2 t^2 (theta_2 < 0)."""
-    t57 = numpy.pi
-    t0 = numpy.sqrt(t57)
+    t0 = 1.772453850905516
     t1 = (1/t0)
     t2 = (1/theta_2)
     t3 = t2*theta_1
@@ -323,8 +318,7 @@ template <typename T> __device__ __forceinline__ T continuous_sparsemax_support_
 }
 // E_p[N(t; c, s2)], the context of one Gaussian basis function.
 template <typename T> __device__ __forceinline__ T continuous_sparsemax_rbf_expectation(T mu, T sigma2, T c, T s2) {
-    const T t17 = T(3.141592653589793);
-    const T t0 = rg_sqrt(t17);
+    const T t0 = T(1.772453850905516);
     const T t1 = T(1.4142135623730951);
     const T t2 = rg_sqrt(s2);
     const T t3 = (T(1)/sigma2);
@@ -345,8 +339,7 @@ template <typename T> __device__ __forceinline__ T continuous_sparsemax_rbf_expe
 }
 // d/dmu E_p[N(t; c, s2)].
 template <typename T> __device__ __forceinline__ T continuous_sparsemax_rbf_expectation_dmu(T mu, T sigma2, T c, T s2) {
-    const T t22 = T(3.141592653589793);
-    const T t0 = rg_sqrt(t22);
+    const T t0 = T(1.772453850905516);
     const T t1 = T(1.4142135623730951);
     const T t2 = rg_sqrt(s2);
     const T t3 = (T(1)/sigma2);
@@ -372,8 +365,7 @@ template <typename T> __device__ __forceinline__ T continuous_sparsemax_rbf_expe
 }
 // d/dsigma2 E_p[N(t; c, s2)].
 template <typename T> __device__ __forceinline__ T continuous_sparsemax_rbf_expectation_dsigma2(T mu, T sigma2, T c, T s2) {
-    const T t36 = T(3.141592653589793);
-    const T t0 = rg_sqrt(t36);
+    const T t0 = T(1.772453850905516);
     const T t1 = (T(1)/(sigma2*sigma2));
     const T t2 = T(1.4422495703074083);
     const T t3 = T(1.5874010519681996)*t2;

@@ -255,3 +255,40 @@ def test_log_of_a_function_near_one_keeps_its_digits(expr):
         with mpmath.workdps(30):
             want = f(mpmath.mpf(float(np.float32(x))))
         assert abs(got - want) <= 8 * 2.0**-24 * abs(want), (expr, x, got, want)
+
+
+def test_constants_print_as_values():
+    """``sqrt(pi)`` prints as its value, not as ``sqrt`` of a temporary holding ``pi`` (a Python float, which
+    torch.sqrt refuses), and Triton prints ``pi`` and ``e`` as literals (triton.language has neither): erf's
+    derivative ``2 exp(-p**2)/sqrt(pi)`` failed on torch and in Triton."""
+    expr = 2 * p * sp.exp(-p**2) / sp.sqrt(sp.pi) + sp.pi * p + sp.E * p
+    for printer in (PyPrinter(), TritonPrinter(), CudaPrinter()):
+        assigns, (text,) = print_block(printer, [expr], "omega_prime(...)")
+        assert not assigns and "sqrt" not in text and "tl.pi" not in text and "tl.e*" not in text, text
+    torch = pytest.importorskip("torch")
+    from numeric.torch.maps import TORCH_AS_NUMPY
+
+    _, (text,) = print_block(PyPrinter(), [expr], "omega_prime(...)")
+    x = torch.tensor([1e-3, 0.5, 1.0], dtype=torch.float64)
+    got = eval(text, {"numpy": TORCH_AS_NUMPY, "p": x})  # noqa: S307 - our own printed text
+    want = [float(expr.subs(p, v).evalf(30)) for v in x.tolist()]
+    np.testing.assert_allclose(got.numpy(), want, rtol=1e-15)
+
+
+@pytest.mark.parametrize("name", MAPS)
+def test_printed_map_runs_on_torch_and_jax(name, folder):
+    """The map's routines run on torch and JAX arrays (the NumPy text with ``numpy`` bound to their namespace)
+    and give NumPy's probabilities in float64."""
+    import numeric as nm
+
+    mod = module(name, folder)
+    want = nm.get_map(mod)(ROWS)
+    torch = pytest.importorskip("torch")
+    from numeric import torch as rt
+
+    np.testing.assert_allclose(rt.get_map(mod)(torch.tensor(ROWS)).numpy(), want, rtol=1e-12, atol=1e-15)
+    jax = pytest.importorskip("jax")
+    from numeric import jax as rj
+
+    with jax.enable_x64(True):
+        np.testing.assert_allclose(np.asarray(rj.get_map(mod)(jax.numpy.asarray(ROWS))), want, rtol=1e-12, atol=1e-15)
