@@ -39,6 +39,9 @@ ALLOWED = {
     # the test draws budgets k = 6 * rand and passes them to normmax_bisect as alpha; regattn's normmax refuses
     # alpha <= 1 (||p||_alpha is no norm there), by name
     "test_root_finding.py::test_budget_grad_multiple_k": "normmax needs alpha > 1",
+    # budget 0 (k = 0 of 0..6): regattn's total must be finite and > 0 (a total of 0 leaves only p = 0, at the edge
+    # of the feasible totals, where the derivatives in the total are one-sided), refused by name as derive.box does
+    "test_root_finding.py::test_budget_grad[0]": "total must be finite and > 0",
 }
 
 
@@ -78,8 +81,8 @@ def test_the_suite_runs_on_the_shim_with_only_the_allowed_failures(suite):
     unexpected = sorted(set(failed) - set(ALLOWED))
     assert not unexpected, "\n".join(f"{n}: {failed[n][:400]}" for n in unexpected)
     for n, text in failed.items():
-        if ALLOWED[n] == "normmax needs alpha > 1":
-            assert "normmax needs alpha > 1" in text, text[:2000]
+        if ALLOWED[n] in ("normmax needs alpha > 1", "total must be finite and > 0"):
+            assert ALLOWED[n] in text, text[:2000]
         else:
             assert "assert False" in text, text[:2000]
 
