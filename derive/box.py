@@ -20,6 +20,16 @@ elsewhere (``W = sum_F w``):
   entries in proportion to their weights), 0 for an entry not saturated;
 * in the total, ``dp/dc = w / W``.
 
+Where no entry is free (``W = 0``: every live entry at 0 or at its bound, as budget sparsemax's ``[1, 1, 0]``)
+``p`` is locally constant in the scores (``dp/ds = 0``) but has a kink in the bounds and the total at the point
+itself: ``sum p = c`` always, so a bound raised must take its mass from another entry, and which one depends on
+the side.  The derivatives given are the one-sided ones on the side where ``tau`` rises: the right-derivative in
+each bound and the left-derivative in the total (the side that stays feasible where the bounds sum to the total).
+As ``tau`` rises, the saturated entries that leave their bound first, ``K`` (the least ``s_k - omega'(u_k)``),
+become free; they take the free entries' place with their weights at the bound, ``w_k = 1 / omega''(u_k)``:
+``dp/du_j = e_j - w_K / W_K`` for a saturated ``j`` outside ``K``, 0 for ``j`` in ``K``, ``dp/dc = w_K / W_K``,
+so that ``d sum(p)/du = 0`` and ``d sum(p)/dc = 1`` (:func:`numeric.tensor_rules.box_exits`, the same rule).
+
 The Fenchel-Young loss ``L(s, y) = Omega*_C(s) + Omega(y) - <s, y>`` with ``C`` the box gives ``p - y`` in
 the scores, ``mu`` in the bounds and ``tau`` in the total (Danskin: the multipliers of the constraints).
 
@@ -37,7 +47,7 @@ import mpmath
 import sympy as sp
 
 from .errors import DerivationError
-from .reference import _GUARD, _compiled, fenchel_young, to_mp_vector
+from .reference import _GUARD, _compiled, fenchel_young, target_slack, to_mp_vector
 from .regularizers import p as p_symbol
 from .regularizers import to_mpf
 
@@ -131,6 +141,8 @@ def _solve_box(dv, scores, upper, total, digits, params) -> BoxSolution:
         t = newton if newton is not None and lo < newton < hi else (lo + hi) / 2
         if hi - lo <= mpmath.mpf(2) ** (-mpmath.mp.prec + 4) * (1 + abs(t)):
             p, f, slope = parts(t)
+            if abs(f - c) > tol:
+                p = _level(dv, values, live, u, c, parts(lo)[0], parts(hi)[0], tol)
             break
     else:
         raise DerivationError(f"the bounded reference of {dv.name} did not converge in {_MAX_STEPS} steps")
@@ -139,6 +151,34 @@ def _solve_box(dv, scores, upper, total, digits, params) -> BoxSolution:
         out[i] = p[i]
     saturated = [i for i in live if p[i] == u[i]]
     return BoxSolution(out, t + top, saturated)
+
+
+def _level(dv, values, live, u, c, p_lo, p_hi, tol):
+    """``p`` where ``F`` jumps across ``c`` between two thresholds ``lo < hi`` that the working precision cannot
+    tell apart (a link steeper than it: alpha-entmax at large alpha, ``g_+(z) = ((alpha - 1) z)^(1/(alpha - 1))``
+    past the clip).  The entries that move between them by more than ``tol`` share ``s_i - tau`` to that
+    precision, so their scores must be equal (else :class:`DerivationError`: more digits are needed); they share
+    one value ``q`` of the link, ``p_i = min(u_i, q)``, with ``q`` the level that makes the sum ``c`` (water
+    filling: each bound below ``q`` is full).  The other entries keep their value (the same at both ends to
+    ``tol``)."""
+    moving = [i for i in live if abs(p_lo[i] - p_hi[i]) > tol]
+    if len({values[i] for i in moving}) > 1:
+        raise DerivationError(f"the bounded reference of {dv.name}: the sum jumps across the total between two "
+                              f"thresholds {mpmath.mp.dps} digits cannot tell apart at entries {moving} of different "
+                              f"scores; raise digits")
+    p = {i: p_lo[i] for i in live}
+    need = c - mpmath.fsum(p[i] for i in live if i not in moving)
+    left = sorted(moving, key=lambda i: u[i])
+    while left:  # the smallest bound first: full where the even share of what is left reaches it
+        share = need / len(left)
+        if u[left[0]] > share:
+            for i in left:
+                p[i] = share
+            break
+        p[left[0]] = u[left[0]]
+        need -= u[left[0]]
+        left.pop(0)
+    return p
 
 
 def _ceiling(dv, params):
@@ -155,8 +195,10 @@ def _ceiling(dv, params):
     return mpmath.inf if top is None else to_mpf(top)
 
 
-def _free_weights(comp, sol, u):
-    return [comp.weight(q) if q > 0 and q < b else mpmath.mpf(0) for q, b in zip(sol.p, u)]
+def _free_weights(comp, sol, u, tol):
+    """``w`` on the free entries, 0 elsewhere: an entry within the solve's ``tol`` of 0 or of its bound is not free
+    (where ``F`` is flat, the threshold the solve stops at may leave such a residue at a kink)."""
+    return [comp.weight(q) if tol < q < b - tol else mpmath.mpf(0) for q, b in zip(sol.p, u)]
 
 
 def box_jacobians(dv: Derivation, scores: Any, upper: Any = None, total: Any = 1, digits: int = 50,
@@ -166,17 +208,25 @@ def box_jacobians(dv: Derivation, scores: Any, upper: Any = None, total: Any = 1
     with mpmath.workdps(digits + _GUARD):
         sol = _solve_box(dv, scores, upper, total, digits, params)
         comp = _compiled(dv, params)
-        u, _ = _bounds(to_mp_vector(scores), upper, total)
-        w = _free_weights(comp, sol, u)
+        u, c = _bounds(to_mp_vector(scores), upper, total)
+        tol = c * mpmath.mpf(10) ** -(digits + 5)
+        w = _free_weights(comp, sol, u, tol)
         big = mpmath.fsum(w)
         n = len(w)
         zero = mpmath.mpf(0)
-        if big == 0:
+        saturated = [j for j, (q, b) in enumerate(zip(sol.p, u)) if q > tol and q >= b - tol]
+        if big == 0:  # no entry free: dp/ds = 0; the bounds' and the total's one-sided (module docstring)
             js = [[zero] * n for _ in range(n)]
-            ju = [[mpmath.mpf(a == b and b in sol.saturated) for b in range(n)] for a in range(n)]
-            return {"scores": js, "upper": ju, "total": [zero] * n}
-        js = [[(w[a] if a == b else 0) - w[a] * w[b] / big for b in range(n)] for a in range(n)]
-        ju = [[((1 if a == b else 0) - w[a] / big) if b in sol.saturated else zero for b in range(n)] for a in range(n)]
+            values = to_mp_vector(scores)
+            gap = {j: values[j] - comp.d1(u[j]) for j in saturated}
+            least = min(gap.values())
+            first = [j for j in saturated if gap[j] - least <= mpmath.mpf(10) ** -digits * (1 + abs(least))]
+            w = [comp.weight(u[a]) if a in first else zero for a in range(n)]
+            big = mpmath.fsum(w)
+            saturated = [j for j in saturated if j not in first]
+        else:
+            js = [[(w[a] if a == b else 0) - w[a] * w[b] / big for b in range(n)] for a in range(n)]
+        ju = [[((1 if a == b else 0) - w[a] / big) if b in saturated else zero for b in range(n)] for a in range(n)]
         return {"scores": js, "upper": ju, "total": [w[a] / big for a in range(n)]}
 
 
@@ -191,8 +241,10 @@ def box_loss(dv: Derivation, scores: Any, target: Any, upper: Any = None, total:
         ys = to_mp_vector(target)
         if len(ys) != len(values):
             raise ValueError(f"target has length {len(ys)}, scores {len(values)}")
-        if any(t < 0 or t > b for t, b in zip(ys, u)) or abs(mpmath.fsum(ys) - c) > mpmath.mpf(10) ** -digits * c:
-            raise ValueError("target must lie in the box (0 <= y <= upper, sum y = total)")
+        slack = target_slack(target, ys, c, digits)  # (the target's own rounding)
+        if any(t < 0 or t > b + slack for t, b in zip(ys, u)) or abs(mpmath.fsum(ys) - c) > slack:
+            raise ValueError(f"target must lie in the box (0 <= y <= upper, sum y = total), got sum "
+                             f"{mpmath.nstr(mpmath.fsum(ys), 17)} for total {mpmath.nstr(c, 17)}")
         return fenchel_young(comp, values, _solve_box(dv, scores, upper, total, digits, params).p, ys)
 
 

@@ -40,6 +40,7 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 import mpmath
+import numpy as np
 import sympy as sp
 
 from .symbols import S, S1, S2, k, score
@@ -518,9 +519,28 @@ def loss(dv: Derivation, scores: Any, target: Any, digits: int = 50, **params: A
         ys = to_mp_vector(target)
         if len(ys) != len(values):
             raise ValueError(f"target has length {len(ys)}, scores {len(values)}")
-        if any(t < 0 for t in ys) or abs(mpmath.fsum(ys) - 1) > mpmath.mpf(10) ** (-digits):
-            raise ValueError("target must lie on the simplex (non-negative, summing to 1)")
+        if any(t < 0 for t in ys) or abs(mpmath.fsum(ys) - 1) > target_slack(target, ys, 1, digits):
+            raise ValueError(f"target must lie on the simplex (non-negative, summing to 1), got sum "
+                             f"{mpmath.nstr(mpmath.fsum(ys), 17)}")
         return fenchel_young(comp, values, probs, ys)
+
+
+def target_slack(target: Any, ys, total, digits: int) -> mpmath.mpf:
+    """How far a target's sum may be from its ``total`` (and an entry above its bound): the target's own rounding.
+    Floats are the roundings of the values meant, each within ``eps/2`` of its magnitude, and a computed target
+    (normalized, subtracted) carries the rounding of its computation: ``n eps max(sum |y|, total)``, with ``eps``
+    the format's (a floating array's dtype's, else float64's where an entry is a Python float); exact entries
+    (mpmath numbers, strings, SymPy numbers) ``10**-digits`` of the total."""
+    values = target.tolist() if hasattr(target, "tolist") else list(target)
+    kind = getattr(getattr(target, "dtype", None), "kind", None)
+    if kind == "f":
+        eps = mpmath.mpf(float(np.finfo(target.dtype).eps))
+    elif any(isinstance(v, float) for v in values):
+        eps = mpmath.mpf(2) ** -52
+    else:
+        return mpmath.mpf(10) ** -digits * abs(total)
+    scale = max(mpmath.fsum(abs(t) for t in ys), abs(mpmath.mpf(total)))
+    return max(len(ys) * eps * scale, mpmath.mpf(10) ** -digits * abs(total))
 
 
 def fenchel_young(comp: _Compiled, values, probs, ys) -> mpmath.mpf:

@@ -434,6 +434,7 @@ def attention_backward(q, k, v, dout, *, mapping="softmax", mask=None, causal=Fa
                 keep = None if here is None else a[..., here] != -xp.inf
                 mb = _block_map(m, table, rows)
                 ub = None if upper is None else _upper_part(upper if bounds is None else bounds, rows, keys)
+                kept = a.copy() if dupper is not None else None  # (the bounds' gradient needs the scores)
                 p = mb.forward(a, axis=-1, overwrite=True, upper=ub)[0]
                 g = dout[..., rows, :]
                 dv[..., :keys, :] += xp.matmul(xp.swapaxes(p, -1, -2), g)
@@ -443,7 +444,7 @@ def attention_backward(q, k, v, dout, *, mapping="softmax", mask=None, causal=Fa
                     dp[..., here] = xp.where(keep, dp[..., here], 0)
                 da = mb.vjp(p, dp, axis=-1, upper=ub)
                 if dupper is not None:
-                    dupper[..., rows, :keys] = mb.vjp_bounds(p, dp, axis=-1, upper=ub)["upper"]
+                    dupper[..., rows, :keys] = mb.vjp_bounds(p, dp, axis=-1, upper=ub, x=kept)["upper"]
                 if drows is not None:
                     per_row = mb.vjp_params(p, dp, axis=-1, upper=ub)
                     for i, name in enumerate(names):

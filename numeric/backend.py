@@ -75,8 +75,9 @@ class Backend:
         """``(p, tau)`` of the rows ``x`` with ``0 <= p <= upper``, ``sum p = total`` (``(rows, n)``, ``(rows, 1)``)."""
         raise NotImplementedError(f"backend {self.name!r} has no box constraints (upper=, total=)")
 
-    def box_vjp(self, mapping, y, dy, upper):
-        """``(J^T dy, dp/du^T dy, dp/dc^T dy)`` of the bounded map at ``y`` (:func:`numeric.tensor_rules.box_vjp`)."""
+    def box_vjp(self, mapping, y, dy, upper, x=None):
+        """``(J^T dy, dp/du^T dy, dp/dc^T dy)`` of the bounded map at ``y`` (:func:`numeric.tensor_rules.box_vjp`;
+        ``x``: the scores)."""
         raise NotImplementedError(f"backend {self.name!r} has no box constraints (upper=, total=)")
 
     def rbf_expectation(self, cmap, mu, sigma2, basis, grad: bool):

@@ -191,6 +191,13 @@ def is_box(upper, total) -> bool:
     return upper is not None or not (is_number(total) and float(total) == 1.0)
 
 
+def box_short(total, room, eps):
+    """Where bounds summing to ``room`` cannot hold ``total``: ``total - room > sqrt(eps) * total`` (a shortfall
+    within ``sqrt(eps)`` of the total is rounding: the total is clipped to the room, :func:`box_rows`).  The rule of
+    :func:`box_rows` and of :func:`numeric.tensor_rules.box_solve`'s ``feasible`` (written there in its ops)."""
+    return total - room > total * math.sqrt(eps)
+
+
 def box_rows(xp, arrays: Arrays, x, upper, total, axis: int, word: str = "axis"):
     """``(upper, total)`` of a bounded call as rows of the scores ``x`` flattened with ``axis`` last: ``(rows, n)``
     bounds (``inf``: none) and ``(rows, 1)`` totals, in ``x``'s dtype, checked.
@@ -200,8 +207,13 @@ def box_rows(xp, arrays: Arrays, x, upper, total, axis: int, word: str = "axis")
     total outside ``(0, inf)``, is refused by name; traced values, which cannot be read, give NaN rows instead,
     :func:`numeric.tensor_rules.box_solve`).  Where the values can be read
     (:meth:`Arrays.readable`) the bounds of each row's unmasked scores must sum to at least its total, within
-    the rounding of a sum of ``n`` (``n eps`` relative) ("infeasible bounds", with the row and the two sums); a
-    fully masked row is exempt (it gives zeros).
+    ``sqrt(eps)`` of it (``sqrt(eps) * total``: float64 1.5e-8, float32 3.5e-4) ("infeasible bounds", with the row
+    and the two sums); a fully masked row is exempt (it gives zeros).  Bounds computed from other sums (what is
+    left of a budget, ``fertility - attention so far``) carry the rounding of those sums, which is relative to
+    their magnitudes, not to the total's, and which the bounds do not show: ``sqrt(eps)`` (the target's slack in
+    :func:`check_target`) covers it for any reasonable accumulation.  A row short of its total within it is
+    solved with the total taken as its room (:func:`numeric.tensor_rules.box_solve`: every entry saturates, ``p
+    = u``); :func:`box_short` is the rule.
     """
     shape, n = tuple(x.shape), x.shape[axis]
     rows = math.prod(shape) // n
@@ -237,8 +249,8 @@ def box_rows(xp, arrays: Arrays, x, upper, total, axis: int, word: str = "axis")
     if ru is not None and rc is not None and rx is not None:
         live = xp.moveaxis(rx, axis, -1).reshape(rows, n) != -math.inf  # (a NaN counts: its row comes out NaN)
         room = xp.where(live, ru, 0).sum(axis=-1)
-        # (within rounding of a sum of n: feasible; a fully masked row gives zeros, as without bounds)
-        short = (rc[:, 0] - room > rc[:, 0] * (n * arrays.eps(x.dtype))) & live.any(axis=-1)
+        # (within sqrt(eps) of the total: feasible, the total clipped to the room; a fully masked row gives zeros)
+        short = box_short(rc[:, 0], room, arrays.eps(x.dtype)) & live.any(axis=-1)
         if bool(short.any()):
             i = int((room - rc[:, 0]).argmin())
             raise ValueError(f"infeasible bounds: in row {i} the upper bounds of the unmasked scores sum to "

@@ -230,7 +230,7 @@ class Map:
         the entries free of their bounds, :func:`numeric.tensor_rules.box_vjp`)."""
         backend, xp, y, out_dtype, axis, fy, fd, restore = _tangent_rows(y, dx, axis, "tangent")
         if front.is_box(upper, total):
-            return restore(self._box_vjp(backend, y, fy, fd, upper, total, axis)[0]).astype(out_dtype, copy=False)
+            return restore(self._box_vjp(backend, y, fy, fd, upper, total, axis, None)[0]).astype(out_dtype, copy=False)
         groups = self._groups(y.shape, axis, xp)
         if groups[0][1] is None:
             return restore(backend.jvp(groups[0][0], fy, fd)).astype(out_dtype, copy=False)
@@ -243,23 +243,37 @@ class Map:
         """``J^T dy`` at ``y = m(x)``; ``J`` is symmetric, so this equals :meth:`jvp`."""
         return self.jvp(y, dy, axis=axis, upper=upper, total=total)
 
-    def vjp_bounds(self, y, dy, axis: int = -1, *, upper=None, total=1.0) -> dict:
+    def vjp_bounds(self, y, dy, axis: int = -1, *, upper=None, total=1.0, x=None) -> dict:
         """``{"upper": sum_i dy_i dp_i/du, "total": sum_i dy_i dp_i/dc}`` at ``y = m(x, upper=upper, total=total)``:
         the first of the scores' shape (non-zero on the saturated entries, ``dy_j - (w.dy)/sum w``), the second
-        per row (batch shape), ``(w.dy)/sum w`` with ``w`` the weights of the free entries (:mod:`derive.box`)."""
+        per row (batch shape), ``(w.dy)/sum w`` with ``w`` the weights of the free entries (:mod:`derive.box`).
+
+        In a row where no entry is free (each at 0 or at its bound, as budget sparsemax's ``[1, 1, 0]``) the
+        derivatives are one-sided, on the side where ``tau`` rises (the right-derivative in the bounds, the left
+        in the total): the saturated entries that leave their bound first take the free ones' place
+        (:func:`numeric.tensor_rules.box_exits`); that needs the scores ``x``, and such a row without them raises
+        :class:`ValueError`."""
         backend, xp, y, out_dtype, axis, fy, fd, restore = _tangent_rows(y, dy, axis, "cotangent")
-        _, du, dc = self._box_vjp(backend, y, fy, fd, upper, total, axis)
+        fx = None if x is None else _tangent_rows(y, x, axis, "score")[6]
+        _, du, dc = self._box_vjp(backend, y, fy, fd, upper, total, axis, fx, bounds=True)
         batch = y.shape[:axis] + y.shape[axis + 1:]
         return {"upper": restore(du).astype(out_dtype, copy=False), "total": dc.reshape(batch).astype(out_dtype, copy=False)}
 
-    def _box_vjp(self, backend, y, fy, fd, upper, total, axis):
-        """:meth:`Backend.box_vjp` on the rows ``fy``, ``fd`` of ``y`` (groups of parameter values solved apart)."""
+    def _box_vjp(self, backend, y, fy, fd, upper, total, axis, fx, bounds: bool = False):
+        """:meth:`Backend.box_vjp` on the rows ``fy``, ``fd`` of ``y`` (groups of parameter values solved apart), with
+        the scores' rows ``fx`` (``None``: none given); ``bounds``: the bounds' and the total's derivatives are
+        wanted, which a row with no free entry cannot give without the scores."""
         xp = backend.namespace()
         u, _ = front.box_rows(xp, front.Arrays(xp), y, upper, total, axis)
+        if bounds and fx is None:
+            pinned = ~((fy > 0) & (fy < u)).any(axis=-1) & ((fy >= u) & (fy > 0)).any(axis=-1)
+            if bool(pinned.any()):
+                raise ValueError(f"row {int(xp.argmax(pinned))} has no entry free of its bounds: its derivatives in "
+                                 f"the bounds and the total are one-sided and need the scores (pass x=)")
         js, ju, jc = xp.empty_like(fy), xp.empty_like(fy), xp.empty((fy.shape[0], 1), dtype=fy.dtype)
         for m, rows in self._groups(y.shape, axis, xp):
             rows = slice(None) if rows is None else rows
-            js[rows], ju[rows], jc[rows] = backend.box_vjp(m, fy[rows], fd[rows], u[rows])
+            js[rows], ju[rows], jc[rows] = backend.box_vjp(m, fy[rows], fd[rows], u[rows], None if fx is None else fx[rows])
         return js, ju, jc
 
     def vjp_params(self, y, dy, axis: int = -1, *, reduce: bool = False, upper=None, total=1.0) -> dict:

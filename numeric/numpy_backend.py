@@ -112,12 +112,13 @@ class NumpyBackend(Backend):
             p, t = tensor_rules.box_solve(numpy_ops.ops_for(x.dtype), routines, x, upper, total)
         return p, t[:, 0]
 
-    def box_vjp(self, mapping, y, dy, upper):
-        """:func:`numeric.tensor_rules.box_vjp` on :class:`numeric.numpy_ops.NumpyRowOps`."""
+    def box_vjp(self, mapping, y, dy, upper, x=None):
+        """:func:`numeric.tensor_rules.box_vjp` on :class:`numeric.numpy_ops.NumpyRowOps` (``x``: the scores, for
+        the one-sided derivatives of a row with no free entry)."""
         module = mapping.module
         routines = tensor_rules.Routines(module, contract.module_routines(module), mapping.cast_params(y.dtype))
         with np.errstate(all="ignore"):
-            return tensor_rules.box_vjp(numpy_ops.ops_for(y.dtype), routines, y, dy, upper, _at_zero(module))
+            return tensor_rules.box_vjp(numpy_ops.ops_for(y.dtype), routines, y, dy, upper, _at_zero(module), x)
 
     def rbf_expectation(self, cmap, mu: np.ndarray, sigma2: np.ndarray, basis, grad: bool):
         """``(r, dr/dmu, dr/dsigma2)`` (the derivatives ``None`` when ``grad=False``) for float64 ``mu``, ``sigma2``

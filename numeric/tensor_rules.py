@@ -51,7 +51,7 @@ from typing import Any, Callable
 from .newton import Ops, invert_link, safeguarded_point
 
 __all__ = ["TensorOps", "CompactRows", "Routines", "solve", "closed_rule", "sort_rule", "sort_threshold", "support_rule", "root_rule", "kkt_rule",
-           "sort_link", "at_threshold", "recomputable", "jvp", "box_solve", "box_vjp", "box_free", "clipped_link", "param_vjp", "omega_terms", "ROOT_STEPS", "SUPPORT_STEPS", "KKT_STEPS",
+           "sort_link", "at_threshold", "recomputable", "jvp", "box_solve", "box_vjp", "box_free", "box_exits", "clipped_link", "param_vjp", "omega_terms", "ROOT_STEPS", "SUPPORT_STEPS", "KKT_STEPS",
            "KKT_FREE_STEPS", "KKT_CANDIDATES", "KKT_BLOCK", "weight_at_zero"]
 
 #: Iteration budget of the root rule's safeguarded Halley solve.
@@ -1369,8 +1369,9 @@ def box_solve(ops: TensorOps, r: Routines, x, upper, total, steps: int = ROOT_ST
     ``upper``: ``x``'s shape, ``>= 0`` (``inf``: no bound); ``total``: ``(rows, 1)``, finite and ``> 0``; a row
     with a NaN or negative bound or a total outside ``(0, inf)`` gives NaN (``p`` and ``tau``), as does one with a
     NaN or ``+inf`` score, and a fully masked row zeros (``tau = inf``); the bounds of each
-    row's unmasked entries must sum to at least its total, within ``n eps`` of it (the front end checks it; a
-    row where they do not gives NaN; one within rounding below saturates every entry).  ``F(tau) = sum_i min(u_i, g_+(s_i - tau))`` decreases; its root of ``F = total`` is bracketed by
+    row's unmasked entries must sum to at least its total, within ``sqrt(eps)`` of it (the front end checks it,
+    :func:`numeric.front.box_short`; a row where they do not gives NaN; one short within it is solved with its
+    total taken as the room: every entry saturates, ``p = u``).  ``F(tau) = sum_i min(u_i, g_+(s_i - tau))`` decreases; its root of ``F = total`` is bracketed by
     ``hi = max(s) - omega'(total / n)`` (every entry at most ``total / n``) and ``lo = min_i s_i -
     omega'(min(u_i, total))`` over the entries that can hold mass (each at least ``min(u_i, total)``; an entry
     whose ``s_i - tau`` passes ``omega'(inf)`` where ``omega'`` is bounded counts as ``g = inf``), and found
@@ -1387,10 +1388,17 @@ def box_solve(ops: TensorOps, r: Routines, x, upper, total, steps: int = ROOT_ST
     y = ops.where(bad, 0, x - m0)
     live = ops.isfinite(x) & (upper > 0) & ops.not_(bad)
     room = ops.row_sum(ops.where(live, upper, 0))
+    # bounds short of the total by at most sqrt(eps) of it are feasible, with the total taken as the room (their
+    # rounding: numeric.front.box_short); every entry saturates there
+    feasible = total - room <= total * math.sqrt(ops.eps)
+    total = ops.where(feasible & (room < total), room, total)
     count = ops.row_sum(ops.float_(ops.isfinite(x)))
     clip = r.clip()
     hi = box_high(ops, r, total, count)
     lo = box_lowest(ops, r, y, upper, total, live)
+    # (moved out by 4 resolutions of s - t: where omega'(u_i) rounds to omega'(0+), a link steeper than the
+    # resolution, F at the computed end may still be below the total)
+    lo = lo - 4 * ops.eps * (1 + abs(ops.where(ops.isfinite(lo), lo, 0)))
     lo = ops.where(lo < hi, lo, hi)
     ceiling = box_ceiling(ops, r, m)
 
@@ -1403,21 +1411,85 @@ def box_solve(ops: TensorOps, r: Routines, x, upper, total, steps: int = ROOT_ST
         return box_round(ops, t, lo, hi, step, step_old, active, f, slope, total, 1)
 
     width = hi - lo
-    # bounds summing to the total within rounding (n eps relative: a sum of n terms) are feasible: every entry
-    # saturates there
-    feasible = total - room <= total * (x.shape[-1] * ops.eps)
     going = ops.not_(bad | invalid) & feasible
     state = (ops.where(going, (lo + hi) / 2, 0), lo, hi, width, width, going)
-    t = ops.repeat(steps, body, state, going)[0]
+    t, lo, hi = ops.repeat(steps, body, state, going)[:3]
     p, _, _, free, saturated = sums(t)
     rest = total - ops.row_sum(ops.where(saturated, upper, 0))
     share = ops.row_sum(ops.where(free, p, 0))
-    p = ops.where(free & (share > 0), p * (rest / ops.where(share > 0, share, 1)), p)
+    scaled = p * (rest / ops.where(share > 0, share, 1))
+    p = ops.where(free & (share > 0), ops.where(scaled < upper, scaled, upper), p)
+    # rows whose free entries cannot hold the rest to sqrt(eps) (or there is none): F jumps across the total
+    # between thresholds that s - t cannot tell apart, a link steeper than the resolution (alpha-entmax at large
+    # alpha)
+    jump = going & ((abs(rest - share) > total * math.sqrt(ops.eps)) | ((share <= 0) & (rest != 0)))
+    p, t = ops.rare(jump, lambda: box_between(ops, r, y, t, lo, hi, p, upper, total, live, clip, ceiling, jump, steps),
+                    lambda: (p, t))
     nan = ops.full(m, float("nan"))
     nan_rows = invalid | ops.not_(bad) & ops.not_(feasible)  # (a fully masked row: zeros, tau = inf)
     p = ops.where(nan_rows, nan, ops.where(bad, 0, p))
     tau = ops.where(nan_rows, nan, ops.where(bad, float("inf"), m0 + t))
     return p, tau
+
+
+def box_between(ops, r: Routines, y, t, lo, hi, p, upper, total, live, clip, ceiling, rows, steps: int = ROOT_STEPS):
+    """``(p, t)`` of :func:`box_solve` on the ``rows`` whose ``F`` jumps across the total between two thresholds
+    that ``y - t`` cannot tell apart (its other rows keep ``p`` and ``t``).
+
+    The bracket ``[lo, hi]`` is first bisected to the resolution of ``y - t`` (or to ``F = total`` within ``4
+    eps``).  Between its ends each entry's link goes from ``a_i = g_+(y_i - hi)`` to ``b_i = g_+(y_i - lo)``
+    (both capped at the total, which no entry exceeds); the entries that move there are those whose ``y_i - tau``
+    is the same to that resolution, sharing one level ``q`` of the link: ``p_i = min(u_i, a_i + theta (b_i -
+    a_i))``, ``theta`` in ``[0, 1]`` the root of ``S(theta) = sum p_i = total``.  ``S`` is piecewise linear,
+    increasing and concave, so Newton's steps from ``theta = 0`` (``S(0) = F(hi) <= total``) stay below the
+    root and reach it in at most one step per bound they pass; a last blend towards ``p`` at ``theta = 1`` (or 0)
+    makes the sum the total to rounding.  ``t`` becomes ``hi - theta (hi - lo)``.
+    """
+    def sums(t):
+        return box_sums(ops, r, y, t, upper, live, clip, ceiling)
+
+    def bisect(state):
+        t, lo, hi, step, step_old, active = state
+        _, f, _, _, _ = sums(t)
+        return box_round(ops, t, lo, hi, step, step_old, active, f, 0 * f, total, 1)
+
+    width = hi - lo
+    state = (ops.where(rows, lo + 0.5 * width, t), lo, hi, width, width, rows)
+    t_mid, lo, hi = ops.repeat(LOG_STEPS, bisect, state, rows)[:3]
+    p_mid, f_mid, _, _, _ = sums(t_mid)
+    exact = abs(f_mid - total) <= 4 * ops.eps * total
+    lo, hi = ops.where(exact, t_mid, lo), ops.where(exact, t_mid, hi)
+
+    def link(t):
+        g, _ = clipped_link(ops, r, y, t, clip, ceiling=ceiling)
+        return ops.where(live, ops.where(g < total, g, total), 0)
+
+    a, b = link(hi), link(lo)
+    rise = b - a
+
+    def level(theta):
+        q = a + theta * rise
+        below = q < upper
+        return ops.where(below, q, upper), ops.where(below, rise, 0)
+
+    def newton(state):
+        theta, active = state
+        q, slope = level(theta)
+        s, ds = ops.row_sum(q), ops.row_sum(slope)
+        new = theta + (total - s) / ops.where(ds > 0, ds, 1)
+        new = ops.where(new < 1, new, 1)
+        going = active & (s < total) & (ds > 0) & (new > theta)
+        return (ops.where(going, new, theta), going), going
+
+    theta = ops.repeat(steps, newton, (ops.full(t, 0.0), rows), rows)[0]
+    q, _ = level(theta)
+    s = ops.row_sum(q)
+    other, _ = level(ops.where(s < total, 1.0, 0.0))
+    s_other = ops.row_sum(other)
+    gap = s_other - s
+    blend = ops.where(gap != 0, (total - s) / ops.where(gap != 0, gap, 1), 0)
+    q = q + blend * (other - q)
+    return ops.where(rows, q, p), ops.where(rows, hi - theta * (hi - lo), t)
 
 
 def box_high(ops, r: Routines, total, count):
@@ -1473,35 +1545,66 @@ def box_free(ops: TensorOps, p, upper):
     return (p > 0) & (p < upper)
 
 
-def box_vjp(ops: TensorOps, r: Routines, p, v, upper, at_zero=None):
+def box_exits(ops: TensorOps, r: Routines, p, upper, w, x):
+    """``(w, saturated)`` for the bounds' and the total's derivatives at the bounded map's ``p`` (:mod:`derive.box`):
+    the weights ``w`` of the free entries ``0 < p_i < u_i`` and the saturated entries ``p_j = u_j > 0``, except in
+    a row where no entry is free (``W = 0``).
+
+    There ``p`` is piecewise constant in the bounds and the total with a kink at the point itself (``sum p =
+    total`` always: a bound raised must take its mass from another entry), and the derivatives are one-sided: the
+    side on which ``tau`` rises, the right-derivative in each bound and the left-derivative in the total (the side
+    that stays feasible where the bounds sum to the total).  As ``tau`` rises the saturated entries that leave
+    their bound first, ``K``, those with the least ``s_k - omega'(u_k)``, become free: they stand in for the free
+    entries with their weights at the bound, ``w_k = 1 / omega''(u_k)``, and are not counted saturated.  So
+    ``dp/du_j = e_j - w_K / W_K`` for a saturated ``j`` outside ``K`` (0 for one in it) and ``dp/dc = w_K / W_K``:
+    ``d sum(p)/du = 0``, ``d sum(p)/dc = 1``.  ``x``: the scores (``None``: the free entries as they are, 0 in a
+    row with none).  ``w``: the free entries' weights, 0 elsewhere."""
+    saturated = (p >= upper) & (p > 0)
+    if x is None:
+        return w, saturated
+    none = (ops.row_sum(w) <= 0) & (ops.row_sum(ops.float_(saturated)) > 0)
+
+    def exits():
+        gap = ops.where(saturated, x - r.omega_prime(ops.where(saturated, upper, 1)), math.inf)
+        first = saturated & (gap <= -ops.row_max(-gap)) & none
+        w_k = ops.where(first, r.weight(ops.where(first, upper, 1)), 0)
+        return ops.where(none, w_k, w), saturated & ops.not_(first)
+
+    return ops.rare(none, exits, lambda: (w, saturated))
+
+
+def box_vjp(ops: TensorOps, r: Routines, p, v, upper, at_zero=None, x=None):
     """``(J v, dp/du^T v, dp/dc^T v)`` of the bounded map at ``p`` (:mod:`derive.box`): ``J v`` the simplex's on the
     free entries (:func:`jvp`; ``J`` is symmetric), ``v_j - (w.v)/sum w`` on the saturated entries ``j`` (0
-    elsewhere) and ``(w.v)/sum w`` per row (``(rows, 1)``)."""
-    free = box_free(ops, p, upper)
-    jv, mean = _centred(ops, ops.where(free, _weights(ops, r, p, at_zero), 0), v)
-    saturated = (p >= upper) & (p > 0)
+    elsewhere) and ``(w.v)/sum w`` per row (``(rows, 1)``).  In a row where no entry is free ``J = 0`` and the
+    bounds' and the total's are one-sided, :func:`box_exits` (``x``: the scores it needs; ``None``: 0 there)."""
+    w_free = ops.where(box_free(ops, p, upper), _weights(ops, r, p, at_zero), 0)
+    jv, _ = _centred(ops, w_free, v)
+    w, saturated = box_exits(ops, r, p, upper, w_free, x)
+    _, mean = _centred(ops, w, v)
     nan = ops.isnan(ops.row_sum(p))  # (a NaN row's derivatives are NaN, as the plain map's)
     return (ops.where(nan, math.nan, jv), ops.where(nan, math.nan, ops.where(saturated, v - mean, 0)),
             ops.where(nan, math.nan, mean))
 
 
-def box_jvp(ops: TensorOps, r: Routines, p, dx, du, dc, upper, at_zero=None):
+def box_jvp(ops: TensorOps, r: Routines, p, dx, du, dc, upper, at_zero=None, x=None):
     """``J_s dx + J_u du + J_c dc``: the bounded map's tangent at ``p`` (:mod:`derive.box`), the transpose of
     :func:`box_vjp` for forward mode.  On the free entries ``dp_i = w_i (dx_i - dtau)``, on the saturated ones
     ``dp_j = du_j``, elsewhere 0, with ``dtau = (sum_free w dx + sum_sat du - dc) / sum_free w`` keeping ``sum p =
     total``.  ``du`` (``upper``'s shape) and ``dc`` (``(rows, 1)``) may be ``0``; a map parameter's tangent ``dq``
-    enters as ``dx = -dq omega'_q(p)`` on the free entries."""
-    free = box_free(ops, p, upper)
-    w = ops.where(free, _weights(ops, r, p, at_zero), 0)
-    saturated = (p >= upper) & (p > 0)
+    enters as ``dx = -dq omega'_q(p)`` on the free entries.  In a row where no entry is free ``dx`` moves nothing
+    and ``du``, ``dc`` move ``p`` one-sidedly (:func:`box_exits`, given the scores ``x``)."""
+    w_free = ops.where(box_free(ops, p, upper), _weights(ops, r, p, at_zero), 0)
+    w, saturated = box_exits(ops, r, p, upper, w_free, x)
     moved = ops.where(saturated, du, 0)
     total = ops.row_sum(w)
-    shift = ops.row_sum(w * dx) + ops.row_sum(moved) - dc
+    shift = ops.row_sum(w_free * dx) + ops.row_sum(moved) - dc
     dtau = ops.where(total > 0, shift / ops.where(total > 0, total, 1), 0)
+    dp = w_free * dx - w * dtau + moved
     # a NaN row's tangent is NaN: added as NaN times the tangents, linear in them, so that the transpose (reverse
     # mode, which JAX derives from this) is NaN there too (a where with a NaN constant transposes to 0)
     nan = ops.where(ops.isnan(ops.row_sum(p)), math.nan, 0)
-    return w * (dx - dtau) + moved + nan * (dx + du - dc)
+    return dp + nan * (dx + du - dc)
 
 
 def box_multipliers(ops: TensorOps, r: Routines, x, tau, upper):

@@ -214,7 +214,8 @@ def _box_rows_jvp(solver, primals, tangents):
     for name, dq in zip(solver.names, dparams):
         if not _zero(dq):
             v = v - solver.direction(p, params, name) * dq  # dp/dq = -J c, as the plain map's
-    dp = tensor_rules.box_jvp(ops, r, p, v, 0 if _zero(du) else du, 0 if _zero(dc) else dc, upper)
+    dp = tensor_rules.box_jvp(ops, r, p, v, 0 if _zero(du) else du, 0 if _zero(dc) else dc, upper,
+                              x=None if _zero(du) and _zero(dc) else x)
     free = tensor_rules.box_free(ops, p, upper)
     a = jax.lax.stop_gradient(tensor_rules.box_jvp(ops, r, p, 0, 0, 1, upper))  # dp/dc: 0 where none is free
     _, curve = jax.jvp(lambda q: r.omega_prime(jnp.where(free, q, 1)), (p,), (dp,))  # omega''(p) dp

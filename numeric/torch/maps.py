@@ -159,11 +159,13 @@ class _Solver:
         ``tau`` the threshold (``(rows, 1)``)."""
         return tensor_rules.box_solve(ops_for(x.dtype), self.routines(params), x, upper, total)
 
-    def box_vjp(self, p, grad, upper, params, graph: bool):
+    def box_vjp(self, p, grad, upper, params, graph: bool, x=None):
         """``(J^T g, dp/du^T g, dp/dc^T g, {name: dp/dq^T g})`` of the bounded map at ``p``, the parameters' in
-        float64 (as :class:`_MapFunction`'s); ``graph``: differentiable again (the weight masked at 0)."""
+        float64 (as :class:`_MapFunction`'s); ``graph``: differentiable again (the weight masked at 0); ``x``: the
+        scores (the one-sided derivatives of a row with no free entry, :func:`numeric.tensor_rules.box_exits`)."""
         ops = ops_for(p.dtype)
-        js, ju, jc = tensor_rules.box_vjp(ops, self.routines(params), p, grad, upper, None if graph else self.at_zero)
+        js, ju, jc = tensor_rules.box_vjp(ops, self.routines(params), p, grad, upper, None if graph else self.at_zero,
+                                          x)
         out = {}
         for name in self.names:
             if p.dtype == torch.float64:
@@ -219,14 +221,17 @@ class _BoxFunction(torch.autograd.Function):
     def forward(ctx, x, upper, total, solver, *params):
         p, tau = solver.box(x, upper, total, params)
         ctx.solver = solver
-        ctx.save_for_backward(p, upper, *params)
+        # (the scores only for the bounds' and the total's gradients: where no entry is free they are one-sided)
+        ctx.scores = ctx.needs_input_grad[1] or ctx.needs_input_grad[2]
+        ctx.save_for_backward(p, upper, *((x,) if ctx.scores else ()), *params)
         ctx.mark_non_differentiable(tau)
         return p, tau
 
     @staticmethod
     def backward(ctx, grad, _):
         p, upper, *params = ctx.saved_tensors
-        js, ju, jc, by_name = ctx.solver.box_vjp(p, grad, upper, params, torch.is_grad_enabled())
+        x = params.pop(0) if ctx.scores else None
+        js, ju, jc, by_name = ctx.solver.box_vjp(p, grad, upper, params, torch.is_grad_enabled(), x)
         need = ctx.needs_input_grad
         out = [js if need[0] else None, ju if need[1] else None, jc if need[2] else None, None]
         for i, (name, q) in enumerate(zip(ctx.solver.names, params)):

@@ -195,8 +195,10 @@ def test_bounds_summing_to_the_total_within_rounding_are_feasible():
     for name in ("softmax", "sparsemax", "entmax15"):
         p = nm.get_map(name)(np.array([0.3, 0.1, 0.5]), upper=upper)
         np.testing.assert_allclose(p, upper, rtol=0, atol=2e-16)
-    with pytest.raises(ValueError, match="infeasible bounds"):
-        nm.sparsemax(np.zeros(3), upper=np.array([0.1, 0.2, 0.7 - 1e-12]))
+    p = nm.sparsemax(np.zeros(3), upper=np.array([0.1, 0.2, 0.7 - 1e-12]))  # within sqrt(eps): the total clipped
+    np.testing.assert_allclose(p, [0.1, 0.2, 0.7 - 1e-12], rtol=0, atol=2e-16)
+    with pytest.raises(ValueError, match="infeasible bounds"):  # beyond sqrt(eps) = 1.5e-8 of the total
+        nm.sparsemax(np.zeros(3), upper=np.array([0.1, 0.2, 0.7 - 1e-7]))
 
 
 def test_a_total_of_zero_is_refused():
