@@ -20,7 +20,10 @@ map alone on (512, 64) scores and causal attention (N, H, L = S, E) = (2, 4,
 a new folder), as the first compile on a machine; ``warm`` a second process on
 the cache the cold one filled (dynamo still traces; inductor's FX graph cache
 serves the compiled code), as every later run.  Each time is the wall time of
-the first call alone (imports, map building and the eager inputs excluded).  The
+the first call alone (imports, map building and the eager inputs excluded);
+``cold_cpu_s`` and ``warm_cpu_s`` in the JSON are the CPU seconds of the
+process and of the children it waited for (imports included; inductor's C++
+compiler runs), which other work on the machine stretches less than wall time.  The
 machine's CPU count and load average (before and after each case) are recorded:
 compile time is CPU time of one process (inductor's code generation) plus its
 C++ compiler's, so other work on the machine lengthens it.  Writes
@@ -33,6 +36,7 @@ import argparse
 import json
 import os
 import platform
+import resource
 import subprocess
 import sys
 import tempfile
@@ -135,8 +139,12 @@ def main(argv=None):
                         [str(here.parent), str(here), os.environ.get("PYTHONPATH", "")]))
                     row["warm"] = None
                     for temp in ("cold",) if args.cold_only else ("cold", "warm"):
+                        used = resource.getrusage(resource.RUSAGE_CHILDREN)
                         proc = subprocess.run([sys.executable, str(Path(__file__).resolve()), "--one", case, what,
                                                pass_], env=env, capture_output=True, text=True)
+                        now = resource.getrusage(resource.RUSAGE_CHILDREN)
+                        # CPU seconds of the process and the children it waited for (imports too): load stretches them less
+                        row[f"{temp}_cpu_s"] = now.ru_utime + now.ru_stime - used.ru_utime - used.ru_stime
                         row[temp] = float(proc.stdout.strip().splitlines()[-1]) if proc.returncode == 0 else None
                         if proc.returncode:
                             row[f"{temp}_error"] = proc.stderr[-2000:]
