@@ -30,21 +30,45 @@ derivation falls back to a numeric method) converts only its own deadline;
 when an outer deadline passes inside it, the outer one wins.
 
 Without CPython's C API (another interpreter) calls run without a limit.
+
+A single call into C is not interrupted that way: SymPy's primality test of a
+huge integer (``pow`` in ``isprime``) or a gcd of huge polynomials holds the
+interpreter for minutes, and no other thread runs meanwhile.  :meth:`TimeLimit.run_isolated`
+therefore runs the work in a child process (``os.fork``: it starts with the
+caller's memory, so nothing is imported again), the limit of :meth:`TimeLimit.run`
+inside it, and the caller waits for its pickled result at most until the
+deadline, then kills it: the limit holds whatever SymPy does.  The derivation
+(:func:`~derive.argmax.derive_map`) and the checks of a
+:class:`~derive.regularizers.Regularizer` run so when a limit is given
+(``timeout=`` or ``$REGATTN_TIMEOUT``; the ``regattn`` command always, through
+:func:`hard_limits`).  The default limit alone keeps the work in the caller's
+process: a child's work does not warm the caller's SymPy cache, which costs a
+quarter more CPU time over many derivations (a fork itself about 10 ms).
+Where there is no ``os.fork``, with no limit (``math.inf``), or inside such a
+child already (a family's cases derived inside the family's derivation), the
+work runs in the caller's process under :meth:`TimeLimit.run`.
 """
 
 from __future__ import annotations
 
+import contextlib
 import ctypes
+import gc
 import math
 import os
+import pickle
+import select
+import signal
 import sys
 import threading
+import time
+import warnings
 
 import mpmath
 
 from .errors import DerivationError, DerivationTimeout
 
-__all__ = ["DEFAULT_TIMEOUT", "TIMEOUT_ENV", "TimeLimit", "default_timeout", "resolve_timeout"]
+__all__ = ["DEFAULT_TIMEOUT", "TIMEOUT_ENV", "TimeLimit", "default_timeout", "hard_limits", "resolve_timeout"]
 
 #: Seconds allowed for building a regularizer and, separately, for deriving its map.
 DEFAULT_TIMEOUT = 60.0
@@ -55,7 +79,28 @@ _REFIRE = 1.0
 #: Seconds before an exception swallowed by a finaliser or a garbage-collector callback is raised again.
 _AFTER_FINALISER = 0.01
 
+#: Seconds a child of :meth:`TimeLimit.run_isolated` is given past the deadline to send its own timeout, and
+#: between the parent's checks for an exception of its own (an enclosing limit, Ctrl-C).
+_CHILD_GRACE = 0.25
+_POLL = 0.05
+
 _set_async_exc = getattr(getattr(ctypes, "pythonapi", None), "PyThreadState_SetAsyncExc", None)
+# whether this process is a child of run_isolated (its own isolated calls then run in it)
+_in_child = False
+# whether the default limit is hard too (hard_limits, the regattn command)
+_hard = [False]
+
+
+@contextlib.contextmanager
+def hard_limits():
+    """Within the block the default limit is held as a given one is: :meth:`TimeLimit.run_isolated` forks for
+    it too (the ``regattn`` command, which derives one map per process, runs so)."""
+    before = _hard[0]
+    _hard[0] = True
+    try:
+        yield
+    finally:
+        _hard[0] = before
 
 
 class _Expired(BaseException):
@@ -107,6 +152,9 @@ class TimeLimit:
     def __init__(self, seconds: float | None = None, what: str = "the symbolic work"):
         self.seconds = resolve_timeout(seconds)
         self.what = what
+        #: whether :meth:`run_isolated` forks: a limit given (``seconds`` or ``$REGATTN_TIMEOUT``), or
+        #: :func:`hard_limits` in force; the default limit alone is kept in the caller's process
+        self.hard = seconds is not None or bool(os.environ.get(TIMEOUT_ENV, "").strip()) or _hard[0]
 
     def run(self, fn, /, *args, **kwargs):
         """``fn(*args, **kwargs)``, abandoned with :class:`~derive.errors.DerivationTimeout` after :attr:`seconds`.
@@ -118,6 +166,107 @@ class TimeLimit:
             return fn(*args, **kwargs)
         _drop_expired_unraisables()
         return _Watch(self.seconds).call(fn, args, kwargs, self)
+
+    def run_isolated(self, fn, /, *args, **kwargs):
+        """``fn(*args, **kwargs)`` in a child process killed at the deadline: the limit holds even through a
+        single long call into C, which :meth:`run` cannot interrupt.
+
+        The child is forked (it shares the caller's state at the call; what ``fn`` changes stays in the child)
+        and runs ``fn`` under :meth:`run`; its result or exception comes back pickled, and is returned or
+        raised here.  Past :attr:`seconds` (and a short grace for the child's own timeout to arrive) the child
+        is killed and :class:`~derive.errors.DerivationTimeout` raised.  Without ``os.fork``, without a limit,
+        or in such a child already, this is :meth:`run`.
+        """
+        if math.isinf(self.seconds) or _in_child or not hasattr(os, "fork") or not self.hard:
+            return self.run(fn, *args, **kwargs)
+        read, write = os.pipe()
+        try:
+            with warnings.catch_warnings():
+                # JAX warns at every fork that its threads may deadlock the child; this child runs only
+                # SymPy and ends with os._exit, never touching JAX (or torch)
+                warnings.simplefilter("ignore", RuntimeWarning)
+                pid = os.fork()
+        except BaseException:
+            os.close(read)
+            os.close(write)
+            raise
+        if pid == 0:  # the child: never returns
+            _child(self, read, write, fn, args, kwargs)
+        os.close(write)
+        try:
+            data = _receive(read, pid, time.monotonic() + self.seconds + _CHILD_GRACE)
+        finally:
+            os.close(read)
+            _end(pid)
+        if data is None:
+            raise DerivationTimeout(self.seconds, self.what)
+        if not data:  # (the child died: killed by the system, say)
+            raise DerivationError(f"{self.what} ended without a result: its process stopped")
+        kind, value = pickle.loads(data)
+        if kind == "unsent":  # a result that does not pickle: the work again, here
+            return self.run(fn, *args, **kwargs)
+        if kind == "error":
+            raise value
+        return value
+
+
+def _child(limit: TimeLimit, read: int, write: int, fn, args, kwargs):
+    """The child of :meth:`TimeLimit.run_isolated`: run ``fn``, write ``(kind, value)`` pickled, exit."""
+    global _in_child
+    code = 0
+    try:
+        os.close(read)
+        _in_child = True
+        # no cyclic garbage collection in the short-lived child: a collection walks every object the parent
+        # holds, and touching them copies the parent's memory page by page (copy-on-write)
+        gc.disable()
+        try:
+            outcome = ("result", limit.run(fn, *args, **kwargs))
+        except BaseException as exc:  # noqa: BLE001 - every outcome goes back to the caller
+            outcome = ("error", exc)
+        try:
+            data = pickle.dumps(outcome)
+        except Exception:
+            if outcome[0] == "result":
+                data = pickle.dumps(("unsent", None))
+            else:  # an exception that does not pickle: its words
+                exc = outcome[1]
+                data = pickle.dumps(("error", DerivationError(f"{type(exc).__name__}: {' '.join(str(exc).split())}")))
+        view = memoryview(data)
+        while view:
+            view = view[os.write(write, view):]
+    except BaseException:
+        code = 1
+    finally:
+        os._exit(code)
+
+
+def _receive(read: int, pid: int, deadline: float) -> bytes | None:
+    """The bytes the child writes until it closes its end (none if it died), or ``None`` at ``deadline`` (the
+    child is then killed by :func:`_end`).  Waits in short slices so that an exception for this thread (an enclosing limit,
+    Ctrl-C) is raised here without delay."""
+    chunks = []
+    while True:
+        left = deadline - time.monotonic()
+        if left <= 0:
+            return None
+        ready, _, _ = select.select([read], [], [], min(left, _POLL))
+        if ready:
+            chunk = os.read(read, 1 << 16)
+            if not chunk:
+                return b"".join(chunks)
+            chunks.append(chunk)
+
+
+def _end(pid: int) -> None:
+    """Kill the child ``pid`` if it still runs, and reap it."""
+    try:
+        done, _ = os.waitpid(pid, os.WNOHANG)
+        if done == 0:
+            os.kill(pid, signal.SIGKILL)
+            os.waitpid(pid, 0)
+    except ChildProcessError:  # reaped already
+        pass
 
 
 def _drop_expired_unraisables() -> None:

@@ -38,7 +38,7 @@ from ._linkform import GENERAL, LinkForm, classify_link
 from ._timelimit import TimeLimit
 from .errors import DerivationError, DerivationTimeout
 from .family import stated_cases
-from .regularizers import Regularizer, describe, one_line, p, to_mpf, z
+from .regularizers import Regularizer, describe, p, sympy_failure, to_mpf, z
 from .symbols import S, S1, S2, d, i, k, s, s_k, s_max, score, tau, y
 
 __all__ = [
@@ -542,7 +542,11 @@ def derive_map(reg: Regularizer, *, timeout: float | None = None) -> Derivation:
     if not isinstance(reg, Regularizer):
         raise DerivationError(f"derive_map expects a Regularizer, got {type(reg).__name__}")
     limit = TimeLimit(timeout, f"deriving the map of omega(p) = {describe(reg.omega)}")
-    return limit.run(_derive, reg)
+    # in a child process killed at the deadline (a single SymPy call into C can outlast it by minutes)
+    dv = limit.run_isolated(_derive, reg)
+    if dv.regularizer is not reg:  # (the child's copy of reg: the caller's own object)
+        dv = replace(dv, regularizer=reg)
+    return dv
 
 
 def _derive(reg: Regularizer) -> Derivation:
@@ -553,8 +557,7 @@ def _derive(reg: Regularizer) -> Derivation:
     except Exception as exc:
         # SymPy raises TypeError, ValueError, RecursionError, ... on expressions it cannot handle
         raise DerivationError(
-            f"cannot derive the map of omega(p) = {describe(reg.omega)}: SymPy failed with "
-            f"{type(exc).__name__}: {one_line(exc)}"
+            f"cannot derive the map of omega(p) = {describe(reg.omega)}: {sympy_failure(exc)}"
         ) from exc
 
 

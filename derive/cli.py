@@ -35,6 +35,7 @@ from pathlib import Path
 
 import sympy as sp
 
+from ._timelimit import hard_limits
 from .argmax import derive_map
 from .errors import DerivationError
 from .codegen import builtins
@@ -361,9 +362,11 @@ def main(argv: Sequence[str] | None = None) -> int:
     p_verify.set_defaults(func=_cmd_verify)
     args = parser.parse_args(_join_dash_values(list(sys.argv[1:] if argv is None else argv)))
     if args.debug or os.environ.get("REGATTN_DEBUG", "") not in ("", "0"):
-        return args.func(args)
+        with hard_limits():
+            return args.func(args)
     try:
-        return args.func(args)
+        with hard_limits():  # (the time limit holds through a long call into C: the work in a child process)
+            return args.func(args)
     except BrokenPipeError:  # the reader went away (regattn ... | head): stop quietly
         devnull = os.open(os.devnull, os.O_WRONLY)
         os.dup2(devnull, sys.stdout.fileno())

@@ -33,6 +33,7 @@ import functools
 import itertools
 import keyword
 import re
+import sys
 import unicodedata
 from collections.abc import Mapping
 from dataclasses import InitVar, dataclass, field
@@ -333,6 +334,20 @@ def _coerce_parameters(parameters: object, omega: sp.Expr | None = None) -> tupl
     return params
 
 
+def sympy_failure(exc: BaseException) -> str:
+    """Words for an exception SymPy (or mpmath) raised on an expression: ``SymPy failed with TYPE: message``.
+
+    Python's limit on the digits of an integer converted to text (``ValueError: Exceeds the limit (4300
+    digits) for integer string conversion``), which SymPy's exact arithmetic meets on exponents with large
+    denominators such as ``p**(10001/10000)``, is said in words with what to do instead."""
+    if isinstance(exc, ValueError) and "integer string conversion" in str(exc):
+        digits = getattr(sys, "get_int_max_str_digits", lambda: 4300)()
+        return (f"SymPy's exact arithmetic needs integers of more than {digits} digits (Python's limit on "
+                "converting an integer to text), as an exponent with a large denominator such as 10001/10000 "
+                "makes it do; write the exponent as a simpler fraction")
+    return f"SymPy failed with {type(exc).__name__}: {one_line(exc)}"
+
+
 def one_line(text: str, limit: int = 100) -> str:
     """``text`` on one line, shortened to ``limit`` characters."""
     text = " ".join(str(text).split())
@@ -546,24 +561,31 @@ class Regularizer:
         if p not in omega.free_symbols:
             raise DerivationError(f"omega = {describe(omega)} does not depend on p")
         _check_structure(omega)
-        TimeLimit(timeout, f"checking the regularizer omega(p) = {describe(omega)}").run(self._check)
+        # in a child process killed at the deadline (a single SymPy call into C can outlast it by minutes)
+        limit = TimeLimit(timeout, f"checking the regularizer omega(p) = {describe(omega)}")
+        convexity, derivatives = limit.run_isolated(self._check_keeping_derivatives)
+        vars(self).update(derivatives)  # (computed by the checks, in a child process perhaps)
+        object.__setattr__(self, "convexity", convexity)
 
-    def _check(self) -> None:
-        """The checks that need SymPy's algebra (run under the time limit)."""
+    def _check_keeping_derivatives(self) -> tuple[str, dict]:
+        """:meth:`_check`'s result and the derivatives it computed (cached properties)."""
+        convexity = self._check()
+        return convexity, {name: vars(self)[name] for name in ("first_derivative", "second_derivative")
+                           if name in vars(self)}
+
+    def _check(self) -> str:
+        """The checks that need SymPy's algebra (run under the time limit); returns how convexity was shown."""
         omega = self.omega
         try:
             _check_functions(omega, f"omega(p) = {describe(omega)}")
             _check_real(omega)
             _check_functions(self.second_derivative, f"omega''(p) = {describe(self.second_derivative)}")
-            object.__setattr__(self, "convexity", self._check_convexity())
+            return self._check_convexity()
         except DerivationError:
             raise
         except Exception as exc:
             # SymPy and mpmath raise TypeError, ValueError, RecursionError, ... on expressions they cannot handle
-            raise DerivationError(
-                f"cannot check omega(p) = {describe(omega)}: SymPy failed with {type(exc).__name__}: "
-                f"{one_line(exc)}"
-            ) from exc
+            raise DerivationError(f"cannot check omega(p) = {describe(omega)}: {sympy_failure(exc)}") from exc
 
     # ------------------------------------------------------------------ text
     @classmethod

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import inspect
+import math
 import re
 import sys
 import threading
@@ -71,6 +72,65 @@ def test_time_limit_holds_off_the_main_thread():
     assert not worker.is_alive()
     assert "error" not in outcome, outcome.get("error")
     assert isinstance(outcome["value"], derive.DerivationTimeout)
+
+
+def _stuck_in_c(*_):
+    """One call into C that holds the interpreter for about half a minute (as SymPy's isprime of a huge
+    integer does): no exception can be delivered to the thread until it returns."""
+    return pow(3, 2**20000 - 1, 2**20000 + 1)
+
+
+def test_the_limit_holds_through_a_long_call_into_c(monkeypatch):
+    # derive_map(..., timeout=5) of (p**(999999/1000000) - p)/... returned after 20-45 s (inside SymPy's gcd and
+    # isprime): the limit now holds whatever the work does, the work in a child process killed at the deadline
+    reg = gini()
+    monkeypatch.setattr("derive.argmax._derive_steps", _stuck_in_c)
+    err = _gives_up(lambda: derive_map(reg, timeout=1.0), 1.0)
+    assert "raise it with timeout=" in str(err) and "REGATTN_TIMEOUT" in str(err)
+    monkeypatch.setattr("derive.regularizers._check_real", _stuck_in_c)
+    _gives_up(lambda: Regularizer.from_string("p**2", timeout=1.0), 1.0)
+    monkeypatch.setenv("REGATTN_TIMEOUT", "1")  # a limit given by the environment holds the same way
+    _gives_up(lambda: Regularizer.from_string("p**2"), 1.0)
+
+
+def test_the_regattn_command_holds_its_default_limit(monkeypatch, capsys):
+    from derive.cli import main
+
+    monkeypatch.setattr("derive._timelimit.DEFAULT_TIMEOUT", 1.0)
+    monkeypatch.delenv("REGATTN_TIMEOUT", raising=False)
+    monkeypatch.setattr("derive.argmax._derive_steps", _stuck_in_c)
+    start = time.monotonic()
+    assert main(["derive", "--expr", "p**3"]) == 2
+    assert time.monotonic() - start < 8
+    assert "gave up deriving the map of omega(p) = p**3 after 1 s" in capsys.readouterr().err
+
+
+def test_an_isolated_derivation_is_the_derivation(monkeypatch):
+    # the work in a child process gives the same derivation (pickled back), on the caller's regularizer
+    reg = Regularizer.from_string("p**3/3 + p*log(p)")
+    here, apart = derive_map(reg, timeout=math.inf), derive_map(reg, timeout=60)
+    assert apart.regularizer is reg
+    for name in ("link", "weight", "clip", "omega_zero", "scalar_conjugate", "conjugate", "loss"):
+        assert getattr(apart, name) == getattr(here, name), name
+    assert apart.threshold.kind == here.threshold.kind and apart.inversion.method == here.inversion.method
+    scores = [0.5, -1.0, 2.0]
+    assert apart.evaluate(scores, digits=30) == here.evaluate(scores, digits=30)
+    # errors come back as raised in the child
+    with pytest.raises(DerivationError, match="cannot derive the map"):
+        monkeypatch.setattr("derive.argmax._derive_steps", lambda reg: 1 / 0)
+        derive_map(reg, timeout=60)
+
+
+def test_integers_too_long_for_text_are_named(monkeypatch):
+    # p**(10001/10000) failed under some hash seeds with "SymPy failed with ValueError: Exceeds the limit (4300
+    # digits) for integer string conversion": Python's limit, now said in words with what to do
+    reg = gini()
+    monkeypatch.setattr("derive.argmax._derive_steps", lambda reg: str(10**5000))
+    for timeout in (None, 30):
+        with pytest.raises(DerivationError) as info:
+            derive_map(reg, timeout=timeout)
+        message = str(info.value)
+        assert "more than 4300 digits" in message and "simpler fraction" in message and "\n" not in message
 
 
 def test_environment_variable_sets_the_default(monkeypatch):
