@@ -27,8 +27,9 @@ scores, which receives gradients), or any callable ``(scores, dim) -> weights``
 maps of :mod:`numeric.torch.maps` do this themselves, and a plain callable's
 rows are guarded here (it sees scores 0 on such a row and its weights there
 are replaced by 0).  SDPA of recent PyTorch (checked with 2.13) also returns 0
-there; older SDPA, ``torch.softmax`` of such a row, and
-``nn.MultiheadAttention`` with ``need_weights=True`` give NaN instead.
+there (measured: ``tests/torch/test_fully_masked_rows.py``); ``torch.softmax`` of such a row and
+``nn.MultiheadAttention`` with ``need_weights=True`` give NaN instead (older SDPA releases are said to have
+given NaN too; not measured here).
 
 **Memory.**  The queries are taken in blocks of rows, so no scores wider than
 ``block x S`` (times the batch) exist at once; with ``is_causal`` a block only

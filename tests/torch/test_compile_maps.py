@@ -1,6 +1,6 @@
 """torch.compile(fullgraph=True) of every kind of map on CPU: values and gradients equal eager's on hard rows.
 
-Compiling is slow (tens of seconds a graph on a CI core), so each test compiles one function that calls many
+Compiling is slow (a minute to several a graph on a CI core: docs/benchmarks.md), so each test compiles one function that calls many
 maps at once, in float32 and float64 together: the built-ins, alpha-entmax with a learnable alpha tensor (one
 value per row, on both sides of alpha = 2, where the solver takes different rules), and two typed maps (links
 with no closed form, solved by Newton on the KKT system): gini_log1p (sparse) and plogp_cube (dense).
