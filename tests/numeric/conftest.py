@@ -123,25 +123,30 @@ def numpy_routines(module, params=(), **replaced):
 
 def counting_ops(dtype):
     """NumPy's row operations (:class:`numeric.numpy_ops.NumpyRowOps`) that record the rounds of each
-    ``repeat_rows`` loop (those of its slowest row) in ``.rounds`` and the rows each ``sort_desc`` sorts in
-    ``.sorted_rows``."""
+    ``repeat_rows`` loop (those of its slowest row) in ``.rounds``, the rows still going before each round and
+    after the last in ``.live`` (a list per loop), and the rows each ``sort_desc`` sorts in ``.sorted_rows``."""
     from numeric.numpy_ops import NumpyRowOps
 
     class Counting(NumpyRowOps):
         def __init__(self, dtype):
             super().__init__(dtype)
             self.rounds = []
+            self.live = []
             self.sorted_rows = []
 
         def repeat_rows(self, n, body, state, going, rows=()):
             count = [0]
+            live = [int(going.sum())]
 
             def counted(state, rows):
                 count[0] += 1
-                return body(state, rows)
+                state, going = body(state, rows)
+                live.append(int(going.sum()))
+                return state, going
 
             out = super().repeat_rows(n, counted, state, going, rows)
             self.rounds.append(count[0])
+            self.live.append(live)
             return out
 
         def sort_desc(self, x):
