@@ -515,6 +515,46 @@ def _bounds(Upper, u_base, offs_m, start, L, S, su_l, su_s, BLOCK_N: tl.constexp
 
 
 @triton.jit
+def _box_output(tau, wrong, q, scale, K, V, Mask, Upper, Support, k_base, v_base, m_base, u_base, offs_m, qb, bh,
+                n_kblocks, n_keys, L, S, E, EV, sk_s, sk_e, sv_s, sv_e, sm_l, sm_s, su_l, su_s, ceiling, z_one,
+                MAP: tl.constexpr, params, HAS_MASK: tl.constexpr, MASK_BOOL: tl.constexpr, CAUSAL: tl.constexpr,
+                WEIGHTED: tl.constexpr, BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_E: tl.constexpr,
+                BLOCK_EV: tl.constexpr, UPCAST: tl.constexpr):
+    # the bounded forward's output pass at the thresholds tau ([BLOCK_M, 1]): (sum_free p v, sum_saturated p v,
+    # sum_free p, sum_saturated p, sum_free w v, sum_free w), with p = min(u, g_+(s - tau)) (_box_at); it marks the
+    # key blocks holding weight in Support
+    offs_v = tl.arange(0, BLOCK_EV)
+    acc = tl.zeros([BLOCK_M, BLOCK_EV], tl.float32)
+    fixed_acc = tl.zeros([BLOCK_M, BLOCK_EV], tl.float32)
+    share = tl.zeros([BLOCK_M, 1], tl.float32)
+    fixed = tl.zeros([BLOCK_M, 1], tl.float32)
+    wv = tl.zeros([BLOCK_M, BLOCK_EV], tl.float32)
+    wsum = tl.zeros([BLOCK_M, 1], tl.float32)
+    for start in range(0, n_keys, BLOCK_N):
+        s = _scores(q, scale, K, Mask, k_base, m_base, offs_m, start, L, S, E, sk_s, sk_e, sm_l, sm_s,
+                    HAS_MASK, MASK_BOOL, CAUSAL, BLOCK_N, BLOCK_E, UPCAST)
+        u = _bounds(Upper, u_base, offs_m, start, L, S, su_l, su_s, BLOCK_N)
+        p, free, saturated = _box_at(s, u, tau, ceiling, z_one, MAP, params)
+        offs_n = start + tl.arange(0, BLOCK_N)
+        v = tl.load(V + v_base + offs_n[:, None] * sv_s + offs_v[None, :] * sv_e,
+                    mask=(offs_n[:, None] < S) & (offs_v[None, :] < EV), other=0.0)
+        g = tl.where(free, p, 0.0)
+        at_bound = tl.where(saturated, p, 0.0)
+        acc += _mm(g.to(v.dtype), v, UPCAST)
+        fixed_acc += _mm(at_bound.to(v.dtype), v, UPCAST)
+        share += tl.sum(g, 1, keep_dims=True)
+        fixed += tl.sum(at_bound, 1, keep_dims=True)
+        if WEIGHTED:
+            w = _weight_plus(g, MAP, params)
+            wv += _mm(w.to(v.dtype), v, UPCAST)
+            wsum += tl.sum(w, 1, keep_dims=True)
+        # (a NaN row's blocks count: the backward passes its NaN on)
+        tl.store(Support + (bh * tl.num_programs(0) + qb) * n_kblocks + start // BLOCK_N,
+                 ((tl.max(tl.max(p, 1), 0) > 0) | (tl.max(tl.max(wrong, 1), 0) > 0)).to(tl.int8))
+    return acc, fixed_acc, share, fixed, wv, wsum
+
+
+@triton.jit
 def attention_forward_box(Q, K, V, Out, Tau, Fsum, Support, Mask, Params, U, Wsum, Upper, Ceiling,
                           H, L, S, E, EV, scale, n_kblocks, n_params,
                           sq_b, sq_h, sq_l, sq_e, sk_b, sk_h, sk_s, sk_e, sv_b, sv_h, sv_s, sv_e,
@@ -562,10 +602,14 @@ def attention_forward_box(Q, K, V, Out, Tau, Fsum, Support, Mask, Params, U, Wsu
     m0 = tl.where(dead | bad, 0.0, m)
     hi = box_high(1.0, n, MAP, params)
     lo = low - m0
+    # (moved out by 4 resolutions of s - t, as box_solve's: where omega'(u_i) rounds to omega'(0+), F at the
+    # computed end may still be below 1)
+    lo = lo - 4 * 1.1920929e-07 * (1 + tl.abs(tl.where(tl.abs(lo) < float("inf"), lo, 0.0)))
     lo = tl.where(lo < hi, lo, hi)
     ceiling = tl.load(Ceiling + bh)
     peak = tl.zeros([BLOCK_M, 1], tl.float32)
     going = (dead == 0) & (bad == 0) & row_live[:, None]
+    solved = going
     t = tl.where(going, (lo + hi) / 2, 0.0)
     step = hi - lo
     step_old = step
@@ -587,36 +631,45 @@ def attention_forward_box(Q, K, V, Out, Tau, Fsum, Support, Mask, Params, U, Wsu
     # backward reads it (_box_at)
     tau = tl.where(bad, float("nan"), tl.where(dead, float("inf"), m0 + t))
     z_one = MAP.omega_prime(1.0, params)
-    acc = tl.zeros([BLOCK_M, BLOCK_EV], tl.float32)
-    fixed_acc = tl.zeros([BLOCK_M, BLOCK_EV], tl.float32)
-    share = tl.zeros([BLOCK_M, 1], tl.float32)
-    fixed = tl.zeros([BLOCK_M, 1], tl.float32)
-    wv = tl.zeros([BLOCK_M, BLOCK_EV], tl.float32)
-    wsum = tl.zeros([BLOCK_M, 1], tl.float32)
-    for start in range(0, n_keys, BLOCK_N):
-        s = _scores(q, scale, K, Mask, k_base, m_base, offs_m, start, L, S, E, sk_s, sk_e, sm_l, sm_s,
-                    HAS_MASK, MASK_BOOL, CAUSAL, BLOCK_N, BLOCK_E, UPCAST)
-        u = _bounds(Upper, u_base, offs_m, start, L, S, su_l, su_s, BLOCK_N)
-        p, free, saturated = _box_at(s, u, tau, ceiling, z_one, MAP, params)
-        offs_n = start + tl.arange(0, BLOCK_N)
-        v = tl.load(V + v_base + offs_n[:, None] * sv_s + offs_v[None, :] * sv_e,
-                    mask=(offs_n[:, None] < S) & (offs_v[None, :] < EV), other=0.0)
-        g = tl.where(free, p, 0.0)
-        at_bound = tl.where(saturated, p, 0.0)
-        acc += _mm(g.to(v.dtype), v, UPCAST)
-        fixed_acc += _mm(at_bound.to(v.dtype), v, UPCAST)
-        share += tl.sum(g, 1, keep_dims=True)
-        fixed += tl.sum(at_bound, 1, keep_dims=True)
-        if WEIGHTED:
-            w = _weight_plus(g, MAP, params)
-            wv += _mm(w.to(v.dtype), v, UPCAST)
-            wsum += tl.sum(w, 1, keep_dims=True)
-        # (a NaN row's blocks count: the backward passes its NaN on)
-        tl.store(Support + (bh * tl.num_programs(0) + qb) * n_kblocks + start // BLOCK_N,
-                 ((tl.max(tl.max(p, 1), 0) > 0) | (tl.max(tl.max(wrong, 1), 0) > 0)).to(tl.int8))
+    acc, fixed_acc, share, fixed, wv, wsum = _box_output(
+        tau, wrong, q, scale, K, V, Mask, Upper, Support, k_base, v_base, m_base, u_base, offs_m, qb, bh, n_kblocks,
+        n_keys, L, S, E, EV, sk_s, sk_e, sv_s, sv_e, sm_l, sm_s, su_l, su_s, ceiling, z_one, MAP, params, HAS_MASK,
+        MASK_BOOL, CAUSAL, WEIGHTED, BLOCK_M, BLOCK_N, BLOCK_E, BLOCK_EV, UPCAST)
     rest = 1.0 - fixed
+    # rows where no entry is free at t but the saturated ones do not hold the total (numeric.tensor_rules.box_solve's
+    # jump rows): F jumps across 1 between thresholds that s - t cannot tell apart, a link steeper than float32's
+    # resolution near its clip (entmax at alpha near 3).  They are read at the bracket's other end (lo where F(t) <
+    # 1, hi where F(t) > 1): the entries that move between its ends are free there, and the scaling below shares
+    # the rest among them, as box_between shares it.  Where they reach their bounds there too (none free at either
+    # end) the output is blended between the ends so that sum p = 1 (box_between's last blend); such a row's
+    # threshold stays t.
+    jump = solved & (share <= 0) & (rest != 0)
+    blend = jump & (jump == 0)
+    theta = tl.zeros([BLOCK_M, 1], tl.float32)
+    blend_acc = fixed_acc
+    if tl.max(jump.to(tl.int32)) > 0:
+        tau_lo = tl.where(jump, m0 + tl.where(rest < 0, hi, lo), tau)  # (the bracket's other end)
+        acc2, fixed_acc2, share2, fixed2, wv2, wsum2 = _box_output(
+            tau_lo, wrong, q, scale, K, V, Mask, Upper, Support, k_base, v_base, m_base, u_base, offs_m, qb, bh,
+            n_kblocks, n_keys, L, S, E, EV, sk_s, sk_e, sv_s, sv_e, sm_l, sm_s, su_l, su_s, ceiling, z_one, MAP,
+            params, HAS_MASK, MASK_BOOL, CAUSAL, WEIGHTED, BLOCK_M, BLOCK_N, BLOCK_E, BLOCK_EV, UPCAST)
+        moved = jump & (share2 > 0)
+        blend = jump & (share2 <= 0)
+        gap = fixed2 - fixed
+        theta = tl.where(blend & (gap != 0), (1.0 - fixed) / tl.where(gap != 0, gap, 1.0), 0.0)
+        blend_acc = fixed_acc2
+        tau = tl.where(moved, tau_lo, tau)
+        acc = tl.where(moved, acc2, acc)
+        fixed_acc = tl.where(moved, fixed_acc2, fixed_acc)
+        share = tl.where(moved, share2, share)
+        fixed = tl.where(moved, fixed2, fixed)
+        wv = tl.where(moved, wv2, wv)
+        wsum = tl.where(moved, wsum2, wsum)
+        rest = 1.0 - fixed
     ratio = tl.where(share > 0, rest / tl.where(share > 0, share, 1.0), 1.0)
-    out = tl.where(bad, float("nan"), tl.where(dead, 0.0, fixed_acc + acc * ratio))
+    out = fixed_acc + acc * ratio
+    out = tl.where(blend, fixed_acc + theta * (blend_acc - fixed_acc), out)
+    out = tl.where(bad, float("nan"), tl.where(dead, 0.0, out))
     # the free entries' divisor: p = g / F with F = share / rest (inf where the bounds hold all the mass)
     divides = (dead == 0) & (share > 0) & (rest > 0)
     f = tl.where(divides, share / tl.where(divides, rest, 1.0), tl.where(dead | (share == 0), 1.0, float("inf")))
@@ -696,6 +749,22 @@ def _weights_and_dp(q, scale, do, K, V, Mask, Upper, k_base, v_base, m_base, u_b
 
 
 @triton.jit
+def _exit_gaps(q, scale, K, Mask, Upper, k_base, m_base, u_base, offs_m, start, L, S, E, sk_s, sk_e, sm_l, sm_s,
+               su_l, su_s, ceiling, tau, z_one, MAP: tl.constexpr, params, HAS_MASK: tl.constexpr,
+               MASK_BOOL: tl.constexpr, CAUSAL: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_E: tl.constexpr,
+               UPCAST: tl.constexpr):
+    # (u, saturated, s - omega'(u) on the saturated entries, inf elsewhere) of the query block against the keys
+    # start:start+BLOCK_N: the gaps whose least marks the entries that leave their bound first as tau rises
+    # (numeric.tensor_rules.box_exits)
+    s = _scores(q, scale, K, Mask, k_base, m_base, offs_m, start, L, S, E, sk_s, sk_e, sm_l, sm_s,
+                HAS_MASK, MASK_BOOL, CAUSAL, BLOCK_N, BLOCK_E, UPCAST)
+    u = _bounds(Upper, u_base, offs_m, start, L, S, su_l, su_s, BLOCK_N)
+    _, _, saturated = _box_at(s, u, tau[:, None], ceiling, z_one, MAP, params)
+    gap = tl.where(saturated, s - MAP.omega_prime(tl.where(saturated, u, 1.0), params), float("inf"))
+    return u, saturated, gap
+
+
+@triton.jit
 def attention_backward_rows(Q, K, V, DO, DQ, Tau, Fsum, C, Support, Mask, Params, U, Wsum, Upper, Ceiling, DU,
                             H, L, S, E, EV, scale, n_kblocks, n_params,
                             sq_b, sq_h, sq_l, sq_e, sk_b, sk_h, sk_s, sk_e, sv_b, sv_h, sv_s, sv_e,
@@ -736,6 +805,41 @@ def attention_backward_rows(Q, K, V, DO, DQ, Tau, Fsum, C, Support, Mask, Params
     tl.store(C + bh * L + offs_m, c, mask=row_live)
     u_base = b * su_b + h * su_h
     ceiling = tl.load(Ceiling + bh) if BOX else 0.0
+    # the bounds' gradient in a row with no free entry (numeric.tensor_rules.box_exits): the one-sided derivative
+    # on the side where tau rises, the saturated entries K with the least s_k - omega'(u_k) standing in for the
+    # free ones with weights w_k = 1 / omega''(u_k): c_u = sum_K w_k dP_k / sum_K w_k, dU = dP - c_u on the
+    # saturated entries outside K, 0 in K (so that d sum(p)/du = 0).  Elsewhere c_u = c and K is empty.
+    c_u = c
+    none = row_live & (wsum <= 0) & (tau == tau) & (tau != float("inf"))
+    least = tl.full([BLOCK_M], float("-inf"), tl.float32)
+    if UPPER_GRAD:
+        if tl.max(none.to(tl.int32)) > 0:
+            least = tl.full([BLOCK_M], float("inf"), tl.float32)
+            for start in range(0, n_keys, BLOCK_N):
+                if tl.load(support + start // BLOCK_N) != 0:
+                    _, saturated, gap = _exit_gaps(q, scale, K, Mask, Upper, k_base, m_base, u_base, offs_m, start,
+                                                   L, S, E, sk_s, sk_e, sm_l, sm_s, su_l, su_s, ceiling, tau, z_one,
+                                                   MAP, params, HAS_MASK, MASK_BOOL, CAUSAL, BLOCK_N, BLOCK_E,
+                                                   UPCAST)
+                    least = tl.minimum(least, tl.min(gap, 1))
+            w_k = tl.zeros([BLOCK_M], tl.float32)
+            w_dp = tl.zeros([BLOCK_M], tl.float32)
+            for start in range(0, n_keys, BLOCK_N):
+                if tl.load(support + start // BLOCK_N) != 0:
+                    u_k, saturated, gap = _exit_gaps(q, scale, K, Mask, Upper, k_base, m_base, u_base, offs_m,
+                                                     start, L, S, E, sk_s, sk_e, sm_l, sm_s, su_l, su_s, ceiling,
+                                                     tau, z_one, MAP, params, HAS_MASK, MASK_BOOL, CAUSAL, BLOCK_N,
+                                                     BLOCK_E, UPCAST)
+                    first = saturated & (gap <= least[:, None]) & none[:, None]
+                    w_first = tl.where(first, MAP.weight(tl.where(first, u_k, 1.0), params), 0.0)
+                    offs_n = start + tl.arange(0, BLOCK_N)
+                    v = tl.load(V + v_base + offs_n[:, None] * sv_s + offs_v[None, :] * sv_e,
+                                mask=(offs_n[:, None] < S) & (offs_v[None, :] < EV), other=0.0)
+                    dp = _mm(do, tl.trans(v), UPCAST)
+                    w_k += tl.sum(w_first, 1)
+                    w_dp += tl.sum(w_first * dp, 1)
+            c_u = tl.where(none & (w_k > 0), w_dp / tl.where(w_k > 0, w_k, 1.0), c)
+            least = tl.where(none, least, float("-inf"))
     dq = tl.zeros([BLOCK_M, BLOCK_E], tl.float32)
     for start in range(0, n_keys, BLOCK_N):
         if tl.load(support + start // BLOCK_N) != 0:
@@ -747,9 +851,13 @@ def attention_backward_rows(Q, K, V, DO, DQ, Tau, Fsum, C, Support, Mask, Params
             k = tl.load(K + k_base + offs_n[:, None] * sk_s + offs_e[None, :] * sk_e,
                         mask=(offs_n[:, None] < S) & (offs_e[None, :] < E), other=0.0)
             dq += _mm((w * (dp - c[:, None])).to(k.dtype), k, UPCAST)
-            if UPPER_GRAD:  # the bounds' gradient: dP - c where p is at its bound (numeric.tensor_rules.box_vjp)
+            if UPPER_GRAD:  # the bounds' gradient: dP - c_u where p is at its bound (numeric.tensor_rules.box_vjp)
+                _, _, gap = _exit_gaps(q, scale, K, Mask, Upper, k_base, m_base, u_base, offs_m, start, L, S, E,
+                                       sk_s, sk_e, sm_l, sm_s, su_l, su_s, ceiling, tau, z_one, MAP, params,
+                                       HAS_MASK, MASK_BOOL, CAUSAL, BLOCK_N, BLOCK_E, UPCAST)
+                counted = saturated & (gap > least[:, None])  # (K, in a row with no free entry, is not)
                 tl.store(DU + (bh * L + offs_m[:, None]) * S + offs_n[None, :],
-                         tl.where(saturated, dp - c[:, None], 0.0), mask=row_live[:, None] & (offs_n[None, :] < S))
+                         tl.where(counted, dp - c_u[:, None], 0.0), mask=row_live[:, None] & (offs_n[None, :] < S))
     tl.store(DQ + bh * L * E + offs_m[:, None] * E + offs_e[None, :], dq * scale,
              mask=row_live[:, None] & (offs_e[None, :] < E))
 

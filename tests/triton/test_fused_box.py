@@ -19,8 +19,12 @@ from __future__ import annotations
 
 import warnings
 
+import mpmath
 import numpy as np
 import pytest
+
+from derive.box import box_jacobians, solve_box
+from tests.profile import THOROUGH
 
 from .conftest import interpreter_reason
 
@@ -216,3 +220,98 @@ def test_nan_or_negative_bounds_the_host_cannot_check_give_nan_rows(monkeypatch)
     assert np.isnan(out[:, :, [1, 4]]).all()
     keep = [0, 2, 3, 5]
     np.testing.assert_allclose(out[:, :, keep], want[:, :, keep], rtol=0, atol=TOL * np.abs(want).max())
+
+
+# ------------------------------------------------------------------ issue 43, items 3 and 4: rows at the kinks
+def _rows(name, params, scores, upper, dy, backend="triton"):
+    """``(p, d<p, dy>/du)`` of bounded attention whose rows have the scores ``scores`` (one row of keys, E = 1,
+    q = 1, scale 1) and the bounds ``upper`` (one row per query), with identity values so that the output is
+    ``p`` (float32 in the kernels, float64 on the torch path)."""
+    dtype = torch.float32 if backend == "triton" else torch.float64
+    upper = torch.tensor(upper, dtype=dtype)
+    L, S = upper.shape
+    q = torch.ones(1, 1, L, 1, dtype=dtype)
+    k = torch.tensor(scores, dtype=dtype).reshape(1, 1, S, 1)
+    v = torch.eye(S, dtype=dtype).reshape(1, 1, S, S)
+    bounds = upper.clone().requires_grad_()
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")  # (no fallback: the kernels ran)
+        out = attention(q, k, v, scale=1.0, mapping=get_map(name, **params), backend=backend, upper=bounds)
+        (du,) = torch.autograd.grad(out, bounds, torch.tensor(dy, dtype=dtype).reshape(out.shape))
+    return out.detach().double().numpy().reshape(L, S), du.double().numpy()
+
+
+def _box_reference(dv, scores, upper, dy):
+    """``(p, d<p, dy>/du)`` of derive.box per row (the right-derivative in the bounds where no entry is free)."""
+    ps, dus = [], []
+    for u, g in zip(upper, dy):
+        ps.append([float(a) for a in solve_box(dv, scores, upper=list(u)).p])
+        jac = box_jacobians(dv, scores, upper=list(u))
+        dus.append([float(mpmath.fsum(g[a] * jac["upper"][a][j] for a in range(len(scores))))
+                    for j in range(len(scores))])
+    return np.array(ps), np.array(dus)
+
+
+def test_bounds_gradient_where_no_entry_is_free():
+    """Issue 43, item 3: sparsemax [3, 2.9, 0.1] with bounds 0.5 is [0.5, 0.5, 0]: no entry free, every one at a
+    bound; sum p = 1 always, so d sum(p)/du = 0.  The rule (derive.box.box_jacobians, tensor_rules.box_exits):
+    the right-derivative, the saturated entry leaving its bound first (least s - omega'(u): the second) standing
+    in for the free ones: dy = [1, 2, 3] gives [-1, 0, 0] (the kernels gave [1, 2, 0], the dy on the saturated
+    entries); dy = 1 gives d sum(p)/du = 0 (the kernels gave [1, 1, 0]).  The third row (bounds 0.6) has free
+    entries, for contrast."""
+    scores, upper = [3.0, 2.9, 0.1], [[0.5, 0.5, 0.5], [0.5, 0.5, 0.5], [0.6, 0.6, 0.6]]
+    dy = [[1.0, 2.0, 3.0], [1.0, 1.0, 1.0], [1.0, 2.0, 3.0]]
+    p, du = _rows("sparsemax", {}, scores, upper, dy)
+    want_p, want_du = _box_reference(_derivation("sparsemax"), scores, upper, dy)
+    np.testing.assert_allclose(want_du[0], [-1.0, 0.0, 0.0], atol=1e-15)
+    np.testing.assert_allclose(p, want_p, rtol=0, atol=TOL)
+    np.testing.assert_allclose(du, want_du, rtol=0, atol=TOL * np.abs(want_du).max())
+    np.testing.assert_allclose(du[1], 0.0, atol=TOL)  # d sum(p)/du = 0 (dy = 1)
+    _, torch_du = _rows("sparsemax", {}, scores, upper, dy, backend="torch")
+    np.testing.assert_allclose(du, torch_du, rtol=0, atol=TOL * np.abs(torch_du).max())
+
+
+def test_large_alpha_rows_sum_to_one():
+    """Issue 43, item 4, in the kernels' range of alpha (entmax up to alpha = 3: a steeper link falls back to the
+    torch path): entmax([1, 2, 3], alpha=3) with bounds [0.5, 0.49995, 0.49995] leaves 1e-4 for the first entry,
+    below float32's resolution of its link (g jumps from 0 to ~7e-4 between neighbouring thresholds).  The kernels
+    gave [0, 0.49995, 0.49995] (sum 0.9999); box_solve's rule (box_between) gives the jump's entries the rest:
+    [1e-4, 0.49995, 0.49995].  The second row's first bound (3e-4) is below the jump too: there the entry is at its
+    bound at both ends of the bracket, and the output is blended between them."""
+    scores = [1.0, 2.0, 3.0]
+    upper = [[0.5, 0.49995, 0.49995], [3e-4, 0.49995, 0.49995]]
+    dy = [[1.0, 2.0, 3.0], [1.0, 2.0, 3.0]]
+    p, du = _rows("entmax", {"alpha": 3.0}, scores, upper, dy)
+    want_p, want_du = _box_reference(_derivation("entmax", 3), scores, upper, dy)
+    np.testing.assert_allclose(p.sum(-1), 1.0, rtol=0, atol=TOL)
+    np.testing.assert_allclose(p, want_p, rtol=0, atol=TOL)
+    np.testing.assert_allclose(du, want_du, rtol=0, atol=TOL * np.abs(want_du).max())
+
+
+@pytest.mark.skipif(not THOROUGH, reason="several key blocks in the interpreter: the thorough profile")
+@pytest.mark.parametrize(("name", "params", "alpha"), [("sparsemax", {}, None), ("entmax", {"alpha": 3.0}, 3)],
+                         ids=["sparsemax", "entmax-3"])
+def test_rows_at_the_kinks_across_key_blocks(name, params, alpha):
+    """Items 3 and 4 over 40 keys (several key blocks): scores 0.5 apart, the first rows' bounds 0.25 on every key
+    (the top four saturate, none free), the others' with the fifth bound just above what the rest leaves
+    (``1 - 4 u`` with ``u`` a little under 0.25: below float32's resolution of entmax-3's link there)."""
+    scores = [20.0 - 0.5 * j for j in range(40)]
+    rows = [[0.25] * 40, [0.3] * 4 + [0.2] * 36, [0.249999] * 4 + [0.5] * 36, [0.24999] * 4 + [2e-5] + [0.5] * 35]
+    dy = [[float((3 * a + 7 * j) % 11) for j in range(40)] for a in range(len(rows))]
+    p, du = _rows(name, params, scores, rows, dy)
+    dv = _derivation("sparsemax") if alpha is None else _derivation("entmax", alpha)
+    want_p, want_du = _box_reference(dv, scores, rows, dy)
+    np.testing.assert_allclose(p.sum(-1), 1.0, rtol=0, atol=TOL)
+    np.testing.assert_allclose(p, want_p, rtol=0, atol=TOL)
+    np.testing.assert_allclose(du, want_du, rtol=0, atol=TOL * np.abs(want_du).max())
+    _, torch_du = _rows(name, params, scores, rows, dy, backend="torch")
+    np.testing.assert_allclose(du, torch_du, rtol=0, atol=TOL * np.abs(torch_du).max())
+
+
+def _derivation(name, alpha=None):
+    import sympy as sp
+
+    from derive import derive_map
+    from derive.regularizers import gini, tsallis
+
+    return derive_map(gini() if name == "sparsemax" else tsallis(sp.Integer(alpha)))
