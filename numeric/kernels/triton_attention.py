@@ -643,7 +643,9 @@ def attention_forward_box(Q, K, V, Out, Tau, Fsum, Support, Mask, Params, U, Wsu
     # the rest among them, as box_between shares it.  Where they reach their bounds there too (none free at either
     # end) the output is blended between the ends so that sum p = 1 (box_between's last blend); such a row's
     # threshold stays t.
-    jump = solved & (share <= 0) & (rest != 0)
+    # (a row whose F(t) is 1 to 4 eps is done, as box_between's bisection stops there: the bracket's other end
+    # may be far)
+    jump = solved & (share <= 0) & (tl.abs(rest) > 4 * 1.1920929e-07)
     blend = jump & (jump == 0)
     theta = tl.zeros([BLOCK_M, 1], tl.float32)
     blend_acc = fixed_acc
