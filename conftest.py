@@ -11,6 +11,30 @@ settings.register_profile("dev", max_examples=60, **_common)
 settings.register_profile("thorough", max_examples=500, **_common)
 settings.load_profile("dev")
 
+
+def _requested_profile(argv):
+    """The ``--hypothesis-profile`` given on the command line ``argv``, or None."""
+    for i, arg in enumerate(argv):
+        if arg.startswith("--hypothesis-profile="):
+            return arg.partition("=")[2]
+        if arg == "--hypothesis-profile" and i + 1 < len(argv):
+            return argv[i + 1]
+    return None
+
+
+# Hypothesis's plugin loads the requested profile in pytest_configure, after the conftests of the folders named on
+# the command line are imported (``pytest tests/triton``): tests/profile.THOROUGH, read by those conftests, would
+# see "dev" there.  So the profile is loaded here, first of all conftests, and handed to xdist's workers (whose
+# command line is not pytest's) through the environment.
+import os  # noqa: E402
+import sys  # noqa: E402
+
+_PROFILE_ENV = "REGATTN_HYPOTHESIS_PROFILE"
+_requested = _requested_profile(sys.argv[1:]) or os.environ.get(_PROFILE_ENV)
+if _requested in ("ci", "dev", "thorough"):
+    settings.load_profile(_requested)
+    os.environ[_PROFILE_ENV] = _requested
+
 # numeric.torch, numeric.jax and numeric.torch.hf import their framework (optional extras): where one is not installed, their
 # doctests are not collected (the tests of tests/torch and tests/jax skip, and are counted, on their own)
 import importlib.util  # noqa: E402
@@ -23,8 +47,6 @@ if importlib.util.find_spec("transformers") is None:  # the extra [hf]
 # import it first (torch._dynamo does, at collection): without a GPU the kernels run only in the interpreter,
 # so it is chosen here, before any test module is imported (with a GPU, tests/triton's conftest chooses it
 # when Triton is still unimported, and the GPU tests run Triton for real otherwise)
-import os  # noqa: E402
-import sys  # noqa: E402
 
 if "triton" not in sys.modules and importlib.util.find_spec("triton") is not None:
     try:
