@@ -191,11 +191,7 @@ def is_box(upper, total) -> bool:
     return upper is not None or not (is_number(total) and float(total) == 1.0)
 
 
-def box_short(total, room, eps):
-    """Where bounds summing to ``room`` cannot hold ``total``: ``total - room > sqrt(eps) * total`` (a shortfall
-    within ``sqrt(eps)`` of the total is rounding: the total is clipped to the room, :func:`box_rows`).  The rule of
-    :func:`box_rows` and of :func:`numeric.tensor_rules.box_solve`'s ``feasible`` (written there in its ops)."""
-    return total - room > total * math.sqrt(eps)
+box_short = tensor_rules.box_short
 
 
 def box_rows(xp, arrays: Arrays, x, upper, total, axis: int, word: str = "axis"):

@@ -1390,7 +1390,7 @@ def box_solve(ops: TensorOps, r: Routines, x, upper, total, steps: int = ROOT_ST
     room = ops.row_sum(ops.where(live, upper, 0))
     # bounds short of the total by at most sqrt(eps) of it are feasible, with the total taken as the room (their
     # rounding: numeric.front.box_short); every entry saturates there
-    feasible = total - room <= total * math.sqrt(ops.eps)
+    feasible = ops.not_(box_short(total, room, ops.eps))
     total = ops.where(feasible & (room < total), room, total)
     count = ops.row_sum(ops.float_(ops.isfinite(x)))
     clip = r.clip()
@@ -1490,6 +1490,13 @@ def box_between(ops, r: Routines, y, t, lo, hi, p, upper, total, live, clip, cei
     blend = ops.where(gap != 0, (total - s) / ops.where(gap != 0, gap, 1), 0)
     q = q + blend * (other - q)
     return ops.where(rows, q, p), ops.where(rows, hi - theta * (hi - lo), t)
+
+
+def box_short(total, room, eps):
+    """Where bounds summing to ``room`` cannot hold ``total``: ``total - room > sqrt(eps) * total`` (a shortfall
+    within ``sqrt(eps)`` of the total is rounding: the total is clipped to the room).  The one rule of
+    :func:`box_solve` and of the front end's check (:func:`numeric.front.box_rows`)."""
+    return total - room > total * math.sqrt(eps)
 
 
 def box_high(ops, r: Routines, total, count):
