@@ -75,3 +75,22 @@ def _jax_x64_left_as_found():
     if jax is not None and jax.config.jax_enable_x64 != before:
         jax.config.update("jax_enable_x64", before)
         pytest.fail(f"the test left jax_enable_x64 = {not before}: use the jax.enable_x64 context", pytrace=False)
+
+
+
+# Each executable XLA compiles stays loaded while JAX caches it, and holds about a dozen memory mappings; a worker
+# that runs tests/jax's hypothesis cases compiles thousands of shapes and reaches Linux's limit of 65,530 mappings
+# a process (vm.max_map_count) about ten minutes in, where the next compile dies of a segmentation fault inside
+# XLA.  So JAX's caches are cleared when the worker holds more than half the limit (counted every 16 tests).
+from tests import map_limit  # noqa: E402
+
+_tests_run = [0]
+
+
+@pytest.fixture(autouse=True)
+def _jax_executables_within_the_map_limit():
+    yield
+    _tests_run[0] += 1
+    jax = sys.modules.get("jax")
+    if jax is not None and map_limit.LIMIT is not None and _tests_run[0] % 16 == 0:
+        map_limit.kept_below(map_limit.LIMIT // 2, jax)
