@@ -17,11 +17,11 @@ from .continuous import ContinuousAttention, GaussianBasis, continuous_attention
 from .layers import MultiHeadAttention, SelfAttention, sinusoidal_encoding
 from .maps import Map, entmax, entmax15, get_map, softmax, sparsemax
 from .normmax import NormmaxMap, normmax
-from .heap import apply_default as _apply_heap_default
+from .heap import apply_environment as _heap_from_environment
 from .heap import get_heap_reserve, set_heap_reserve
 from .parallel import get_num_threads, set_num_threads
 
-_apply_heap_default()
+_heap_from_environment()  # (only where REGATTN_HEAP_RESERVE asks: numeric.heap)
 
 __all__ = [
     "Map",

@@ -1,4 +1,4 @@
-"""The C heap that NumPy's arrays come from: freed memory kept for the next arrays instead of given back.
+"""The C heap that NumPy's arrays come from: freed memory kept for the next arrays instead of given back (opt-in).
 
 NumPy takes each array's memory from ``malloc``.  glibc serves a request of at least
 ``M_MMAP_THRESHOLD`` bytes (128 KiB at start, raised to the largest such block freed, up to
@@ -8,15 +8,17 @@ and its first write faults once per 4 KiB page.  A computation that makes tempor
 hundred KiB, one expression after another, pays that on every call: on the machine of
 docs/benchmarks.md a fault costs about 2 microseconds, and ``np.multiply`` of two 1 MiB
 arrays into a new one took 1.5 ms where the product itself takes 0.1 ms.  The solvers that
-:mod:`numeric.tensor_rules` runs on NumPy make such temporaries (a typed map's Newton rounds:
-560 faults per call on 512 rows of 64 float32 scores, about half its time).
+:mod:`numeric` runs on NumPy make such temporaries (a typed map's Newton rounds: 560 faults per
+call on 512 rows of 64 float32 scores).
 
 :func:`set_heap_reserve` asks glibc to serve arrays of up to ``nbytes`` from the heap
 (``M_MMAP_THRESHOLD``) and to keep ``nbytes`` of free memory at its top when it trims
-(``M_TOP_PAD``): temporaries then reuse memory that is already mapped.  ``import numeric`` sets
-:data:`DEFAULT_RESERVE`, or ``REGATTN_HEAP_RESERVE`` bytes where that is set (``0`` leaves
-``malloc`` as it is).  The cost is memory: up to ``nbytes`` of freed memory stays with the
-process.  Elsewhere than on Linux with glibc it does nothing.
+(``M_TOP_PAD``): temporaries then reuse memory that is already mapped.  These are settings of the
+whole process (torch's CPU tensors and every other library's ``malloc`` get them too), so regattn
+never changes them unasked: call ``set_heap_reserve(DEFAULT_RESERVE)``, or set
+``REGATTN_HEAP_RESERVE`` to a number of bytes before ``import numeric``.  The cost is memory: up
+to ``nbytes`` of freed memory stays with the process.  ``benchmarks/bench_heap.py`` measures what
+it is worth (docs/benchmarks.md).  Elsewhere than on Linux with glibc it does nothing.
 """
 
 from __future__ import annotations
@@ -30,7 +32,7 @@ from functools import lru_cache
 
 __all__ = ["DEFAULT_RESERVE", "ENV", "set_heap_reserve", "get_heap_reserve"]
 
-#: Environment variable giving the reserve ``import numeric`` sets.
+#: Environment variable giving a reserve for ``import numeric`` to set (unset or empty: malloc is left as it is).
 ENV = "REGATTN_HEAP_RESERVE"
 #: glibc's defaults of both parameters (``mallopt(3)``).
 GLIBC_DEFAULT = 128 << 10
@@ -39,7 +41,7 @@ M_TOP_PAD = -2
 M_MMAP_THRESHOLD = -3
 #: glibc takes no mmap threshold above this (``HEAP_MAX_SIZE / 2`` on 64-bit systems).
 LARGEST = 32 << 20
-#: The reserve ``import numeric`` sets (glibc's own largest mmap threshold).
+#: The reserve to ask for (glibc's own largest mmap threshold).
 DEFAULT_RESERVE = LARGEST
 
 _state = {"reserve": None}
@@ -82,14 +84,14 @@ def get_heap_reserve() -> int | None:
 
 
 def _reserve_from_environment() -> int:
-    """``REGATTN_HEAP_RESERVE`` as a number of bytes, else :data:`DEFAULT_RESERVE`."""
+    """``REGATTN_HEAP_RESERVE`` as a number of bytes (0 where it is unset or empty)."""
     text = os.environ.get(ENV, "").strip()
-    return int(text) if text else DEFAULT_RESERVE
+    return int(text) if text else 0
 
 
-def apply_default() -> None:
-    """Set the reserve ``import numeric`` sets (``REGATTN_HEAP_RESERVE``, else :data:`DEFAULT_RESERVE`); a value
-    that is not a reserve warns and leaves ``malloc`` as it is."""
+def apply_environment() -> None:
+    """Set the reserve ``REGATTN_HEAP_RESERVE`` asks for, as ``import numeric`` does; unset, empty or 0 leaves
+    ``malloc`` as it is, and a value that is not a reserve warns and leaves it too."""
     try:
         value = _reserve_from_environment()
         if value:

@@ -35,6 +35,7 @@ def _faults_per_round(size: int, rounds: int = 20) -> float:
 @glibc
 def test_reserve_keeps_temporaries_in_mapped_memory():
     # 1 MiB temporaries: 256 pages each, which glibc's defaults map afresh every time (mmap threshold 128 KiB)
+    before = nm.get_heap_reserve()
     try:
         assert nm.set_heap_reserve(0)
         assert nm.get_heap_reserve() == 0
@@ -43,14 +44,35 @@ def test_reserve_keeps_temporaries_in_mapped_memory():
         assert nm.get_heap_reserve() == 32 << 20
         kept = _faults_per_round(1 << 20)
     finally:
-        heap.apply_default()
+        nm.set_heap_reserve(before or 0)
     assert fresh >= 256  # at least one of the three temporaries new memory each round
     assert kept <= fresh / 20
 
 
+_SPY = """
+import ctypes
+looked_up = []
+class Spy(ctypes.CDLL):
+    def __getattr__(self, name):
+        looked_up.append(name)
+        return super().__getattr__(name)
+ctypes.CDLL = Spy
+import numeric as nm
+import numeric.torch
+print("mallopt" in looked_up, nm.get_heap_reserve())
+"""
+
+
 @glibc
-def test_import_sets_the_default():
-    assert nm.get_heap_reserve() == heap.DEFAULT_RESERVE or os.environ.get(heap.ENV) is not None
+def test_import_leaves_malloc_as_it_is():
+    # (in a child whose ctypes records the C functions looked up: this process's reserve is the tests' to change)
+    pytest.importorskip("torch")
+    env = {k: v for k, v in os.environ.items() if k != heap.ENV}
+    run = subprocess.run([sys.executable, "-c", _SPY], env=env, capture_output=True, text=True, check=True)
+    assert run.stdout.split() == ["False", "None"]
+    run = subprocess.run([sys.executable, "-c", _SPY], env=dict(env, **{heap.ENV: "1048576"}), capture_output=True,
+                         text=True, check=True)
+    assert run.stdout.split() == ["True", "1048576"]
 
 
 @pytest.mark.parametrize("value", [-1, (32 << 20) + 1, 1.5, True, "1024"])
@@ -66,7 +88,7 @@ def _reserve_in_child(env_value: str) -> subprocess.CompletedProcess:
 
 
 @glibc
-@pytest.mark.parametrize(("env_value", "reserve"), [("0", "None"), ("1048576", "1048576"), ("", str(heap.DEFAULT_RESERVE))])
+@pytest.mark.parametrize(("env_value", "reserve"), [("0", "None"), ("1048576", "1048576"), ("", "None"), ("33554432", str(heap.DEFAULT_RESERVE))])
 def test_environment_sets_the_reserve(env_value, reserve):
     assert _reserve_in_child(env_value).stdout.strip() == reserve
 
