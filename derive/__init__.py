@@ -13,7 +13,8 @@ This package uses SymPy and mpmath and never imports CuPy.
 
 from ._parse import FUNCTIONS
 from ._timelimit import DEFAULT_TIMEOUT, TIMEOUT_ENV, TimeLimit
-from .argmax import Derivation, Inversion, Threshold, derive_map
+from .argmax import derive_map
+from .derivation import Derivation, Inversion, Threshold
 from .codegen import generate_module
 from .errors import DerivationError, DerivationTimeout
 from .regularizers import Parameter, Regularizer, alpha, gini, p, shannon, tsallis, z
@@ -21,7 +22,7 @@ from .regularizers import Parameter, Regularizer, alpha, gini, p, shannon, tsall
 __all__ = [
     # writing a regularizer (derive.regularizers)
     "p", "z", "alpha", "Parameter", "Regularizer", "shannon", "gini", "tsallis", "FUNCTIONS",
-    # deriving its map (derive.argmax) and generating its module (derive.codegen)
+    # deriving its map (derive.argmax, derive.derivation) and generating its module (derive.codegen)
     "derive_map", "Derivation", "Inversion", "Threshold", "generate_module",
     # errors and time limits
     "DerivationError", "DerivationTimeout", "TimeLimit", "DEFAULT_TIMEOUT", "TIMEOUT_ENV",

@@ -7,18 +7,18 @@ The LaTeX is a fragment: a comment line, then per step a ``\\paragraph`` line
 (prose, with inline math between ``$`` signs) and an ``align*`` environment
 with one row per line of maths, ``lhs &rel rhs``: exactly one alignment ``&``
 outside the right-hand side, no ``$`` inside the environment.
+
+Each rendering takes the derivation ``dv`` (a :class:`~derive.derivation.Derivation`)
+and reads its fields only; the record's own module imports this one
+(:meth:`~derive.derivation.Derivation.latex` and its siblings).
 """
 
 from __future__ import annotations
 
 import re
 from dataclasses import dataclass
-from typing import TYPE_CHECKING
 
 import sympy as sp
-
-if TYPE_CHECKING:  # argmax imports this module for Derivation.latex
-    from .argmax import Derivation
 
 
 @dataclass(frozen=True)
@@ -45,7 +45,7 @@ def _bracket_tex(lo: sp.Expr, hi: sp.Expr) -> str:
     return rf"\left[{sp.latex(lo)}, {sp.latex(hi)}\right]"
 
 
-def _steps(dv: Derivation) -> list[_Step]:
+def _steps(dv) -> list[_Step]:
     reg = dv.regularizer
     params = ", ".join(f"{q.symbol} in ({q.lower}, {q.upper})" for q in reg.parameters)
     params_tex = ", ".join(
@@ -205,7 +205,7 @@ def _row_tex(line: _Line) -> str:
     return f"{line.tex_lhs} &{line.rel} {body}"
 
 
-def render_latex(dv: Derivation) -> str:
+def render_latex(dv) -> str:
     parts = [f"% regattn derivation for {_one_line(dv.name)}: omega(p) = {_one_line(sp.sstr(dv.omega))}"]
     for step in _steps(dv):
         parts.append(rf"\paragraph{{{step.title}.}} {step.tex or _prose_tex(step.prose)}")
@@ -264,7 +264,7 @@ def _prose_tex(text: str) -> str:
     return "".join(out)
 
 
-def render_text(dv: Derivation) -> str:
+def render_text(dv) -> str:
     out = [f"Derivation of the {dv.name} map: omega(p) = {sp.sstr(dv.omega)}", ""]
     for n, step in enumerate(_steps(dv), start=1):
         out.append(f"{n}. {step.title}")
@@ -302,7 +302,7 @@ def _plain(latex: str) -> str:
     return " ".join(latex.split())
 
 
-def render_markdown(dv: Derivation) -> str:
+def render_markdown(dv) -> str:
     """The steps as Markdown with display math (MyST / MathJax), for documentation pages."""
     parts = [f"Regularizer `omega(p) = {sp.sstr(dv.omega)}` ({dv.name}).", ""]
     for n, step in enumerate(_steps(dv), start=1):

@@ -28,7 +28,7 @@ each bound and the left-derivative in the total (the side that stays feasible wh
 As ``tau`` rises, the saturated entries that leave their bound first, ``K`` (the least ``s_k - omega'(u_k)``),
 become free; they take the free entries' place with their weights at the bound, ``w_k = 1 / omega''(u_k)``:
 ``dp/du_j = e_j - w_K / W_K`` for a saturated ``j`` outside ``K``, 0 for ``j`` in ``K``, ``dp/dc = w_K / W_K``,
-so that ``d sum(p)/du = 0`` and ``d sum(p)/dc = 1`` (:func:`numeric.tensor_rules.box_exits`, the same rule).
+so that ``d sum(p)/du = 0`` and ``d sum(p)/dc = 1`` (:func:`numeric.constraints.box.box_exits`, the same rule).
 
 The Fenchel-Young loss ``L(s, y) = Omega*_C(s) + Omega(y) - <s, y>`` with ``C`` the box gives ``p - y`` in
 the scores, ``mu`` in the bounds and ``tau`` in the total (Danskin: the multipliers of the constraints).
@@ -47,12 +47,12 @@ import mpmath
 import sympy as sp
 
 from .errors import DerivationError
-from .reference import _GUARD, _compiled, fenchel_young, target_slack, to_mp_vector
+from .reference import GUARD_DIGITS, compiled, fenchel_young, target_slack, to_mp_vector
 from .regularizers import p as p_symbol
 from .regularizers import to_mpf
 
 if TYPE_CHECKING:
-    from .argmax import Derivation
+    from .derivation import Derivation
 
 __all__ = ["BoxSolution", "solve_box", "box_jacobians", "box_loss", "box_loss_gradients"]
 
@@ -94,12 +94,12 @@ def solve_box(dv: Derivation, scores: Any, upper: Any = None, total: Any = 1, di
               **params: Any) -> BoxSolution:
     """The bounded map's ``p`` and ``tau`` for one score vector (``-inf``: masked, ``p = 0``); ``upper`` a number
     or one bound per score (``inf``: none), ``total`` the sum.  Raises :class:`ValueError` for infeasible bounds."""
-    with mpmath.workdps(digits + _GUARD):
+    with mpmath.workdps(digits + GUARD_DIGITS):
         return _solve_box(dv, scores, upper, total, digits, params)
 
 
 def _solve_box(dv, scores, upper, total, digits, params) -> BoxSolution:
-    comp = _compiled(dv, params)
+    comp = compiled(dv, params)
     values = to_mp_vector(scores)
     u, c = _bounds(values, upper, total)
     live = [i for i, v in enumerate(values) if v != -mpmath.inf and u[i] > 0]
@@ -205,9 +205,9 @@ def box_jacobians(dv: Derivation, scores: Any, upper: Any = None, total: Any = 1
                   **params: Any) -> dict:
     """``{"scores": dp/ds, "upper": dp/du, "total": dp/dc}`` of the bounded map at ``scores`` (module docstring):
     ``n x n`` matrices (row ``a``, column ``b``: ``dp_a / ds_b``) and a vector."""
-    with mpmath.workdps(digits + _GUARD):
+    with mpmath.workdps(digits + GUARD_DIGITS):
         sol = _solve_box(dv, scores, upper, total, digits, params)
-        comp = _compiled(dv, params)
+        comp = compiled(dv, params)
         u, c = _bounds(to_mp_vector(scores), upper, total)
         tol = c * mpmath.mpf(10) ** -(digits + 5)
         w = _free_weights(comp, sol, u, tol)
@@ -234,8 +234,8 @@ def box_loss(dv: Derivation, scores: Any, target: Any, upper: Any = None, total:
              **params: Any):
     """The Fenchel-Young loss with the box: ``Omega*_C(s) + Omega(y) - <s, y>``; the target must lie in the box
     (``0 <= y <= u``, ``sum y = c``)."""
-    with mpmath.workdps(digits + _GUARD):
-        comp = _compiled(dv, params)
+    with mpmath.workdps(digits + GUARD_DIGITS):
+        comp = compiled(dv, params)
         values = to_mp_vector(scores)
         u, c = _bounds(values, upper, total)
         ys = to_mp_vector(target)
@@ -252,8 +252,8 @@ def box_loss_gradients(dv: Derivation, scores: Any, target: Any, upper: Any = No
                        digits: int = 50, **params: Any) -> dict:
     """``{"scores": p - y, "upper": mu, "total": tau}``: the loss's gradients (module docstring), ``mu_j =
     s_j - tau - omega'(u_j)`` on the saturated entries and 0 elsewhere."""
-    with mpmath.workdps(digits + _GUARD):
-        comp = _compiled(dv, params)
+    with mpmath.workdps(digits + GUARD_DIGITS):
+        comp = compiled(dv, params)
         values = to_mp_vector(scores)
         u, _ = _bounds(values, upper, total)
         ys = to_mp_vector(target)

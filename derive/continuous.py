@@ -41,7 +41,8 @@ from dataclasses import dataclass
 import mpmath
 import sympy as sp
 
-from .argmax import Derivation, derive_map
+from .argmax import derive_map
+from .derivation import Derivation
 from .errors import DerivationError
 from .regularizers import Regularizer, z
 

@@ -42,7 +42,7 @@ from typing import Any
 import mpmath
 import sympy as sp
 
-from .reference import _GUARD, to_mp_vector
+from .reference import GUARD_DIGITS, to_mp_vector
 
 __all__ = ["NormmaxDerivation", "normmax_derivation", "solve_normmax", "normmax_kkt_residual", "normmax_jacobian",
            "normmax_loss", "reduced_alpha"]
@@ -146,7 +146,7 @@ def _solve(values, alpha):
 def solve_normmax(scores: Any, alpha: Any = 2, digits: int = 50):
     """``(p, tau)``: normmax of one score vector (``-inf``: masked) at ``digits`` significant digits; ``tau`` is
     ``None`` for a fully masked row (``p = 0``)."""
-    with mpmath.workdps(digits + _GUARD):
+    with mpmath.workdps(digits + GUARD_DIGITS):
         p, tau = _solve(to_mp_vector(scores), _check_alpha(alpha))
     return p, tau
 
@@ -155,7 +155,7 @@ def normmax_kkt_residual(scores: Any, probs: Any, alpha: Any = 2, digits: int = 
     """The KKT residual of ``probs`` for normmax of ``scores``, from the norm's gradient (not the reduction):
     the spread of ``s_i - (p_i / N)^(alpha - 1)`` over the support, how far an entry off the support rises above
     that threshold, and ``|sum p - 1|`` and any negative entry; the largest of them."""
-    with mpmath.workdps(digits + _GUARD):
+    with mpmath.workdps(digits + GUARD_DIGITS):
         alpha = _check_alpha(alpha)
         s, p = to_mp_vector(scores), to_mp_vector(probs)
         n = mpmath.fsum(v**alpha for v in p if v > 0) ** (1 / alpha)
@@ -171,7 +171,7 @@ def normmax_kkt_residual(scores: Any, probs: Any, alpha: Any = 2, digits: int = 
 def normmax_jacobian(scores: Any, alpha: Any = 2, digits: int = 50):
     """``dp/ds`` (``n x n``, row ``a`` column ``b``: ``dp_a / ds_b``) = ``(I - p 1^T) diag(m) (I - 1 p^T)``,
     ``m_i = k p_i / d_i`` on the support (module docstring)."""
-    with mpmath.workdps(digits + _GUARD):
+    with mpmath.workdps(digits + GUARD_DIGITS):
         alpha = _check_alpha(alpha)
         values = to_mp_vector(scores)
         p, tau = _solve(values, alpha)
@@ -187,7 +187,7 @@ def normmax_jacobian(scores: Any, alpha: Any = 2, digits: int = 50):
 def normmax_loss(scores: Any, target: Any, alpha: Any = 2, digits: int = 50):
     """The Fenchel-Young loss ``Omega*(s) + ||y||_alpha - <s, y>``, ``Omega*(s) = <p, s> - ||p||_alpha``; the target a
     distribution (no mass on masked scores)."""
-    with mpmath.workdps(digits + _GUARD):
+    with mpmath.workdps(digits + GUARD_DIGITS):
         alpha = _check_alpha(alpha)
         values, ys = to_mp_vector(scores), to_mp_vector(target)
         p, _ = _solve(values, alpha)

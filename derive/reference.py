@@ -1,4 +1,4 @@
-"""High-precision evaluation of a :class:`~derive.argmax.Derivation`: the ground truth.
+"""High-precision evaluation of a :class:`~derive.derivation.Derivation`: the ground truth.
 
 Every numeric result in regattn is compared with these functions.  They work
 with mpmath at ``digits`` significant digits (plus guard digits) directly from
@@ -31,26 +31,26 @@ The threshold is solved for the scores shifted by their maximum (exactly;
 ``1e300`` keep the bracket at the scale of ``omega'``.  Where the arithmetic still fails
 (a division by zero or an overflow at the working precision) the functions
 raise :class:`~derive.errors.DerivationError` with a one-line message.
+
+Each function takes the derivation ``dv`` and reads its fields only; the
+record's own module imports this one (:meth:`~derive.derivation.Derivation.evaluate`).
 """
 
 from __future__ import annotations
 
 from collections.abc import Sequence
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 import mpmath
 import numpy as np
 import sympy as sp
 
-from .symbols import S, S1, S2, k, score
-
-if TYPE_CHECKING:  # argmax imports this module for Derivation.evaluate
-    from .argmax import Derivation
 from numeric.newton import WIDEN_STEPS, ScalarOps, invert_link
 
 from .errors import DerivationError
 from .regularizers import p, to_mpf, z
+from .symbols import S, S1, S2, k, score
 
 __all__ = [
     "evaluate",
@@ -60,9 +60,16 @@ __all__ = [
     "jacobian",
     "kkt_residual",
     "to_mp_vector",
+    "target_slack",
+    "fenchel_young",
+    "compiled",
+    "Compiled",
+    "GUARD_DIGITS",
 ]
 
-_GUARD = 20
+#: Digits carried beyond those asked for: every function of this module (and of :mod:`derive.box`,
+#: :mod:`derive.normmax`) works at ``digits + GUARD_DIGITS``.
+GUARD_DIGITS = 20
 
 
 def _real(value):
@@ -100,10 +107,16 @@ def to_mp_vector(scores: Any) -> list[mpmath.mpf]:
     return out
 
 
-class _Compiled:
-    """The derivation's expressions as mpmath functions, for fixed parameter values."""
+class Compiled:
+    """The derivation's expressions as mpmath functions, for fixed parameter values (made by :func:`compiled`).
 
-    def __init__(self, dv: Derivation, params: dict[str, Any]):
+    Attributes: ``omega``, ``d1`` (``omega'``), ``d2`` (``omega''``), ``weight`` (``w``), functions of ``p``;
+    ``clip`` and ``omega_zero``, functions of no argument; methods :meth:`g` (the clipped link ``g_+(z)``),
+    :meth:`link_from_clip` and :meth:`tau` (the threshold of finite scores).  Each evaluates at mpmath's working
+    precision.
+    """
+
+    def __init__(self, dv, params: dict[str, Any]):
         names = {q.symbol.name: q for q in dv.parameters}
         unknown = set(params) - set(names)
         if unknown:
@@ -232,18 +245,23 @@ class _MpmathOps(ScalarOps):
         self.newton_steps = 8 * prec + 64  # bisection alone: 21 bits of bracket, then prec bits
 
 
-def _compiled(dv: Derivation, params: dict[str, Any]) -> _Compiled:
+def compiled(dv, params: dict[str, Any]) -> Compiled:
+    """The :class:`Compiled` functions of the derivation ``dv`` at the parameter values ``params`` (a name -> value
+    mapping, every parameter once), made once and kept on ``dv`` for later calls with the same values.
+
+    Raises :class:`ValueError` for an unknown or missing parameter or a value outside its domain.
+    """
     key = tuple(sorted((n, repr(v)) for n, v in params.items()))
     cache = dv._cache.setdefault("reference", {})
     if key not in cache:
-        cache[key] = _Compiled(dv, params)
+        cache[key] = Compiled(dv, params)
     return cache[key]
 
 
-def _solve(dv: Derivation, scores: Any, digits: int, params: dict):
+def _solve(dv, scores: Any, digits: int, params: dict):
     if not isinstance(digits, int) or digits < 5:
         raise ValueError(f"digits must be an int >= 5, got {digits!r}")
-    comp = _compiled(dv, params)
+    comp = compiled(dv, params)
     values = to_mp_vector(scores)
     finite = [v for v in values if v != -mpmath.inf]
     if not finite:
@@ -269,7 +287,7 @@ def _cancel_sums(expr: sp.Expr) -> sp.Expr:
     return sp.bottom_up(expr, lambda e: sp.factor_terms(sp.cancel(e)) if e.is_Add else e)
 
 
-def _relative_forms(dv: Derivation) -> dict:
+def _relative_forms(dv) -> dict:
     """``h(p) = omega'(p) - omega'(0+)`` and the link in ``y = z - omega'(0+)``, cancelled symbolically.
 
     A dense map (``omega'(0+) = -oo``) keeps ``h = omega'`` and its link in ``z``.
@@ -321,7 +339,7 @@ def _split(lo: mpmath.mpf, hi: mpmath.mpf) -> mpmath.mpf:
 
 
 def _relative_solve(
-    comp: _Compiled, d: list, tol: mpmath.mpf, k: int | None = None, start=None, budget: int | None = None
+    comp: Compiled, d: list, tol: mpmath.mpf, k: int | None = None, start=None, budget: int | None = None
 ) -> _Solution:
     """``p*`` for the scores ``d`` (``max(d) = 0``, exact), solved in one variable ``v`` tied to entry ``k``.
 
@@ -408,7 +426,7 @@ def _relative_solve(
     return _Solution(k, v, t, probs, ys, abs(residual), errors)
 
 
-def _reference_solve(comp: _Compiled, d: list, tol: mpmath.mpf) -> _Solution:
+def _reference_solve(comp: Compiled, d: list, tol: mpmath.mpf) -> _Solution:
     """:func:`_relative_solve`, started from the derivation's threshold rule where it has one.
 
     While the error bound exceeds ``tol`` the solve is referred to another entry:
@@ -444,7 +462,7 @@ def _reference_solve(comp: _Compiled, d: list, tol: mpmath.mpf) -> _Solution:
     return sol
 
 
-def _solve_shifted(comp: _Compiled, values, finite, digits: int):
+def _solve_shifted(comp: Compiled, values, finite, digits: int):
     # p*(s + c) = p*(s) and tau(s + c) = tau(s) + c: solving for s - max(s) (exact) keeps the
     # bracket at the scale of omega' however large the scores are.  The working precision
     # is raised until the a-posteriori bound on max_i |p_i - p*_i| (see _relative_solve)
@@ -467,7 +485,7 @@ def _solve_shifted(comp: _Compiled, values, finite, digits: int):
     return comp, values, sol.t + top, out
 
 
-def evaluate(dv: Derivation, scores: Any, digits: int = 50, **params: Any) -> list[mpmath.mpf]:
+def evaluate(dv, scores: Any, digits: int = 50, **params: Any) -> list[mpmath.mpf]:
     """``p*(s)`` for one score vector, accurate to about ``digits`` significant digits.
 
     The values are mpmath ``mpf`` numbers that keep the working precision's digits, but an ``mpf`` prints at
@@ -486,24 +504,24 @@ def evaluate(dv: Derivation, scores: Any, digits: int = 50, **params: Any) -> li
         Values of the regularizer's parameters, e.g. ``alpha=1.3`` (floats are
         taken at their exact binary value).
     """
-    with mpmath.workdps(digits + _GUARD):
+    with mpmath.workdps(digits + GUARD_DIGITS):
         return _solve(dv, scores, digits, params)[3]
 
 
-def threshold(dv: Derivation, scores: Any, digits: int = 50, **params: Any) -> mpmath.mpf | None:
+def threshold(dv, scores: Any, digits: int = 50, **params: Any) -> mpmath.mpf | None:
     """The threshold ``tau(s)`` (``None`` when every score is ``-inf``)."""
-    with mpmath.workdps(digits + _GUARD):
+    with mpmath.workdps(digits + GUARD_DIGITS):
         return _solve(dv, scores, digits, params)[2]
 
 
-def conjugate(dv: Derivation, scores: Any, digits: int = 50, **params: Any) -> mpmath.mpf:
+def conjugate(dv, scores: Any, digits: int = 50, **params: Any) -> mpmath.mpf:
     """``Omega*(s) = <p*, s> - Omega(p*)`` over the finite scores."""
-    with mpmath.workdps(digits + _GUARD):
+    with mpmath.workdps(digits + GUARD_DIGITS):
         comp, values, _, probs = _solve(dv, scores, digits, params)
         return _conjugate_value(comp, values, probs)
 
 
-def _conjugate_value(comp: _Compiled, values, probs) -> mpmath.mpf:
+def _conjugate_value(comp: Compiled, values, probs) -> mpmath.mpf:
     total = mpmath.mpf(0)
     for v, q in zip(values, probs):
         if v == -mpmath.inf:
@@ -512,9 +530,9 @@ def _conjugate_value(comp: _Compiled, values, probs) -> mpmath.mpf:
     return total
 
 
-def loss(dv: Derivation, scores: Any, target: Any, digits: int = 50, **params: Any) -> mpmath.mpf:
+def loss(dv, scores: Any, target: Any, digits: int = 50, **params: Any) -> mpmath.mpf:
     """Fenchel-Young loss ``Omega*(s) + Omega(y) - <s, y>`` (``target`` on the simplex)."""
-    with mpmath.workdps(digits + _GUARD):
+    with mpmath.workdps(digits + GUARD_DIGITS):
         comp, values, _, probs = _solve(dv, scores, digits, params)
         ys = to_mp_vector(target)
         if len(ys) != len(values):
@@ -543,7 +561,7 @@ def target_slack(target: Any, ys, total, digits: int) -> mpmath.mpf:
     return max(len(ys) * eps * scale, mpmath.mpf(10) ** -digits * abs(total))
 
 
-def fenchel_young(comp: _Compiled, values, probs, ys) -> mpmath.mpf:
+def fenchel_young(comp: Compiled, values, probs, ys) -> mpmath.mpf:
     """``<p, s> - Omega(p) + Omega(y) - <s, y>`` over the finite scores, ``+inf`` where ``y`` puts mass on a masked
     one (the loss of :func:`loss` and of :func:`derive.box.box_loss`, ``p`` the solution on each's set)."""
     total = _conjugate_value(comp, values, probs)
@@ -555,9 +573,9 @@ def fenchel_young(comp: _Compiled, values, probs, ys) -> mpmath.mpf:
     return total
 
 
-def jacobian(dv: Derivation, scores: Any, digits: int = 50, **params: Any) -> list[list[mpmath.mpf]]:
+def jacobian(dv, scores: Any, digits: int = 50, **params: Any) -> list[list[mpmath.mpf]]:
     """``J = diag(w) - w w^T / sum(w)`` with ``w_i = w(p_i)`` on the support, 0 off it."""
-    with mpmath.workdps(digits + _GUARD):
+    with mpmath.workdps(digits + GUARD_DIGITS):
         comp, values, _, probs = _solve(dv, scores, digits, params)
         w = [comp.weight(q) if q > 0 else mpmath.mpf(0) for q in probs]
         total = mpmath.fsum(w)
@@ -567,7 +585,7 @@ def jacobian(dv: Derivation, scores: Any, digits: int = 50, **params: Any) -> li
         return [[(w[a] if a == b else 0) - w[a] * w[b] / total for b in range(n)] for a in range(n)]
 
 
-def kkt_residual(dv: Derivation, scores: Any, probs: Sequence, digits: int = 50, **params: Any) -> mpmath.mpf:
+def kkt_residual(dv, scores: Any, probs: Sequence, digits: int = 50, **params: Any) -> mpmath.mpf:
     """Largest violation of the KKT conditions by ``probs`` for ``scores``.
 
     Uses only ``omega'`` and ``omega'(0+)``, not the threshold rule or the link:
@@ -576,11 +594,11 @@ def kkt_residual(dv: Derivation, scores: Any, probs: Sequence, digits: int = 50,
     Masked (``-inf``) scores must have ``p_i = 0``.  Computed at ``digits``
     (plus guard) significant digits.
     """
-    with mpmath.workdps(digits + _GUARD):
-        return _kkt_residual(_compiled(dv, params), scores, probs)
+    with mpmath.workdps(digits + GUARD_DIGITS):
+        return _kkt_residual(compiled(dv, params), scores, probs)
 
 
-def _kkt_residual(comp: _Compiled, scores: Any, probs: Sequence) -> mpmath.mpf:
+def _kkt_residual(comp: Compiled, scores: Any, probs: Sequence) -> mpmath.mpf:
     values = to_mp_vector(scores)
     probs = [mpmath.mpf(q) for q in probs]
     if len(probs) != len(values):

@@ -79,9 +79,10 @@ import numeric as nm
 from numeric import family
 
 from . import reference as R
-from .argmax import Derivation, derive_map
+from .argmax import derive_map
+from .derivation import Derivation
 from .errors import DerivationError
-from .reference import _compiled
+from .reference import compiled
 from .regularizers import Parameter, Regularizer
 
 __all__ = ["BACKENDS", "CHECKS", "DTYPES", "TOLERANCES", "Tolerance", "Example", "CheckLine", "CheckResult",
@@ -344,7 +345,7 @@ class _Truth:
         self.finite = np.isfinite(row)
         self.sparse = dv.sparse
         with mpmath.workdps(_WORK):
-            self.comp = comp = _compiled(dv, params)
+            self.comp = comp = compiled(dv, params)
             probs = R.evaluate(dv, row.tolist(), digits=DIGITS, **params)
             top = mpmath.mpf(float(row[self.finite].max()))
             # the scores shifted by their maximum, exactly (p and the loss do not change)

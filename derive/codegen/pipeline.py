@@ -54,7 +54,7 @@ import mpmath
 import numpy as np
 import sympy as sp
 
-from ..argmax import Derivation
+from ..derivation import Derivation
 from ..errors import DerivationError
 from ..reference import kkt_residual
 from ..regularizers import Parameter

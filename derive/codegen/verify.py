@@ -21,7 +21,7 @@ import mpmath
 import numpy as np
 import sympy as sp
 
-from ..argmax import Derivation
+from ..derivation import Derivation
 from ..symbols import S, S1, S2, k, score
 from ..regularizers import p, z
 

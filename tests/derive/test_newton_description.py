@@ -17,7 +17,7 @@ import pytest
 from derive import Regularizer, derive_map, generate_module
 from derive.codegen.compilers import host_library
 from derive.codegen.files import load_module
-from derive.reference import _compiled
+from derive.reference import compiled
 from numeric import newton
 from numeric.numpy_ops import ops_for
 
@@ -45,7 +45,7 @@ def _truth_table(text: str) -> dict[float, float]:
     d = derive_map(Regularizer.from_string(text))
     out = {}
     with mpmath.workdps(50):
-        c = _compiled(d, {})
+        c = compiled(d, {})
         for v in Z:
             zz = mpmath.mpf(float(v))
             if (d.sparse and zz <= c.clip()) or c.d1(mpmath.mpf(2) ** -1074) >= zz:
@@ -73,7 +73,7 @@ def test_numpy_link_is_the_description(newton_map):
     live = Z > mod.clip()
     want = [_truth(d, v) for v in Z[live]]
     _close(newton.numpy_invert_link(Z[live], mod.omega_prime, mod.omega_second), want, 8)
-    # the same text on the row operations numeric.tensor_rules runs on NumPy (its root rule's link, kkt_rule's fallback)
+    # the same text on the row operations numeric.core runs on NumPy (its root rule's link, kkt_rule's fallback)
     with np.errstate(over="ignore", under="ignore"):
         _close(newton.invert_link(ops_for(np.float64), Z[live], mod.omega_prime, mod.omega_second), want, 8)
 
@@ -81,7 +81,7 @@ def test_numpy_link_is_the_description(newton_map):
 def test_reference_link_is_the_description(newton_map):
     _, d, mod = newton_map
     with mpmath.workdps(40):
-        c = _compiled(d, {})
+        c = compiled(d, {})
         for v in Z[Z > mod.clip()]:
             assert float(c.g(mpmath.mpf(float(v)))) == pytest.approx(_truth(d, v), rel=1e-16, abs=1e-300)
 

@@ -131,7 +131,7 @@ def test_sort_and_closed_thresholds_agree_with_root_finding(name, scores):
     dv = derivation(name)
     assert dv.threshold.kind in ("sort", "closed")
     with mpmath.workdps(70):
-        comp = R._compiled(dv, {})
+        comp = R.compiled(dv, {})
         values = R.to_mp_vector(scores)
         assert abs(comp.tau(values) - comp._root_tau(values)) < KKT * max(1, max(abs(v) for v in values))
 

@@ -12,7 +12,7 @@ import pytest
 
 import numeric as nm
 from derive.box import box_loss, box_loss_gradients, solve_box
-from derive.reference import _compiled
+from derive.reference import compiled
 
 from .conftest import case_derivation
 
@@ -168,7 +168,7 @@ def test_loss_gradients_in_the_bounds_are_finite_differences(name, params):
     np.testing.assert_allclose(np.where(finite, bounds["upper"], 0), fd, rtol=0, atol=1e-7)
     fd_c = _fd(lambda c: m.loss(x, y * (c / total), upper=upper, total=c, reduction="none"), total)
     dv, rest = case_derivation(name, params)
-    op = _compiled(dv, rest).d1  # omega' in mpmath
+    op = compiled(dv, rest).d1  # omega' in mpmath
     for i in range(2):
         extra = sum((float(op(mpmath.mpf(v))) - s) * v for v, s in zip(y[i], x[i])) / total[i, 0]
         assert fd_c[i, 0, i] == pytest.approx(bounds["total"][i] + extra, abs=1e-7)
