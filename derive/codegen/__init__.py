@@ -1,4 +1,4 @@
-"""Code generation: printers (NumPy, CUDA C++) and module emission.
+"""Code generation: the rewriting into stable forms, the printers (NumPy, CUDA C++, Triton) and module emission.
 
     >>> from derive import derive_map, gini
     >>> from derive.codegen import generate_module

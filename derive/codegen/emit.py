@@ -1,4 +1,4 @@
-"""Turn a :class:`~derive.argmax.Derivation` into the text of an importable module.
+"""Turn a :class:`~derive.derivation.Derivation` into the text of an importable module.
 
 :func:`generate_module` writes, for a map called ``NAME``:
 
@@ -41,13 +41,14 @@ import sympy as sp
 
 from numeric import trust, contract
 
-from ..argmax import Derivation
+from ..derivation import Derivation
 from ..symbols import S, S1, S2, k, score
 from ..errors import DerivationError
 from ..regularizers import check_parameter_name, p, z
 from . import cuda
 from . import triton as triton_code
-from .printers import POINTS, POSITIVE, CudaPrinter, PyPrinter, print_block, stable_form
+from .printers import CudaPrinter, PyPrinter, print_block
+from .rewrite import POINTS, POSITIVE, stable_form
 from .trace_rows import solver_for
 
 __all__ = ["generate_module", "generate_family_module", "family_case_name", "assemble", "check_name", "HEADER_MARK",
@@ -84,15 +85,15 @@ class Piece:
         self.name, self.args, self.expr, self.doc = name, args, expr, doc
         self.body = expr if body is None else body
         self.given = tuple(given)
-        self.points = points  # where the routine is evaluated (printers.stable_form)
+        self.points = points  # where the routine is evaluated (rewrite.stable_form)
 
 
 def evaluation_points(dv: Derivation) -> tuple:
-    """Where ``dv``'s routines are evaluated, for :func:`~derive.codegen.printers.stable_form`: ``p`` near 0 and 1,
+    """Where ``dv``'s routines are evaluated, for :func:`~derive.codegen.rewrite.stable_form`: ``p`` near 0 and 1,
     and link arguments ``z`` near ``omega'(0+)`` where that is a finite number."""
     clip = dv.clip
     at_clip = ((z, (clip,)),) if clip.is_number and clip.is_finite else ()
-    # parameters declared positive, whose sign the stable forms may use (printers.POSITIVE)
+    # parameters declared positive, whose sign the stable forms may use (rewrite.POSITIVE)
     positive = tuple((q.symbol, POSITIVE) for q in dv.parameters if bool(q.lower >= 0) and not q.symbol.is_positive)
     return ((p, (0, 1)),) + at_clip + positive
 
@@ -115,7 +116,7 @@ def map_pieces(dv: Derivation) -> list[Piece]:
         return Piece(name, list(r.args), expr, doc or r.doc, body, given, points)
 
     # omega' (and its derivatives in the parameters) term by term where omega is a sum: SymPy's one fraction
-    # would mix a Tsallis term's p**a - p, which cancels near a = 1 (printers._power_difference rewrites it on
+    # would mix a Tsallis term's p**a - p, which cancels near a = 1 (rewrite._power_difference rewrites it on
     # its own), with the other terms
     omega_prime = _termwise(lambda t: sp.diff(t, p), dv.omega) if len(sp.Add.make_args(dv.omega)) > 1 else dv.omega_prime
     pieces = [
@@ -157,7 +158,7 @@ def map_pieces(dv: Derivation) -> list[Piece]:
         if th.discriminant is not None:
             pieces.append(piece("discriminant", th.discriminant))
     # a parameter declared positive is printed as a positive symbol of its name, so that the stable forms may use
-    # its sign (printers._power_difference: a p**a - p = p expm1(log(a) + (a - 1) log(p)) needs a > 0)
+    # its sign (rewrite._power_difference: a p**a - p = p expm1(log(a) + (a - 1) log(p)) needs a > 0)
     positive = {q.symbol: sp.Symbol(q.symbol.name, positive=True) for q in dv.parameters
                 if bool(q.lower >= 0) and not q.symbol.is_positive}
     for pc in pieces if positive else ():
@@ -340,7 +341,7 @@ def generate_family_module(family, name: str, case_names: tuple[str, ...], deriv
 
     Importing it calls :func:`numeric.family.complete`, which imports the case modules and defines the contract's
     routines as the cases' routines picked by the parameter's value (:mod:`numeric.family`).  ``derivations``: the
-    cases' :class:`~derive.argmax.Derivation` (for the constants every case shares).
+    cases' :class:`~derive.derivation.Derivation` (for the constants every case shares).
     """
     check_name(name)
     for case_name in case_names:

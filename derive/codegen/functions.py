@@ -1,7 +1,7 @@
 """The functions generated code may call, and how each target spells them: one table for every printer.
 
 A derived map's printed expressions (the link, ``omega'``, ``omega''``, ``omega'''``, the weight ``w`` and
-``w' w``, ``d omega'/d q``, after :func:`~derive.codegen.printers.stable_form`) hold the functions a regularizer
+``w' w``, ``d omega'/d q``, after :func:`~derive.codegen.rewrite.stable_form`) hold the functions a regularizer
 may use (:data:`derive.regularizers.FUNCTIONS` and the few more a SymPy expression may hold), their derivatives
 and the functions the stable forms add (``expm1``, ``log1p``, ``asinh``, ``Abs``).  :data:`FUNCTIONS` lists every
 one that prints, with its spelling for each target:

@@ -26,7 +26,8 @@ import re
 import sympy as sp
 
 from .functions import TRITON_HELPERS
-from .printers import POINTS, TritonPrinter, print_block
+from .printers import TritonPrinter, print_block
+from .rewrite import POINTS
 
 __all__ = ["triton_source", "PIECES"]
 
@@ -62,7 +63,7 @@ def link(z, params):
 def triton_source(pieces: dict, params: list[str], points=POINTS) -> str:
     """The Triton module's text for a map with the pieces :data:`PIECES` (``{name: (args, expr, first argument's
     symbol or None)}``; ``link`` is missing for a link with no closed form);
-    ``points``: where the pieces are evaluated (:func:`~derive.codegen.printers.stable_form`)."""
+    ``points``: where the pieces are evaluated (:func:`~derive.codegen.rewrite.stable_form`)."""
     printer = TritonPrinter()
     names = [n for n in PIECES if n in pieces]
     fns = [_function(name, list(pieces[name][0]), pieces[name][1], pieces[name][2], printer, params, points)

@@ -6,7 +6,7 @@ printed as SymPy writes it, it keeps no digit below ``p = 1e-8`` in double
 ``omega' = sinh``, is exact.  The printer finds such sums by their series at
 the points of evaluation (``p`` near 0 and 1, ``z`` near ``omega'(0+)``) and
 rewrites them by an identity or by a series switch
-(:func:`derive.codegen.printers.stable_form`).  Here: which sums are found,
+(:func:`derive.codegen.rewrite.stable_form`).  Here: which sums are found,
 that every rewrite is an identity (to the switch's truncation, 2**-56), that
 the generated NumPy functions and the g++-built device functions keep their
 digits (a few ulps times ``1 + kappa``) in float64 and float32 where the
@@ -35,11 +35,11 @@ from sympy.codegen.cfunctions import expm1
 
 from derive import Regularizer, derive_map
 from derive.cli import main
-from derive.codegen import generate_module, printers
+from derive.codegen import generate_module, printers, rewrite
 from derive.codegen.compilers import host_library
 from derive.codegen.files import load_module
 from derive.codegen.pipeline import Failure, Lost, verdict, verify_map
-from derive.codegen.printers import Select, cancelling_points, series_switch, stable_form
+from derive.codegen.rewrite import Select, cancelling_points, series_switch, stable_form
 from derive.regularizers import alpha, p, z
 from numeric import contract
 
@@ -137,8 +137,8 @@ def test_phi_switch_hands_over_where_the_direct_form_keeps_its_digits():
     """``expm1(u) - u``: the polynomial below |u| = 1, the direct form (at most 4.5 times the rounding) above."""
     u = sp.Symbol("u", real=True)
     r, poly, amplification = series_switch(expm1(u) - u, u, 0)
-    assert r == 1 and amplification <= printers.SWITCH_GOOD
-    assert sp.Poly(poly, printers._H).degree() <= printers.SWITCH_TERMS
+    assert r == 1 and amplification <= rewrite.SWITCH_GOOD
+    assert sp.Poly(poly, rewrite._H).degree() <= rewrite.SWITCH_TERMS
 
 
 def test_a_sum_without_a_usable_series_is_left_alone():
@@ -294,13 +294,13 @@ def test_verdict_of_the_map_and_a_part():
 def test_verify_of_a_cancelling_omega_names_the_loss(monkeypatch):
     """cosh(p) - 1 printed as SymPy writes it (the rewrites of cancelling sums switched off): omega fails in both
     types, everywhere, and the verdict says the map and its JVP are fine and the loss is not."""
-    monkeypatch.setattr(printers, "_cancelling_sum", lambda expr, points: expr)
-    printers._stable.cache_clear()
+    monkeypatch.setattr(rewrite, "_cancelling_sum", lambda expr, points: expr)
+    rewrite._stable.cache_clear()
     try:
         result = verify_map(derive_map(Regularizer.from_string("cosh(p) - 1")), "coshm1", samples=3, points=40)
     finally:
         monkeypatch.undo()
-        printers._stable.cache_clear()
+        rewrite._stable.cache_clear()
     assert not result.ok
     assert {f.parts for f in result.failures} == {("loss",)}
     text = result.verdict()
