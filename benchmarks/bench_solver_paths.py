@@ -9,7 +9,7 @@ medians line by line (only figures from one machine and one session compare):
   and 3.0 (the safeguarded Halley, k < 1);
 * torch ``rt.entmax`` forward+backward on the same scores;
 * torch ``rt.attention`` forward+backward, (2, 4, 512, 64), causal, alpha a number or one per head (the
-  backward rebuilds the weights from each row's threshold, ``tensor_rules.at_threshold``);
+  backward rebuilds the weights from each row's threshold, ``rules.at_threshold``);
 * NumPy forward of the typed maps (``benchmarks/_typed.py``: the KKT solve) and NumPy ``jvp`` of softmax,
   1.5-entmax, entmax(1.3) and a typed map, on the same scores.
 

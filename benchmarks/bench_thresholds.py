@@ -1,4 +1,4 @@
-"""Sort-map thresholds on NumPy (numeric.tensor_rules on numeric.numpy_ops.NumpyRowOps): the sort rule on whole
+"""Sort-map thresholds on NumPy (numeric.core on numeric.numpy_ops.NumpyRowOps): the sort rule on whole
 sorted rows against the partial selection of each row's largest scores, the sort-free support rule, and the
 root rule.
 
@@ -8,13 +8,13 @@ and 2**18 scores, 3 runs); two score scales: N(0, 1) (small supports) and N(0, 0
 (supports of most of the row).  The rows are shifted by their maxima once, outside
 the timings (every rule takes shifted rows):
 
-* ``full``: :func:`~numeric.tensor_rules.sort_rule` (a full sort, O(n log n));
-* ``partial``: :func:`~numeric.tensor_rules.sort_threshold` from each row's ``K`` largest
+* ``full``: :func:`~numeric.core.rules.sort_rule` (a full sort, O(n log n));
+* ``partial``: :func:`~numeric.core.rules.sort_threshold` from each row's ``K`` largest
   scores (``NumpyRowOps.largest``: ``numpy.partition``, O(n)), on operations whose
   ``support_below`` is 0 so that sparsemax takes it too;
-* ``support``: :func:`~numeric.tensor_rules.support_rule` (Newton on the support, no sort;
+* ``support``: :func:`~numeric.core.rules.support_rule` (Newton on the support, no sort;
   Michelot's algorithm for sparsemax);
-* ``root``: :func:`~numeric.tensor_rules.root_rule` (what ``threshold="root"`` runs).
+* ``root``: :func:`~numeric.core.rules.root_rule` (what ``threshold="root"`` runs).
 
 The figures decide ``NumpyRowOps.partial_from`` (rows from which a sort map selects
 before sorting) and ``NumpyRowOps.support_below`` (rows of a link of degree 1 shorter
@@ -30,7 +30,9 @@ from pathlib import Path
 
 import numpy as np
 
-from numeric import contract, tensor_rules
+from numeric import contract
+from numeric.core import rules
+from numeric.core.ops import Routines
 from numeric.numpy_ops import NumpyRowOps, ops_for
 from _timing import median_seconds
 
@@ -42,10 +44,10 @@ class PartialOps(NumpyRowOps):
     support_below = 0
 
 
-def routines(module) -> tensor_rules.Routines:
+def routines(module) -> Routines:
     """A module's routines as the NumPy backend binds them (no parameters)."""
     table = {name: getattr(module, name, None) for name in contract.routine_names(module.PARAMETERS)}
-    return tensor_rules.Routines(module, table, ())
+    return Routines(module, table, ())
 
 
 def main() -> None:
@@ -65,13 +67,13 @@ def main() -> None:
                 x = (np.random.default_rng(n).standard_normal((max(1, scores // n), n)) * scale).astype(np.float32)
                 y = x - x.max(axis=-1, keepdims=True)
                 with np.errstate(all="ignore"):
-                    full = median_seconds(lambda: tensor_rules.sort_rule(ops, r, y), repeat=repeat)
-                    partial = median_seconds(lambda: tensor_rules.sort_threshold(partial_ops, r, y), repeat=repeat)
-                    support = median_seconds(lambda: tensor_rules.support_rule(ops, r, y), repeat=repeat)
-                    root = median_seconds(lambda: tensor_rules.root_rule(ops, r, y), repeat=min(repeat, 3))
-                    t_full = tensor_rules.sort_rule(ops, r, y)
-                    diff = float(np.abs(t_full - tensor_rules.sort_threshold(partial_ops, r, y)).max())
-                    diff_support = float(np.abs(t_full - tensor_rules.support_rule(ops, r, y)).max())
+                    full = median_seconds(lambda: rules.sort_rule(ops, r, y), repeat=repeat)
+                    partial = median_seconds(lambda: rules.sort_threshold(partial_ops, r, y), repeat=repeat)
+                    support = median_seconds(lambda: rules.support_rule(ops, r, y), repeat=repeat)
+                    root = median_seconds(lambda: rules.root_rule(ops, r, y), repeat=min(repeat, 3))
+                    t_full = rules.sort_rule(ops, r, y)
+                    diff = float(np.abs(t_full - rules.sort_threshold(partial_ops, r, y)).max())
+                    diff_support = float(np.abs(t_full - rules.support_rule(ops, r, y)).max())
                 row = dict(map=name, scale=scale, n=n, full_ms=full * 1e3, partial_ms=partial * 1e3, support_ms=support * 1e3,
                            root_ms=root * 1e3, max_diff=diff, max_diff_support=diff_support)
                 rows.append(row)

@@ -76,7 +76,7 @@ class Backend:
         raise NotImplementedError(f"backend {self.name!r} has no box constraints (upper=, total=)")
 
     def box_vjp(self, mapping, y, dy, upper, x=None):
-        """``(J^T dy, dp/du^T dy, dp/dc^T dy)`` of the bounded map at ``y`` (:func:`numeric.tensor_rules.box_vjp`;
+        """``(J^T dy, dp/du^T dy, dp/dc^T dy)`` of the bounded map at ``y`` (:func:`numeric.constraints.box.box_vjp`;
         ``x``: the scores)."""
         raise NotImplementedError(f"backend {self.name!r} has no box constraints (upper=, total=)")
 

@@ -100,7 +100,7 @@ def resolve(module, values: dict, readable=None) -> ModuleType:
 
 
 #: The largest exponent ``k`` of a power-form link ``(a (z - clip))**k`` a case is resolved to: beyond it (entmax
-#: within 1e-4 of 1, ``k = 1/(alpha - 1)``) the power-form rules of :mod:`numeric.tensor_rules` round ``a (z -
+#: within 1e-4 of 1, ``k = 1/(alpha - 1)``) the power-form rules of :mod:`numeric.core` round ``a (z -
 #: clip)``, close to 1, to a relative error that ``k`` multiplies; the family's routines (the printed link,
 #: ``exp(log1p(...) / (alpha - 1))``) do not.
 POWER_LARGE_K = 1e4

@@ -10,7 +10,7 @@ backend; only the arrays differ.  This module holds that part:
 * the layout of a parameter given per row: a shape broadcasting to the scores with
   size 1 along the map's axis (:func:`param_shape`), as an array of one value per row
   of the flattened scores (:func:`param_rows`);
-* the loss's terms per row (:func:`loss_rows`, on :func:`numeric.tensor_rules.omega_terms`).
+* the loss's terms per row (:func:`loss_rows`, on :func:`numeric.core.derivatives.omega_terms`).
 
 A front end describes its arrays by an :class:`Arrays` (how to tell one, read its
 values where they can be read, make a range of integers like it), and keeps its
@@ -25,7 +25,9 @@ from types import ModuleType
 
 import numpy as np
 
-from . import tensor_rules
+from .constraints.box import box_short
+from .core import derivatives
+from .core.ops import Routines, TensorOps
 
 __all__ = ["THRESHOLDS", "REDUCTIONS", "Arrays", "check_threshold", "check_names", "check_param", "check_axis",
            "is_number", "param_shape", "param_rows", "check_learned", "learned_range", "check_target", "check_reduction", "reduce",
@@ -191,9 +193,6 @@ def is_box(upper, total) -> bool:
     return upper is not None or not (is_number(total) and float(total) == 1.0)
 
 
-box_short = tensor_rules.box_short
-
-
 def box_rows(xp, arrays: Arrays, x, upper, total, axis: int, word: str = "axis"):
     """``(upper, total)`` of a bounded call as rows of the scores ``x`` flattened with ``axis`` last: ``(rows, n)``
     bounds (``inf``: none) and ``(rows, 1)`` totals, in ``x``'s dtype, checked.
@@ -201,14 +200,14 @@ def box_rows(xp, arrays: Arrays, x, upper, total, axis: int, word: str = "axis")
     ``upper``: ``None``, a number or an array broadcasting to the scores, ``>= 0``; ``total``: a number or an array
     broadcasting to the scores with size 1 along the map's axis, finite and ``> 0`` (a NaN or negative bound, or a
     total outside ``(0, inf)``, is refused by name; traced values, which cannot be read, give NaN rows instead,
-    :func:`numeric.tensor_rules.box_solve`).  Where the values can be read
+    :func:`numeric.constraints.box.box_solve`).  Where the values can be read
     (:meth:`Arrays.readable`) the bounds of each row's unmasked scores must sum to at least its total, within
     ``sqrt(eps)`` of it (``sqrt(eps) * total``: float64 1.5e-8, float32 3.5e-4) ("infeasible bounds", with the row
     and the two sums); a fully masked row is exempt (it gives zeros).  Bounds computed from other sums (what is
     left of a budget, ``fertility - attention so far``) carry the rounding of those sums, which is relative to
     their magnitudes, not to the total's, and which the bounds do not show: ``sqrt(eps)`` (the target's slack in
     :func:`check_target`) covers it for any reasonable accumulation.  A row short of its total within it is
-    solved with the total taken as its room (:func:`numeric.tensor_rules.box_solve`: every entry saturates, ``p
+    solved with the total taken as its room (:func:`numeric.constraints.box.box_solve`: every entry saturates, ``p
     = u``); :func:`box_short` is the rule.
     """
     shape, n = tuple(x.shape), x.shape[axis]
@@ -378,8 +377,8 @@ def check_target(x, target, axis: int, arrays: Arrays, word: str = "axis", box=N
     return target
 
 
-class RowOps(tensor_rules.TensorOps):
-    """The operations of :func:`numeric.tensor_rules.omega_terms` on rows of any array namespace (NumPy, CuPy)."""
+class RowOps(TensorOps):
+    """The operations of :func:`numeric.core.derivatives.omega_terms` on rows of any array namespace (NumPy, CuPy)."""
 
     def __init__(self, xp, dtype):
         self.xp = xp
@@ -416,8 +415,8 @@ class RowOps(tensor_rules.TensorOps):
         return fn() if bool(pred.any()) else otherwise()
 
 
-def loss_rows(ops, r: tensor_rules.Routines, x, p, y):
+def loss_rows(ops, r: Routines, x, p, y):
     """The Fenchel-Young loss of each row of the 2-D scores ``x`` against the distributions ``y``, with ``p`` the
-    map's output: ``sum_i [omega(y_i) - omega(p_i)] - (y_i - p_i) s_i`` (:func:`numeric.tensor_rules.omega_terms`),
+    map's output: ``sum_i [omega(y_i) - omega(p_i)] - (y_i - p_i) s_i`` (:func:`numeric.core.derivatives.omega_terms`),
     shape ``(rows,)``."""
-    return tensor_rules.omega_terms(ops, r, x, p, y)[..., 0]
+    return derivatives.omega_terms(ops, r, x, p, y)[..., 0]

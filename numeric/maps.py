@@ -26,7 +26,9 @@ from types import ModuleType
 
 import numpy as np
 
-from . import contract, family, front, tensor_rules, trust
+from . import contract, family, front, trust
+from .constraints.box import box_multipliers
+from .core.ops import Routines
 from .front import NUMPY, check_axis
 from .backend import array_module, to_compute_dtype
 from .backends import backend_for
@@ -227,7 +229,7 @@ class Map:
 
     def jvp(self, y, dx, axis: int = -1, *, upper=None, total=1.0):
         """``J dx`` at ``y = m(x)``: ``w*dx - w (w.dx) / sum(w)``, ``w = w(y)`` on the support (with ``upper``: on
-        the entries free of their bounds, :func:`numeric.tensor_rules.box_vjp`)."""
+        the entries free of their bounds, :func:`numeric.constraints.box.box_vjp`)."""
         backend, xp, y, out_dtype, axis, fy, fd, restore = _tangent_rows(y, dx, axis, "tangent")
         if front.is_box(upper, total):
             return restore(self._box_vjp(backend, y, fy, fd, upper, total, axis, None)[0]).astype(out_dtype, copy=False)
@@ -251,7 +253,7 @@ class Map:
         In a row where no entry is free (each at 0 or at its bound, as budget sparsemax's ``[1, 1, 0]``) the
         derivatives are one-sided, on the side where ``tau`` rises (the right-derivative in the bounds, the left
         in the total): the saturated entries that leave their bound first take the free ones' place
-        (:func:`numeric.tensor_rules.box_exits`); that needs the scores ``x``, and such a row without them raises
+        (:func:`numeric.constraints.box.box_exits`); that needs the scores ``x``, and such a row without them raises
         :class:`ValueError`."""
         backend, xp, y, out_dtype, axis, fy, fd, restore = _tangent_rows(y, dy, axis, "cotangent")
         fx = None if x is None else _tangent_rows(y, x, axis, "score")[6]
@@ -367,11 +369,11 @@ class Map:
         if not bounds:
             return out
         with np.errstate(invalid="ignore", divide="ignore"):
-            mu = tensor_rules.box_multipliers(front.RowOps(xp, x.dtype), r, rows[0], tau.reshape(-1, 1), box[0])
+            mu = box_multipliers(front.RowOps(xp, x.dtype), r, rows[0], tau.reshape(-1, 1), box[0])
         restore = _rows(x, axis)[1]
         return (*out, {"upper": (restore(mu) * scale).astype(out_dtype), "total": (tau * scale).astype(out_dtype)})
 
-    def _routines(self, shape: tuple, axis: int, dtype, xp) -> tensor_rules.Routines:
+    def _routines(self, shape: tuple, axis: int, dtype, xp) -> Routines:
         """The module's NumPy routines bound to the parameters: scalars of ``dtype``, or one value per row of scores
         of ``shape`` along ``axis`` (``(rows, 1)``)."""
         if self.per_row:
@@ -379,7 +381,7 @@ class Map:
             params = tuple(xp.asarray(table[:, i:i + 1], dtype=dtype) for i in range(table.shape[1]))
         else:
             params = self.cast_params(dtype)
-        return tensor_rules.Routines(self.module, contract.module_routines(self.module), params)
+        return Routines(self.module, contract.module_routines(self.module), params)
 
 
 def _tangent_rows(y, d, axis, word: str):

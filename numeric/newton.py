@@ -82,7 +82,7 @@ def safeguarded_point(ops: Ops, x, lo, hi, step_old, newton, usable, free=False)
     what stops Newton cycling across a kink (each step landing on the bracket's other end).
 
     Written once for every bracketed solve of the package: :func:`invert_link`, the KKT and Halley solves of
-    :mod:`numeric.tensor_rules` (traced with them into the CUDA row kernels, ``derive.codegen.trace_rows``),
+    :mod:`numeric.core` (traced with them into the CUDA row kernels, ``derive.codegen.trace_rows``),
     and, traced by ``derive.codegen.trace``, the fused Triton attention's threshold loops (``safeguarded_point``).
     """
     take = usable & (newton >= lo) & (newton <= hi) & (free | (abs(newton - x) < 0.5 * abs(step_old)))

@@ -4,8 +4,8 @@
 (:mod:`derive.normmax`): with ``a = (2 alpha - 1) / alpha``, ``r = entmax_a(s / (a - 1))`` has ``r_i = [s_i -
 tau]_+^q`` (``q = alpha / (alpha - 1)``) and ``p = r^(1/alpha) / sum r^(1/alpha)``.  The threshold is solved by
 the entmax family's rules (at ``alpha = 2``, ``a = 3/2``: 1.5-entmax's exact sort rule), the rest is
-:func:`numeric.tensor_rules.normmax_from`; the Jacobian ``(I - p 1^T) diag(m) (I - 1 p^T)`` and the
-Fenchel-Young loss are :func:`~numeric.tensor_rules.normmax_vjp` and :func:`~numeric.tensor_rules.normmax_loss`,
+:func:`numeric.families.normmax.normmax_from`; the Jacobian ``(I - p 1^T) diag(m) (I - 1 p^T)`` and the
+Fenchel-Young loss are :func:`~numeric.families.normmax.normmax_vjp` and :func:`~numeric.families.normmax.normmax_loss`,
 the same text on every backend.
 """
 
@@ -13,7 +13,8 @@ from __future__ import annotations
 
 import numpy as np
 
-from . import front, tensor_rules
+from . import front
+from .families.normmax import normmax_from, normmax_loss, normmax_vjp
 from .backend import array_module, to_compute_dtype
 from .front import check_axis
 from .maps import CLASSES, Map, _rows, _tangent_rows, import_map_module
@@ -93,7 +94,7 @@ class NormmaxMap(Map):
         rows, restore = _rows(r, axis)
         alpha_rows = _rows(xp.broadcast_to(alpha, x.shape), axis)[0][:, :1] if hasattr(alpha, "shape") else alpha
         with np.errstate(divide="ignore", invalid="ignore"):
-            p = tensor_rules.normmax_from(front.RowOps(xp, x.dtype), rows, alpha_rows)
+            p = normmax_from(front.RowOps(xp, x.dtype), rows, alpha_rows)
         return restore(p).astype(out_dtype, copy=False), tau
 
     def _alpha_rows(self, y, axis, xp):
@@ -106,7 +107,7 @@ class NormmaxMap(Map):
             raise ValueError("normmax takes no box constraints (upper=, total=): its regularizer is not separable")
         backend, xp, y, out_dtype, axis, fy, fd, restore = _tangent_rows(y, dx, axis, "tangent")
         with np.errstate(divide="ignore", invalid="ignore", over="ignore"):
-            out = tensor_rules.normmax_vjp(front.RowOps(xp, y.dtype), fy, fd, self._alpha_rows(y, axis, xp))
+            out = normmax_vjp(front.RowOps(xp, y.dtype), fy, fd, self._alpha_rows(y, axis, xp))
         return restore(out).astype(out_dtype, copy=False)
 
     def vjp(self, y, dy, axis: int = -1, *, upper=None, total=1.0):
@@ -130,7 +131,7 @@ class NormmaxMap(Map):
         p = self(x, axis=axis).astype(x.dtype, copy=False)
         rows = [_rows(a, axis)[0] for a in (x, p, y)]
         with np.errstate(over="ignore", invalid="ignore", divide="ignore", under="ignore"):
-            value = tensor_rules.normmax_loss(front.RowOps(xp, x.dtype), *rows, self._alpha_rows(x, axis, xp))
+            value = normmax_loss(front.RowOps(xp, x.dtype), *rows, self._alpha_rows(x, axis, xp))
         value = value.reshape(x.shape[:axis] + x.shape[axis + 1:])
         grad = p - y
         if reduction == "mean":

@@ -1,6 +1,6 @@
 """The NumPy backend: maps on NumPy arrays, row by row.
 
-Rows are solved by :func:`numeric.tensor_rules.solve`, the text torch and JAX
+Rows are solved by :func:`numeric.core.rules.solve`, the text torch and JAX
 run, on :class:`numeric.numpy_ops.NumpyRowOps` (whose operations take NumPy's
 shortcuts: no shift for a closed threshold where none is needed, sort
 thresholds from the largest scores, writes into the output).  Large
@@ -20,7 +20,10 @@ from functools import lru_cache
 
 import numpy as np
 
-from . import contract, numpy_ops, tensor_rules
+from . import contract, numpy_ops
+from .constraints.box import box_solve, box_vjp
+from .core import derivatives, rules
+from .core.ops import Routines
 from .backend import Backend
 from .parallel import run_tasks
 
@@ -54,8 +57,8 @@ def _on_two_threads(solve, rows: int, size: int, chunks: int | None = None) -> N
 
 @lru_cache(maxsize=64)
 def _at_zero(module):
-    """:func:`numeric.tensor_rules.weight_at_zero` of a module, once."""
-    return tensor_rules.weight_at_zero(module)
+    """:func:`numeric.core.derivatives.weight_at_zero` of a module, once."""
+    return derivatives.weight_at_zero(module)
 
 
 class NumpyBackend(Backend):
@@ -86,39 +89,39 @@ class NumpyBackend(Backend):
 
     def _forward_block(self, module, kind: str, x: np.ndarray, out: np.ndarray, tau: np.ndarray, params: tuple):
         """``p`` of the rows ``x`` into ``out`` (which may be ``x`` itself) and their thresholds into ``tau``:
-        :func:`numeric.tensor_rules.solve` on :class:`numeric.numpy_ops.NumpyRowOps`."""
+        :func:`numeric.core.rules.solve` on :class:`numeric.numpy_ops.NumpyRowOps`."""
         ops = numpy_ops.ops_for(x.dtype)
-        routines = tensor_rules.Routines(module, contract.module_routines(module), params)
+        routines = Routines(module, contract.module_routines(module), params)
         method = "auto" if kind == module.THRESHOLD else kind
         with np.errstate(all="ignore"):  # off-support branches are evaluated and masked
-            p, t = tensor_rules.solve(ops, routines, x, method=method, out=out)
+            p, t = rules.solve(ops, routines, x, method=method, out=out)
             if p is not out:
                 np.copyto(out, p)
             tau[...] = t[:, 0]
 
     def jvp(self, mapping, y: np.ndarray, dx: np.ndarray) -> np.ndarray:
-        """``J dx`` along the last axis at ``y = m(x)``: :func:`numeric.tensor_rules.jvp` on
+        """``J dx`` along the last axis at ``y = m(x)``: :func:`numeric.core.derivatives.jvp` on
         :class:`numeric.numpy_ops.NumpyRowOps`, ``w*dx - w (w.dx) / sum(w)``, ``w = w(y)`` on the support."""
         module = mapping.module
-        routines = tensor_rules.Routines(module, contract.module_routines(module), mapping.cast_params(y.dtype))
+        routines = Routines(module, contract.module_routines(module), mapping.cast_params(y.dtype))
         with np.errstate(all="ignore"):  # off-support branches are evaluated and masked
-            return tensor_rules.jvp(numpy_ops.ops_for(y.dtype), routines, y, dx, _at_zero(module))
+            return derivatives.jvp(numpy_ops.ops_for(y.dtype), routines, y, dx, _at_zero(module))
 
     def box_forward(self, mapping, x, upper, total):
-        """:func:`numeric.tensor_rules.box_solve` on :class:`numeric.numpy_ops.NumpyRowOps`."""
+        """:func:`numeric.constraints.box.box_solve` on :class:`numeric.numpy_ops.NumpyRowOps`."""
         module = mapping.module
-        routines = tensor_rules.Routines(module, contract.module_routines(module), mapping.cast_params(x.dtype))
+        routines = Routines(module, contract.module_routines(module), mapping.cast_params(x.dtype))
         with np.errstate(all="ignore"):  # off-support branches are evaluated and masked
-            p, t = tensor_rules.box_solve(numpy_ops.ops_for(x.dtype), routines, x, upper, total)
+            p, t = box_solve(numpy_ops.ops_for(x.dtype), routines, x, upper, total)
         return p, t[:, 0]
 
     def box_vjp(self, mapping, y, dy, upper, x=None):
-        """:func:`numeric.tensor_rules.box_vjp` on :class:`numeric.numpy_ops.NumpyRowOps` (``x``: the scores, for
+        """:func:`numeric.constraints.box.box_vjp` on :class:`numeric.numpy_ops.NumpyRowOps` (``x``: the scores, for
         the one-sided derivatives of a row with no free entry)."""
         module = mapping.module
-        routines = tensor_rules.Routines(module, contract.module_routines(module), mapping.cast_params(y.dtype))
+        routines = Routines(module, contract.module_routines(module), mapping.cast_params(y.dtype))
         with np.errstate(all="ignore"):
-            return tensor_rules.box_vjp(numpy_ops.ops_for(y.dtype), routines, y, dy, upper, _at_zero(module), x)
+            return box_vjp(numpy_ops.ops_for(y.dtype), routines, y, dy, upper, _at_zero(module), x)
 
     def rbf_expectation(self, cmap, mu: np.ndarray, sigma2: np.ndarray, basis, grad: bool):
         """``(r, dr/dmu, dr/dsigma2)`` (the derivatives ``None`` when ``grad=False``) for float64 ``mu``, ``sigma2``

@@ -1,11 +1,11 @@
-"""The operations of :mod:`numeric.tensor_rules` on NumPy arrays.
+"""The operations of :mod:`numeric.core` on NumPy arrays.
 
 :class:`NumpyRowOps` extends :class:`numeric.newton.NumpyOps` (the elementwise
 operations of :func:`numeric.newton.invert_link`) with the row operations of
-:class:`numeric.tensor_rules.TensorOps`: reductions along the last axis keeping
+:class:`numeric.core.ops.TensorOps`: reductions along the last axis keeping
 it, ``repeat`` a Python loop that stops when no row is still going, ``branch``
 a computation made only where some row asks for it, and the row indexing with
-which :class:`numeric.tensor_rules.CompactRows` computes only the rows concerned.
+which :class:`numeric.core.ops.CompactRows` computes only the rows concerned.
 """
 
 from __future__ import annotations
@@ -17,13 +17,13 @@ import numpy as np
 from .newton import NumpyOps
 from .rows import row_max as _row_max
 from .rows import row_sum as _row_sum
-from .tensor_rules import CompactRows, TensorOps
+from .core.ops import CompactRows, TensorOps
 
 __all__ = ["NumpyRowOps", "ops_for"]
 
 
 class NumpyRowOps(CompactRows, NumpyOps, TensorOps):
-    """:class:`~numeric.tensor_rules.TensorOps` on 2-D NumPy arrays of one floating dtype."""
+    """:class:`~numeric.core.ops.TensorOps` on 2-D NumPy arrays of one floating dtype."""
 
     def __init__(self, dtype):
         super().__init__(dtype)

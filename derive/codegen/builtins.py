@@ -90,8 +90,8 @@ CUDA_SOURCE = r"""
 
 _NEWTON_TRITON = '''"""numeric's algorithms traced into Triton (derive.codegen.trace): the inversion of a link with no closed
 form (numeric.newton.invert_link), the safeguard of every bracketed Newton solve
-(numeric.newton.safeguarded_point), the threshold of a block of rows (numeric.tensor_rules.halley_threshold) and
-the pieces of the bounded threshold's solve (numeric.tensor_rules.box_solve: box_high, box_lowest, box_sums,
+(numeric.newton.safeguarded_point), the threshold of a block of rows (numeric.core.halley.halley_threshold) and
+the pieces of the bounded threshold's solve (numeric.constraints.box.box_solve: box_high, box_lowest, box_sums,
 box_round).
 
 The Triton module of a map whose link has no closed form (its TRITON_SOURCE) defines
@@ -109,7 +109,7 @@ import triton.language as tl
 '''
 
 
-_ROWS_SOLVE = '''"""numeric.tensor_rules.solve traced into CUDA (derive.codegen.trace_rows): the row kernels' forward pass,
+_ROWS_SOLVE = '''"""numeric.core.rules.solve traced into CUDA (derive.codegen.trace_rows): the row kernels' forward pass,
 one function per kind of map (rg_solve_closed, rg_solve_sort_linear, ..., rg_solve_kkt_dense), each
 solving one row in one block, and rg_solve_row, which calls the one a map's struct names (M::solver).
 

@@ -22,7 +22,9 @@ from __future__ import annotations
 
 import numpy as np
 
-from numeric import tensor_rules as TR
+from numeric.constraints.box import box_high, box_lowest, box_round, box_sums
+from numeric.core import halley
+from numeric.core.ops import TensorOps
 from numeric.newton import Ops, invert_link, safeguarded_point
 
 __all__ = ["Operators", "Value", "Tracer", "CudaTracer", "TritonTracer", "TritonRowsTracer", "newton_link_sources",
@@ -287,24 +289,24 @@ def safeguard_source() -> str:
     * ``safeguarded_point(x, lo, hi, step_old, newton, usable, free)`` returning ``(x_new, took)``
       (:func:`numeric.newton.safeguarded_point`);
     * ``narrow_bracket(t, lo, hi, active, f)`` and ``threshold_round(t, lo, hi, step, step_old, active, f,
-      slope, point, usable, scale, free)`` (:func:`numeric.tensor_rules.narrow_bracket`,
-      :func:`numeric.tensor_rules.threshold_round`): the fused attention's passes over the keys.
+      slope, point, usable, scale, free)`` (:func:`numeric.core.halley.narrow_bracket`,
+      :func:`numeric.core.halley.threshold_round`): the fused attention's passes over the keys.
 
     (The CUDA row kernels' solves trace them inline: :mod:`derive.codegen.trace_rows`.)"""
     return "\n\n\n".join([
         _triton_function("safeguarded_point", safeguarded_point, "x, lo, hi, step_old, newton, usable?, free?",
                          "the next point of a bracketed Newton solve: numeric.newton.safeguarded_point (rtsafe's "
                          "safeguard)"),
-        _triton_function("narrow_bracket", TR.narrow_bracket, "t, lo, hi, active?, f",
-                         "a threshold's bracket moved to t by the sign of F - 1: numeric.tensor_rules.narrow_bracket"),
-        _triton_function("threshold_round", TR.threshold_round,
+        _triton_function("narrow_bracket", halley.narrow_bracket, "t, lo, hi, active?, f",
+                         "a threshold's bracket moved to t by the sign of F - 1: numeric.core.halley.narrow_bracket"),
+        _triton_function("threshold_round", halley.threshold_round,
                          "t, lo, hi, step, step_old, active?, f, slope, point, usable?, scale, free?",
-                         "one round of a threshold's bracketed solve: numeric.tensor_rules.threshold_round"),
+                         "one round of a threshold's bracketed solve: numeric.core.halley.threshold_round"),
     ])
 
 
-class TritonRowsTracer(TritonTracer, TR.TensorOps):
-    """:class:`numeric.tensor_rules.TensorOps` on a block of rows in a ``@triton.jit`` function: a value per
+class TritonRowsTracer(TritonTracer, TensorOps):
+    """:class:`numeric.core.ops.TensorOps` on a block of rows in a ``@triton.jit`` function: a value per
     score has the block's shape ``[ROWS, N]``, a row-wide one ``[ROWS, 1]``, and Triton broadcasts them as
     NumPy does; a reduction along the rows keeps its axis.  What device code cannot do (a sort, a branch
     that skips work) is not provided: tracing a rule that needs it fails."""
@@ -335,7 +337,7 @@ class TritonRowsTracer(TritonTracer, TR.TensorOps):
 
 
 class _MapCalls:
-    """A map's routines in a traced kernel (as :class:`numeric.tensor_rules.Routines`): ``r.name(x)`` prints
+    """A map's routines in a traced kernel (as :class:`numeric.core.ops.Routines`): ``r.name(x)`` prints
     ``MAP.name(x, params)``, ``r.clip()`` ``MAP.clip(params)``; a map's Triton functions have every routine."""
 
     def __init__(self, tracer: Tracer):
@@ -353,18 +355,18 @@ class _MapCalls:
 
 _KEPT = ("the threshold of each row of the scores y in [lo, hi] from start (the rows not going keep it), with F\n"
          "    # the sum over y plus rest(t, rest_args) (value, first and second derivative of the row's other scores):\n"
-         "    # numeric.tensor_rules.halley_threshold, the host's safeguarded Halley, traced")
+         "    # numeric.core.halley.halley_threshold, the host's safeguarded Halley, traced")
 
 
 def kept_threshold_source() -> str:
-    """:func:`numeric.tensor_rules.halley_threshold` traced into Triton: ``@triton.jit def kept_threshold(y,
+    """:func:`numeric.core.halley.halley_threshold` traced into Triton: ``@triton.jit def kept_threshold(y,
     start, lo, hi, going, peak, MAP, params, rest, rest_args)`` on a block of rows (``y``: ``[ROWS, N]``, the
     rest ``[ROWS, 1]``, ``peak`` the rows' largest scores), returning ``t`` (``[ROWS, 1]``).  The fused
     attention's forward solves each query block's kept scores with it, ``rest`` modelling the scores left out."""
     tr = TritonRowsTracer()
     y, start, lo, hi, peak = (Value(tr, name) for name in ("y", "start", "lo", "hi", "peak"))
     rest_args = Value(tr, "rest_args")
-    t, *_ = TR.halley_threshold(tr, _MapCalls(tr), y, lo, hi, start=start, going=Value(tr, "going", "bool"),
+    t, *_ = halley.halley_threshold(tr, _MapCalls(tr), y, lo, hi, start=start, going=Value(tr, "going", "bool"),
                                 rest=lambda t: tr.call_many("rest", 3, t, rest_args), peak=peak)
     return "\n".join(["@triton.jit", "def kept_threshold(y, start, lo, hi, going, peak, MAP: tl.constexpr, params, rest, "
                        "rest_args):", f"    # {_KEPT}", *tr.lines, f"    return {t.text}"])
@@ -384,22 +386,22 @@ def _rows_function(name: str, fn, args: str, comment: str) -> str:
 
 
 def box_source() -> str:
-    """The bounded threshold's solve (:func:`numeric.tensor_rules.box_solve`) traced into Triton, in the pieces
+    """The bounded threshold's solve (:func:`numeric.constraints.box.box_solve`) traced into Triton, in the pieces
     the fused attention's passes over the keys take block by block: ``box_high``, ``box_lowest`` (the bracket's left end,
     a minimum over the blocks), ``box_sums`` (``p``, ``F``, ``-F'``, the free and the saturated
     entries of a block at a threshold; its row sums add up over the blocks) and ``box_round`` (one Newton
     round on the rows' sums)."""
     return "\n\n\n".join([
-        _rows_function("box_high", TR.box_high, "total, count",
-                       "the bounded threshold's bracket's right end, -omega'(total / n): numeric.tensor_rules.box_high"),
-        _rows_function("box_lowest", TR.box_lowest, "y, upper, total, live?",
+        _rows_function("box_high", box_high, "total, count",
+                       "the bounded threshold's bracket's right end, -omega'(total / n): numeric.constraints.box.box_high"),
+        _rows_function("box_lowest", box_lowest, "y, upper, total, live?",
                        "the least y - omega'(min(u, total)) over the live entries of a block of rows (inf where "
-                       "none): numeric.tensor_rules.box_lowest"),
-        _rows_function("box_sums", TR.box_sums, "y, t, upper, live?, clip, ceiling, peak",
+                       "none): numeric.constraints.box.box_lowest"),
+        _rows_function("box_sums", box_sums, "y, t, upper, live?, clip, ceiling, peak",
                        "p = min(u, g_+(y - t)) on a block of rows, its row sums, those of w over the free entries, "
-                       "the free and the saturated entries: numeric.tensor_rules.box_sums"),
-        _triton_function("box_round", lambda ops, *a: TR.box_round(ops, *a)[0],
+                       "the free and the saturated entries: numeric.constraints.box.box_sums"),
+        _triton_function("box_round", lambda ops, *a: box_round(ops, *a)[0],
                          "t, lo, hi, step, step_old, active?, f, slope, total, scale",
-                         "one Newton round of the bounded threshold: numeric.tensor_rules.box_round",
+                         "one Newton round of the bounded threshold: numeric.constraints.box.box_round",
                          TritonRowsTracer()),
     ])

@@ -1,7 +1,7 @@
-"""The threshold solver of :mod:`numeric.tensor_rules` traced into CUDA: the row kernels' forward pass.
+"""The threshold solver of :mod:`numeric.core` traced into CUDA: the row kernels' forward pass.
 
-:func:`numeric.tensor_rules.solve` is written once against
-:class:`numeric.tensor_rules.TensorOps` on 2-D arrays of rows.  :class:`RowTracer`
+:func:`numeric.core.rules.solve` is written once against
+:class:`numeric.core.ops.TensorOps` on 2-D arrays of rows.  :class:`RowTracer`
 is such a target whose "arrays" are one row of a CUDA block (one block per
 row), so running ``solve`` on it prints the solve as CUDA C++:
 
@@ -43,7 +43,8 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from numeric import tensor_rules as TR
+from numeric.core import derivatives, rules
+from numeric.core.ops import Routines, TensorOps
 
 from .trace import CudaTracer, Operators, Value
 
@@ -107,8 +108,8 @@ def _walk(values):
     return out
 
 
-class RowTracer(CudaTracer, TR.TensorOps):
-    """:class:`numeric.tensor_rules.TensorOps` printing CUDA for one row of a block (see the module's text).
+class RowTracer(CudaTracer, TensorOps):
+    """:class:`numeric.core.ops.TensorOps` printing CUDA for one row of a block (see the module's text).
 
     The printed code reads the row's scores from ``sr`` (:attr:`scores`; other input rows: :meth:`row`), its
     length from ``cols``, writes into the row ``out`` (``pr``) and reduces through ``shared``
@@ -447,7 +448,7 @@ def _origin() -> str:
     while frame is not None:
         code = frame.f_code
         module = frame.f_globals.get("__name__", "")
-        if module.startswith("numeric.") and not hasattr(TR.TensorOps, code.co_name) and code.co_name != "<lambda>":
+        if module.startswith("numeric.") and not hasattr(TensorOps, code.co_name) and code.co_name != "<lambda>":
             return f"  // {module.rsplit('.', 1)[-1]}.{code.co_name}"
         frame = frame.f_back
     return ""
@@ -459,7 +460,7 @@ class _ReadsState(Exception):
 
 @dataclass(frozen=True)
 class Solver:
-    """One trace of :func:`numeric.tensor_rules.solve`: the module constants and routines its choices read.
+    """One trace of :func:`numeric.core.rules.solve`: the module constants and routines its choices read.
 
     ``routines``: those the map has (besides ``omega``, its derivatives, ``weight``, ``weight_d2`` and
     ``clip``); ``exponent``: the power form's ``k`` where it is a number the rules branch on; ``dense``:
@@ -516,7 +517,7 @@ def solver_for(threshold: str, degree, link_method: str, link_form: str, exponen
 
 
 class _Module:
-    """The constants of a map module that :func:`numeric.tensor_rules.solve` reads."""
+    """The constants of a map module that :func:`numeric.core.rules.solve` reads."""
 
     def __init__(self, solver: Solver):
         self.THRESHOLD = solver.threshold
@@ -524,7 +525,7 @@ class _Module:
         self.TERM_IS_EXP = False
 
 
-def _routines(tracer: RowTracer, solver: Solver) -> TR.Routines:
+def _routines(tracer: RowTracer, solver: Solver) -> Routines:
     """The map's routines as calls of its struct's methods (``clip``: ``-inf`` where dense; ``link_exponent``:
     the number a sort map's power form has)."""
     table = {}
@@ -538,7 +539,7 @@ def _routines(tracer: RowTracer, solver: Solver) -> TR.Routines:
         table["clip"] = lambda: -math.inf
     if solver.exponent is not None:
         table["link_exponent"] = lambda: solver.exponent
-    return TR.Routines(_Module(solver), table)
+    return Routines(_Module(solver), table)
 
 
 _ASSIGN = re.compile(r"^\s*(?:(?:const )?(?:(?:T|bool) )?(\w+) (?:=|\+=) |rg_add_compensated\((\w+), )")
@@ -575,9 +576,9 @@ def _prune(lines: list[str]) -> list[str]:
 
 def trace_solver(solver: Solver) -> str:
     """``template <class M, typename T> __device__ void rg_solve_NAME(const M& map, const T* sr, T* pr, long long
-    cols, T* shared, T& tau)``: :func:`numeric.tensor_rules.solve` of one row, traced."""
+    cols, T* shared, T& tau)``: :func:`numeric.core.rules.solve` of one row, traced."""
     tr = RowTracer()
-    p, tau = TR.solve(tr, _routines(tr, solver), tr.scores)
+    p, tau = rules.solve(tr, _routines(tr, solver), tr.scores)
     tr.store(p)
     tau = tr.value(tau)
     body = _prune([tr.indent + d for d in tr.decls] + tr.lines + [f"    tau = {tau.text};"])
@@ -595,7 +596,7 @@ def solver_enum_source() -> str:
                       f"enum rg_solver {{ {', '.join(s.enum for s in SOLVERS)} }};", "#endif"])
 
 
-#: The JVP's two forms (:func:`numeric.tensor_rules._weights`): a link of the power form takes its weight as
+#: The JVP's two forms (:func:`numeric.core.derivatives.weights`): a link of the power form takes its weight as
 #: ``a k exp((1 - 1/k) log p)``, another the map's ``weight``.
 JVP_FORMS = ("power", "general")
 
@@ -606,11 +607,11 @@ def jvp_form(solver: Solver) -> str:
 
 def trace_jvp(form: str) -> str:
     """``template <class M, typename T> __device__ void rg_jvp_FORM(const M& map, const T* pr, const T* vr, T* out,
-    long long cols, T* shared)``: :func:`numeric.tensor_rules.jvp` of one row (``J v`` at ``p``), traced."""
+    long long cols, T* shared)``: :func:`numeric.core.derivatives.jvp` of one row (``J v`` at ``p``), traced."""
     tr = RowTracer(out="out")
     solver = next(s for s in SOLVERS if s.threshold == "root" and s.link_form == ("power" if form == "power" else "other"))
     r = _routines(tr, solver)
-    tr.store(TR.jvp(tr, r, tr.row("pr"), tr.row("vr")))
+    tr.store(derivatives.jvp(tr, r, tr.row("pr"), tr.row("vr")))
     body = _prune([tr.indent + d for d in tr.decls] + tr.lines)
     return "\n".join([
         f"// J v = w*v - w (w.v) / sum(w) at p, w = weight(p) on the support ({form} link)",

@@ -1,6 +1,6 @@
-"""The operations of :mod:`numeric.tensor_rules` and :func:`numeric.newton.invert_link` on JAX arrays.
+"""The operations of :mod:`numeric.core` and :func:`numeric.newton.invert_link` on JAX arrays.
 
-:class:`JaxOps` implements :class:`numeric.tensor_rules.TensorOps` for one
+:class:`JaxOps` implements :class:`numeric.core.ops.TensorOps` for one
 floating dtype with :mod:`jax.numpy` and :mod:`jax.lax`, so the rules trace
 under ``jax.jit`` and ``jax.vmap``: ``repeat`` is a :func:`jax.lax.while_loop`
 that stops when no row is still going (or after its budget), ``branch`` a
@@ -23,7 +23,7 @@ import jax.numpy as jnp
 from jax import lax
 
 from ..newton import NEWTON_STEPS
-from ..tensor_rules import TensorOps
+from ..core.ops import TensorOps
 
 __all__ = ["JaxOps", "ops_for", "ON_ROWS_CHUNK"]
 
@@ -43,7 +43,7 @@ def _like(new, old):
 
 
 class JaxOps(TensorOps):
-    """:class:`~numeric.tensor_rules.TensorOps` on JAX arrays of ``dtype`` (traceable: no value reaches Python)."""
+    """:class:`~numeric.core.ops.TensorOps` on JAX arrays of ``dtype`` (traceable: no value reaches Python)."""
 
     def __init__(self, dtype):
         info = jnp.finfo(dtype)

@@ -26,7 +26,7 @@ works), traced or not: its gradient flows.
 
 **Bounded weights.**  With ``upper`` each query's weights are the map over the
 box ``0 <= p <= upper``, ``sum p = 1`` instead of the simplex
-(:meth:`~numeric.jax.maps.JaxMap.__call__`, :func:`numeric.tensor_rules.box_solve`):
+(:meth:`~numeric.jax.maps.JaxMap.__call__`, :func:`numeric.constraints.box.box_solve`):
 ``p_j = min(u_j, g_+(s_j - tau))``, constrained (fertility-style) attention in
 which no key takes more than its bound of a query's attention (constrained
 softmax and sparsemax, Martins and Kreutzer 2017; Malaviya et al. 2018, where the

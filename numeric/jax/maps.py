@@ -3,7 +3,7 @@
 A :class:`JaxMap` wraps a generated map module (a built-in name, the name of
 an importable module ``regattn generate`` wrote, or the module itself, checked
 as :func:`numeric.get_map` checks it) and solves it with the rules of
-:mod:`numeric.tensor_rules` on the module's NumPy routines run on JAX arrays
+:mod:`numeric.core` on the module's NumPy routines run on JAX arrays
 (:func:`numeric.contract.routines_on` with ``jax.numpy``) through
 :class:`~numeric.jax._ops.JaxOps` (loops are ``lax.while_loop``, so a map
 traces under ``jax.jit`` and ``jax.vmap``).  Each call is a
@@ -31,9 +31,9 @@ parameter derivative ``c`` is evaluated in float64 (the printed
 
 **Box constraints.**  ``upper=`` and ``total=`` (keywords of every map and of
 the loss) replace the simplex by the box ``0 <= p <= upper``, ``sum p = total``:
-``p_i = min(u_i, g_+(s_i - tau))`` (:func:`numeric.tensor_rules.box_solve`,
+``p_i = min(u_i, g_+(s_i - tau))`` (:func:`numeric.constraints.box.box_solve`,
 :meth:`numeric.Map.__call__`), with the JVP of
-:func:`numeric.tensor_rules.box_jvp`: on the free entries ``0 < p_i < u_i``
+:func:`numeric.constraints.box.box_jvp`: on the free entries ``0 < p_i < u_i``
 ``dp_i = w_i (dx_i - c_i dq - dtau)``, on the saturated ones ``dp_j = du_j``,
 ``dtau`` keeping ``sum p = total``; gradients flow to bound and total arrays.
 Bounds that cannot hold a row's total (those of its unmasked scores summing to
@@ -65,7 +65,10 @@ import jax.scipy.special
 import numpy as np
 from jax.custom_derivatives import SymbolicZero
 
-from .. import contract, family, front, tensor_rules
+from .. import contract, family, front
+from ..constraints.box import box_free, box_jvp, box_multipliers, box_solve
+from ..core import derivatives, rules
+from ..core.ops import Routines
 from ..maps import FrameworkMap
 from ._ops import ops_for
 
@@ -138,18 +141,18 @@ class _Solver:
         self.names = tuple(module.PARAMETERS)
         self.method = threshold
 
-    def routines(self, params) -> tensor_rules.Routines:
-        return tensor_rules.Routines(self.module, self.table, params)
+    def routines(self, params) -> Routines:
+        return Routines(self.module, self.table, params)
 
     def forward(self, x, params):
         """``p`` for the rows of the 2-D ``x``."""
-        p, _ = tensor_rules.solve(ops_for(x.dtype), self.routines(params), x, method=self.method)
+        p, _ = rules.solve(ops_for(x.dtype), self.routines(params), x, method=self.method)
         return p
 
     def box(self, x, upper, total, params):
         """``(p, tau)`` over the box ``0 <= p <= upper``, ``sum p = total`` for the rows of the 2-D ``x``
-        (:func:`numeric.tensor_rules.box_solve`; ``tau`` unshifted, ``(rows, 1)``)."""
-        return tensor_rules.box_solve(ops_for(x.dtype), self.routines(params), x, upper, total)
+        (:func:`numeric.constraints.box.box_solve`; ``tau`` unshifted, ``(rows, 1)``)."""
+        return box_solve(ops_for(x.dtype), self.routines(params), x, upper, total)
 
     def direction(self, p, params, name):
         """``c = omega_prime_d_name(p)`` on the support, 0 elsewhere (in float64 for float32 ``p`` where JAX has it)."""
@@ -180,7 +183,7 @@ def _map_rows_jvp(solver, primals, tangents):
     v = dx
     for name, dq in zip(solver.names, dparams):
         v = v - solver.direction(p, params, name) * dq  # dp/dq = -J c
-    return p, tensor_rules.jvp(ops_for(p.dtype), solver.routines(params), p, v)
+    return p, derivatives.jvp(ops_for(p.dtype), solver.routines(params), p, v)
 
 
 # eager calls run compiled (one compilation per solver, shapes and dtypes); inside a traced function they inline
@@ -201,7 +204,7 @@ def _box_rows(solver: _Solver, x, upper, total, params: tuple):
 
 @partial(_box_rows.defjvp, symbolic_zeros=True)
 def _box_rows_jvp(solver, primals, tangents):
-    """``dp`` of :func:`numeric.tensor_rules.box_jvp`, with ``v = dx - sum_q c_q dq`` for the scores' tangent; and
+    """``dp`` of :func:`numeric.constraints.box.box_jvp`, with ``v = dx - sum_q c_q dq`` for the scores' tangent; and
     ``dtau``: on a free entry ``omega'(p_i) = s_i - tau``, so ``tau = sum_i a_i (s_i - omega'(p_i))`` for any
     weights ``a`` summing to 1 over the free entries (held constant), here ``a = dp/dc`` (``w / sum w``), whose
     tangent ``sum_i a_i (v_i - omega''(p_i) dp_i)`` is the ``dtau`` that keeps ``sum p = total``.  (Symbolic
@@ -214,10 +217,10 @@ def _box_rows_jvp(solver, primals, tangents):
     for name, dq in zip(solver.names, dparams):
         if not _zero(dq):
             v = v - solver.direction(p, params, name) * dq  # dp/dq = -J c, as the plain map's
-    dp = tensor_rules.box_jvp(ops, r, p, v, 0 if _zero(du) else du, 0 if _zero(dc) else dc, upper,
+    dp = box_jvp(ops, r, p, v, 0 if _zero(du) else du, 0 if _zero(dc) else dc, upper,
                               x=None if _zero(du) and _zero(dc) else x)
-    free = tensor_rules.box_free(ops, p, upper)
-    a = jax.lax.stop_gradient(tensor_rules.box_jvp(ops, r, p, 0, 0, 1, upper))  # dp/dc: 0 where none is free
+    free = box_free(ops, p, upper)
+    a = jax.lax.stop_gradient(box_jvp(ops, r, p, 0, 0, 1, upper))  # dp/dc: 0 where none is free
     _, curve = jax.jvp(lambda q: r.omega_prime(jnp.where(free, q, 1)), (p,), (dp,))  # omega''(p) dp
     return (p, tau), (dp, ops.row_sum(jnp.where(free, a * (v - curve), 0)))
 
@@ -404,8 +407,8 @@ def entmax(x, alpha, axis: int = -1, *, upper=None, total=1.0):
 
 # ------------------------------------------------------------------ the loss
 def _omega_terms(module, x, p, y, params):
-    """Per row ``sum_i [omega(y_i) - omega(p_i)] - (y_i - p_i) s_i`` (:func:`numeric.tensor_rules.omega_terms`), rows 2-D."""
-    r = tensor_rules.Routines(module, routine_table(module), params)
+    """Per row ``sum_i [omega(y_i) - omega(p_i)] - (y_i - p_i) s_i`` (:func:`numeric.core.derivatives.omega_terms`), rows 2-D."""
+    r = Routines(module, routine_table(module), params)
     return front.loss_rows(ops_for(x.dtype), r, x, p, y)
 
 
@@ -441,7 +444,7 @@ def _box_loss_rows(solver: _Solver, x, y, upper, total, params: tuple):
 def _box_loss_rows_jvp(solver, primals, tangents):
     """``(p - y).dx + mu.du + tau dc`` and the parameters' envelope term, with ``p`` and ``tau`` of
     :func:`_box_rows` (differentiable again) and ``mu = [s - tau - omega'(u)]_+``
-    (:func:`numeric.tensor_rules.box_multipliers`); an argument not differentiated adds nothing."""
+    (:func:`numeric.constraints.box.box_multipliers`); an argument not differentiated adds nothing."""
     x, y, upper, total, params = primals
     dx, _, du, dc, dparams = tangents  # (the target is a constant: its tangent is not used)
     p, tau = _box_rows(solver, x, upper, total, params)
@@ -454,7 +457,7 @@ def _box_loss_rows_jvp(solver, primals, tangents):
     if not _zero(dx):
         dvalue = dvalue + jnp.sum((p - y) * dx, axis=-1)
     if not _zero(du):
-        mu = tensor_rules.box_multipliers(ops_for(x.dtype), solver.routines(params), x, tau, upper)
+        mu = box_multipliers(ops_for(x.dtype), solver.routines(params), x, tau, upper)
         dvalue = dvalue + jnp.sum(mu * du, axis=-1)
     if not _zero(dc):
         dvalue = dvalue + (tau * dc)[:, 0]

@@ -2,8 +2,8 @@
 
 As on NumPy and torch (:mod:`numeric.normmax`): the entmax family's threshold at ``a = (2 alpha - 1) / alpha`` on
 the scores ``s / (a - 1)`` gives ``r``, and ``p = r^(1/alpha)`` normalised
-(:func:`numeric.tensor_rules.normmax_from`); a :func:`jax.custom_jvp` whose JVP is the derived symmetric
-Jacobian from ``p`` (:func:`~numeric.tensor_rules.normmax_vjp`), so reverse mode transposes it and it
+(:func:`numeric.families.normmax.normmax_from`); a :func:`jax.custom_jvp` whose JVP is the derived symmetric
+Jacobian from ``p`` (:func:`~numeric.families.normmax.normmax_vjp`), so reverse mode transposes it and it
 differentiates again.  ``alpha`` has no derivative: a call differentiated in it raises.
 """
 
@@ -15,7 +15,8 @@ import jax
 import jax.numpy as jnp
 from jax.custom_derivatives import SymbolicZero
 
-from .. import front, tensor_rules
+from .. import front
+from ..families.normmax import normmax_from, normmax_loss, normmax_vjp
 from ._ops import ops_for
 from .maps import ARRAYS, CLASSES, JaxMap, _map_rows, _scores, compute_dtype
 
@@ -31,7 +32,7 @@ def _normmax_rows(solver, x, alpha):
     family's at ``a``."""
     a = (2 * alpha - 1) / alpha
     r = _map_rows(solver, x * (alpha / (alpha - 1)), (a,))
-    return tensor_rules.normmax_from(ops_for(x.dtype), r, alpha)
+    return normmax_from(ops_for(x.dtype), r, alpha)
 
 
 def _normmax_rows_jvp(solver, primals, tangents):
@@ -42,7 +43,7 @@ def _normmax_rows_jvp(solver, primals, tangents):
     p = _normmax_rows(solver, x, alpha)
     if isinstance(dx, SymbolicZero):
         return p, jnp.zeros_like(p)
-    return p, tensor_rules.normmax_vjp(ops_for(p.dtype), p, dx, alpha)
+    return p, normmax_vjp(ops_for(p.dtype), p, dx, alpha)
 
 
 _normmax_rows.defjvp(_normmax_rows_jvp, symbolic_zeros=True)
@@ -109,8 +110,8 @@ class JaxNormmax(JaxMap):
 
 @partial(jax.custom_jvp, nondiff_argnums=(0,))
 def _loss_rows(solver, x, y, alpha):
-    """normmax's Fenchel-Young loss per row of the 2-D ``x`` against ``y`` (:func:`numeric.tensor_rules.normmax_loss`)."""
-    return tensor_rules.normmax_loss(ops_for(x.dtype), x, _normmax_rows(solver, x, alpha), y, alpha)[..., 0]
+    """normmax's Fenchel-Young loss per row of the 2-D ``x`` against ``y`` (:func:`numeric.families.normmax.normmax_loss`)."""
+    return normmax_loss(ops_for(x.dtype), x, _normmax_rows(solver, x, alpha), y, alpha)[..., 0]
 
 
 def _loss_rows_jvp(solver, primals, tangents):
@@ -119,7 +120,7 @@ def _loss_rows_jvp(solver, primals, tangents):
     if not isinstance(dalpha, SymbolicZero):
         raise ValueError(_NO_ALPHA)
     p = _normmax_rows(solver, x, alpha)
-    value = tensor_rules.normmax_loss(ops_for(x.dtype), x, p, y, alpha)[..., 0]
+    value = normmax_loss(ops_for(x.dtype), x, p, y, alpha)[..., 0]
     return value, (jnp.zeros_like(value) if isinstance(dx, SymbolicZero) else jnp.sum((p - y) * dx, axis=-1))
 
 

@@ -20,7 +20,7 @@ fixed kernel without being generated again.
 * ``reductions.cuh``: block-wide sum and maximum (``rg_block_sum``, ``rg_block_max``);
 * ``rows.cuh``: the row kernels of a discrete map (``rg_forward_rows``,
   ``rg_forward_from_tau``, ``rg_jvp``); the forward pass solves each row with
-  ``rg_solve_row``, :func:`numeric.tensor_rules.solve` traced by ``regattn generate``
+  ``rg_solve_row``, :func:`numeric.core.rules.solve` traced by ``regattn generate``
   (``numeric/_generated/rows_solve.py``, :mod:`derive.codegen.trace_rows`);
 * ``context.cuh``: the context kernel of a continuous map (``rg_rbf_context``)
   and its Gauss-Legendre branch;

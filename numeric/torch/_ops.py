@@ -1,6 +1,6 @@
-"""The operations of :mod:`numeric.tensor_rules` and :func:`numeric.newton.invert_link` on torch tensors.
+"""The operations of :mod:`numeric.core` and :func:`numeric.newton.invert_link` on torch tensors.
 
-:class:`TorchOps` implements :class:`numeric.tensor_rules.TensorOps` for one
+:class:`TorchOps` implements :class:`numeric.core.ops.TensorOps` for one
 floating dtype: elementwise functions are torch's, reductions run along the
 last axis keeping it, ``repeat`` is a Python loop that stops when no row is
 still going (one synchronisation a round) and ``branch`` evaluates its
@@ -13,7 +13,7 @@ forms, as JAX's do: ``repeat`` is torch's ``while_loop`` higher-order
 operator (the same rounds, stopping when no row is still going or after its
 budget), ``branch`` is :func:`torch.cond` on whether any row asks for the
 computation, and ``repeat_rows`` and ``on_rows`` run every row (the defaults
-of :class:`~numeric.tensor_rules.TensorOps`, whose rounds leave a row that
+of :class:`~numeric.core.ops.TensorOps`, whose rounds leave a row that
 stopped as it is) instead of gathering the rows concerned, whose number is a
 value.  The rounds and the branches taken are the eager ones, so the results
 are the same.
@@ -27,13 +27,13 @@ import torch
 from torch._higher_order_ops import while_loop
 
 from ..newton import NEWTON_STEPS
-from ..tensor_rules import CompactRows, TensorOps
+from ..core.ops import CompactRows, TensorOps
 
 __all__ = ["TorchOps", "ops_for"]
 
 
 class TorchOps(CompactRows, TensorOps):
-    """:class:`~numeric.tensor_rules.TensorOps` on torch tensors of ``dtype``."""
+    """:class:`~numeric.core.ops.TensorOps` on torch tensors of ``dtype``."""
 
     def __init__(self, dtype: torch.dtype):
         info = torch.finfo(dtype)

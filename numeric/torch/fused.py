@@ -277,16 +277,17 @@ class _Fused(torch.autograd.Function):
 
 def _ceiling(module, params):
     """``omega'(inf)`` per batch and head where ``omega'`` is bounded, else ``inf`` (float32, ``(B * H,)``): the
-    bounded kernels' ``Ceiling`` (:func:`numeric.tensor_rules.box_ceiling` on the parameters' values)."""
-    from numeric import tensor_rules
+    bounded kernels' ``Ceiling`` (:func:`numeric.constraints.box.box_ceiling` on the parameters' values)."""
+    from numeric.constraints.box import box_ceiling
+    from numeric.core.ops import Routines
 
     from ._ops import ops_for
     from .maps import routine_table
 
     values = tuple(params[:, i:i + 1] for i in range(len(module.PARAMETERS)))
-    r = tensor_rules.Routines(module, routine_table(module), values)
+    r = Routines(module, routine_table(module), values)
     like = torch.zeros(params.shape[0], 1, dtype=torch.float32, device=params.device)
-    return tensor_rules.box_ceiling(ops_for(torch.float32), r, like).reshape(-1).contiguous()
+    return box_ceiling(ops_for(torch.float32), r, like).reshape(-1).contiguous()
 
 
 def _kernels():

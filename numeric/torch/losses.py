@@ -17,7 +17,10 @@ from __future__ import annotations
 
 import torch
 
-from .. import front, tensor_rules
+from .. import front
+from ..constraints.box import box_multipliers
+from ..core.ops import Routines
+from ..families.normmax import normmax_loss
 from ._ops import ops_for
 from .maps import ARRAYS, TorchMap, check_dim, get_map, routine_table
 
@@ -28,8 +31,8 @@ _HALF = (torch.float16, torch.bfloat16)
 
 def _omega_terms(module, x, p, y, params):
     """Per row ``sum_i [omega(y_i) - omega(p_i)] - (y_i - p_i) s_i`` along the last axis
-    (:func:`numeric.tensor_rules.omega_terms`); differentiable in the parameters (tensors) only."""
-    r = tensor_rules.Routines(module, routine_table(module), params)
+    (:func:`numeric.core.derivatives.omega_terms`); differentiable in the parameters (tensors) only."""
+    r = Routines(module, routine_table(module), params)
     return front.loss_rows(ops_for(x.dtype), r, x, p, y)
 
 
@@ -52,8 +55,8 @@ class _LossFunction(torch.autograd.Function):
         need = ctx.needs_input_grad
         out = [g * (p - y) if need[0] else None, None, None, None, g * tau if need[4] else None, None, None]
         if need[3]:  # the multipliers of the bounds
-            r = tensor_rules.Routines(ctx.module, routine_table(ctx.module), tuple(q.detach() for q in params))
-            out[3] = g * tensor_rules.box_multipliers(ops_for(x.dtype), r, x, tau, upper)
+            r = Routines(ctx.module, routine_table(ctx.module), tuple(q.detach() for q in params))
+            out[3] = g * box_multipliers(ops_for(x.dtype), r, x, tau, upper)
         need = [i for i in range(len(params)) if ctx.needs_input_grad[7 + i]]
         grads = [None] * len(params)
         if need:
@@ -68,13 +71,13 @@ class _LossFunction(torch.autograd.Function):
 
 class _NormmaxLossFunction(torch.autograd.Function):
     """normmax's loss per row of rows ``x`` from ``p = normmax(x)`` (in the graph), ``y`` and ``alpha``
-    (:func:`numeric.tensor_rules.normmax_loss`); the gradient ``p - y`` in the scores."""
+    (:func:`numeric.families.normmax.normmax_loss`); the gradient ``p - y`` in the scores."""
 
     @staticmethod
     def forward(ctx, x, p, y, alpha):
         ctx.save_for_backward(p, y)
         with torch.no_grad():
-            return tensor_rules.normmax_loss(ops_for(x.dtype), x, p, y, alpha)[..., 0]
+            return normmax_loss(ops_for(x.dtype), x, p, y, alpha)[..., 0]
 
     @staticmethod
     def backward(ctx, grad):

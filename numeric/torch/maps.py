@@ -3,7 +3,7 @@
 A :class:`TorchMap` wraps a generated map module (a built-in name, the name
 of an importable module ``regattn generate`` wrote, or the module itself,
 checked as :func:`numeric.get_map` checks it) and solves it with the rules of
-:mod:`numeric.tensor_rules` on the module's NumPy routines run on torch tensors
+:mod:`numeric.core` on the module's NumPy routines run on torch tensors
 (:func:`numeric.contract.routines_on` with :data:`TORCH_AS_NUMPY`).  Each call
 is a :class:`torch.autograd.Function` whose backward is the derived JVP
 ``J v = w*v - w (w.v) / sum(w)``, ``w = weight(p)`` on the support, computed
@@ -34,7 +34,11 @@ from types import ModuleType
 
 import torch
 
-from .. import contract, family, front, tensor_rules
+from .. import contract, family, front
+from ..constraints.box import box_solve, box_vjp
+from ..core import derivatives, rules
+from ..core.ops import Routines
+from ..families.normmax import normmax_from, normmax_vjp
 from ..maps import FrameworkMap
 from ._ops import ops_for
 
@@ -127,10 +131,10 @@ class _Solver:
         self.softmax = bool(module.TERM_IS_EXP) and not self.names and threshold in ("auto", "closed")
         # weight(0) of a map without parameters (the module's NumPy weight: a torch tensor read back would break a
         # torch.compile graph that builds the first map of a module)
-        self.at_zero = tensor_rules.weight_at_zero(module)
+        self.at_zero = derivatives.weight_at_zero(module)
 
-    def routines(self, params) -> tensor_rules.Routines:
-        return tensor_rules.Routines(self.module, self.table, params)
+    def routines(self, params) -> Routines:
+        return Routines(self.module, self.table, params)
 
     def forward(self, x, params):
         """``p`` for the rows of the 2-D ``x`` (no graph)."""
@@ -139,42 +143,42 @@ class _Solver:
             p = torch.softmax(x, dim=-1)
             if not bool(torch.isnan(p.sum())):  # (p is finite: NaN only from a NaN or fully masked row)
                 return p
-        p, _ = tensor_rules.solve(ops_for(x.dtype), self.routines(params), x, method=self.method)
+        p, _ = rules.solve(ops_for(x.dtype), self.routines(params), x, method=self.method)
         return p
 
     def solve(self, x, params):
         """``(p, t)`` for the rows of the 2-D ``x`` (no graph): ``t = tau - max(x)``, or ``None`` where :meth:`at`
         cannot use it."""
         r = self.routines(params)
-        if self.softmax or not tensor_rules.recomputable(r):
+        if self.softmax or not rules.recomputable(r):
             return self.forward(x, params), None
-        return tensor_rules.solve(ops_for(x.dtype), r, x, method=self.method, relative=True)
+        return rules.solve(ops_for(x.dtype), r, x, method=self.method, relative=True)
 
     def at(self, x, tau, params):
         """``p`` for the rows of the 2-D ``x`` from the ``t`` of :meth:`solve` (no graph)."""
-        return tensor_rules.at_threshold(ops_for(x.dtype), self.routines(params), x, tau)
+        return rules.at_threshold(ops_for(x.dtype), self.routines(params), x, tau)
 
     def box(self, x, upper, total, params):
         """``(p, tau)`` over the box ``0 <= p <= upper``, ``sum p = total`` for the rows of the 2-D ``x`` (no graph),
         ``tau`` the threshold (``(rows, 1)``)."""
-        return tensor_rules.box_solve(ops_for(x.dtype), self.routines(params), x, upper, total)
+        return box_solve(ops_for(x.dtype), self.routines(params), x, upper, total)
 
     def box_vjp(self, p, grad, upper, params, graph: bool, x=None):
         """``(J^T g, dp/du^T g, dp/dc^T g, {name: dp/dq^T g})`` of the bounded map at ``p``, the parameters' in
         float64 (as :class:`_MapFunction`'s); ``graph``: differentiable again (the weight masked at 0); ``x``: the
-        scores (the one-sided derivatives of a row with no free entry, :func:`numeric.tensor_rules.box_exits`)."""
+        scores (the one-sided derivatives of a row with no free entry, :func:`numeric.constraints.box.box_exits`)."""
         ops = ops_for(p.dtype)
-        js, ju, jc = tensor_rules.box_vjp(ops, self.routines(params), p, grad, upper, None if graph else self.at_zero,
+        js, ju, jc = box_vjp(ops, self.routines(params), p, grad, upper, None if graph else self.at_zero,
                                           x)
         out = {}
         for name in self.names:
             if p.dtype == torch.float64:
-                out[name] = tensor_rules.param_vjp(ops, self.routines(params), p, grad, name, ju=js)
+                out[name] = derivatives.param_vjp(ops, self.routines(params), p, grad, name, ju=js)
                 continue
             ops64, p64 = ops_for(torch.float64), p.double()
             r64 = self.routines(tuple(v.double() for v in params))
-            js64 = tensor_rules.box_vjp(ops64, r64, p64, grad.double(), upper.double())[0]
-            out[name] = tensor_rules.param_vjp(ops64, r64, p64, None, name, ju=js64).to(p.dtype)
+            js64 = box_vjp(ops64, r64, p64, grad.double(), upper.double())[0]
+            out[name] = derivatives.param_vjp(ops64, r64, p64, None, name, ju=js64).to(p.dtype)
         return js, ju, jc, out
 
 
@@ -196,18 +200,18 @@ class _MapFunction(torch.autograd.Function):
         r = solver.routines(params)
         # first order: weight(p) unmasked where weight(0) allows; a graph for double backward masks it
         # (weight' may be infinite at 0)
-        jg = tensor_rules.jvp(ops, r, p, grad, None if torch.is_grad_enabled() else solver.at_zero)
+        jg = derivatives.jvp(ops, r, p, grad, None if torch.is_grad_enabled() else solver.at_zero)
         out = [jg if ctx.needs_input_grad[0] else None, None, None]
         for i, (name, q) in enumerate(zip(solver.names, params)):
             if not ctx.needs_input_grad[3 + i]:
                 out.append(None)
                 continue
             if p.dtype == torch.float64:
-                g = tensor_rules.param_vjp(ops, r, p, grad, name, ju=jg)
+                g = derivatives.param_vjp(ops, r, p, grad, name, ju=jg)
             else:  # d omega'/d alpha cancels near alpha = 1 in float32: in float64, as numeric.Map.vjp_params
                 ops64 = ops_for(torch.float64)
                 r64 = solver.routines(tuple(v.double() for v in params))
-                g = tensor_rules.param_vjp(ops64, r64, p.double(), grad.double(), name).to(q.dtype)
+                g = derivatives.param_vjp(ops64, r64, p.double(), grad.double(), name).to(q.dtype)
             out.append(g if q.ndim else g.sum())
         return tuple(out)
 
@@ -215,7 +219,7 @@ class _MapFunction(torch.autograd.Function):
 class _BoxFunction(torch.autograd.Function):
     """``p = m(x)`` over the box ``0 <= p <= u``, ``sum p = c`` on rows ``x`` (2-D), ``u`` like ``x``, ``c`` of
     shape ``(rows, 1)``, parameter tensors of shape ``(rows, 1)`` or ``()``: ``(p, tau)``, the threshold without a
-    gradient; the backward :func:`numeric.tensor_rules.box_vjp` in the scores, the bounds and the total."""
+    gradient; the backward :func:`numeric.constraints.box.box_vjp` in the scores, the bounds and the total."""
 
     @staticmethod
     def forward(ctx, x, upper, total, solver, *params):
@@ -398,12 +402,12 @@ class TorchMap(FrameworkMap):
 
 
 class _NormmaxFunction(torch.autograd.Function):
-    """normmax's ``p`` from ``r = entmax_a(s / (a - 1))`` on rows (:func:`numeric.tensor_rules.normmax_from`), with
-    the derived backward in the scores ``x`` (:func:`~numeric.tensor_rules.normmax_vjp`, from ``p``)."""
+    """normmax's ``p`` from ``r = entmax_a(s / (a - 1))`` on rows (:func:`numeric.families.normmax.normmax_from`), with
+    the derived backward in the scores ``x`` (:func:`~numeric.families.normmax.normmax_vjp`, from ``p``)."""
 
     @staticmethod
     def forward(ctx, x, alpha, r):
-        p = tensor_rules.normmax_from(ops_for(r.dtype), r, alpha)
+        p = normmax_from(ops_for(r.dtype), r, alpha)
         ctx.save_for_backward(p, alpha)
         return p
 
@@ -412,7 +416,7 @@ class _NormmaxFunction(torch.autograd.Function):
         p, alpha = ctx.saved_tensors
         if ctx.needs_input_grad[1]:
             raise RuntimeError("normmax has no gradient in alpha (only in the scores)")
-        return tensor_rules.normmax_vjp(ops_for(p.dtype), p, grad, alpha.detach()), None, None
+        return normmax_vjp(ops_for(p.dtype), p, grad, alpha.detach()), None, None
 
 
 class TorchNormmax(TorchMap):
@@ -478,7 +482,7 @@ class TorchNormmax(TorchMap):
         if torch.is_grad_enabled() and (flat.requires_grad or alpha.requires_grad):
             p = _NormmaxFunction.apply(flat, alpha, r)
         else:
-            p = tensor_rules.normmax_from(ops_for(r.dtype), r, a)
+            p = normmax_from(ops_for(r.dtype), r, a)
         p = p.reshape(moved.shape)
         p = p if dim == x.ndim - 1 else p.movedim(-1, dim)
         p = p if p.dtype == x.dtype else p.to(x.dtype)

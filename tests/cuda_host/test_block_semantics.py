@@ -625,7 +625,7 @@ def test_newton_accepts_a_point_on_the_brackets_end(name):
     import numeric as nm_
     from numeric.newton import NumpyOps, safeguarded_point
 
-    # the kernels solve each row by numeric.tensor_rules.solve traced (numeric/_generated/rows_solve.py), whose
+    # the kernels solve each row by numeric.core.rules.solve traced (numeric/_generated/rows_solve.py), whose
     # bracketed solves take their next point from numeric.newton.safeguarded_point: the same text, run here on NumPy
     source = nm_.get_map(name, **({"alpha": 1.3} if name == "entmax_sparse" else {})).module.CUDA_SOURCE
     assert "rg_solve_row(map, s + row * cols, p + row * cols, cols, shared, tau);" in source

@@ -1,4 +1,4 @@
-"""The row kernels' forward pass is :func:`numeric.tensor_rules.solve` traced into CUDA (``derive.codegen.trace_rows``).
+"""The row kernels' forward pass is :func:`numeric.core.rules.solve` traced into CUDA (``derive.codegen.trace_rows``).
 
 Checked here: the kernels (compiled for the host, one thread per block) give NumPy's ``p`` and ``tau`` to 1e-13 in
 float64 for every test map, typed maps included, on rows long enough for every rule's rounds; each kind of map
@@ -22,7 +22,8 @@ import numeric
 from derive import Regularizer, derive_map, generate_module
 from derive.codegen import trace_rows as TRR
 from derive.codegen.files import load_module
-from numeric import tensor_rules as TR
+from numeric.core import rules
+from numeric.core.ops import Routines
 from numeric.contract import module_routines
 from numeric.numpy_ops import NumpyRowOps
 
@@ -89,7 +90,7 @@ def test_kernels_on_long_rows(name):
 
 @pytest.mark.parametrize("name", ALL_MAPS)
 def test_kernel_jvp_is_numpys(name):
-    """The JVP kernel is :func:`numeric.tensor_rules.jvp` traced: NumPy's ``J v`` to 1e-13, a NaN row NaN."""
+    """The JVP kernel is :func:`numeric.core.derivatives.jvp` traced: NumPy's ``J v`` to 1e-13, a NaN row NaN."""
     rng = np.random.default_rng(11)
     x = rng.standard_normal((5, 70)) * np.array([[0.1], [1.0], [4.0], [1.0], [1.0]])
     x[3, 20:] = -np.inf
@@ -208,12 +209,12 @@ class UnsortedOps(NumpyRowOps):
 def test_support_rule_without_a_sort(name):
     """With no rounds (every row open), the support at the root rule's threshold gives the sorted rule's tau."""
     mod = module_for(name)
-    r = TR.Routines(mod, module_routines(mod), ())
+    r = Routines(mod, module_routines(mod), ())
     y = np.random.default_rng(2).standard_normal((50, 37)) * 2
     y[3, 5:] = -np.inf
     y = y - y.max(-1, keepdims=True)
-    got = TR.support_rule(UnsortedOps(np.float64), r, y, steps=0)
-    want = TR.sort_rule(NumpyRowOps(np.float64), r, y)
+    got = rules.support_rule(UnsortedOps(np.float64), r, y, steps=0)
+    want = rules.sort_rule(NumpyRowOps(np.float64), r, y)
     np.testing.assert_allclose(got, want, rtol=0, atol=1e-14)
 
 

@@ -11,7 +11,7 @@ from hypothesis import given  # noqa: E402
 from hypothesis import strategies as st  # noqa: E402
 
 from numeric.jax._ops import ON_ROWS_CHUNK, ops_for  # noqa: E402
-from numeric.tensor_rules import TensorOps  # noqa: E402
+from numeric.core.ops import TensorOps  # noqa: E402
 
 
 def _fn(x, scale):
@@ -48,7 +48,8 @@ def test_kkt_fallback_costs_no_memory_where_no_row_asks(tmp_path):
     of pages at every call, which took 10.4 ms a call where the solve took 4.7)."""
     from derive import Regularizer, derive_map, generate_module
     from derive.codegen.files import load_module
-    from numeric import tensor_rules as TR
+    from numeric.core import kkt
+    from numeric.core.ops import Routines
     from numeric.jax.maps import routine_table
 
     path = tmp_path / "plogp_cube_ops.py"
@@ -56,7 +57,7 @@ def test_kkt_fallback_costs_no_memory_where_no_row_asks(tmp_path):
                                     "plogp_cube_ops"))
     module = load_module(path)
     ops = ops_for(jnp.float32)
-    r = TR.Routines(module, routine_table(module), ())
+    r = Routines(module, routine_table(module), ())
     y = jnp.zeros((512, 1024), jnp.float32)
-    compiled = jax.jit(lambda y: TR._kkt_newton(ops, r, y, TR.KKT_STEPS)).lower(y).compile()
+    compiled = jax.jit(lambda y: kkt._kkt_newton(ops, r, y, kkt.KKT_STEPS)).lower(y).compile()
     assert compiled.memory_analysis().temp_size_in_bytes < 8 * y.nbytes

@@ -111,14 +111,15 @@ def hard_rows(x):
 
 
 def numpy_routines(module, params=(), **replaced):
-    """``module``'s routines bound to ``params`` as :func:`numeric.tensor_rules.solve` takes them on NumPy arrays
+    """``module``'s routines bound to ``params`` as :func:`numeric.core.rules.solve` takes them on NumPy arrays
     (the table of :mod:`numeric.numpy_backend`); ``replaced``: routines to swap in (``None`` hides one, e.g.
     ``link_scale=None`` makes a power-form link take the rules' generic path)."""
-    from numeric import contract, tensor_rules
+    from numeric import contract
+    from numeric.core.ops import Routines
 
     table = {name: getattr(module, name, None) for name in contract.routine_names(module.PARAMETERS)}
     table.update(replaced)
-    return tensor_rules.Routines(module, table, tuple(params))
+    return Routines(module, table, tuple(params))
 
 
 def counting_ops(dtype):
@@ -158,18 +159,19 @@ def counting_ops(dtype):
 
 @pytest.fixture
 def halley_forms(monkeypatch):
-    """The power form given to each safeguarded Halley solve of :mod:`numeric.tensor_rules` (``None``: the generic
+    """The power form given to each safeguarded Halley solve of :mod:`numeric.core` (``None``: the generic
     path), recorded while the test runs."""
-    from numeric import tensor_rules
+    from numeric.core import halley, kkt, rules
 
     forms = []
-    halley = tensor_rules._root_halley
+    root_halley = halley.root_halley
 
     def spy(ops, r, y, steps, power, lo, hi):
         forms.append(power)
-        return halley(ops, r, y, steps, power, lo, hi)
+        return root_halley(ops, r, y, steps, power, lo, hi)
 
-    monkeypatch.setattr(tensor_rules, "_root_halley", spy)
+    for caller in (rules, kkt):  # (the root rule's and the KKT solve's fallback)
+        monkeypatch.setattr(caller, "root_halley", spy)
     return forms
 
 

@@ -1,4 +1,4 @@
-"""The bounded solve of :mod:`numeric.tensor_rules` (``box_solve``, ``box_vjp``) on NumPy rows, against the
+"""The bounded solve of :mod:`numeric.core` (``box_solve``, ``box_vjp``) on NumPy rows, against the
 bounded mpmath reference (:mod:`derive.box`): values and thresholds to 1e-12 in float64 for the built-ins, the
 entmax family on both sides of 1 and typed maps with no closed-form link; the vector-Jacobian products in the
 scores, the bounds and the total against the reference's Jacobians."""
@@ -14,7 +14,7 @@ from hypothesis.extra import numpy as hnp
 import numeric as nm
 from numeric import family
 from derive.box import box_jacobians, solve_box
-from numeric import tensor_rules as TR
+from numeric.constraints.box import box_jvp, box_solve, box_vjp
 from numeric.numpy_ops import ops_for
 
 from .conftest import case_derivation, numpy_routines
@@ -31,7 +31,7 @@ def _routines(name, params):
 
 def _solve(name, params, x, upper, total):
     with np.errstate(all="ignore"):
-        return TR.box_solve(ops_for(np.float64), _routines(name, params), x, upper, total)
+        return box_solve(ops_for(np.float64), _routines(name, params), x, upper, total)
 
 
 @st.composite
@@ -101,7 +101,7 @@ def test_box_vjp_is_the_references_jacobians(name, params):
     p, _ = _solve(name, params, x, upper, total)
     v = rng.standard_normal(x.shape)
     with np.errstate(all="ignore"):
-        js, ju, jc = TR.box_vjp(ops_for(np.float64), _routines(name, params), p, v, upper)
+        js, ju, jc = box_vjp(ops_for(np.float64), _routines(name, params), p, v, upper)
     dv, rest = case_derivation(name, params)
     for i in range(2):
         jac = box_jacobians(dv, x[i].tolist(), upper=upper[i].tolist(), total=float(total[i, 0]), digits=30, **rest)
@@ -113,7 +113,7 @@ def test_box_vjp_is_the_references_jacobians(name, params):
     # forward mode, box_jvp, is the transpose: <J_s dx + J_u du + J_c dc, v> = <dx, js> + <du, ju> + dc jc
     dx, du, dc = rng.standard_normal(x.shape), rng.standard_normal(x.shape), rng.standard_normal((2, 1))
     with np.errstate(all="ignore"):
-        tangent = TR.box_jvp(ops_for(np.float64), _routines(name, params), p, dx, du, dc, upper)
+        tangent = box_jvp(ops_for(np.float64), _routines(name, params), p, dx, du, dc, upper)
     np.testing.assert_allclose((tangent * v).sum(-1), (dx * js).sum(-1) + (du * ju).sum(-1) + dc[:, 0] * jc[:, 0],
                                rtol=1e-12, atol=1e-12)
     assert np.all(np.abs(tangent.sum(-1) - dc[:, 0]) < 1e-12)  # the total moves by dc

@@ -13,7 +13,7 @@ import numeric.backends as B
 import numeric.continuous as nc
 from derive import Regularizer, derive_map, generate_module
 from derive.codegen.files import load_module
-from numeric import tensor_rules
+from numeric.core import rules
 from numeric.numpy_backend import NumpyBackend
 from numeric.numpy_ops import ops_for
 
@@ -70,15 +70,15 @@ def _counting_term(monkeypatch, mod):
 
 
 def _counting_shifted(monkeypatch):
-    """The rows each shifted solve of numeric.tensor_rules receives (those a closed map cannot take unshifted)."""
+    """The rows each shifted solve of numeric.core receives (those a closed map cannot take unshifted)."""
     rows = []
-    shifted = tensor_rules._solve_shifted
+    shifted = rules._solve_shifted
 
     def counted(ops, r, x, *args, **kwargs):
         rows.append(x.shape[0])
         return shifted(ops, r, x, *args, **kwargs)
 
-    monkeypatch.setattr(tensor_rules, "_solve_shifted", counted)
+    monkeypatch.setattr(rules, "_solve_shifted", counted)
     return rows
 
 
@@ -95,7 +95,7 @@ def test_softmax_takes_the_exp_fast_path(monkeypatch):
     np.testing.assert_allclose(p, e / e.sum(-1, keepdims=True), rtol=1e-15, atol=0)
     shifted = _counting_shifted(monkeypatch)
     out = np.empty_like(x)
-    got, _ = tensor_rules.closed_unshifted(ops_for(x.dtype), numpy_routines(mod), x, out)
+    got, _ = rules.closed_unshifted(ops_for(x.dtype), numpy_routines(mod), x, out)
     assert shifted == [] and calls == []  # every row solved unshifted, by exp
     assert got is out
     np.testing.assert_array_equal(out, p)
@@ -117,7 +117,7 @@ def test_a_scaled_exp_term_takes_the_general_path(monkeypatch, closed_maps, name
     calls.clear()
     shifted = _counting_shifted(monkeypatch)
     out = np.empty_like(x)
-    got, _ = tensor_rules.closed_unshifted(ops_for(x.dtype), numpy_routines(mod), x, out)
+    got, _ = rules.closed_unshifted(ops_for(x.dtype), numpy_routines(mod), x, out)
     assert shifted == [] and calls == [x.shape]
     assert got is out
     np.testing.assert_array_equal(out, p)

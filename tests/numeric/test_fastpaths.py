@@ -1,4 +1,4 @@
-"""Fast paths of the one solver (numeric.tensor_rules on NumPy's operations, numeric.numpy_ops) against its
+"""Fast paths of the one solver (numeric.core on NumPy's operations, numeric.numpy_ops) against its
 plain forms and the 50-digit reference.
 
 The sort-free support rule (Michelot's algorithm for links of degree 1) against the
@@ -26,7 +26,7 @@ import numeric as nm
 from derive import Regularizer, derive_map, generate_module
 from derive import reference as R
 from derive.codegen.files import load_module
-from numeric import tensor_rules
+from numeric.core import halley, rules
 from numeric.numpy_ops import ops_for
 from numeric.rows import SELECT_FROM, row_max, row_sum, select
 
@@ -90,10 +90,10 @@ def test_support_rule_equals_sort_rule(linear_maps, name, dtype, x):
     ops = counting_ops(dtype)
     r = numpy_routines(mod)
     with np.errstate(all="ignore"):
-        support = tensor_rules.support_rule(ops, r, y)
-        full = tensor_rules.sort_rule(ops_for(dtype), r, y)
-        p_support = tensor_rules.sort_link(ops, r, y - support)
-        p_full = tensor_rules.sort_link(ops, r, y - full)
+        support = rules.support_rule(ops, r, y)
+        full = rules.sort_rule(ops_for(dtype), r, y)
+        p_support = rules.sort_link(ops, r, y - support)
+        p_full = rules.sort_link(ops, r, y - full)
     n = y.shape[-1]
     assert len(ops.rounds) == 1 and ops.rounds[0] <= n + 1
     # both are exact on the support's shifted scores (|y| <= omega'(1) there): sums of n terms
@@ -112,9 +112,9 @@ def test_solve_takes_the_support_rule_and_agrees_with_the_sort_rule(linear_maps,
     ops = counting_ops(np.float64)
     r = numpy_routines(mod)
     with np.errstate(all="ignore"):
-        p_auto, t_auto = tensor_rules.solve(ops, r, x, relative=True)
+        p_auto, t_auto = rules.solve(ops, r, x, relative=True)
         assert ops.rounds and not ops.sorted_rows  # the support rule ran, and sorted nothing
-        p_sort, t_sort = tensor_rules.solve(ops, r, x, method="sort", relative=True)
+        p_sort, t_sort = rules.solve(ops, r, x, method="sort", relative=True)
     np.testing.assert_allclose(t_auto, t_sort, rtol=0, atol=1e-12 * x.shape[-1])
     np.testing.assert_allclose(p_auto, p_sort, rtol=0, atol=1e-12 * x.shape[-1])
 
@@ -133,11 +133,11 @@ def test_support_rule_rounds_on_random_rows(scale, n):
     ops = counting_ops(np.float32)
     r = numpy_routines(mod)
     with np.errstate(all="ignore"):
-        tau = tensor_rules.support_rule(ops, r, y)
-        full = tensor_rules.sort_rule(ops_for(np.float32), r, y)
+        tau = rules.support_rule(ops, r, y)
+        full = rules.sort_rule(ops_for(np.float32), r, y)
         if n < ops.support_below:
             chosen = counting_ops(np.float32)
-            np.testing.assert_array_equal(tau, tensor_rules.sort_threshold(chosen, r, y))
+            np.testing.assert_array_equal(tau, rules.sort_threshold(chosen, r, y))
             assert chosen.sorted_rows == []
     assert ops.rounds[0] <= min(n + 1, 12), ops.rounds
     if scale == 1.0 and n >= 64:
@@ -216,13 +216,13 @@ def test_clipped_affine_link_equals_masked_link(linear_maps, name, dtype):
     z[:, 6] = np.nextafter(dtype(clip), dtype(np.inf))
     ops = ops_for(dtype)
     r = numpy_routines(mod)
-    got = tensor_rules.sort_link(ops, r, z.copy())  # (z is scratch: sort_link may write g over it)
+    got = rules.sort_link(ops, r, z.copy())  # (z is scratch: sort_link may write g over it)
     with np.errstate(invalid="ignore"):
         want = np.where(z > clip, mod.link(z), 0).astype(dtype)
     np.testing.assert_array_equal(got, want)
     assert got.dtype == dtype and (got >= 0).all()
     out = np.empty_like(z)
-    np.testing.assert_array_equal(tensor_rules.sort_link(ops, r, z.copy(), out), want)
+    np.testing.assert_array_equal(rules.sort_link(ops, r, z.copy(), out), want)
 
 
 # ------------------------------------------------------- whole maps on long batches
@@ -409,9 +409,9 @@ def test_tsallis_power_form_equals_the_generic_root_path(alpha, dtype, halley_fo
     y = _shifted(x).astype(dtype)
     ops = ops_for(dtype)
     with np.errstate(all="ignore"):
-        p_power, t_power = tensor_rules.root_rule(ops, numpy_routines(mod, params), y)
+        p_power, t_power = rules.root_rule(ops, numpy_routines(mod, params), y)
         power_forms, forms[:] = list(forms), []
-        p_generic, t_generic = tensor_rules.root_rule(ops, numpy_routines(mod, params, link_scale=None), y)
+        p_generic, t_generic = rules.root_rule(ops, numpy_routines(mod, params, link_scale=None), y)
     if alpha <= 2:  # k >= 1: Newton on F**(1/k), no Halley solve
         assert power_forms == []
     else:
@@ -447,9 +447,9 @@ def test_tsallis_link_matches_the_50_digit_link(alpha, dtype):
     ops = ops_for(dtype)
     r = numpy_routines(mod, params)
     with np.errstate(all="ignore"):
-        got, _, _ = tensor_rules._power_link(ops, r.link_exponent(), r.link_scale() * (z - r.clip()))
+        got, _, _ = halley.power_link(ops, r.link_exponent(), r.link_scale() * (z - r.clip()))
     with mpmath.workdps(50):
-        c = R._compiled(derivation("entmax_sparse"), {"alpha": mpmath.mpf(float(params[0]))})
+        c = R.compiled(derivation("entmax_sparse"), {"alpha": mpmath.mpf(float(params[0]))})
         edge = mpmath.mpf(float(clip))
         want = np.array([[float(c.link_from_clip(mpmath.mpf(float(v)) - edge)) if v > -np.inf else 0.0 for v in row]
                          for row in z])
@@ -464,7 +464,7 @@ def test_tsallis_link_matches_the_50_digit_link(alpha, dtype):
         # (the printed link computes both of its forms, numpy.where picking one: the form for alpha near 1,
         # exp(log1p(...) / (alpha - 1)), is -inf inside log1p at the clip, where it is not taken)
         with np.errstate(divide="ignore"):
-            np.testing.assert_allclose(tensor_rules.sort_link(ops, r, z.copy()), want, **tol)
+            np.testing.assert_allclose(rules.sort_link(ops, r, z.copy()), want, **tol)
 
 
 @pytest.mark.parametrize(("alpha", "dtype"), [
@@ -481,7 +481,7 @@ def test_tsallis_link_is_one_at_omega_prime_of_one(alpha, dtype):
     r = numpy_routines(mod, params)
     z = np.full((4, 3), 1 / alpha, dtype=dtype)
     with np.errstate(all="ignore"):
-        got, _, _ = tensor_rules._power_link(ops_for(dtype), r.link_exponent(), r.link_scale() * (z - r.clip()))
+        got, _, _ = halley.power_link(ops_for(dtype), r.link_exponent(), r.link_scale() * (z - r.clip()))
     np.testing.assert_allclose(got, 1, rtol=8 * float(np.finfo(dtype).eps))
 
 
@@ -497,8 +497,8 @@ def test_power_newton_rounds_on_short_rows(alpha, n):
     x[::7, n // 2:] = -np.inf
     ops = counting_ops(np.float32)
     with np.errstate(all="ignore"):
-        p, _ = tensor_rules.solve(ops, numpy_routines(mod, (np.float32(alpha),)), x)
-        p64, _ = tensor_rules.solve(ops_for(np.float64), numpy_routines(mod, (alpha,)), x.astype(np.float64))
+        p, _ = rules.solve(ops, numpy_routines(mod, (np.float32(alpha),)), x)
+        p64, _ = rules.solve(ops_for(np.float64), numpy_routines(mod, (alpha,)), x.astype(np.float64))
     assert len(ops.rounds) == 1 and ops.rounds[0] <= (6 if alpha >= 1.25 else 8), ops.rounds
     np.testing.assert_allclose(p.astype(np.float64).sum(-1), 1, atol=1e-5)
     np.testing.assert_allclose(p, p64, atol=2e-6)
@@ -522,8 +522,8 @@ def test_root_rule_equals_sort_rule_on_long_rows(name, n):
     flat[:20] = rng.uniform(-1e-3, 0, (20, n))  # every score in the support
     for rows in (x, flat):
         with np.errstate(all="ignore"):
-            got, _ = tensor_rules.solve(ops, r, rows, method="root")
-            want, _ = tensor_rules.solve(ops, r15, rows, method="sort")
+            got, _ = rules.solve(ops, r, rows, method="root")
+            want, _ = rules.solve(ops, r15, rows, method="sort")
         np.testing.assert_allclose(got, want, rtol=0, atol=1e-12)
 
 

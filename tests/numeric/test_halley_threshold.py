@@ -1,4 +1,4 @@
-"""``tensor_rules.halley_threshold`` as the fused Triton attention runs it (traced: ``kept_threshold``): a row's
+"""``halley.halley_threshold`` as the fused Triton attention runs it (traced: ``kept_threshold``): a row's
 largest scores solved with the rest of the row given as a term ``rest(t)``, from a start inside the bracket,
 on the scores as they are (``peak``: the row's maximum), some rows held where they start."""
 
@@ -11,7 +11,8 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from numeric import tensor_rules
+from numeric.core import halley
+from numeric.newton import invert_link
 from numeric.numpy_ops import ops_for
 
 from .conftest import PARAMS, numpy_routines, reference
@@ -35,7 +36,7 @@ def weights(r, y, t):
     z = y - t
     live = z > r.clip()
     safe = np.where(live, z, z.max(-1, keepdims=True))
-    g = r.link(safe) if r.has("link") else tensor_rules.invert_link(ops_for(y.dtype), safe, r.omega_prime,
+    g = r.link(safe) if r.has("link") else invert_link(ops_for(y.dtype), safe, r.omega_prime,
                                                                      r.omega_second)
     live &= g > 0
     return np.where(live, g, 0.0), live
@@ -67,7 +68,7 @@ def test_kept_scores_and_the_rest_give_the_rows_threshold(name, x, keep, start, 
     kept, others, lo, hi, t0, m = two
     rest = (lambda t: sums(r, others, t)) if others.size else None
     with np.errstate(all="ignore"):
-        t, *_ = tensor_rules.halley_threshold(ops_for(x.dtype), r, kept, lo, hi, start=t0, peak=m, rest=rest,
+        t, *_ = halley.halley_threshold(ops_for(x.dtype), r, kept, lo, hi, start=t0, peak=m, rest=rest,
                                               going=np.array([[True], [False]]))
         p, _ = weights(r, x, t[:1])
     np.testing.assert_allclose(p[0] / p.sum(), reference(name, x[0]), rtol=0, atol=1e-12)
@@ -91,8 +92,8 @@ def test_a_round_takes_a_step_below_the_resolution():
     point = tau + step
     f = 1 + w * step  # F(tau) with slope -w: the point is Newton's
     going = np.arange(n)[:, None] < 12
-    lo, hi = tensor_rules.narrow_bracket(ops, tau, tau - 1, tau + 1, going, f)
-    new, _, _, still, exact, took = tensor_rules.threshold_round(ops, tau, lo, hi, hi - lo, hi - lo, going, f, -w,
+    lo, hi = halley.narrow_bracket(ops, tau, tau - 1, tau + 1, going, f)
+    new, _, _, still, exact, took = halley.threshold_round(ops, tau, lo, hi, hi - lo, hi - lo, going, f, -w,
                                                                  point, w > 0, scale, True)
     assert not exact.any() and took[:12].all()
     assert not still[:8].any() and still[8:12].all() and not still[12:].any()

@@ -1,4 +1,4 @@
-"""numeric.tensor_rules.kkt_rule: Newton on the KKT system in (p, tau) for links with no closed form.
+"""numeric.core.kkt.kkt_rule: Newton on the KKT system in (p, tau) for links with no closed form.
 
 Checked against the 50-digit reference and the KKT conditions, against the built-in maps' own rules
 (closed and sort) with their links hidden, on NumPy, torch and JAX alike; the fast path is taken
@@ -18,7 +18,9 @@ from hypothesis import strategies as st
 
 import numeric as nm
 from derive import Regularizer, derive_map, generate_module
-from numeric import contract, tensor_rules
+from numeric import contract
+from numeric.core import halley, kkt, rules
+from numeric.core.ops import Routines
 from numeric.numpy_ops import ops_for
 
 from .conftest import USER, reference
@@ -51,7 +53,7 @@ def routines(module, hide_link=False):
     table = {name: getattr(module, name, None) for name in contract.routine_names(module.PARAMETERS)}
     if hide_link:
         table.update(link=None)
-    return tensor_rules.Routines(module, table, ())
+    return Routines(module, table, ())
 
 
 class Spy:
@@ -60,16 +62,17 @@ class Spy:
     def __init__(self, monkeypatch):
         self.rounds = 0
         self.fallback_rows = 0
-        halley = tensor_rules._root_halley
+        root_halley = halley.root_halley
 
         def fallback(ops, r, y, *args, **kwargs):
             self.fallback_rows += y.shape[0]
-            return halley(ops, r, y, *args, **kwargs)
+            return root_halley(ops, r, y, *args, **kwargs)
 
-        monkeypatch.setattr(tensor_rules, "_root_halley", fallback)
+        for caller in (rules, kkt):  # (the root rule's and the KKT solve's fallback)
+            monkeypatch.setattr(caller, "root_halley", fallback)
 
 
-def solve(module, x, *, steps=tensor_rules.KKT_STEPS, hide_link=False, rounds=None):
+def solve(module, x, *, steps=kkt.KKT_STEPS, hide_link=False, rounds=None):
     ops = ops_for(x.dtype)
     if rounds is not None:
         class Counting(type(ops)):
@@ -89,7 +92,7 @@ def solve(module, x, *, steps=tensor_rules.KKT_STEPS, hide_link=False, rounds=No
         ops = Counting(x.dtype)
     y = x - x.max(axis=-1, keepdims=True)
     with np.errstate(all="ignore"):
-        p, t = tensor_rules.kkt_rule(ops, routines(module, hide_link), y, steps)
+        p, t = kkt.kkt_rule(ops, routines(module, hide_link), y, steps)
     return p, t[:, 0] + x.max(axis=-1)
 
 
@@ -168,15 +171,15 @@ def test_candidates_give_the_whole_row_solution(name, monkeypatch):
     ops = ops_for(np.float64)
     rng = np.random.default_rng(3)
     n = 1100
-    whole = tensor_rules._kkt_newton
+    whole = kkt._kkt_newton
     sizes = []
 
     def newton(ops, r, y, steps):
         sizes.append(y.shape)
         return whole(ops, r, y, steps)
 
-    monkeypatch.setattr(tensor_rules, "_kkt_newton", newton)
-    first = tensor_rules.KKT_CANDIDATES + 1
+    monkeypatch.setattr(kkt, "_kkt_newton", newton)
+    first = kkt.KKT_CANDIDATES + 1
     for flat in (False, True):
         # (spreads relative to omega'(1) - omega'(0+), which sets how many scores share the support)
         span = module.omega_prime(1.0) - module.clip()
@@ -189,8 +192,8 @@ def test_candidates_give_the_whole_row_solution(name, monkeypatch):
         y = x - x.max(axis=-1, keepdims=True)
         sizes.clear()
         with np.errstate(all="ignore"):
-            p, t = tensor_rules.kkt_rule(ops, r, y)
-            want_p, want_t = whole(ops, r, y, tensor_rules.KKT_STEPS)
+            p, t = kkt.kkt_rule(ops, r, y)
+            want_p, want_t = whole(ops, r, y, kkt.KKT_STEPS)
         support = (want_p > 0).sum(-1)
         assert support.min() == 1 and support.max() == (n if flat else 100), support
         # the first round on KKT_CANDIDATES + 1 scores of every row, then the rows that need more on their scores
@@ -234,17 +237,17 @@ def test_blocks_of_rows_give_the_whole_solution(name, dtype, monkeypatch):
     y = x - x.max(axis=-1, keepdims=True)
     r = routines(module)
     blocks = []
-    whole = tensor_rules._kkt_newton
+    whole = kkt._kkt_newton
 
     def newton(ops, r, y, steps):
         blocks.append(y.shape[0])
         return whole(ops, r, y, steps)
 
-    monkeypatch.setattr(tensor_rules, "_kkt_newton", newton)
+    monkeypatch.setattr(kkt, "_kkt_newton", newton)
     with np.errstate(all="ignore"):
-        one_p, one_t = tensor_rules.kkt_rule(ops_for(dtype), r, y)
-        monkeypatch.setattr(tensor_rules, "KKT_BLOCK", 3 * 50 + 7)
-        p, t = tensor_rules.kkt_rule(ops_for(dtype), r, y)
+        one_p, one_t = kkt.kkt_rule(ops_for(dtype), r, y)
+        monkeypatch.setattr(kkt, "KKT_BLOCK", 3 * 50 + 7)
+        p, t = kkt.kkt_rule(ops_for(dtype), r, y)
     assert blocks == [20, 3, 3, 3, 3, 3, 3, 2]
     np.testing.assert_array_equal(p, one_p)
     np.testing.assert_array_equal(t, one_t)
@@ -255,7 +258,7 @@ def test_blocks_of_rows_give_the_whole_solution(name, dtype, monkeypatch):
     tdtype = getattr(torch, np.dtype(dtype).name)
     blocks.clear()
     with torch.no_grad():
-        tp, tt = tensor_rules.kkt_rule(torch_ops(tdtype), TorchMap(module)._solver.routines(()), torch.from_numpy(y))
+        tp, tt = kkt.kkt_rule(torch_ops(tdtype), TorchMap(module)._solver.routines(()), torch.from_numpy(y))
     assert blocks == [3, 3, 3, 3, 3, 3, 2]
     np.testing.assert_allclose(tp.numpy(), p, rtol=0, atol=4 * np.finfo(dtype).eps)
     assert np.all(np.abs(tt.numpy() - t) <= 4 * np.finfo(dtype).eps * (1 + np.abs(t)))
@@ -283,11 +286,11 @@ def test_linear_start_is_the_linear_links_threshold(name, rows, n, scale, seed):
     cums = np.cumsum(np.where(np.isfinite(v), v, 0), axis=-1)
     size = ((1 + k * v > cums) & np.isfinite(v)).sum(-1)
     want = (cums[np.arange(rows), size - 1] - 1) / size / a
-    p, t = tensor_rules._linear_start(ops, r, y, live, count, clip, steps=n + 1)  # (the support shrinks in every round)
+    p, t = kkt._linear_start(ops, r, y, live, count, clip, steps=n + 1)  # (the support shrinks in every round)
     np.testing.assert_allclose(t[:, 0], want, rtol=1e-12, atol=1e-12 * scale)
     np.testing.assert_allclose(p, a * np.maximum(np.where(live, y - clip, -np.inf) - t, 0), rtol=0, atol=0)
     np.testing.assert_allclose(p.sum(-1), 1, rtol=1e-12)
-    _, below = tensor_rules._linear_start(ops, r, y, live, count, clip, steps=1)
+    _, below = kkt._linear_start(ops, r, y, live, count, clip, steps=1)
     assert np.all(below[:, 0] <= want + 1e-12 * scale)
 
 
@@ -311,7 +314,7 @@ def test_whole_rows_rounds(name, most):
                 return super().repeat_rows(steps, body, state, going, rows)
 
         with np.errstate(all="ignore"):
-            p, _ = tensor_rules.kkt_rule(Whole(np.float64), routines(module), x - x.max(-1, keepdims=True))
+            p, _ = kkt.kkt_rule(Whole(np.float64), routines(module), x - x.max(-1, keepdims=True))
         assert max(rounds) <= most, (n, rounds)
         np.testing.assert_allclose(p.sum(-1), 1, rtol=1e-13)
 

@@ -282,7 +282,7 @@ def test_huge_alpha_long_rows(alpha, scale):
 def test_float32_wide_supports_match_float64(alpha, scale):
     """L1 distance to float64 on the same float32 rows within 12 ulps of the row's mass.
 
-    The floor is the power ``exp(k log(base))`` (numeric.tensor_rules' power form): a relative error
+    The floor is the power ``exp(k log(base))`` (numeric.core' power form): a relative error
     of about ``|log p|`` ulps on each ``p``, 8 at ``p = 1/4096`` (the entmax package's float32
     bisection: 5 to 290 ulps on these rows; before the shifted variable: up to 3e6 ulps).
     """

@@ -16,7 +16,7 @@ from hypothesis.extra import numpy as hnp
 
 import numeric as nm
 from derive import reference as R
-from numeric import tensor_rules
+from numeric.core import rules
 from numeric.numpy_ops import NumpyRowOps, ops_for
 
 from .conftest import PARAMS, USER, case_derivation, counting_ops, derivation, numpy_routines, reference
@@ -123,7 +123,7 @@ _OVER_SIX = {(1.5, 16384), (1.75, 1024), (1.75, 16384), (2.0, 1024), (2.0, 16384
 @pytest.mark.parametrize(("alpha", "n"), [
     pytest.param(alpha, n, marks=pytest.mark.xfail(strict=True, reason=(
         "the former NumPy root solver (numeric/root.py, retired) took at most 6 full-row Halley steps after a warm "
-        "start on each row's 32 largest scores (not counted); tensor_rules' Newton on F**(1/k) starts from the "
+        "start on each row's 32 largest scores (not counted); the root rule's Newton on F**(1/k) starts from the "
         "Jensen bound and takes up to 11 rounds on long rows (rows gathered as they converge)")))
     if (alpha, n) in _OVER_SIX else (alpha, n)
     for alpha in (1.25, 1.5, 1.75, 2.0) for n in (64, 1024, 16384)])
@@ -134,7 +134,7 @@ def test_root_rule_rounds_float32(alpha, n):
     x = (rng.standard_normal((64, n)) * rng.uniform(0.05, 10, (64, 1))).astype(np.float32)
     ops = counting_ops(np.float32)
     with np.errstate(all="ignore"):
-        p, _ = tensor_rules.solve(ops, numpy_routines(mod, (np.float32(alpha),)), x)
+        p, _ = rules.solve(ops, numpy_routines(mod, (np.float32(alpha),)), x)
     assert np.abs(p.astype(np.float64).sum(-1) - 1).max() < 1e-5
     assert len(ops.rounds) == 1 and ops.rounds[0] <= 6, ops.rounds
 
@@ -376,7 +376,7 @@ def test_user_module_by_name_and_object():
 
 def test_numeric_never_imports_sympy():
     code = (
-        "import sys, numpy as np, numeric as nm, numeric.tensor_rules, numeric.numpy_ops, numeric.backend;"
+        "import sys, numpy as np, numeric as nm, numeric.core.rules, numeric.constraints.box, numeric.families.normmax, numeric.numpy_ops, numeric.backend;"
         "import numeric._generated.softmax, numeric._generated.sparsemax, numeric._generated.entmax15, numeric._generated.entmax;"
         "nm.entmax(np.arange(5.0), 1.3); assert 'sympy' not in sys.modules, 'sympy imported'"
     )
@@ -418,8 +418,8 @@ def test_partial_sort_equals_full_sort(name, n, scale, seed):
     ops = _Partial(np.float64)
     r = numpy_routines(mod)
     with np.errstate(all="ignore"):
-        full = tensor_rules.sort_rule(ops_for(np.float64), r, y)
-        partial = tensor_rules.sort_threshold(ops, r, y)
+        full = rules.sort_rule(ops_for(np.float64), r, y)
+        partial = rules.sort_threshold(ops, r, y)
     assert ops.selected and ops.selected[0] < n  # the partial selection ran
     np.testing.assert_array_equal(full, partial)
 

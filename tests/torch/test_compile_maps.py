@@ -22,7 +22,7 @@ torch = pytest.importorskip("torch")
 pytest.importorskip("torch._dynamo")
 
 from derive import Regularizer, derive_map, generate_module  # noqa: E402
-from numeric import tensor_rules  # noqa: E402
+from numeric.core import kkt, rules  # noqa: E402
 from numeric.torch import TorchMap  # noqa: E402
 from numeric.torch.maps import get_map  # noqa: E402
 from tests.profile import THOROUGH  # noqa: E402
@@ -152,7 +152,7 @@ def test_compiled_fallbacks_equal_eager(typed):
     gini_log1p = typed[0]._solver.routines(())
 
     def fn(y):
-        return [tensor_rules.support_rule(ops, entmax15, y, 1), *tensor_rules.kkt_rule(ops, gini_log1p, y, 4)]
+        return [rules.support_rule(ops, entmax15, y, 1), *kkt.kkt_rule(ops, gini_log1p, y, 4)]
 
     want = fn(y)
     with warnings.catch_warnings():
@@ -160,8 +160,8 @@ def test_compiled_fallbacks_equal_eager(typed):
         got = torch.compile(fn, backend="aot_eager", fullgraph=True)(y)
     for a, b in zip(got, want):
         torch.testing.assert_close(a, b, rtol=1e-13, atol=1e-15)
-    torch.testing.assert_close(got[0], tensor_rules.sort_rule(ops, entmax15, y), rtol=1e-13, atol=1e-15)
-    torch.testing.assert_close(got[1], tensor_rules.kkt_rule(ops, gini_log1p, y)[0], rtol=1e-12, atol=1e-14)
+    torch.testing.assert_close(got[0], rules.sort_rule(ops, entmax15, y), rtol=1e-13, atol=1e-15)
+    torch.testing.assert_close(got[1], kkt.kkt_rule(ops, gini_log1p, y)[0], rtol=1e-12, atol=1e-14)
 
 
 def test_parameter_outside_its_domain_under_compile():

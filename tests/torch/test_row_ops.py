@@ -1,4 +1,4 @@
-"""TorchOps' row-wise loop and selection: the same rows as the plain forms of numeric.tensor_rules.TensorOps.
+"""TorchOps' row-wise loop and selection: the same rows as the plain forms of numeric.core.ops.TensorOps.
 
 ``repeat_rows`` gathers the rows still going once they are at most half of a round's,
 and ``on_rows`` evaluates its function on the masked rows only; a row's result must
@@ -13,8 +13,8 @@ import pytest
 torch = pytest.importorskip("torch")
 
 import numeric as nm  # noqa: E402
-from numeric import tensor_rules  # noqa: E402
-from numeric.tensor_rules import TensorOps  # noqa: E402
+from numeric.core import rules  # noqa: E402
+from numeric.core.ops import TensorOps  # noqa: E402
 from numeric.torch import TorchMap  # noqa: E402
 from numeric.torch._ops import ops_for  # noqa: E402
 
@@ -81,8 +81,8 @@ def test_support_rule_sorts_only_its_open_rows(monkeypatch, name):
     m = TorchMap(name)
     y = x - x.amax(-1, keepdim=True)
     r = m._solver.routines(())
-    t = tensor_rules.support_rule(ops_for(torch.float64), r, y, steps=1)
+    t = rules.support_rule(ops_for(torch.float64), r, y, steps=1)
     assert len(sorted_rows) == 1 and 0 < sorted_rows[0] < x.shape[0]
-    full = tensor_rules.sort_rule(ops_for(torch.float64), r, y)
+    full = rules.sort_rule(ops_for(torch.float64), r, y)
     torch.testing.assert_close(t, full, rtol=0, atol=1e-12)
     np.testing.assert_allclose(m(x).numpy(), nm.get_map(name)(x.numpy()), rtol=0, atol=1e-12)

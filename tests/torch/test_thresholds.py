@@ -1,4 +1,4 @@
-"""A map's weights from the threshold it solved before (``tensor_rules.at_threshold``): the solved weights to rounding,
+"""A map's weights from the threshold it solved before (``rules.at_threshold``): the solved weights to rounding,
 the same gradients, and attention's backward pass recomputing its weights without a solve."""
 
 from __future__ import annotations
@@ -9,7 +9,7 @@ import pytest
 
 torch = pytest.importorskip("torch")
 
-from numeric import tensor_rules  # noqa: E402
+from numeric.core import rules  # noqa: E402
 from numeric.torch.attention import attention  # noqa: E402
 from numeric.torch.maps import get_map  # noqa: E402
 
@@ -37,7 +37,7 @@ def test_weights_from_the_threshold_equal_the_solved_weights(name, params, dim):
     # torch.softmax, a root rule across a kink (shannon_gini), a link with no closed form (a typed map: p from
     # tau would invert the link per score): nothing to keep
     solver = m.solver_for(m.params)  # (a family's: its case's)
-    if name == "softmax" or not tensor_rules.recomputable(solver.routines({})):
+    if name == "softmax" or not rules.recomputable(solver.routines({})):
         assert name in ("softmax", "shannon_gini", "gini_log1p") or solver.module.NAME == "entmax_dense", name
         assert tau is None
         return
@@ -85,7 +85,7 @@ def test_gradients_through_the_threshold_path(name, params):
 def test_which_maps_keep_a_threshold():
     """The power-form, sort and closed maps recompute from tau; a root rule across a kink does not (every map, the
     ends of alpha's range too: a question of the solver chosen, no solve runs)."""
-    kept = {ALL_IDS[i]: tensor_rules.recomputable(get_map(n, **p).solver_for(p).routines(
+    kept = {ALL_IDS[i]: rules.recomputable(get_map(n, **p).solver_for(p).routines(
         tuple(torch.tensor([[v]], dtype=F64) for v in p.values()))) for i, (n, p) in enumerate(ALL_MAPS)}
     for name in ("sparsemax", "entmax15", "entmax-alpha1.3", "entmax-alpha1.01", "entmax-alpha5.0"):
         assert kept[name], name
@@ -107,8 +107,8 @@ def test_attention_backward_solves_nothing(name, monkeypatch):
     want = torch.autograd.grad((attention(q, k, v, attn_mask=mask, is_causal=True, mapping=mapping) * w).sum(), inputs)
     out = attention(q, k, v, attn_mask=mask, is_causal=True, mapping=mapping, block=2)
     calls = []
-    solve = tensor_rules.solve
-    monkeypatch.setattr(tensor_rules, "solve", lambda *a, **kw: calls.append(1) or solve(*a, **kw))
+    solve = rules.solve
+    monkeypatch.setattr(rules, "solve", lambda *a, **kw: calls.append(1) or solve(*a, **kw))
     got = torch.autograd.grad((out * w).sum(), inputs)
     assert calls == []
     for a, b in zip(got, want):

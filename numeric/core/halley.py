@@ -1,0 +1,211 @@
+"""The bracketed threshold solves: safeguarded Halley on ``h(t) = omega'(F(t)) - omega'(1)`` and its rounds.
+
+* :func:`halley_threshold`: the threshold of rows in a bracket (the root rule's, the KKT solve's fallback, and
+  the fused Triton attention's kept scores, traced: ``kept_threshold``);
+* :func:`root_halley`: :func:`halley_threshold` and ``p``, with the combination of a bracket's ends at a kink;
+* :func:`narrow_bracket` and :func:`threshold_round`: a round of a bracketed solve of ``F(t) = 1`` for a
+  decreasing ``F``, written once for every threshold solve (the bounded one's too, and the fused attention's
+  passes over the keys);
+* :func:`clipped_link` and :func:`power_link`: ``g_+(y - t)``, the printed (or inverted) link and the power form.
+"""
+
+from __future__ import annotations
+
+from ..newton import safeguarded_point
+from .ops import Routines
+
+__all__ = ["ROOT_STEPS", "LOG_STEPS", "reach_one", "power_link", "root_halley", "narrow_bracket", "threshold_round",
+           "halley_threshold", "clipped_link"]
+
+#: Iteration budget of the root rule's safeguarded Halley solve.
+ROOT_STEPS = 100
+#: Iteration budget of a bisection to a few ulps: the root rule's in ``log(a / c)`` (a bracket of ``log(n) / k``,
+#: :func:`numeric.core.rules.root_rule`) and the bounded threshold's (:func:`numeric.constraints.box.box_between`).
+LOG_STEPS = 200
+
+
+def reach_one(ops, r, like):
+    """``omega'(1)`` per row (``like`` has shape ``(rows, 1)``)."""
+    return r.omega_prime(ops.full(like, 1.0))
+
+
+def power_link(ops, k, raw):
+    """``(p, base, mask)``: ``p = raw_+**k`` for a link of the power form (``raw = a (z - clip)``).
+
+    ``p = base**k = exp(k log base)`` with ``base >= tiny`` and ``k log base >= 0.9 log(tiny)``: no
+    zero, infinity, underflow or subnormal number reaches log and exp (their slow paths; ``p`` below
+    ``tiny**0.9`` is off by less than that); off the support (``mask``) ``p`` is then exactly 0.
+    """
+    base = ops.clamp_min(raw, ops.tiny)
+    mask = ops.support(ops.pos_part(raw))
+    return ops.exp(ops.clamp_min(k * ops.log(base), 0.9 * ops.log_tiny)) * mask, base, mask
+
+
+def root_halley(ops, r, y, steps, power, lo, hi):
+    """:func:`~numeric.core.rules.root_rule`'s safeguarded Halley from the bracket ``[lo, hi]``; ``power``: ``(a, k, b)`` of the link's power form, or ``None``."""
+    t, lo, hi, active, settled, weights = halley_threshold(ops, r, y, lo, hi, steps=steps, power=power)
+    p = weights(t)
+    total = ops.row_sum(p)
+    p = p / total
+    # a row whose F jumps across 1 between the ends of its bracket: p(lo) + lam (p(hi) - p(lo)), sum 1
+    kink = (active | ops.not_(settled)) & (abs(total - 1) > 4 * ops.eps)
+
+    def combine():
+        p_lo, p_hi = weights(lo), weights(hi)
+        f_lo, f_hi = ops.row_sum(p_lo), ops.row_sum(p_hi)
+        ok = (f_lo >= 1) & (f_hi <= 1) & (f_lo > f_hi)
+        lam = ops.where(ok, (f_lo - 1) / ops.where(ok, f_lo - f_hi, 1), 0)
+        mixed = ops.where(ok, p_lo + lam * (p_hi - p_lo), p_lo / ops.where(f_lo > 0, f_lo, 1))
+        return ops.where(kink, mixed, p)
+
+    p = ops.branch(kink, combine, lambda: p)
+    return p, t + (-r.clip() if power is not None else 0)  # (power: tau - m = t - clip)
+
+
+def narrow_bracket(ops, t, lo, hi, active, f):
+    """The bracket ``[lo, hi]`` of a decreasing ``F``'s root of ``F = 1`` moved to ``t``, where ``F`` is ``f``, on
+    the rows ``active``."""
+    return ops.where(active & (f > 1), t, lo), ops.where(active & (f < 1), t, hi)
+
+
+def threshold_round(ops, t, lo, hi, step, step_old, active, f, slope, point, usable, scale, free=False):
+    """One round of a bracketed solve of ``F(t) = 1`` for a decreasing ``F``, at ``t``, where ``F`` is ``f`` and
+    ``F'`` is ``slope``, towards ``point``: ``(t, step, step_old, active, exact, took)``.
+
+    The bracket ``[lo, hi]`` is already moved to ``t`` (:func:`narrow_bracket`).  The point is taken
+    (``took``) where ``usable`` and as :func:`numeric.newton.safeguarded_point` allows, which needs it to
+    halve the step before last unless ``free`` or the step is small; otherwise the bracket is bisected.  A
+    row is done (no longer ``active``) where ``F`` is 1 to ``4 eps`` (``exact``: it keeps ``t``), where it
+    takes a small step (one that moves ``F`` by less than that, or ``t`` by less than the resolution of
+    ``s - t``, ``eps (scale + |t|)``: ``t`` is the root to rounding, and the step is still worth up to
+    ``|F'|`` times the resolution), or where the bracket is 4 resolutions wide.  Rows not ``active`` keep
+    ``t`` and their steps.
+
+    Written once for the threshold solves: :func:`halley_threshold`'s rounds (the host's, and the fused
+    Triton attention's kept scores), and the rounds of that attention's passes over the keys, whose point
+    comes from its kept scores (traced, ``threshold_round``).
+    """
+    tol = 4 * ops.eps
+    resolution = ops.eps * (scale + abs(t))
+    exact = abs(f - 1) <= tol
+    step_small = (abs((point - t) * slope) <= tol) | (abs(point - t) <= resolution)
+    new, took = safeguarded_point(ops, t, lo, hi, step_old, point, usable, step_small if free is False else free | step_small)
+    done = exact | (took & step_small) | (hi - lo <= 4 * resolution)
+    return (ops.where(active & ops.not_(exact), new, t), ops.where(active, new - t, step),
+            ops.where(active, step, step_old), active & ops.not_(done), exact, took)
+
+
+def halley_threshold(ops, r, y, lo, hi, *, steps: int = ROOT_STEPS, power=None, start=None, going=None, rest=None,
+                     peak=None):
+    """The threshold of the rows ``y`` in the bracket ``[lo, hi]`` by safeguarded Halley on
+    ``h(t) = omega'(F(t)) - omega'(1)`` (:func:`~numeric.core.rules.root_rule`): ``(t, lo, hi, active, settled, weights)``.
+
+    ``t``, ``lo`` and ``hi`` have shape ``(rows, 1)``: ``F(lo) >= 1 >= F(hi)`` and ``t = tau - m`` for rows
+    shifted to their maximum ``m`` (``peak``, the rows' largest score, is 0 where ``None``; a device kernel
+    passes the scores as they are and their maximum).  ``power``: ``(a, k, b)`` of the link's power form (then ``t`` is
+    ``tau - m - clip`` and ``y`` is read through ``b``), or ``None``: the link ``r.link`` or, without one,
+    the link inverted (:meth:`~numeric.core.ops.TensorOps.invert_link`).  ``active``: the rows still going after ``steps``
+    rounds; ``settled``: where ``F`` was 1 to ``4 eps`` or a step would have moved it less;
+    ``weights(t)``: ``g_+(y - t)``.
+
+    The fused Triton attention solves each query block's kept scores with this text, traced
+    (:mod:`derive.codegen.trace`): from ``start`` (else ``lo``), on the rows ``going`` (else all; the
+    others keep ``start``), with ``F`` the kept scores' sum plus ``rest(t)``, ``(value, first, second
+    derivative)`` of the row's other scores at ``t`` (a model of them; ``None``: the row is whole).
+    """
+    clip = r.clip()
+    if power is not None:
+        a, k, b = power
+        scale = 0  # t has no offset: the bracket's width is judged relative to t
+
+        def probabilities(t):
+            return power_link(ops, k, b - a * t)
+
+        def sums(t):
+            p, base, _ = probabilities(t)
+            q = p / base  # w / (a k), 0 off the support
+            total = ops.row_sum(p)
+            d1 = -a * k * ops.row_sum(q)
+            d2 = a * a * k * (k - 1) * ops.row_sum(q / base)
+            return total, d1, d2
+    else:
+        scale = 1 if peak is None else 1 + abs(peak)
+
+        def probabilities(t):
+            return clipped_link(ops, r, y, t, clip, peak)
+
+        def sums(t):
+            p, pos = probabilities(t)
+            safe = ops.where(pos, p, 1)
+            total = ops.row_sum(p)
+            d1 = -ops.row_sum(ops.where(pos, r.weight(safe), 0))
+            d2 = ops.row_sum(ops.where(pos, r.weight_d2(safe), 0))
+            return total, d1, d2
+
+    def weights(t):
+        return probabilities(t)[0]
+
+    one = reach_one(ops, r, lo)
+    tol = 4 * ops.eps
+    width = hi - lo
+    start = lo if start is None else start
+    going = ops.full(lo, True) if going is None else going
+    state = (start, lo, hi, width, width, going, ops.full(lo, False))
+
+    def inside(v, lo, hi):
+        return (v > lo) & (v < hi) & ops.isfinite(v)
+
+    def body(state):
+        t, lo, hi, step, step_old, active, settled = state
+        total, d1, d2 = sums(t)
+        if rest is not None:
+            more, more_d1, more_d2 = rest(t)
+            total, d1, d2 = total + more, d1 + more_d1, d2 + more_d2
+        lo, hi = narrow_bracket(ops, t, lo, hi, active, total)
+        # (F = 0 and F' = 0 only on a row without scores: its derivatives are taken at 1 and it bisects, so that
+        # no lane of a device block divides by 0)
+        some = total > 0
+        at = ops.where(some, total, 1)
+        o2 = r.omega_second(at)
+        o3 = r.omega_third(at)
+        h = r.omega_prime(at) - one
+        h1 = o2 * d1
+        h2 = o3 * d1 * d1 + o2 * d2
+        denom = 2 * h1 * h1 - h * h2
+        sloped = h1 != 0
+        halley = t - 2 * h * h1 / ops.where(denom > 0, denom, 1)
+        newton = t - h / ops.where(sloped, h1, 1)
+        new = ops.where((denom > 0) & inside(halley, lo, hi), halley, newton)
+        usable = ops.isfinite(new) & sloped & some
+        t_new, step, step_old, going, exact, _ = threshold_round(ops, t, lo, hi, step, step_old, active, total, d1,
+                                                                 new, usable, scale)
+        settled_now = exact | ((newton != t) & (abs((newton - t) * d1) <= tol))
+        settled = ops.where(active, settled_now, settled)
+        return (t_new, lo, hi, step, step_old, going, settled), going
+
+    t, lo, hi, _, _, active, settled = ops.repeat(steps, body, state, state[5])
+    return t, lo, hi, active, settled, weights
+
+
+def clipped_link(ops, r: Routines, y, t, clip, peak=None, ceiling=None):
+    """``(g_+(y - t), support)`` for rows ``y`` and thresholds ``t`` (``(rows, 1)``): the link where ``y - t`` is
+    above the clip ``omega'(0+)``, 0 elsewhere; a link with no closed form inverted
+    (:meth:`~numeric.core.ops.TensorOps.invert_link`).  Off the support the link is evaluated at the row's maximum, ``peak - t``
+    (``peak`` 0 where ``None``: rows shifted to their maximum), inside the support where ``t <= -omega'(c/n)``.
+
+    ``ceiling``: ``omega'(inf)``, where ``omega'`` is bounded above (Tsallis with ``alpha < 1``: ``1 / (alpha
+    (1 - alpha))``); ``z`` at or beyond it gives ``g = inf`` (no ``p`` has ``omega'(p) = z``).  ``None``: every
+    ``z`` the caller passes has a link value.
+    """
+    z = y - t
+    pos = z > clip
+    inside = pos if ceiling is None else pos & (z < ceiling)
+    safe = ops.where(inside, z, -t if peak is None else peak - t)
+    if r.has("link"):
+        g = r.link(safe)
+    else:
+        g = ops.invert_link(safe, r.omega_prime, r.omega_second)
+    if ceiling is not None:
+        g = ops.where(pos & ops.not_(inside), float("inf"), g)
+    pos = pos & (g > 0)
+    return ops.where(pos, g, 0), pos

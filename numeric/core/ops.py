@@ -1,0 +1,307 @@
+"""The row operations every threshold rule runs on, and a map's routines bound to its parameter values.
+
+The rules of :mod:`numeric.core` (and those of :mod:`numeric.constraints` and :mod:`numeric.families`) take an
+operations object (:class:`TensorOps`, an extension of :class:`numeric.newton.Ops`), a table of the map's
+routines bound to its parameter values (:class:`Routines`, built from a generated module's routines on the
+framework's arrays, :func:`numeric.contract.routines_on`) and 2-D arrays of scores with rows along the last
+axis.  They are functional (no array is written in place), keep shapes static (masks are ``where``, never
+boolean indexing) and branch on values only through the operations ``repeat`` (a loop with a fixed budget that
+may stop early when no row is still going) and ``branch`` (a computation needed only when some row asks for
+it), so one text serves NumPy (:mod:`numeric.numpy_ops`), PyTorch (:mod:`numeric.torch`) and a JAX backend
+(``lax.while_loop`` and ``lax.cond``), and traces into CUDA and Triton (:mod:`derive.codegen.trace_rows`,
+:mod:`derive.codegen.trace`).
+
+Parameters are arrays of shape ``(rows, 1)`` (one value per row) or of shape ``()``; constants a routine
+returns as Python floats (``clip()`` of a map without parameters) take part as numbers.  Routines are evaluated
+at ``p = 1`` off the support and masked, so no inf or NaN of an unused branch reaches a result or a gradient.
+"""
+
+from __future__ import annotations
+
+import math
+from typing import Any, Callable
+
+from ..newton import Ops, invert_link
+
+__all__ = ["TensorOps", "CompactRows", "Routines", "uncat", "row_length", "log_of"]
+
+
+class TensorOps(Ops):
+    """:class:`numeric.newton.Ops` and the row operations the rules need, on 2-D arrays ``(rows, n)``.
+
+    Besides ``full``, ``exp``, ``where``, ``not_``, ``repeat``, ``log_tiny``, ``eps`` and
+    ``newton_steps`` (see :class:`numeric.newton.Ops`) a target provides:
+
+    * ``float_(b)``: a boolean array as 0 and 1 in the format's dtype; ``pos_part(x)``:
+      ``max(x, 0)`` elementwise (``-inf`` to 0, NaN stays NaN); ``support(u)`` for ``u >= 0``: 1
+      where ``u > 0``, 0 where ``u == 0`` (NaN stays NaN), in the dtype (``sign``);
+      ``clamp_min(x, v)``: ``max(x, v)`` for a number ``v``;
+    * ``log(x)`` (``log(0) = -inf``), ``isfinite(x)``, ``isnan(x)``, and ``tiny``, the
+      smallest positive normal number of the format;
+    * ``row_sum(x)``, ``row_max(x)`` (NaN where the row has one): reductions along the
+      last axis keeping it, shape ``(rows, 1)``; ``cat(a, b)``: ``a`` and ``b`` side by side
+      along the last axis;
+    * ``sort_desc(x)`` and ``cumsum(x)`` along the last axis;
+    * ``top(x, k)``: ``(values, index)`` of the ``k`` largest entries of each row, in any
+      order; ``put(values, index, like)``: an array of ``like``'s shape, 0 but for ``values``
+      at ``index`` in each row; ``int_max(x)``: the largest entry of ``x`` (whole numbers)
+      as a Python int, or ``None`` where the target traces instead of reading values;
+    * ``branch(pred, fn, otherwise)``: ``fn()`` if any entry of the boolean array
+      ``pred`` is true, else ``otherwise()`` (both give arrays of the same shapes).
+
+    Two operations on row-wise computations have defaults here, which a target may
+    replace by ones that compute only the rows concerned (:meth:`repeat_rows`,
+    :meth:`on_rows`); ``pos_diff(y, c)`` is ``pos_part(y - c)``, :meth:`at_most` a ``where``
+    and :meth:`rare` is ``branch`` unless a target replaces them.
+    """
+
+    tiny: Any
+
+    def float_(self, b):  # pragma: no cover - interface
+        raise NotImplementedError
+
+    def pos_part(self, x):  # pragma: no cover - interface
+        raise NotImplementedError
+
+    def support(self, u):  # pragma: no cover - interface
+        raise NotImplementedError
+
+    def clamp_min(self, x, v):  # pragma: no cover - interface
+        raise NotImplementedError
+
+    def log(self, x):  # pragma: no cover - interface
+        raise NotImplementedError
+
+    def isfinite(self, x):  # pragma: no cover - interface
+        raise NotImplementedError
+
+    def isnan(self, x):  # pragma: no cover - interface
+        raise NotImplementedError
+
+    def row_sum(self, x):  # pragma: no cover - interface
+        raise NotImplementedError
+
+    def cat(self, a, b):  # pragma: no cover - interface
+        raise NotImplementedError
+
+    def row_max(self, x):  # pragma: no cover - interface
+        raise NotImplementedError
+
+    def sort_desc(self, x):  # pragma: no cover - interface
+        raise NotImplementedError
+
+    def cumsum(self, x):  # pragma: no cover - interface
+        raise NotImplementedError
+
+    def top(self, x, k: int):  # pragma: no cover - interface
+        raise NotImplementedError
+
+    def put(self, values, index, like):  # pragma: no cover - interface
+        raise NotImplementedError
+
+    def int_max(self, x):  # pragma: no cover - interface
+        raise NotImplementedError
+
+    def branch(self, pred, fn: Callable, otherwise: Callable):  # pragma: no cover - interface
+        raise NotImplementedError
+
+    def pos_diff(self, y, c):
+        return self.pos_part(y - c)
+
+    def in_blocks(self, size: int, fn: Callable, rows: tuple):
+        """``fn(*rows)``, an array of shape ``(R, ...)`` computed row by row, which a target may compute on
+        consecutive blocks of rows holding at most ``size`` scores (at least one row) and put together.
+
+        ``rows`` as in :meth:`repeat_rows`; the first holds the scores.
+        """
+        return fn(*rows)
+
+    def invert_link(self, z, omega_prime: Callable, omega_second: Callable):
+        """``g(z) = (omega')^{-1}(z)`` of a link with no closed form: :func:`numeric.newton.invert_link` on this
+        target (a device target calls the map's own ``link``, that algorithm traced)."""
+        return invert_link(self, z, omega_prime, omega_second)
+
+    #: Whether the target sorts rows (:meth:`sort_desc`); where it does not (device code), :func:`~numeric.core.rules.support_rule`'s
+    #: open rows take the support at :func:`~numeric.core.rules.root_rule`'s threshold instead of :func:`~numeric.core.rules.sort_rule`.
+    sorts = True
+
+    def at_most(self, x, v):
+        """``where(x < v, x, v)`` for a number ``v`` (NaN to ``v``)."""
+        return self.where(x < v, x, v)
+
+    def rare(self, pred, fn: Callable, otherwise: Callable):
+        """``fn()`` if any entry of ``pred`` is true, else ``otherwise()``, where ``otherwise()`` is ``fn()``
+        made cheaper by ``pred`` being false everywhere (``where(pred, a, b)`` that is ``b``).
+
+        A target that fuses elementwise work (JAX under ``jit``) takes ``fn()`` and no branch; one that
+        runs each operation as it comes skips the work ``pred`` would have masked.
+        """
+        return self.branch(pred, fn, otherwise)
+
+    #: Whether :func:`~numeric.core.rules.solve` takes a closed threshold from the unshifted scores where that is exact
+    #: (:func:`~numeric.core.rules.closed_unshifted`; a target whose results must not move by rounding leaves it off).
+    shift_free = False
+
+    #: The shortest rows on which :func:`~numeric.core.kkt.kkt_rule` solves a sparse map's candidates first: where ``top(x, k)``
+    #: costs more than a few passes over ``x`` (XLA's ``top_k`` on the CPU: 0.8 ms on 512 x 64 float32
+    #: scores, 2.2 ms on 512 x 1024, as long as a whole entmax15), only on rows long enough that the
+    #: rounds on whole rows cost more.
+    candidates_from = 0
+
+    def sub_rows(self, x, c, out=None):
+        """``x - c`` for ``(R, n)`` ``x`` and ``(R, 1)`` ``c``; a target may write it into ``out`` (``None``: none given)."""
+        return x - c
+
+    def div_rows(self, b, total, out=None):
+        """``b / total`` for ``(R, n)`` ``b`` and ``(R, 1)`` ``total``; a target may write it into ``b``, which
+        the rules no longer read, or into ``out`` (``None``: none given)."""
+        return b / total
+
+    def exp_into(self, x, out=None):
+        """``exp(x)``; a target may write it into ``out`` where that is not ``x``'s memory."""
+        return self.exp(x)
+
+    def pos_part_into(self, x, out=None):
+        """``pos_part(x)``; a target may write it into ``x`` (which the rules no longer read) or ``out``."""
+        return self.pos_part(x)
+
+    def square_into(self, x):
+        """``x * x``; a target may write it into ``x``, which the rules no longer read."""
+        return x * x
+
+    #: Row length from which a sort map's threshold comes from each row's largest scores, selected and
+    #: sorted (:func:`~numeric.core.rules.sort_threshold`); ``None``: never (then :func:`~numeric.core.rules.support_rule`, no sort).
+    partial_from = None
+    #: With :attr:`partial_from`: rows shorter than this of a link of degree 1 take :func:`~numeric.core.rules.support_rule`.
+    support_below = 0
+
+    def largest(self, x, k: int):
+        """The ``k`` largest entries of each row, in decreasing order."""
+        return self.sort_desc(self.top(x, k)[0])
+
+    def support_sums(self, y, c, squares: bool):
+        """``(count, sum, sum of squares or None)`` per row of ``u = (y - c)_+`` over ``u > 0``."""
+        u = self.pos_diff(y, c)
+        return self.row_sum(self.support(u)), self.row_sum(u), self.row_sum(u * u) if squares else None
+
+    def power_sums(self, b, c, km1, floor):
+        """``(p, sum p, sum p / max(u, floor))`` per row of ``u = (b - c)_+``, ``p = max(u, floor)**km1 * u``
+        (the power-form Newton's values; ``km1 = k - 1``, ``floor`` a number or ``(R, 1)``)."""
+        u = self.pos_diff(b, c)
+        safe = self.clamp_min(u, floor)
+        p = self.exp(km1 * self.log(safe)) * u
+        return p, self.row_sum(p), self.row_sum(p / safe)
+
+    def repeat_rows(self, n: int, body: Callable, state: tuple, going, rows: tuple = ()):
+        """:meth:`repeat` of ``body(state, rows) -> (state, going)`` that computes each row from that row alone.
+
+        ``state`` holds arrays of shape ``(R, ...)``; ``rows`` holds arrays of shape
+        ``(R, ...)`` and numbers or 0-d arrays (the same for every row).  A target may
+        run a round on the rows still going only, with those rows of ``state`` and
+        ``rows``; the rows that stopped keep their state.
+        """
+        return self.repeat(n, lambda state: body(state, rows), state, going)
+
+    def on_rows(self, mask, fn: Callable, rows: tuple, otherwise):
+        """``fn(*rows)`` where the ``(R, 1)`` boolean ``mask`` is true, ``otherwise`` elsewhere (``fn`` works row by row).
+
+        ``rows`` as in :meth:`repeat_rows`; a target may evaluate ``fn`` on the masked rows only.
+        """
+        return self.branch(mask, lambda: self.where(mask, fn(*rows), otherwise), lambda: otherwise)
+
+
+class CompactRows:
+    """:meth:`TensorOps.repeat_rows` and :meth:`TensorOps.on_rows` computing only the rows concerned, for a target
+    that reads values eagerly (NumPy, torch outside compilation).
+
+    A round runs on the rows still going once they are at most half of those of the round before (gathered
+    together); the others' state is written back then.  The target provides ``count_rows(mask)`` and
+    ``row_index(mask)`` (how many rows, and which, an ``(R, 1)`` boolean marks: an int, a 1-D index),
+    ``take_rows(a, index)`` (``index`` also a slice) and ``put_rows(a, index, b)`` (a copy
+    of ``a`` with those rows ``b``), and ``cat_rows(arrays)``, arrays one below the other
+    (:meth:`in_blocks` solves blocks of rows one after the other).
+    """
+
+    def repeat_rows(self, n: int, body: Callable, state: tuple, going, rows: tuple = ()):
+        state = tuple(state)
+        done = list(state)
+        where = None  # the original index of each row in the rounds, None: all of them in order
+        for _ in range(n):
+            live = self.count_rows(going)
+            if live == 0:
+                break
+            count = going.shape[0]
+            if 2 * live <= count:
+                keep = self.row_index(going)
+                done = self._put_all(done, where, state)
+                where = keep if where is None else where[keep]
+                state, rows, going = self._take_all(state, keep, count), self._take_all(rows, keep, count), going[keep]
+            state, going = body(tuple(state), rows)
+        return tuple(self._put_all(done, where, state))
+
+    def on_rows(self, mask, fn: Callable, rows: tuple, otherwise):
+        keep = self.row_index(mask)
+        if len(keep) == 0:
+            return otherwise
+        if len(keep) == mask.shape[0]:
+            return fn(*rows)
+        return self.put_rows(otherwise, keep, fn(*self._take_all(rows, keep, mask.shape[0])))
+
+    def in_blocks(self, size: int, fn: Callable, rows: tuple):
+        count = rows[0].shape[0]
+        size = max(1, size // rows[0].shape[-1])
+        if size >= count:
+            return fn(*rows)
+        parts = [fn(*self._take_all(rows, slice(lo, lo + size), count)) for lo in range(0, count, size)]
+        return self.cat_rows(parts)
+
+    def _take_all(self, values, keep, count):
+        """The rows ``keep`` of each array with ``count`` rows; other values (numbers, 0-d arrays) as they are."""
+        return tuple(self.take_rows(v, keep) if getattr(v, "ndim", 0) and v.shape[0] == count else v for v in values)
+
+    def _put_all(self, done, where, state):
+        """``done`` with the rows ``where`` (all where ``None``) set to ``state``."""
+        if where is None:
+            return list(state)
+        return [self.put_rows(d, where, s) for d, s in zip(done, state)]
+
+
+class Routines:
+    """A map's routines (``{name: function or None}``) bound to parameter values: ``r.omega(p)`` is ``omega(p, *params)``.
+
+    ``module`` gives the constants (``THRESHOLD``, ``THRESHOLD_DEGREE``, ``LINK_FORM``, ``PARAMETERS``).
+    """
+
+    def __init__(self, module, table: dict, params: tuple = ()):
+        self.module = module
+        self.table = table
+        self.params = tuple(params)
+
+    def has(self, name: str) -> bool:
+        return self.table.get(name) is not None
+
+    def __getattr__(self, name: str):
+        table = self.__dict__["table"]
+        if name not in table:
+            raise AttributeError(name)
+        fn = table[name]
+        if fn is None:
+            return None
+        params = self.__dict__["params"]
+        return (lambda *args: fn(*args, *params)) if params else fn
+
+
+def uncat(both, n):
+    """``(p, t)`` from ``p`` and ``t`` side by side."""
+    return both[..., :n], both[..., n:]
+
+
+def row_length(y):
+    """The length of the rows ``y`` as a float (or as a target that traces gives it, a value of its own)."""
+    n = y.shape[-1]
+    return float(n) if isinstance(n, int) else n
+
+
+def log_of(ops, x):
+    """``log(x)`` of a number (``math.log``) or of a target's value."""
+    return math.log(x) if isinstance(x, (int, float)) else ops.log(x)
