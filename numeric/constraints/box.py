@@ -25,8 +25,9 @@ def box_solve(ops: TensorOps, r: Routines, x, upper, total, steps: int = ROOT_ST
     with a NaN or negative bound or a total outside ``(0, inf)`` gives NaN (``p`` and ``tau``), as does one with a
     NaN or ``+inf`` score, and a fully masked row zeros (``tau = inf``); the bounds of each
     row's unmasked entries must sum to at least its total, within ``sqrt(eps)`` of it (the front end checks it,
-    :func:`numeric.front.box_rows`, by :func:`box_short`; a row where they do not gives NaN; one short within it is solved with its
-    total taken as the room: every entry saturates, ``p = u``).  ``F(tau) = sum_i min(u_i, g_+(s_i - tau))`` decreases; its root of ``F = total`` is bracketed by
+    :func:`numeric.front.box_rows`, by :func:`box_short`; a row where they do not gives NaN; one short within it is
+    solved with its total taken as the room: every entry saturates, ``p = u``).  ``F(tau) = sum_i min(u_i, g_+(s_i -
+    tau))`` decreases; its root of ``F = total`` is bracketed by
     ``hi = max(s) - omega'(total / n)`` (every entry at most ``total / n``) and ``lo = min_i s_i -
     omega'(min(u_i, total))`` over the entries that can hold mass (each at least ``min(u_i, total)``; an entry
     whose ``s_i - tau`` passes ``omega'(inf)`` where ``omega'`` is bounded counts as ``g = inf``), and found
@@ -171,15 +172,16 @@ def box_lowest(ops, r: Routines, y, upper, total, live):
 
 
 def box_ceiling(ops, r: Routines, like):
-    """``omega'(inf)`` where ``omega'`` is bounded above (:func:`~numeric.core.halley.clipped_link`'s ``ceiling``), else ``inf``."""
+    """``omega'(inf)`` where ``omega'`` is bounded above (:func:`~numeric.core.halley.clipped_link`'s ``ceiling``),
+    else ``inf``."""
     ceiling = r.omega_prime(ops.full(like, float("inf")))  # (NaN where omega' has no value at inf: no ceiling)
     return ops.where(ops.isnan(ceiling), float("inf"), ceiling)
 
 
 def box_sums(ops, r: Routines, y, t, upper, live, clip, ceiling, peak=None):
     """``(p, F, -F', free, saturated)`` at the threshold ``t`` of the scores ``y`` (shifted by their row's
-    largest, or ``peak`` as in :func:`~numeric.core.halley.clipped_link`) bounded by ``upper``: ``p_i = min(u_i, g_+(y_i - t))`` on
-    the entries ``live``, 0 elsewhere, its row sums, the row sums of ``w`` over the free entries ``0 < p_i <
+    largest, or ``peak`` as in :func:`~numeric.core.halley.clipped_link`) bounded by ``upper``: ``p_i = min(u_i,
+    g_+(y_i - t))`` on the entries ``live``, 0 elsewhere, its row sums, the row sums of ``w`` over the free entries ``0 < p_i <
     u_i``, and where entries are free and where saturated.  Sums over a block of a row's keys add up to the
     row's (the fused attention's passes)."""
     g, pos = clipped_link(ops, r, y, t, clip, peak=peak, ceiling=ceiling)
@@ -192,7 +194,8 @@ def box_sums(ops, r: Routines, y, t, upper, live, clip, ceiling, peak=None):
 
 def box_round(ops, t, lo, hi, step, step_old, active, f, slope, total, scale):
     """One Newton round of the bounded threshold's solve of ``F(t) = total`` at ``t``, ``F`` being ``f`` and
-    ``-F'`` ``slope`` there (:func:`box_sums`): the bracket narrowed and :func:`~numeric.core.halley.threshold_round` on ``F / total``;
+    ``-F'`` ``slope`` there (:func:`box_sums`): the bracket narrowed and :func:`~numeric.core.halley.threshold_round`
+    on ``F / total``;
     returns ``(t, lo, hi, step, step_old, active)``.  ``scale``: as :func:`~numeric.core.halley.threshold_round`'s."""
     lo, hi = narrow_bracket(ops, t, lo, hi, active, f / total)
     point = t + (f - total) / ops.where(slope > 0, slope, 1)
@@ -237,8 +240,8 @@ def box_exits(ops: TensorOps, r: Routines, p, upper, w, x):
 
 def box_vjp(ops: TensorOps, r: Routines, p, v, upper, at_zero=None, x=None):
     """``(J v, dp/du^T v, dp/dc^T v)`` of the bounded map at ``p`` (:mod:`derive.box`): ``J v`` the simplex's on the
-    free entries (:func:`~numeric.core.derivatives.jvp`; ``J`` is symmetric), ``v_j - (w.v)/sum w`` on the saturated entries ``j`` (0
-    elsewhere) and ``(w.v)/sum w`` per row (``(rows, 1)``).  In a row where no entry is free ``J = 0`` and the
+    free entries (:func:`~numeric.core.derivatives.jvp`; ``J`` is symmetric), ``v_j - (w.v)/sum w`` on the saturated
+    entries ``j`` (0 elsewhere) and ``(w.v)/sum w`` per row (``(rows, 1)``).  In a row where no entry is free ``J = 0`` and the
     bounds' and the total's are one-sided, :func:`box_exits` (``x``: the scores it needs; ``None``: 0 there)."""
     w_free = ops.where(box_free(ops, p, upper), weights(ops, r, p, at_zero), 0)
     jv, _ = centred(ops, w_free, v)

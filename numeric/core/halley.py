@@ -42,7 +42,8 @@ def power_link(ops, k, raw):
 
 
 def root_halley(ops, r, y, steps, power, lo, hi):
-    """:func:`~numeric.core.rules.root_rule`'s safeguarded Halley from the bracket ``[lo, hi]``; ``power``: ``(a, k, b)`` of the link's power form, or ``None``."""
+    """:func:`~numeric.core.rules.root_rule`'s safeguarded Halley from the bracket ``[lo, hi]`` (and the KKT solve's
+    fallback, :func:`~numeric.core.kkt.kkt_rule`); ``power``: ``(a, k, b)`` of the link's power form, or ``None``."""
     t, lo, hi, active, settled, weights = halley_threshold(ops, r, y, lo, hi, steps=steps, power=power)
     p = weights(t)
     total = ops.row_sum(p)

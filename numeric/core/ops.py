@@ -121,8 +121,10 @@ class TensorOps(Ops):
         target (a device target calls the map's own ``link``, that algorithm traced)."""
         return invert_link(self, z, omega_prime, omega_second)
 
-    #: Whether the target sorts rows (:meth:`sort_desc`); where it does not (device code), :func:`~numeric.core.rules.support_rule`'s
-    #: open rows take the support at :func:`~numeric.core.rules.root_rule`'s threshold instead of :func:`~numeric.core.rules.sort_rule`.
+    #: Whether the target sorts rows (:meth:`sort_desc`); where it does not (device code),
+    #: :func:`~numeric.core.rules.support_rule`'s
+    #: open rows take the support at :func:`~numeric.core.rules.root_rule`'s threshold instead of
+    #: :func:`~numeric.core.rules.sort_rule`.
     sorts = True
 
     def at_most(self, x, v):
@@ -170,7 +172,8 @@ class TensorOps(Ops):
         return x * x
 
     #: Row length from which a sort map's threshold comes from each row's largest scores, selected and
-    #: sorted (:func:`~numeric.core.rules.sort_threshold`); ``None``: never (then :func:`~numeric.core.rules.support_rule`, no sort).
+    #: sorted (:func:`~numeric.core.rules.sort_threshold`); ``None``: never (then
+    #: :func:`~numeric.core.rules.support_rule`, no sort).
     partial_from = None
     #: With :attr:`partial_from`: rows shorter than this of a link of degree 1 take :func:`~numeric.core.rules.support_rule`.
     support_below = 0

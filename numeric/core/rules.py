@@ -192,7 +192,8 @@ def sort_link(ops: TensorOps, r: Routines, z, out=None):
 
 
 def sort_threshold(ops: TensorOps, r: Routines, y):
-    """``tau - m`` for shifted rows ``y`` of a sort map, by the target's choice (:attr:`~numeric.core.ops.TensorOps.partial_from`).
+    """``tau - m`` for shifted rows ``y`` of a sort map, by the target's choice
+    (:attr:`~numeric.core.ops.TensorOps.partial_from`).
 
     Without one, :func:`support_rule`.  With one, rows shorter than it take :func:`sort_rule`
     (a link of degree 1 on rows shorter than :attr:`~numeric.core.ops.TensorOps.support_below` :func:`support_rule`),
