@@ -22,7 +22,7 @@ kernels, and a fix here is one edit for every map.
   ``[m - omega'(1), m - omega'(1/n)]`` (``F(tau) = sum g_+(s - tau)`` is at least 1
   at the left end, where the largest score alone has ``p = 1``, and at most 1 at
   the right end, where it has ``p = 1/n``).  The host's threshold solve,
-  :func:`numeric.tensor_rules.halley_threshold` traced (``kept_threshold``:
+  :func:`numeric.core.halley.halley_threshold` traced (``kept_threshold``:
   safeguarded Halley on ``omega'(F) - omega'(1)`` in the bracket), finds first
   ``tau_k``, the threshold of the kept scores alone, without a pass over the keys:
   it is the row's threshold where the smallest kept score has weight 0 (every
@@ -76,13 +76,13 @@ from numeric import contract, trust
 from numeric.kernels.triton_math import rg_log1p
 
 _traced = contract.check_format(trust.import_generated("numeric._generated.newton_link_triton"))
-#: the rounds of the passes' threshold solve, traced from numeric.tensor_rules.narrow_bracket and threshold_round
+#: the rounds of the passes' threshold solve, traced from numeric.core.halley.narrow_bracket and threshold_round
 #: (generated)
 narrow_bracket = _traced.narrow_bracket
 threshold_round = _traced.threshold_round
-#: the threshold of a block of rows, traced from numeric.tensor_rules.halley_threshold (generated)
+#: the threshold of a block of rows, traced from numeric.core.halley.halley_threshold (generated)
 kept_threshold = _traced.kept_threshold
-#: the bounded threshold's solve in pieces, traced from numeric.tensor_rules.box_solve's (generated)
+#: the bounded threshold's solve in pieces, traced from numeric.constraints.box.box_solve's (generated)
 box_high = _traced.box_high
 box_lowest = _traced.box_lowest
 box_sums = _traced.box_sums
@@ -104,7 +104,7 @@ TRUST = tl.constexpr(1e-3)
 #: A threshold is the root where F is within this of 1 (4 float32 eps) ...
 F_TOLERANCE = tl.constexpr(4 * 1.1920928955078125e-07)
 #: ... or where a step would move it by less than this times 1 + |m| + |tau| (the resolution of s - tau): the
-#: rule of numeric.tensor_rules.threshold_round, which the passes' rounds are traced from.
+#: rule of numeric.core.halley.threshold_round, which the passes' rounds are traced from.
 RESOLUTION = tl.constexpr(1.1920928955078125e-07)
 
 
@@ -282,7 +282,7 @@ def _tail_terms(t, args):
 def _solve_kept(top, tau, lo, hi, tail, rate, eta, m0, fixed, MAP: tl.constexpr, params):
     # the root in [lo, hi] of sum_kept g_+(top - t) + _tail_model(tail, rate, eta, t - tau) = 1 (the scores
     # left out of the kept, modelled from their sums at tau) from tau, with no pass over the keys: the host's
-    # safeguarded Halley (numeric.tensor_rules.halley_threshold), traced (kept_threshold); `fixed` rows keep tau
+    # safeguarded Halley (numeric.core.halley.halley_threshold), traced (kept_threshold); `fixed` rows keep tau
     t = kept_threshold(top, tau[:, None], lo[:, None], hi[:, None], (fixed == 0)[:, None], m0[:, None], MAP, params,
                        _tail_terms, (tail[:, None], rate[:, None], eta[:, None], tau[:, None]))
     return tl.sum(t, 1)
@@ -515,43 +515,59 @@ def _bounds(Upper, u_base, offs_m, start, L, S, su_l, su_s, BLOCK_N: tl.constexp
 
 
 @triton.jit
-def _box_output(tau, wrong, q, scale, K, V, Mask, Upper, Support, k_base, v_base, m_base, u_base, offs_m, qb, bh,
-                n_kblocks, n_keys, L, S, E, EV, sk_s, sk_e, sv_s, sv_e, sm_l, sm_s, su_l, su_s, ceiling, z_one,
-                MAP: tl.constexpr, params, HAS_MASK: tl.constexpr, MASK_BOOL: tl.constexpr, CAUSAL: tl.constexpr,
-                WEIGHTED: tl.constexpr, BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_E: tl.constexpr,
-                BLOCK_EV: tl.constexpr, UPCAST: tl.constexpr):
-    # the bounded forward's output pass at the thresholds tau ([BLOCK_M, 1]): (sum_free p v, sum_saturated p v,
-    # sum_free p, sum_saturated p, sum_free w v, sum_free w), with p = min(u, g_+(s - tau)) (_box_at); it marks the
-    # key blocks holding weight in Support
-    offs_v = tl.arange(0, BLOCK_EV)
-    acc = tl.zeros([BLOCK_M, BLOCK_EV], tl.float32)
-    fixed_acc = tl.zeros([BLOCK_M, BLOCK_EV], tl.float32)
+def _box_totals(tau, q, scale, K, Mask, Upper, k_base, m_base, u_base, offs_m, n_keys, L, S, E, sk_s, sk_e, sm_l,
+                sm_s, su_l, su_s, ceiling, z_one, MAP: tl.constexpr, params, HAS_MASK: tl.constexpr,
+                MASK_BOOL: tl.constexpr, CAUSAL: tl.constexpr, BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr,
+                BLOCK_E: tl.constexpr, UPCAST: tl.constexpr):
+    # (sum_free g_+(s - tau), sum_saturated u) at the thresholds tau ([BLOCK_M, 1]), the entries classified as the
+    # output pass and the backward classify them (_box_at): one pass over the keys, which gives the free entries'
+    # scale before the output pass, so that it can cap them at their bounds
     share = tl.zeros([BLOCK_M, 1], tl.float32)
     fixed = tl.zeros([BLOCK_M, 1], tl.float32)
-    wv = tl.zeros([BLOCK_M, BLOCK_EV], tl.float32)
-    wsum = tl.zeros([BLOCK_M, 1], tl.float32)
     for start in range(0, n_keys, BLOCK_N):
         s = _scores(q, scale, K, Mask, k_base, m_base, offs_m, start, L, S, E, sk_s, sk_e, sm_l, sm_s,
                     HAS_MASK, MASK_BOOL, CAUSAL, BLOCK_N, BLOCK_E, UPCAST)
         u = _bounds(Upper, u_base, offs_m, start, L, S, su_l, su_s, BLOCK_N)
         p, free, saturated = _box_at(s, u, tau, ceiling, z_one, MAP, params)
+        share += tl.sum(tl.where(free, p, 0.0), 1, keep_dims=True)
+        fixed += tl.sum(tl.where(saturated, p, 0.0), 1, keep_dims=True)
+    return share, fixed
+
+
+@triton.jit
+def _box_output(tau, f, far, theta, blend, wrong, q, scale, K, V, Mask, Upper, Support, k_base, v_base, m_base,
+                u_base, offs_m, qb, bh, n_kblocks, n_keys, L, S, E, EV, sk_s, sk_e, sv_s, sv_e, sm_l, sm_s, su_l,
+                su_s, ceiling, z_one, MAP: tl.constexpr, params, HAS_MASK: tl.constexpr, MASK_BOOL: tl.constexpr,
+                CAUSAL: tl.constexpr, WEIGHTED: tl.constexpr, BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr,
+                BLOCK_E: tl.constexpr, BLOCK_EV: tl.constexpr, UPCAST: tl.constexpr):
+    # the bounded forward's output pass at the thresholds tau and the free entries' divisors f ([BLOCK_M]):
+    # (sum p v, sum_free w v, sum_free w) with the weights the backward reads (_box_weights_at: u on the saturated
+    # entries, min(u, g_+(s - tau) / f) on the free ones); on the rows `blend` ([BLOCK_M, 1]) p is blended by theta
+    # towards its weights at the thresholds `far`.  It marks the key blocks holding weight in Support
+    offs_v = tl.arange(0, BLOCK_EV)
+    acc = tl.zeros([BLOCK_M, BLOCK_EV], tl.float32)
+    wv = tl.zeros([BLOCK_M, BLOCK_EV], tl.float32)
+    wsum = tl.zeros([BLOCK_M, 1], tl.float32)
+    blending = tl.max(blend.to(tl.int32)) > 0
+    for start in range(0, n_keys, BLOCK_N):
+        s = _scores(q, scale, K, Mask, k_base, m_base, offs_m, start, L, S, E, sk_s, sk_e, sm_l, sm_s,
+                    HAS_MASK, MASK_BOOL, CAUSAL, BLOCK_N, BLOCK_E, UPCAST)
+        u = _bounds(Upper, u_base, offs_m, start, L, S, su_l, su_s, BLOCK_N)
+        p, w, _ = _box_weights_at(s, u, tau, f, ceiling, z_one, MAP, params)
+        if blending:
+            p_far, _, _ = _box_weights_at(s, u, far, f, ceiling, z_one, MAP, params)
+            p = tl.where(blend, p + theta * (p_far - p), p)
         offs_n = start + tl.arange(0, BLOCK_N)
         v = tl.load(V + v_base + offs_n[:, None] * sv_s + offs_v[None, :] * sv_e,
                     mask=(offs_n[:, None] < S) & (offs_v[None, :] < EV), other=0.0)
-        g = tl.where(free, p, 0.0)
-        at_bound = tl.where(saturated, p, 0.0)
-        acc += _mm(g.to(v.dtype), v, UPCAST)
-        fixed_acc += _mm(at_bound.to(v.dtype), v, UPCAST)
-        share += tl.sum(g, 1, keep_dims=True)
-        fixed += tl.sum(at_bound, 1, keep_dims=True)
+        acc += _mm(p.to(v.dtype), v, UPCAST)
         if WEIGHTED:
-            w = _weight_plus(g, MAP, params)
             wv += _mm(w.to(v.dtype), v, UPCAST)
             wsum += tl.sum(w, 1, keep_dims=True)
         # (a NaN row's blocks count: the backward passes its NaN on)
         tl.store(Support + (bh * tl.num_programs(0) + qb) * n_kblocks + start // BLOCK_N,
                  ((tl.max(tl.max(p, 1), 0) > 0) | (tl.max(tl.max(wrong, 1), 0) > 0)).to(tl.int8))
-    return acc, fixed_acc, share, fixed, wv, wsum
+    return acc, wv, wsum
 
 
 @triton.jit
@@ -563,14 +579,17 @@ def attention_forward_box(Q, K, V, Out, Tau, Fsum, Support, Mask, Params, U, Wsu
                           MAX_STEPS: tl.constexpr, WEIGHTED: tl.constexpr,
                           BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_E: tl.constexpr, BLOCK_EV: tl.constexpr,
                           UPCAST: tl.constexpr, MAP: tl.constexpr):
-    # attention_forward with bounds: p = min(u, g_+(s - tau)) with sum p = 1 (numeric.tensor_rules.box_solve, whose
+    # attention_forward with bounds: p = min(u, g_+(s - tau)) with sum p = 1 (numeric.constraints.box.box_solve, whose
     # pieces run traced on each key block: the rows' sums add up over the blocks).  A first pass finds each row's
     # largest score m, its number of keys and the bracket's left end; each Newton round is one pass summing F
-    # and -F' (w over the free entries); the output pass accumulates the free and the saturated entries' products
-    # apart, and the free ones are scaled to 1 less the saturated ones, as box_solve scales them.  Fsum holds the
-    # free entries' divisor (p = g_+(s - tau) / Fsum on them; p = u on the saturated), U and Wsum the sums over
-    # the free entries, which are those the backward's c runs over.  Ceiling: omega'(inf) per batch and head
-    # (numeric.tensor_rules.box_ceiling, from the host).  The rows here are [BLOCK_M, 1] (the traced pieces reduce
+    # and -F' (w over the free entries); one more pass sums the free entries' g and the saturated entries' bounds
+    # at the threshold found, which gives the free entries' scale (to 1 less the saturated ones, as box_solve
+    # scales them), and the output pass writes the weights scaled and capped at their bounds, as box_solve caps
+    # them (_box_weights_at).  Fsum holds the free entries' divisor (p = min(u, g_+(s - tau) / Fsum) on them; p = u
+    # on the saturated), U and Wsum the sums over the entries left free, which are those the backward's c runs
+    # over.  Passes over the keys: the first, one per round, the sums and the output pass (one more sums pass in
+    # a query block with a jump row, below).  Ceiling: omega'(inf) per batch and head
+    # (numeric.constraints.box.box_ceiling, from the host).  The rows here are [BLOCK_M, 1] (the traced pieces reduce
     # keeping the axis).
     qb, bh, b, h, offs_m, q, k_base, v_base, m_base, n_keys = _query_block(Q, H, L, S, E, sq_b, sq_h, sq_l, sq_e, sk_b,
                                                                           sk_h, sv_b, sv_h, sm_b, sm_h, CAUSAL,
@@ -627,59 +646,56 @@ def attention_forward_box(Q, K, V, Out, Tau, Fsum, Support, Mask, Params, U, Wsu
             slope += w_block
         t, lo, hi, step, step_old, going = box_round(t, lo, hi, step, step_old, going, f, slope, 1.0, 1.0)
         rounds += 1
-    # the output pass: the free entries' and the saturated entries' products apart, at the threshold as the
-    # backward reads it (_box_at)
+    # the free entries' scale at the threshold as the backward reads it (_box_at): the sums of the free entries' g and
+    # of the saturated entries' bounds, one pass over the keys before the output pass
     tau = tl.where(bad, float("nan"), tl.where(dead, float("inf"), m0 + t))
     z_one = MAP.omega_prime(1.0, params)
-    acc, fixed_acc, share, fixed, wv, wsum = _box_output(
-        tau, wrong, q, scale, K, V, Mask, Upper, Support, k_base, v_base, m_base, u_base, offs_m, qb, bh, n_kblocks,
-        n_keys, L, S, E, EV, sk_s, sk_e, sv_s, sv_e, sm_l, sm_s, su_l, su_s, ceiling, z_one, MAP, params, HAS_MASK,
-        MASK_BOOL, CAUSAL, WEIGHTED, BLOCK_M, BLOCK_N, BLOCK_E, BLOCK_EV, UPCAST)
+    share, fixed = _box_totals(tau, q, scale, K, Mask, Upper, k_base, m_base, u_base, offs_m, n_keys, L, S, E, sk_s,
+                               sk_e, sm_l, sm_s, su_l, su_s, ceiling, z_one, MAP, params, HAS_MASK, MASK_BOOL, CAUSAL,
+                               BLOCK_M, BLOCK_N, BLOCK_E, UPCAST)
     rest = 1.0 - fixed
-    # rows where no entry is free at t but the saturated ones do not hold the total (numeric.tensor_rules.box_solve's
+    # rows where no entry is free at t but the saturated ones do not hold the total (numeric.constraints.box.box_solve's
     # jump rows): F jumps across 1 between thresholds that s - t cannot tell apart, a link steeper than float32's
     # resolution near its clip (entmax at alpha near 3).  They are read at the bracket's other end (lo where F(t) <
-    # 1, hi where F(t) > 1): the entries that move between its ends are free there, and the scaling below shares
-    # the rest among them, as box_between shares it.  Where they reach their bounds there too (none free at either
-    # end) the output is blended between the ends so that sum p = 1 (box_between's last blend); such a row's
-    # threshold stays t.
+    # 1, hi where F(t) > 1; one more pass over the keys, where a query block has such a row): the entries that move
+    # between its ends are free there, and the scaling below shares the rest among them, as box_between shares it.
+    # Where they reach their bounds there too (none free at either end) the output is blended between the ends so
+    # that sum p = 1 (box_between's last blend); such a row's threshold stays t.
     # (a row whose F(t) is 1 to 4 eps is done, as box_between's bisection stops there: the bracket's other end
     # may be far)
     jump = solved & (share <= 0) & (tl.abs(rest) > 4 * 1.1920929e-07)
     blend = jump & (jump == 0)
     theta = tl.zeros([BLOCK_M, 1], tl.float32)
-    blend_acc = fixed_acc
+    far = tau
     if tl.max(jump.to(tl.int32)) > 0:
-        tau_lo = tl.where(jump, m0 + tl.where(rest < 0, hi, lo), tau)  # (the bracket's other end)
-        acc2, fixed_acc2, share2, fixed2, wv2, wsum2 = _box_output(
-            tau_lo, wrong, q, scale, K, V, Mask, Upper, Support, k_base, v_base, m_base, u_base, offs_m, qb, bh,
-            n_kblocks, n_keys, L, S, E, EV, sk_s, sk_e, sv_s, sv_e, sm_l, sm_s, su_l, su_s, ceiling, z_one, MAP,
-            params, HAS_MASK, MASK_BOOL, CAUSAL, WEIGHTED, BLOCK_M, BLOCK_N, BLOCK_E, BLOCK_EV, UPCAST)
+        far = tl.where(jump, m0 + tl.where(rest < 0, hi, lo), tau)  # (the bracket's other end)
+        share2, fixed2 = _box_totals(far, q, scale, K, Mask, Upper, k_base, m_base, u_base, offs_m, n_keys, L, S, E,
+                                     sk_s, sk_e, sm_l, sm_s, su_l, su_s, ceiling, z_one, MAP, params, HAS_MASK,
+                                     MASK_BOOL, CAUSAL, BLOCK_M, BLOCK_N, BLOCK_E, UPCAST)
         moved = jump & (share2 > 0)
         blend = jump & (share2 <= 0)
         gap = fixed2 - fixed
         theta = tl.where(blend & (gap != 0), (1.0 - fixed) / tl.where(gap != 0, gap, 1.0), 0.0)
-        blend_acc = fixed_acc2
-        tau = tl.where(moved, tau_lo, tau)
-        acc = tl.where(moved, acc2, acc)
-        fixed_acc = tl.where(moved, fixed_acc2, fixed_acc)
+        tau = tl.where(moved, far, tau)
         share = tl.where(moved, share2, share)
         fixed = tl.where(moved, fixed2, fixed)
-        wv = tl.where(moved, wv2, wv)
-        wsum = tl.where(moved, wsum2, wsum)
         rest = 1.0 - fixed
-    ratio = tl.where(share > 0, rest / tl.where(share > 0, share, 1.0), 1.0)
-    out = fixed_acc + acc * ratio
-    out = tl.where(blend, fixed_acc + theta * (blend_acc - fixed_acc), out)
-    out = tl.where(bad, float("nan"), tl.where(dead, 0.0, out))
-    # the free entries' divisor: p = g / F with F = share / rest (inf where the bounds hold all the mass)
+    # the free entries' divisor: p = g / F with F = share / rest (inf where the bounds hold all the mass), the
+    # free entries scaled to sum to 1 less the saturated ones, as box_solve scales them; the output pass caps them
+    # at their bounds (as box_solve caps them: an entry just below its bound passes it by the rounding of F)
     divides = (dead == 0) & (share > 0) & (rest > 0)
     f = tl.where(divides, share / tl.where(divides, rest, 1.0), tl.where(dead | (share == 0), 1.0, float("inf")))
     f = tl.where(bad, float("nan"), f)
-    wv = tl.where(bad, float("nan"), wv)
-    wsum = tl.where(bad, float("nan"), wsum)
     tau = tl.reshape(tau, [BLOCK_M])
     f = tl.reshape(f, [BLOCK_M])
+    out, wv, wsum = _box_output(
+        tau, f, tl.reshape(far, [BLOCK_M]), theta, blend, wrong, q, scale, K, V, Mask, Upper, Support, k_base, v_base,
+        m_base, u_base, offs_m, qb, bh, n_kblocks, n_keys, L, S, E, EV, sk_s, sk_e, sv_s, sv_e, sm_l, sm_s, su_l,
+        su_s, ceiling, z_one, MAP, params, HAS_MASK, MASK_BOOL, CAUSAL, WEIGHTED, BLOCK_M, BLOCK_N, BLOCK_E,
+        BLOCK_EV, UPCAST)
+    out = tl.where(bad, float("nan"), tl.where(dead, 0.0, out))
+    wv = tl.where(bad, float("nan"), wv)
+    wsum = tl.where(bad, float("nan"), wsum)
     tl.store(Out + b * so_b + h * so_h + offs_m[:, None] * so_l + offs_v[None, :] * so_e,
              out.to(Out.dtype.element_ty), mask=row_live[:, None] & (offs_v[None, :] < EV))
     if WEIGHTED:
@@ -711,11 +727,16 @@ def _box_at(s, u, tau, ceiling, z_one, MAP: tl.constexpr, params):
 
 @triton.jit
 def _box_weights_at(s, u, tau, f, ceiling, z_one, MAP: tl.constexpr, params):
-    # (p, w, saturated) with bounds u: p = u where saturated, g_+(s - tau) / F on the free entries (the forward's
-    # output pass and its scaling), weight(p) on the free entries (0 elsewhere)
+    # (p, w, saturated) with bounds u at the thresholds tau and the free entries' divisors F ([BLOCK_M]): p = u
+    # where saturated, min(u, g_+(s - tau) / F) on the free entries (scaled, and capped at their bounds as
+    # numeric.constraints.box.box_solve caps them; an entry the cap holds is saturated, as box_vjp reads p = u),
+    # weight(p) on the entries left free (0 elsewhere).  The forward's output pass writes these weights, and the
+    # backward reads them
     p, free, saturated = _box_at(s, u, tau[:, None], ceiling, z_one, MAP, params)
-    p = tl.where(free, p / f[:, None], p)
-    return p, _weight_plus(tl.where(free, p, 0.0), MAP, params), saturated
+    scaled = p / f[:, None]
+    capped = free & (scaled >= u)
+    p = tl.where(free, tl.where(capped, u, scaled), p)
+    return p, _weight_plus(tl.where(free & (capped == 0), p, 0.0), MAP, params), saturated | capped
 
 
 @triton.jit
@@ -752,16 +773,17 @@ def _weights_and_dp(q, scale, do, K, V, Mask, Upper, k_base, v_base, m_base, u_b
 
 @triton.jit
 def _exit_gaps(q, scale, K, Mask, Upper, k_base, m_base, u_base, offs_m, start, L, S, E, sk_s, sk_e, sm_l, sm_s,
-               su_l, su_s, ceiling, tau, z_one, MAP: tl.constexpr, params, HAS_MASK: tl.constexpr,
+               su_l, su_s, ceiling, tau, f, z_one, MAP: tl.constexpr, params, HAS_MASK: tl.constexpr,
                MASK_BOOL: tl.constexpr, CAUSAL: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_E: tl.constexpr,
                UPCAST: tl.constexpr):
     # (u, saturated, s - omega'(u) on the saturated entries, inf elsewhere) of the query block against the keys
-    # start:start+BLOCK_N: the gaps whose least marks the entries that leave their bound first as tau rises
-    # (numeric.tensor_rules.box_exits)
+    # start:start+BLOCK_N, saturated as the forward's weights are (_box_weights_at: with the entries its cap holds):
+    # the gaps whose least marks the entries that leave their bound first as tau rises
+    # (numeric.constraints.box.box_exits)
     s = _scores(q, scale, K, Mask, k_base, m_base, offs_m, start, L, S, E, sk_s, sk_e, sm_l, sm_s,
                 HAS_MASK, MASK_BOOL, CAUSAL, BLOCK_N, BLOCK_E, UPCAST)
     u = _bounds(Upper, u_base, offs_m, start, L, S, su_l, su_s, BLOCK_N)
-    _, _, saturated = _box_at(s, u, tau[:, None], ceiling, z_one, MAP, params)
+    _, _, saturated = _box_weights_at(s, u, tau, f, ceiling, z_one, MAP, params)
     gap = tl.where(saturated, s - MAP.omega_prime(tl.where(saturated, u, 1.0), params), float("inf"))
     return u, saturated, gap
 
@@ -807,7 +829,7 @@ def attention_backward_rows(Q, K, V, DO, DQ, Tau, Fsum, C, Support, Mask, Params
     tl.store(C + bh * L + offs_m, c, mask=row_live)
     u_base = b * su_b + h * su_h
     ceiling = tl.load(Ceiling + bh) if BOX else 0.0
-    # the bounds' gradient in a row with no free entry (numeric.tensor_rules.box_exits): the one-sided derivative
+    # the bounds' gradient in a row with no free entry (numeric.constraints.box.box_exits): the one-sided derivative
     # on the side where tau rises, the saturated entries K with the least s_k - omega'(u_k) standing in for the
     # free ones with weights w_k = 1 / omega''(u_k): c_u = sum_K w_k dP_k / sum_K w_k, dU = dP - c_u on the
     # saturated entries outside K, 0 in K (so that d sum(p)/du = 0).  Elsewhere c_u = c and K is empty.
@@ -820,9 +842,9 @@ def attention_backward_rows(Q, K, V, DO, DQ, Tau, Fsum, C, Support, Mask, Params
             for start in range(0, n_keys, BLOCK_N):
                 if tl.load(support + start // BLOCK_N) != 0:
                     _, saturated, gap = _exit_gaps(q, scale, K, Mask, Upper, k_base, m_base, u_base, offs_m, start,
-                                                   L, S, E, sk_s, sk_e, sm_l, sm_s, su_l, su_s, ceiling, tau, z_one,
-                                                   MAP, params, HAS_MASK, MASK_BOOL, CAUSAL, BLOCK_N, BLOCK_E,
-                                                   UPCAST)
+                                                   L, S, E, sk_s, sk_e, sm_l, sm_s, su_l, su_s, ceiling, tau, f,
+                                                   z_one, MAP, params, HAS_MASK, MASK_BOOL, CAUSAL, BLOCK_N,
+                                                   BLOCK_E, UPCAST)
                     least = tl.minimum(least, tl.min(gap, 1))
             w_k = tl.zeros([BLOCK_M], tl.float32)
             w_dp = tl.zeros([BLOCK_M], tl.float32)
@@ -830,7 +852,7 @@ def attention_backward_rows(Q, K, V, DO, DQ, Tau, Fsum, C, Support, Mask, Params
                 if tl.load(support + start // BLOCK_N) != 0:
                     u_k, saturated, gap = _exit_gaps(q, scale, K, Mask, Upper, k_base, m_base, u_base, offs_m,
                                                      start, L, S, E, sk_s, sk_e, sm_l, sm_s, su_l, su_s, ceiling,
-                                                     tau, z_one, MAP, params, HAS_MASK, MASK_BOOL, CAUSAL, BLOCK_N,
+                                                     tau, f, z_one, MAP, params, HAS_MASK, MASK_BOOL, CAUSAL, BLOCK_N,
                                                      BLOCK_E, UPCAST)
                     first = saturated & (gap <= least[:, None]) & none[:, None]
                     w_first = tl.where(first, MAP.weight(tl.where(first, u_k, 1.0), params), 0.0)
@@ -853,9 +875,9 @@ def attention_backward_rows(Q, K, V, DO, DQ, Tau, Fsum, C, Support, Mask, Params
             k = tl.load(K + k_base + offs_n[:, None] * sk_s + offs_e[None, :] * sk_e,
                         mask=(offs_n[:, None] < S) & (offs_e[None, :] < E), other=0.0)
             dq += _mm((w * (dp - c[:, None])).to(k.dtype), k, UPCAST)
-            if UPPER_GRAD:  # the bounds' gradient: dP - c_u where p is at its bound (numeric.tensor_rules.box_vjp)
+            if UPPER_GRAD:  # the bounds' gradient: dP - c_u where p is at its bound (numeric.constraints.box.box_vjp)
                 _, _, gap = _exit_gaps(q, scale, K, Mask, Upper, k_base, m_base, u_base, offs_m, start, L, S, E,
-                                       sk_s, sk_e, sm_l, sm_s, su_l, su_s, ceiling, tau, z_one, MAP, params,
+                                       sk_s, sk_e, sm_l, sm_s, su_l, su_s, ceiling, tau, f, z_one, MAP, params,
                                        HAS_MASK, MASK_BOOL, CAUSAL, BLOCK_N, BLOCK_E, UPCAST)
                 counted = saturated & (gap > least[:, None])  # (K, in a row with no free entry, is not)
                 tl.store(DU + (bh * L + offs_m[:, None]) * S + offs_n[None, :],
