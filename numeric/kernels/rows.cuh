@@ -8,17 +8,17 @@
 //   T weight(T p) const;                       w = 1/omega''(p)
 //   T omega(T p), omega_prime(T p), omega_second(T p), omega_third(T p), weight_d2(T p) const;
 //   and the routines of its threshold (term, tau_from_sum; tau_candidate, discriminant; link_scale,
-//   link_exponent; link_dtau) that numeric.tensor_rules.solve calls.
+//   link_exponent; link_dtau) that numeric.core.rules.solve calls.
 //
 // The map module's kernels (`extern "C"`, one per dtype, launched with numeric.contract.CUDA_THREADS threads
 // per block) call the templates below with such a struct:
 //
 // * rg_forward_from_tau: elementwise p = g_+(s - tau[row]);
-// * rg_forward_rows: one block per row: rg_solve_row, numeric.tensor_rules.solve traced into CUDA by
+// * rg_forward_rows: one block per row: rg_solve_row, numeric.core.rules.solve traced into CUDA by
 //   `regattn generate` (derive.codegen.trace_rows), the one algorithm the NumPy, torch and JAX maps run;
 //   writes p and tau;
 // * rg_jvp: one block per row, J v = w*v - w (w.v) / sum(w) with w = w(p) on the support (J is symmetric,
-//   so this is also the VJP): rg_jvp_row, numeric.tensor_rules.jvp traced likewise.
+//   so this is also the VJP): rg_jvp_row, numeric.core.derivatives.jvp traced likewise.
 #ifndef REGATTN_ROWS
 #define REGATTN_ROWS
 
@@ -32,7 +32,7 @@ __device__ void rg_forward_from_tau(const T* s, const T* tau, T* p, long long ro
 
 template <class M, typename T>
 __device__ void rg_jvp(const T* p, const T* v, T* out, long long rows, long long cols, const M map) {
-    // one block per row: numeric.tensor_rules.jvp traced (a NaN row comes out NaN as a whole)
+    // one block per row: numeric.core.derivatives.jvp traced (a NaN row comes out NaN as a whole)
     __shared__ T shared[32];
     for (long long row = blockIdx.x; row < rows; row += gridDim.x) {
         rg_jvp_row(map, p + row * cols, v + row * cols, out + row * cols, cols, shared);
