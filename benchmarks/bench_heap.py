@@ -17,7 +17,7 @@ from pathlib import Path
 import numpy as np
 
 HERE = Path(__file__).resolve().parent
-SHAPES = [(512, 64), (512, 1024)]
+SHAPES = [(512, 64), (8192, 64), (512, 1024)]
 MAPS = ["softmax", "sparsemax", "entmax15", "plogp_cube", "gini_log1p"]
 
 
