@@ -11,24 +11,14 @@ import argparse
 import json
 import subprocess
 import sys
-import time
 from pathlib import Path
 
 import numpy as np
+from _timing import median_cpu_ms
 
 HERE = Path(__file__).resolve().parent
 SHAPES = [(512, 64), (8192, 64), (512, 1024)]
 MAPS = ["softmax", "sparsemax", "entmax15", "plogp_cube", "gini_log1p"]
-
-
-def _median_cpu_ms(fn, repeat):
-    fn()
-    times = []
-    for _ in range(repeat):
-        start = time.process_time()
-        fn()
-        times.append(time.process_time() - start)
-    return float(np.median(times)) * 1e3
 
 
 def measure(reserve: int) -> dict:
@@ -59,8 +49,8 @@ def measure(reserve: int) -> dict:
                 xt.grad = None
                 tm(xt, dim=-1).backward(dy)
 
-            out[f"numpy forward {name} {shape}"] = _median_cpu_ms(lambda: npm(x), repeat)
-            out[f"torch forward+backward {name} {shape}"] = _median_cpu_ms(torch_both, repeat)
+            out[f"numpy forward {name} {shape}"] = median_cpu_ms(lambda: npm(x), repeat)
+            out[f"torch forward+backward {name} {shape}"] = median_cpu_ms(torch_both, repeat)
     return out
 
 

@@ -19,20 +19,9 @@ Prints ``what<TAB>ms`` lines.
 from __future__ import annotations
 
 import argparse
-import statistics
-import time
 
 import numpy as np
-
-
-def _median_ms(fn, repeat):
-    fn()
-    times = []
-    for _ in range(repeat):
-        start = time.process_time()
-        fn()
-        times.append(time.process_time() - start)
-    return statistics.median(times) * 1e3
+from _timing import median_cpu_ms
 
 
 def main(argv=None) -> int:
@@ -53,8 +42,8 @@ def main(argv=None) -> int:
         xt = torch.from_numpy(x).requires_grad_()
         d = torch.randn(512, n)
         for alpha in (1.3, 3.0):
-            rows[f"numpy entmax({alpha}) n={n}"] = _median_ms(lambda: nm.entmax(x, alpha), args.repeat)
-            rows[f"torch entmax({alpha}) fwd+bwd n={n}"] = _median_ms(
+            rows[f"numpy entmax({alpha}) n={n}"] = median_cpu_ms(lambda: nm.entmax(x, alpha), args.repeat)
+            rows[f"torch entmax({alpha}) fwd+bwd n={n}"] = median_cpu_ms(
                 lambda: torch.autograd.grad((rt.entmax(xt, alpha) * d).sum(), xt), args.repeat)
     from _typed import typed_modules
 
@@ -63,16 +52,16 @@ def main(argv=None) -> int:
         x = rng.standard_normal((512, n)).astype(np.float32)
         d = rng.standard_normal((512, n)).astype(np.float32)
         for name, mapping in typed.items():
-            rows[f"numpy {name} n={n}"] = _median_ms(lambda: mapping(x), args.repeat)
+            rows[f"numpy {name} n={n}"] = median_cpu_ms(lambda: mapping(x), args.repeat)
         for name, mapping in (("softmax", nm.get_map("softmax")), ("entmax15", nm.get_map("entmax15")),
                               ("entmax(1.3)", nm.get_map("entmax", alpha=1.3)), ("plogp_cube", typed["plogp_cube"])):
             p = mapping(x)
-            rows[f"numpy jvp {name} n={n}"] = _median_ms(lambda: mapping.jvp(p, d), args.repeat)
+            rows[f"numpy jvp {name} n={n}"] = median_cpu_ms(lambda: mapping.jvp(p, d), args.repeat)
     q, k, v = (torch.randn(2, 4, 512, 64, requires_grad=True) for _ in range(3))
     for alpha in (1.3, 3.0):
         for per_head in (False, True):
             mapping = rt.get_map("entmax", alpha=torch.full((4, 1, 1), alpha) if per_head else alpha)
-            rows[f"torch attention entmax({alpha}){' per head' if per_head else ''} fwd+bwd"] = _median_ms(
+            rows[f"torch attention entmax({alpha}){' per head' if per_head else ''} fwd+bwd"] = median_cpu_ms(
                 lambda: torch.autograd.grad(rt.attention(q, k, v, mapping=mapping, is_causal=True).sum(), (q, k, v)),
                 max(3, args.repeat // 3))
     for what, ms in rows.items():
