@@ -39,7 +39,7 @@ __all__ = ["Map", "get_map", "softmax", "sparsemax", "entmax15", "entmax", "REQU
 REQUIRED = contract.required_names()
 
 
-def _rows(x, axis: int):
+def to_rows(x, axis: int):
     """Move ``axis`` last and flatten the rest: returns (2-D view/copy, restore function)."""
     xp = array_module(x)
     moved = xp.moveaxis(x, axis, -1)
@@ -194,7 +194,7 @@ class Map:
         given = x
         x, out_dtype = to_compute_dtype(x, backend.namespace())
         axis = check_axis(x.shape, axis)
-        flat, restore = _rows(x, axis)
+        flat, restore = to_rows(x, axis)
         if front.is_box(upper, total):
             xp = backend.namespace()
             u, c = front.box_rows(xp, front.Arrays(xp), x, upper, total, axis)
@@ -230,7 +230,7 @@ class Map:
     def jvp(self, y, dx, axis: int = -1, *, upper=None, total=1.0):
         """``J dx`` at ``y = m(x)``: ``w*dx - w (w.dx) / sum(w)``, ``w = w(y)`` on the support (with ``upper``: on
         the entries free of their bounds, :func:`numeric.constraints.box.box_vjp`)."""
-        backend, xp, y, out_dtype, axis, fy, fd, restore = _tangent_rows(y, dx, axis, "tangent")
+        backend, xp, y, out_dtype, axis, fy, fd, restore = tangent_rows(y, dx, axis, "tangent")
         if front.is_box(upper, total):
             return restore(self._box_vjp(backend, y, fy, fd, upper, total, axis, None)[0]).astype(out_dtype, copy=False)
         groups = self._groups(y.shape, axis, xp)
@@ -255,8 +255,8 @@ class Map:
         in the total): the saturated entries that leave their bound first take the free ones' place
         (:func:`numeric.constraints.box.box_exits`); that needs the scores ``x``, and such a row without them raises
         :class:`ValueError`."""
-        backend, xp, y, out_dtype, axis, fy, fd, restore = _tangent_rows(y, dy, axis, "cotangent")
-        fx = None if x is None else _tangent_rows(y, x, axis, "score")[6]
+        backend, xp, y, out_dtype, axis, fy, fd, restore = tangent_rows(y, dy, axis, "cotangent")
+        fx = None if x is None else tangent_rows(y, x, axis, "score")[6]
         _, du, dc = self._box_vjp(backend, y, fy, fd, upper, total, axis, fx, bounds=True)
         batch = y.shape[:axis] + y.shape[axis + 1:]
         return {"upper": restore(du).astype(out_dtype, copy=False), "total": dc.reshape(batch).astype(out_dtype, copy=False)}
@@ -358,7 +358,7 @@ class Map:
         y = front.check_target(x, xp.asarray(target), axis, arrays, box=box)  # (NumPy takes array-likes)
         p, tau = self.forward(x, axis=axis, upper=upper, total=total)
         p = p.astype(x.dtype, copy=False)
-        rows = [_rows(a, axis)[0] for a in (x, p, y)]
+        rows = [to_rows(a, axis)[0] for a in (x, p, y)]
         r = self._routines(x.shape, axis, x.dtype, xp)
         with np.errstate(over="ignore", invalid="ignore", divide="ignore", under="ignore"):
             value = front.loss_rows(front.RowOps(xp, x.dtype), r, *rows)
@@ -370,7 +370,7 @@ class Map:
             return out
         with np.errstate(invalid="ignore", divide="ignore"):
             mu = box_multipliers(front.RowOps(xp, x.dtype), r, rows[0], tau.reshape(-1, 1), box[0])
-        restore = _rows(x, axis)[1]
+        restore = to_rows(x, axis)[1]
         return (*out, {"upper": (restore(mu) * scale).astype(out_dtype), "total": (tau * scale).astype(out_dtype)})
 
     def _routines(self, shape: tuple, axis: int, dtype, xp) -> Routines:
@@ -384,7 +384,7 @@ class Map:
         return Routines(self.module, contract.module_routines(self.module), params)
 
 
-def _tangent_rows(y, d, axis, word: str):
+def tangent_rows(y, d, axis, word: str):
     """``(backend, xp, y, out_dtype, axis, y rows, d rows, restore)`` for a derivative at ``y = m(x)`` along
     ``d`` (a tangent or cotangent of ``y``'s shape), both in the compute dtype."""
     backend = backend_for(y, d)
@@ -394,8 +394,8 @@ def _tangent_rows(y, d, axis, word: str):
     if d.shape != y.shape:
         raise ValueError(f"{word} of shape {d.shape} does not match the output shape {y.shape}")
     axis = check_axis(y.shape, axis)
-    fy, restore = _rows(y, axis)
-    return backend, xp, y, out_dtype, axis, fy, _rows(d, axis)[0], restore
+    fy, restore = to_rows(y, axis)
+    return backend, xp, y, out_dtype, axis, fy, to_rows(d, axis)[0], restore
 
 
 class FrameworkMap:

@@ -17,7 +17,7 @@ from . import front
 from .families.normmax import normmax_from, normmax_loss, normmax_vjp
 from .backend import array_module, to_compute_dtype
 from .front import check_axis
-from .maps import CLASSES, Map, _rows, _tangent_rows, import_map_module
+from .maps import CLASSES, Map, to_rows, tangent_rows, import_map_module
 
 __all__ = ["NormmaxMap", "normmax", "check_normmax_alpha"]
 
@@ -91,21 +91,21 @@ class NormmaxMap(Map):
         inner, alpha, scale = self._inner(x, axis, xp)
         with np.errstate(invalid="ignore"):  # (-inf / positive stays -inf; NaN rows stay NaN)
             r, tau = inner.forward(x / scale, axis, overwrite=True)
-        rows, restore = _rows(r, axis)
-        alpha_rows = _rows(xp.broadcast_to(alpha, x.shape), axis)[0][:, :1] if hasattr(alpha, "shape") else alpha
+        rows, restore = to_rows(r, axis)
+        alpha_rows = to_rows(xp.broadcast_to(alpha, x.shape), axis)[0][:, :1] if hasattr(alpha, "shape") else alpha
         with np.errstate(divide="ignore", invalid="ignore"):
             p = normmax_from(front.RowOps(xp, x.dtype), rows, alpha_rows)
         return restore(p).astype(out_dtype, copy=False), tau
 
     def _alpha_rows(self, y, axis, xp):
         (alpha,) = self._values_like(y, axis, xp)
-        return _rows(xp.broadcast_to(alpha, y.shape), axis)[0][:, :1] if hasattr(alpha, "shape") else alpha
+        return to_rows(xp.broadcast_to(alpha, y.shape), axis)[0][:, :1] if hasattr(alpha, "shape") else alpha
 
     def jvp(self, y, dx, axis: int = -1, *, upper=None, total=1.0):
         """``J dx`` at ``y = normmax(x)``: ``J = (I - p 1^T) diag(m) (I - 1 p^T)`` (:mod:`derive.normmax`)."""
         if front.is_box(upper, total):
             raise ValueError("normmax takes no box constraints (upper=, total=): its regularizer is not separable")
-        backend, xp, y, out_dtype, axis, fy, fd, restore = _tangent_rows(y, dx, axis, "tangent")
+        backend, xp, y, out_dtype, axis, fy, fd, restore = tangent_rows(y, dx, axis, "tangent")
         with np.errstate(divide="ignore", invalid="ignore", over="ignore"):
             out = normmax_vjp(front.RowOps(xp, y.dtype), fy, fd, self._alpha_rows(y, axis, xp))
         return restore(out).astype(out_dtype, copy=False)
@@ -129,7 +129,7 @@ class NormmaxMap(Map):
         axis = check_axis(x.shape, axis)
         y = front.check_target(x, xp.asarray(target), axis, front.Arrays(xp))
         p = self(x, axis=axis).astype(x.dtype, copy=False)
-        rows = [_rows(a, axis)[0] for a in (x, p, y)]
+        rows = [to_rows(a, axis)[0] for a in (x, p, y)]
         with np.errstate(over="ignore", invalid="ignore", divide="ignore", under="ignore"):
             value = normmax_loss(front.RowOps(xp, x.dtype), *rows, self._alpha_rows(x, axis, xp))
         value = value.reshape(x.shape[:axis] + x.shape[axis + 1:])

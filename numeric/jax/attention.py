@@ -91,7 +91,7 @@ def _array(x, name: str):
     return x
 
 
-def _check_inputs(query, key, value):
+def check_inputs(query, key, value):
     query, key, value = _array(query, "query"), _array(key, "key"), _array(value, "value")
     if not query.ndim == key.ndim == value.ndim or query.ndim not in (3, 4):
         raise ValueError(f"query, key and value must all be (B, T|S, heads, features) or all (T|S, heads, features); "
@@ -138,7 +138,7 @@ def _scores_shaped(a, name: str, shape: tuple, boolean: bool):
     return a
 
 
-def _resolve(mapping) -> JaxMap:
+def resolve_mapping(mapping) -> JaxMap:
     if isinstance(mapping, (str, ModuleType, JaxMap)):
         m = get_map(mapping)
     else:
@@ -166,7 +166,7 @@ def attention(query, key, value, mask=None, is_causal: bool = False, scale=None,
     >>> attention(q, k, v, mapping="sparsemax", upper=jnp.array([0.2, 0.4, 0.4]))[0, 0]  # weights 0.2, 0.4, 0.4
     Array([2.2], dtype=float32)
     """
-    query, key, value, unbatched = _check_inputs(query, key, value)
+    query, key, value, unbatched = check_inputs(query, key, value)
     B, T, N, H = query.shape
     S = key.shape[1]
     shape = (B, N, T, S)
@@ -174,28 +174,28 @@ def attention(query, key, value, mask=None, is_causal: bool = False, scale=None,
         raise TypeError(f"is_causal must be True or False, got {is_causal!r}")
     if scale is None:
         scale = 1.0 / math.sqrt(H)
-    m = _resolve(mapping)
+    m = resolve_mapping(mapping)
     mask = None if mask is None else _scores_shaped(mask, "mask", shape, boolean=True)
     bias = None if bias is None else _scores_shaped(bias, "bias", shape, boolean=False)
     if upper is not None and not front.is_number(upper):
         upper = _scores_shaped(upper, "upper", shape, boolean=False)
-    _check_block_size(block_size)
+    check_block_size(block_size)
     out_dtype = query.dtype
     dtype = compute_dtype(out_dtype)
     query, key, value = query.astype(dtype), key.astype(dtype), value.astype(dtype)
-    params = _param_values(m, shape, dtype)
-    out = _attend(query, key, value, m, params, is_causal=is_causal, scale=scale, mask=mask, bias=bias, upper=upper,
+    params = param_values(m, shape, dtype)
+    out = attend(query, key, value, m, params, is_causal=is_causal, scale=scale, mask=mask, bias=bias, upper=upper,
                   block_size=block_size)
     out = out.astype(out_dtype)
     return out[0] if unbatched else out
 
 
-def _check_block_size(block_size) -> None:
+def check_block_size(block_size) -> None:
     if block_size is not None and (isinstance(block_size, bool) or not isinstance(block_size, int) or block_size < 1):
         raise ValueError(f"block_size must be a positive integer, got {block_size!r}")
 
 
-def _param_values(m: JaxMap, shape: tuple, dtype) -> dict:
+def param_values(m: JaxMap, shape: tuple, dtype) -> dict:
     """The map's parameter values for the scores ``shape`` = (B, N, T, S): Python floats as they are, arrays given 4
     dimensions and checked against ``shape``."""
     params = {}
@@ -211,10 +211,10 @@ def _param_values(m: JaxMap, shape: tuple, dtype) -> dict:
     return params
 
 
-def _attend(query, key, value, m: JaxMap, params: dict, *, is_causal: bool, scale, mask=None, bias=None, upper=None,
+def attend(query, key, value, m: JaxMap, params: dict, *, is_causal: bool, scale, mask=None, bias=None, upper=None,
             block_size: int | None = None, positions=None):
     """The blocked computation of :func:`attention` on checked inputs: ``query`` (B, T, N, H), ``key`` (B, S, K, H),
-    ``value`` (B, S, K, Hv), all in the compute dtype; ``params`` from :func:`_param_values`; ``mask``, ``bias``,
+    ``value`` (B, S, K, Hv), all in the compute dtype; ``params`` from :func:`param_values`; ``mask``, ``bias``,
     ``upper`` 4-dimensional (or ``upper`` a number).  Returns ``(B, T, N, Hv)`` in the compute dtype.
 
     ``positions``: ``(query positions (T,), key positions (S,))``, integers: with ``is_causal`` the query at

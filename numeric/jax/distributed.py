@@ -57,7 +57,7 @@ from jax.sharding import Mesh
 from jax.sharding import PartitionSpec as P
 
 from ..layouts import LAYOUTS, check_layout, chunks, layout_positions
-from .attention import _attend, _check_block_size, _check_inputs, _param_values, _resolve
+from .attention import attend, check_block_size, check_inputs, param_values, resolve_mapping
 from .maps import compute_dtype
 
 __all__ = ["context_parallel_attention", "shard_layout", "unshard_layout", "LAYOUTS"]
@@ -242,8 +242,8 @@ def context_parallel_attention(query, key, value, *, mesh, axis_name, is_causal:
     if not isinstance(is_causal, bool):
         raise TypeError(f"is_causal must be True or False, got {is_causal!r}")
     check_layout(layout)
-    _check_block_size(block_size)
-    query, key, value, unbatched = _check_inputs(query, key, value)
+    check_block_size(block_size)
+    query, key, value, unbatched = check_inputs(query, key, value)
     B, T, N, H = query.shape
     if key.shape[1] != T:
         raise ValueError(f"context-parallel attention is self-attention over one sequence: the keys' and values' "
@@ -252,9 +252,9 @@ def context_parallel_attention(query, key, value, *, mesh, axis_name, is_causal:
     _check_length(T, parts, layout)
     if scale is None:
         scale = 1.0 / math.sqrt(H)
-    m = _resolve(mapping)
+    m = resolve_mapping(mapping)
     dtype = compute_dtype(query.dtype)
-    params = _param_values(m, (B, N, T, T), dtype)  # (checked against the global scores' shape)
+    params = param_values(m, (B, N, T, T), dtype)  # (checked against the global scores' shape)
     floats = {n: v for n, v in params.items() if isinstance(v, float)}
     arrays = {n: v for n, v in params.items() if not isinstance(v, float)}
     # a parameter per query row is sharded with the queries, any other replicated (its gradient summed over the axis)
@@ -275,7 +275,7 @@ def context_parallel_attention(query, key, value, *, mesh, axis_name, is_causal:
 
             positions = (jnp.concatenate(runs(lax.axis_index(axis_name))),
                          jnp.concatenate([x for r in range(parts) for x in runs(r)]))  # (the gathered keys')
-        out = _attend(q.astype(dtype), k, v, m, {**floats, **local_arrays}, is_causal=is_causal, scale=scale,
+        out = attend(q.astype(dtype), k, v, m, {**floats, **local_arrays}, is_causal=is_causal, scale=scale,
                       block_size=block_size, positions=positions)
         out = out.astype(query.dtype)
         return out[0] if unbatched else out

@@ -118,7 +118,7 @@ class _JaxArrays(front.Arrays):
 ARRAYS = _JaxArrays()
 
 
-def _scores(x, what: str = "scores"):
+def as_scores(x, what: str = "scores"):
     """``x`` as a floating JAX array (NumPy arrays and nested lists are taken; integers are refused)."""
     if not (hasattr(x, "dtype") or isinstance(x, (list, tuple, float, int))):
         raise TypeError(f"{what} must be an array, got {type(x).__name__}")
@@ -170,16 +170,16 @@ def _solver(module: ModuleType, threshold: str) -> _Solver:
 
 
 @partial(jax.custom_jvp, nondiff_argnums=(0,))
-def _map_rows(solver: _Solver, x, params: tuple):
+def map_rows(solver: _Solver, x, params: tuple):
     """``p = m(x)`` on rows ``x`` (2-D), parameters of shape ``(rows, 1)`` or ``()``."""
     return solver.forward(x, params)
 
 
-@_map_rows.defjvp
+@map_rows.defjvp
 def _map_rows_jvp(solver, primals, tangents):
     x, params = primals
     dx, dparams = tangents
-    p = _map_rows(solver, x, params)
+    p = map_rows(solver, x, params)
     v = dx
     for name, dq in zip(solver.names, dparams):
         v = v - solver.direction(p, params, name) * dq  # dp/dq = -J c
@@ -187,7 +187,7 @@ def _map_rows_jvp(solver, primals, tangents):
 
 
 # eager calls run compiled (one compilation per solver, shapes and dtypes); inside a traced function they inline
-_map_rows_jit = jax.jit(_map_rows, static_argnums=0)
+_map_rows_jit = jax.jit(map_rows, static_argnums=0)
 
 
 def _zero(t) -> bool:
@@ -300,7 +300,7 @@ class JaxMap(FrameworkMap):
         >>> JaxMap("sparsemax")(jnp.array([3.0, 2.9, 0.1, 0.0]), upper=1.0, total=2.0)
         Array([1., 1., 0., 0.], dtype=float32)
         """
-        x = _scores(x)
+        x = as_scores(x)
         axis = front.check_axis(x.shape, axis)
         values = self.values(params)
         dtype = compute_dtype(x.dtype)
@@ -415,14 +415,14 @@ def _omega_terms(module, x, p, y, params):
 @partial(jax.custom_jvp, nondiff_argnums=(0,))
 def _loss_rows(solver: _Solver, x, y, params: tuple):
     """The Fenchel-Young loss of each row of ``x`` (2-D) against the distributions ``y``."""
-    return _omega_terms(solver.module, x, _map_rows(solver, x, params), y, params)
+    return _omega_terms(solver.module, x, map_rows(solver, x, params), y, params)
 
 
 @_loss_rows.defjvp
 def _loss_rows_jvp(solver, primals, tangents):
     x, y, params = primals
     dx, _, dparams = tangents  # (the target is a constant: its tangent is not used)
-    p = _map_rows(solver, x, params)
+    p = map_rows(solver, x, params)
     if params:  # the envelope theorem: d/dq at the optimum p, held fixed
         value, dvalue = jax.jvp(lambda *q: _omega_terms(solver.module, x, p, y, q), params, tuple(dparams))
     else:
@@ -496,7 +496,7 @@ def fenchel_young_loss(scores, target, mapping="softmax", reduction: str = "mean
     """
     front.check_reduction(reduction)
     m = get_map(mapping)
-    x = _scores(scores)
+    x = as_scores(scores)
     axis = front.check_axis(x.shape, axis)
     m.values()
     dtype = compute_dtype(x.dtype)

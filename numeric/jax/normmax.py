@@ -18,7 +18,7 @@ from jax.custom_derivatives import SymbolicZero
 from .. import front
 from ..families.normmax import normmax_from, normmax_loss, normmax_vjp
 from ._ops import ops_for
-from .maps import ARRAYS, CLASSES, JaxMap, _map_rows, _scores, compute_dtype
+from .maps import ARRAYS, CLASSES, JaxMap, map_rows, as_scores, compute_dtype
 
 __all__ = ["JaxNormmax", "normmax"]
 
@@ -31,7 +31,7 @@ def _normmax_rows(solver, x, alpha):
     """normmax of the rows ``x`` (2-D), ``alpha`` of shape ``()`` or ``(rows, 1)``; ``solver``: the entmax
     family's at ``a``."""
     a = (2 * alpha - 1) / alpha
-    r = _map_rows(solver, x * (alpha / (alpha - 1)), (a,))
+    r = map_rows(solver, x * (alpha / (alpha - 1)), (a,))
     return normmax_from(ops_for(x.dtype), r, alpha)
 
 
@@ -89,7 +89,7 @@ class JaxNormmax(JaxMap):
         """normmax of ``x`` along ``axis``: same shape and dtype."""
         if front.is_box(upper, total):
             raise ValueError(_NO_BOX)
-        x = _scores(x)
+        x = as_scores(x)
         axis = front.check_axis(x.shape, axis)
         if "alpha" in params:
             _check_alpha_first(params["alpha"])

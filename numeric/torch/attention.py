@@ -86,7 +86,7 @@ def _tensor(x, name: str):
     return x
 
 
-def _check_inputs(query, key, value):
+def check_inputs(query, key, value):
     for name, a in (("query", query), ("key", key), ("value", value)):
         _tensor(a, name)
         if a.dim() < 2:
@@ -131,7 +131,7 @@ def _check_mask(attn_mask, query, scores: tuple):
     return attn_mask
 
 
-def _resolve(mapping):
+def resolve_mapping(mapping):
     """``(fn, is_map)``: the mapping as a callable ``fn(scores, dim=...)``, and whether it is a TorchMap."""
     if isinstance(mapping, (str, ModuleType, TorchMap)):
         return get_map(mapping), True
@@ -141,7 +141,7 @@ def _resolve(mapping):
                     f"weights, got {mapping!r}")
 
 
-def _rows(x, start: int, stop: int):
+def query_rows(x, start: int, stop: int):
     """Rows ``start:stop`` along dim -2 of ``x`` (broadcasting to the scores), unless ``x`` has size 1 there."""
     if x.dim() < 2 or x.shape[-2] == 1:
         return x
@@ -149,7 +149,7 @@ def _rows(x, start: int, stop: int):
 
 
 def _mask_block(mask, start: int, stop: int, keys: int):
-    return None if mask is None else _rows(mask, start, stop)[..., :keys]
+    return None if mask is None else query_rows(mask, start, stop)[..., :keys]
 
 
 def _folds(a, b) -> bool:
@@ -236,9 +236,9 @@ class MapSpec:
         pass instead of a solve); ``keep_tau``: return ``(weights, tau)`` (``tau`` ``None`` where
         there is none to keep).
         """
-        kw = {n: _rows(t, start, stop) for n, t in zip(self.names, params)}
+        kw = {n: query_rows(t, start, stop) for n, t in zip(self.names, params)}
         if self.upper is not None:  # (no thresholds kept: the bounded map solves each time)
-            u = self.upper if self.upper != "tensor" else _rows(params[-1], start, stop)
+            u = self.upper if self.upper != "tensor" else query_rows(params[-1], start, stop)
             kw["upper"] = u[..., :a.shape[-1]] if isinstance(u, torch.Tensor) and u.shape[-1] > 1 else u
         kept = None
         if self.guard:  # a plain callable: rows with no key get weights 0 (and it sees finite scores there)
@@ -378,7 +378,7 @@ def _closure_grads(spec, qs, key, mask) -> bool:
                 _mask_block(mask, 0, 1, spec.S if not spec.causal else 1), 0, spec.causal)
     with torch.enable_grad():
         return spec.weights(a.detach(), (), 0, 1).requires_grad
-def _check_upper(upper, query, scores: tuple):
+def check_upper(upper, query, scores: tuple):
     """``upper`` of :func:`attention`: a number ``>= 0`` or a real tensor on the query's device broadcasting to the
     scores (adding no batch dimensions); its values are checked by the map (:func:`numeric.front.box_rows`)."""
     if isinstance(upper, numbers.Real) and not isinstance(upper, bool):
@@ -439,7 +439,7 @@ def attention(query, key, value, attn_mask=None, is_causal=False, scale=None, ma
     -------
     ``(..., L, Ev)``, the broadcast batch shape, the query's dtype.
     """
-    batch = _check_inputs(query, key, value)
+    batch = check_inputs(query, key, value)
     L, S, E = query.shape[-2], key.shape[-2], query.shape[-1]
     scores = batch + (L, S)
     if attn_mask is not None:
@@ -453,9 +453,9 @@ def attention(query, key, value, attn_mask=None, is_causal=False, scale=None, ma
     if block is not None and (isinstance(block, bool) or not isinstance(block, numbers.Integral) or block < 1):
         raise ValueError(f"block must be a positive integer or None, got {block!r}")
     fused.check_backend(backend)
-    fn, is_map = _resolve(mapping)
+    fn, is_map = resolve_mapping(mapping)
     if upper is not None:
-        upper = _check_upper(upper, query, scores)
+        upper = check_upper(upper, query, scores)
         if not is_map:
             raise TypeError("upper= needs a regattn map (a name, a generated module or a TorchMap), not a callable")
     if backend == "triton" or backend == "auto" and query.is_cuda and block is None:

@@ -71,7 +71,7 @@ import torch.distributed as dist
 from torch.autograd.function import once_differentiable
 
 from ..layouts import LAYOUTS, check_layout, chunks
-from .attention import BLOCK_ENTRIES, MapSpec, _check_inputs, _resolve, _rows, blocked_backward, blocked_forward
+from .attention import BLOCK_ENTRIES, MapSpec, check_inputs, resolve_mapping, query_rows, blocked_backward, blocked_forward
 
 __all__ = ["context_parallel_attention", "shard", "unshard", "positions", "LAYOUTS"]
 
@@ -189,7 +189,7 @@ class _Plan:
 def _forward(qs, K, V, plan, params):
     outs, taus = [], []
     for start, stop, spec in plan.runs:
-        ps = tuple(_rows(t, start, stop) for t in params)
+        ps = tuple(query_rows(t, start, stop) for t in params)
         out, tau = blocked_forward(qs[..., start:stop, :], K[..., :spec.S, :], V[..., :spec.S, :], None, spec, ps)
         outs.append(out)
         taus.append(tau)
@@ -222,7 +222,7 @@ class _ContextParallelAttention(torch.autograd.Function):
         dV = torch.zeros(V.shape, dtype=V.dtype, device=V.device) if need_v else None
         dparams = [torch.zeros_like(t) if need else None for t, need in zip(params, need_p)]
         for start, stop, spec in plan.runs:
-            ps = tuple(_rows(t, start, stop) for t in params)
+            ps = tuple(query_rows(t, start, stop) for t in params)
             tau = None if taus is None else taus[..., start:stop, :]
             views = (None if dq is None else dq[..., start:stop, :], None if dK is None else dK[..., :spec.S, :],
                      None if dV is None else dV[..., :spec.S, :])
@@ -235,7 +235,7 @@ class _ContextParallelAttention(torch.autograd.Function):
             dps = grads[4:]
             for d, t, dp in zip(dparams, params, dps):
                 if d is not None:
-                    _rows(d, start, stop).add_(dp)
+                    query_rows(d, start, stop).add_(dp)
         del K, V
         # every rank wants the same gradients (it called with the same arguments), so all join these collectives
         owned = iter(plan.scatter([d for d in (dK, dV) if d is not None]))
@@ -362,7 +362,7 @@ def _agree(group, query, key, value, is_causal, layout, scale, fn, error):
 
 def _check_call(query, key, value, is_causal, scale, mapping, layout, block):
     """One rank's checks of a call's arguments (as one process's); ``(batch, fn, is_map, scale)``."""
-    batch = _check_inputs(query, key, value)
+    batch = check_inputs(query, key, value)
     n, m = query.shape[-2], key.shape[-2]
     if not isinstance(is_causal, bool):
         raise TypeError(f"is_causal must be True or False, got {is_causal!r}")
@@ -376,7 +376,7 @@ def _check_call(query, key, value, is_causal, scale, mapping, layout, block):
         raise TypeError(f"scale must be a real number or None, got {scale!r}")
     if block is not None and (isinstance(block, bool) or not isinstance(block, numbers.Integral) or block < 1):
         raise ValueError(f"block must be a positive integer or None, got {block!r}")
-    fn, is_map = _resolve(mapping)
+    fn, is_map = resolve_mapping(mapping)
     if not is_map:
         with torch.enable_grad():
             if fn(torch.zeros(1, 2, dtype=query.dtype, device=query.device), dim=-1).requires_grad:
@@ -432,7 +432,7 @@ def context_parallel_attention(query, key, value, *, group=None, is_causal=False
     except (TypeError, ValueError) as exc:
         fn, error = mapping, exc
         try:
-            fn = _resolve(mapping)[0]
+            fn = resolve_mapping(mapping)[0]
         except (TypeError, ValueError, ImportError):
             pass
     initialised = dist.is_available() and dist.is_initialized()

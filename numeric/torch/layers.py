@@ -66,7 +66,7 @@ from torch import nn
 
 from .. import front
 from . import fused
-from .attention import MapSpec, _check_upper, attention, block_scores
+from .attention import MapSpec, check_upper, attention, block_scores
 from .maps import TorchMap, get_map
 
 __all__ = ["MultiheadAttention"]
@@ -291,7 +291,7 @@ class MultiheadAttention(nn.MultiheadAttention):
             spec_map = mapping if isinstance(mapping, TorchMap) else None
             names = tuple(n for n in spec_map.params if isinstance(spec_map.params[n], torch.Tensor)) if spec_map else ()
             if upper is not None:
-                upper = _check_upper(upper, q, (N, H, L, k.shape[2]))
+                upper = check_upper(upper, q, (N, H, L, k.shape[2]))
                 if spec_map is None:
                     raise TypeError("upper= needs a regattn map (a name, a generated module or a TorchMap), not a "
                                     "callable")
