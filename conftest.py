@@ -77,7 +77,6 @@ def _jax_x64_left_as_found():
         pytest.fail(f"the test left jax_enable_x64 = {not before}: use the jax.enable_x64 context", pytrace=False)
 
 
-
 # Each executable XLA compiles stays loaded while JAX caches it, and holds about a dozen memory mappings; a worker
 # that runs tests/jax's hypothesis cases compiles thousands of shapes and reaches Linux's limit of 65,530 mappings
 # a process (vm.max_map_count) about ten minutes in, where the next compile dies of a segmentation fault inside

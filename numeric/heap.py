@@ -8,8 +8,8 @@ and its first write faults once per 4 KiB page.  A computation that makes tempor
 hundred KiB, one expression after another, pays that on every call: on the machine of
 docs/benchmarks.md a fault costs about 2 microseconds, and ``np.multiply`` of two 1 MiB
 arrays into a new one took 1.5 ms where the product itself takes 0.1 ms.  The solvers that
-:mod:`numeric` runs on NumPy make such temporaries (a typed map's Newton rounds: 560 faults per
-call on 512 rows of 64 float32 scores).
+:mod:`numeric` runs make such temporaries; today it is worth most to torch's KKT solve of a
+typed map with no closed-form link, whose rounds make temporaries of a MiB and more.
 
 :func:`set_heap_reserve` asks glibc to serve arrays of up to ``nbytes`` from the heap
 (``M_MMAP_THRESHOLD``) and to keep ``nbytes`` of free memory at its top when it trims
