@@ -182,8 +182,11 @@ class TensorOps(Ops):
         """The ``k`` largest entries of each row, in decreasing order."""
         return self.sort_desc(self.top(x, k)[0])
 
-    def support_sums(self, y, c, squares: bool):
-        """``(count, sum, sum of squares or None)`` per row of ``u = (y - c)_+`` over ``u > 0``."""
+    def support_sums(self, y, c, squares: bool, y_max=None):
+        """``(count, sum, sum of squares or None)`` per row of ``u = (y - c)_+`` over ``u > 0``.
+
+        ``y_max``: a number no entry of ``y`` exceeds, where the caller knows one (the rules' shifted rows: 0); a
+        target may use it to count the support from ``u`` by a cheaper operation where it bounds ``u``."""
         u = self.pos_diff(y, c)
         return self.row_sum(self.support(u)), self.row_sum(u), self.row_sum(u * u) if squares else None
 

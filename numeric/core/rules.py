@@ -291,13 +291,14 @@ def support_rule(ops: TensorOps, r: Routines, y, steps: int = SUPPORT_STEPS):
             y, r = bound(rows)
             t, below, result, size, active = state
             c = t + r.clip()  # the support at t: y > c
-            kk, su, _ = ops.support_sums(y, c, False)
+            kk, su, _ = ops.support_sums(y, c, False, 0)
             cand = r.tau_candidate(kk, su + kk * c, 0 * kk)
             exact = kk == size
             result = ops.where(active & exact, cand, result)
-            # t rises from the lower bound ``below`` (-omega'(1) before the first round, t itself after it)
-            t = ops.where(active, ops.where(cand > below, cand, below), t)
-            size = ops.where(active, kk, size)
+            # t rises from the lower bound ``below`` (-omega'(1) before the first round, t itself after it); a row
+            # that has stopped keeps its result, and its t and size are read no more
+            t = ops.clamp_min(cand, below)
+            size = kk
             active = active & ops.not_(exact)
             return (t, t, result, size, active), active
 
@@ -309,11 +310,11 @@ def support_rule(ops: TensorOps, r: Routines, y, steps: int = SUPPORT_STEPS):
             t, result, active = state
             a, clip = r.link_scale(), r.clip()
             c = t + clip
-            kk, su, su2 = ops.support_sums(y, c, True)
+            kk, su, su2 = ops.support_sums(y, c, True, 0)
             s1 = su + kk * c
             s2 = su2 + 2 * c * su + kk * c * c  # sum_S y**2 with y = u + c
             cand = r.tau_candidate(kk, s1, s2)
-            exact = (r.discriminant(kk, s1, s2) >= 0) & (ops.support_sums(y, cand + clip, False)[0] == kk)
+            exact = (r.discriminant(kk, s1, s2) >= 0) & (ops.support_sums(y, cand + clip, False, 0)[0] == kk)
             # Newton on F = a**2 sum u**2, F' = -2 a**2 sum u, from below (F is convex)
             nxt = t + (a * a * su2 - 1) / (2 * a * a * su)
             result = ops.where(active & exact, cand, result)

@@ -129,7 +129,7 @@ class TorchOps(CompactRows, TensorOps):
         return torch.sub(y, c).relu_()  # (one new tensor instead of two)
 
     @staticmethod
-    def support_sums(y, c, squares):
+    def support_sums(y, c, squares, y_max=None):
         u = torch.sub(y, c).relu_()  # in place after the one new tensor (allocating costs as much as a pass)
         total = u.sum(dim=-1, keepdim=True)
         total2 = torch.linalg.vecdot(u, u).unsqueeze(-1) if squares else None

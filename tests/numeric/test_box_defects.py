@@ -18,7 +18,7 @@ import mpmath
 import numpy as np
 import pytest
 import sympy as sp
-from hypothesis import given, settings
+from hypothesis import example, given, settings
 from hypothesis import strategies as st
 
 import numeric as nm
@@ -268,7 +268,9 @@ def test_references_accept_a_float_target_within_its_rounding():
 @st.composite
 def _bounded_rows(draw):
     n = draw(st.integers(2, 6))
-    x = draw(st.lists(st.floats(-4, 4, allow_nan=False), min_size=n, max_size=n))
+    # (no subnormal scores: at alpha = 100 two scores 1e-313 apart split a jump of the sum that the reference
+    # cannot resolve at 420 digits; it raises DerivationError rather than guess)
+    x = draw(st.lists(st.floats(-4, 4, allow_nan=False, allow_subnormal=False), min_size=n, max_size=n))
     kind = draw(st.sampled_from(["slack", "tight", "short", "budget"]))
     total = draw(st.sampled_from([1.0, 0.5, 2.0])) if kind != "budget" else float(draw(st.integers(1, n - 1)))
     if kind == "budget":
@@ -286,11 +288,13 @@ def _bounded_rows(draw):
 @settings(max_examples=15)
 @given(_bounded_rows(), st.sampled_from([("sparsemax", None), ("softmax", None), ("entmax15", None),
                                          ("entmax", 30), ("entmax", 100)]))
+@example(row=([0.0, 0.0], [2 / 3, 1 / 3], 1.0), which=("sparsemax", None))  # bounds that sum to just under 1
 def test_fuzz_against_the_reference(row, which):
     x, upper, total = row
     name, alpha = which
     m = nm.get_map(name, alpha=float(alpha)) if alpha else nm.get_map(name)
-    room = float(mpmath.fsum(upper))
+    with mpmath.workdps(60):  # the bounds' exact sum (at 53 bits 2/3 + 1/3 rounds up to 1, which they do not reach)
+        room = mpmath.fsum(mpmath.mpf(v) for v in upper)
     ref = solve_box(derivation(name, alpha), x, upper=upper, total=min(total, room))
     for dtype, tol in ((np.float64, 1e-9), (np.float32, 2e-4)):
         p = m(np.array(x, dtype=dtype), upper=np.array(upper, dtype=dtype), total=total)
