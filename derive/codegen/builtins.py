@@ -5,6 +5,8 @@ File I/O (writing, checking, loading generated modules) is in :mod:`derive.codeg
 
 from __future__ import annotations
 
+import re
+import textwrap
 from collections.abc import Callable
 from dataclasses import dataclass
 
@@ -18,7 +20,7 @@ from ..family import derive_family
 from ..regularizers import FAMILIES, Regularizer
 from .emit import HEADER_MARK, content_hash, generate_family_module, generate_module
 from .trace import box_source, kept_threshold_source, newton_link_sources, safeguard_source
-from .trace_rows import rows_solve_source, solver_enum_source
+from .trace_rows import rows_solve_parts, solver_enum_source
 
 __all__ = ["Builtin", "BUILTINS", "BUILTIN_MAPS", "FAMILY_MAPS", "CONTINUOUS_MAPS", "builtin_sources"]
 
@@ -113,8 +115,9 @@ _ROWS_SOLVE = '''"""numeric.core.rules.solve traced into CUDA (derive.codegen.tr
 one function per kind of map (rg_solve_closed, rg_solve_sort_linear, ..., rg_solve_kkt_dense), each
 solving one row in one block, and rg_solve_row, which calls the one a map's struct names (M::solver).
 
-numeric.kernels.rows_source puts CUDA_SOURCE before numeric/kernels/rows.cuh, whose rg_forward_rows
-calls rg_solve_row for each row.
+The solves and the device functions they call (one per function of numeric.core the trace meets) are in
+the modules PARTS names, in order; numeric.kernels.rows_source puts those, then CUDA_SOURCE, before
+numeric/kernels/rows.cuh, whose rg_forward_rows calls rg_solve_row for each row.
 """
 
 #: the enum ``rg_solver`` (numeric.kernels.device_source puts it before a map's device functions: its
@@ -123,7 +126,22 @@ ENUM_SOURCE = r"""
 {enum}
 """
 
-#: the templates ``rg_solve_NAME(map, sr, pr, cols, shared, tau)`` and ``rg_solve_row``
+#: the JVP's templates, ``rg_solve_row`` and ``rg_jvp_row`` (after the parts' CUDA_SOURCE)
+CUDA_SOURCE = r"""
+{cuda}
+"""
+'''
+
+_ROWS_SOLVE_PART = '''"""numeric.core.rules.solve traced into CUDA (derive.codegen.trace_rows): part {part} of {count} of the row solves: the device functions
+
+{names}.
+
+Each device function is a function of numeric.core (or numeric.newton) the trace met, named after it,
+printed once and called; numeric._generated.rows_solve names the parts, which numeric.kernels puts
+in order before its CUDA_SOURCE.
+"""
+
+#: the device functions, each after those it calls
 CUDA_SOURCE = r"""
 {cuda}
 """
@@ -158,7 +176,7 @@ def _package_module(package: str, text: str) -> str:
 def builtin_sources() -> dict[str, str]:
     """File name -> text for every built-in map, the package's ``__init__.py``, the traced inversion of a link
     with no closed form (``newton_link.py``, CUDA; ``newton_link_triton.py``) and the traced row solves
-    (``rows_solve.py``)."""
+    (``rows_solve.py`` and the parts it names, ``rows_solve_01.py``...)."""
     from ..continuous import derive_continuous
     from .continuous import generate_continuous_module
 
@@ -181,6 +199,13 @@ def builtin_sources() -> dict[str, str]:
     out["newton_link.py"] = _package_module("numeric._generated.newton_link", _NEWTON_CUDA.format(cuda=cuda))
     out["newton_link_triton.py"] = _package_module("numeric._generated.newton_link_triton",
                                                    _NEWTON_TRITON.format(triton=triton))
-    out["rows_solve.py"] = _package_module("numeric._generated.rows_solve", _ROWS_SOLVE.format(enum=solver_enum_source(),
-                                                                                      cuda=rows_solve_source()))
+    parts, main = rows_solve_parts()
+    names = tuple(f"rows_solve_{k + 1:02d}" for k in range(len(parts)))
+    for k, (name, cuda) in enumerate(zip(names, parts)):
+        defined = ", ".join(re.findall(r"__device__ void (\w+)\(", cuda))
+        text = _ROWS_SOLVE_PART.format(part=k + 1, count=len(parts), names=textwrap.fill(defined, 105), cuda=cuda)
+        out[f"{name}.py"] = _package_module(f"numeric._generated.{name}", text)
+    text = _ROWS_SOLVE.format(enum=solver_enum_source(), cuda=main)
+    text += f"\n#: the modules holding the solves, in order\nPARTS = {names!r}\n"
+    out["rows_solve.py"] = _package_module("numeric._generated.rows_solve", text)
     return out

@@ -12,44 +12,84 @@ row), so running ``solve`` on it prints the solve as CUDA C++:
   over the row's scores ``sr[j]`` and row-wide values, evaluated lazily: a
   reduction (``row_sum``, ``row_max``) prints a loop over the thread's scores
   ``j`` computing the expressions it needs, then the block reduction; the
-  reductions that come one after another share one loop;
+  reductions that come one after another in a function share one loop;
 * ``repeat`` prints a ``for`` loop, ``branch`` an ``if`` (its results are
   selected afterwards, ``pred ? a : b``), ``rare`` takes its first function (as
-  JAX under ``jit`` does).  Every local is declared at the top of the function,
-  so values computed in a branch or in a loop's last round stay readable after it;
+  JAX under ``jit`` does);
 * a per-score value that a loop carries from round to round and reads (the KKT
   solve's ``p``) is stored in the output row ``pr`` between rounds; one that the
   loop only writes (the power Newton's last ``p``) stays an expression.  A read of
   the row after it was written over is an error of the trace (:class:`TraceError`),
   as is an operation device code cannot run (a sort).
 
+Device functions.  While ``solve`` is traced, every function of
+:data:`TRACED_MODULES` (``numeric.core``'s rules, halley, kkt, derivatives and
+ops, and ``numeric.newton``) that the trace meets is printed as a ``__device__``
+function of its own and called (:meth:`RowTracer.device_call`), so the CUDA
+mirrors the functions of ``numeric.core`` and their calls:
+
+* a row-wide argument is a parameter, named after the Python one; a per-score
+  argument (an expression) is passed as the row-wide values it reads
+  (``y_0``, ``y_1``...), and the function evaluates it over the row itself (it
+  takes the row pointers ``sr``, ``pr``, ``cols``, ``shared`` and the map where
+  its text uses them); Python values (numbers, flags, the map's routines) are
+  part of its text;
+* a row-wide result is a reference parameter (``ret0``...); a per-score result
+  stays an expression, which the caller evaluates where it reads it, from the
+  row-wide values it reads (results too);
+* a function that takes or returns a Python function (a closure over its
+  caller's values: ``halley_threshold``'s ``weights``), or prints fewer than
+  three statements, is printed inline, as are nested functions (closures);
+* the rows' versions are the trace's, not a function's: a read of a row
+  written over is found across calls, and a call that writes the output row
+  stays where nothing reads its results; a function that reads a per-score value
+  a loop of its caller carries makes that loop keep it in ``pr`` (as a read
+  in the loop's own text does);
+* a call ends the queue of reductions before it (a reduction does not share a
+  loop with one on the other side of a call; each has its own accumulator, so
+  the numbers do not change);
+* pruning goes across calls: a function is printed for the results its caller
+  reads and takes only the arguments it reads; the calls of one Python
+  function that print the same text call one device function
+  (``rg_threshold_round``), another text of it is another function
+  (``rg_root_rule_2``: a specialisation, e.g. to another kind of map).
+
+A local is declared at its first assignment where every use of it lies in that
+statement's block (``const`` where it is the only assignment), else just before the
+statement of the innermost block holding every use (a value computed in a branch
+or in a loop's last round stays readable after it).
+
 The trace is map-independent: it calls the map's routines as methods of the
 map's struct (``map.omega_prime(p)``, see ``numeric/kernels/rows.cuh``).  The
 choices ``solve`` makes in Python from a module's constants (the threshold
 kind, the link's form, whether a routine exists, whether ``omega'(0+)`` is
 ``-inf``) make one trace per kind of map, a :class:`Solver` of :data:`SOLVERS`;
-:func:`rows_solve_source` prints them all, and the function
-``rg_solve_row<M, T>`` that picks the one the struct names
-(``M::solver``).  ``regattn generate`` writes it to
-``numeric/_generated/rows_solve.py``.
+:func:`rows_solve_parts` prints them all with their device functions, in parts of
+at most :data:`PART_LINES` lines, and the function ``rg_solve_row<M, T>`` that picks
+the one the struct names (``M::solver``).  ``regattn generate`` writes them to
+``numeric/_generated/rows_solve.py`` and the parts it names (``rows_solve_01.py``...).
 """
-
 from __future__ import annotations
 
+import functools
+import inspect
 import math
 import re
 import sys
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 import numpy as np
 
-from numeric.core import derivatives, rules
+from numeric import newton
+from numeric.core import derivatives, halley, kkt, rules
+from numeric.core import ops as core_ops
 from numeric.core.ops import Routines, TensorOps
 
 from .trace import CudaTracer, Operators, Value
 
 __all__ = ["TraceError", "Elem", "Pair", "RowTracer", "Solver", "SOLVERS", "solver_for", "trace_solver",
-           "JVP_FORMS", "jvp_form", "trace_jvp", "solver_enum_source", "rows_solve_source"]
+           "JVP_FORMS", "jvp_form", "trace_jvp", "solver_enum_source", "rows_solve_parts", "rows_solve_source",
+           "PART_LINES", "TRACED_MODULES"]
 
 
 class TraceError(Exception):
@@ -127,6 +167,8 @@ class RowTracer(CudaTracer, TensorOps):
         self.pending: list[tuple[str, str, Elem]] = []  # (sum | max | store, accumulator or row, expression)
         self.out = out
         self.versions = {out: 0}
+        self.calls: list[_Call] = []  # the device functions' calls, each printed as the line ``@index``
+        self.loops = 0  # (the loops traced, over every function: a loop's state placeholders are named after it)
         self.cols = Value(self, "T(cols)")
         self.tiny = Value(self, "rg_tiny<T>()")
         self.scores = self.row("sr")
@@ -373,15 +415,19 @@ class RowTracer(CudaTracer, TensorOps):
             raise TraceError("a loop per score")
         self.flush()
         mark, count, decls, versions = len(self.lines), self.count, len(self.decls), dict(self.versions)
-        indent = self.indent
+        indent, calls = self.indent, len(self.calls)
+        self.loops += 1
+        loop = self.loops
         try:
-            return self._loop(n, body, state, going, store=False)
-        except _ReadsState:
-            del self.lines[mark:], self.decls[decls:]
+            return self._loop(n, body, state, going, store=False, loop=loop)
+        except _ReadsState as e:
+            if loop not in e.loops:
+                raise
+            del self.lines[mark:], self.decls[decls:], self.calls[calls:]
             self.count, self.versions, self.pending, self.indent = count, versions, [], indent
-            return self._loop(n, body, state, going, store=True)
+            return self._loop(n, body, state, going, store=True, loop=loop)
 
-    def _loop(self, n, body, state, going, store: bool):
+    def _loop(self, n, body, state, going, store: bool, loop: int):
         self.count += 1
         tag = self.count
         per_score = [isinstance(v, Elem) for v in state]
@@ -400,7 +446,7 @@ class RowTracer(CudaTracer, TensorOps):
                 if store:
                     marks[i] = self.store(v)
                 else:
-                    marks[i] = Elem(self, f"STATE{tag}_{i}", (), v.kind)
+                    marks[i] = Elem(self, f"STATE{loop}_{i}", (), v.kind)
         ran = self._name("bool", "ran")
         self.line(f"{ran} = false;")
         go = self._name("bool", "go")
@@ -413,10 +459,10 @@ class RowTracer(CudaTracer, TensorOps):
         new, cont = body(current)
         new = tuple(new)
         if not store:
-            reads = any(isinstance(v, Elem) and v.op.startswith(f"STATE{tag}_") for v in _walk(
+            reads = any(isinstance(v, Elem) and v.op.startswith(f"STATE{loop}_") for v in _walk(
                 [x for x in new if isinstance(x, Elem)] + [e for _, _, e in self.pending]))
-            if reads or any(f"STATE{tag}_" in text for text in self.lines[start:]):
-                raise _ReadsState
+            if reads or any(f"STATE{loop}_" in text for text in self.lines[start:]):
+                raise _ReadsState({loop})
         for i, v in enumerate(new):
             if per_score[i] and store:
                 self.store(v)
@@ -441,6 +487,96 @@ class RowTracer(CudaTracer, TensorOps):
         return tuple(out)
 
 
+    # ------------------------------------------------------------ device functions
+    def _enter(self):
+        """A new function's text (its own lines, locals and queue); returns the caller's, for :meth:`_leave`."""
+        saved = (self.lines, self.decls, self.pending, self.indent, self.count)
+        self.lines, self.decls, self.pending, self.indent, self.count = [], [], [], "    ", 0
+        return saved
+
+    def _leave(self, saved) -> None:
+        self.lines, self.decls, self.pending, self.indent, self.count = saved
+
+    def device_call(self, fn, args: tuple, kwargs: dict):
+        """``fn(*args, **kwargs)``, a function of :mod:`numeric` met by the trace, printed as a device function of
+        its own and called (see the module's text); inline where it takes or returns a function, or prints nothing."""
+        bound = inspect.signature(fn).bind(*args, **kwargs)
+        if any(_opaque(x) for x in _leaves(bound.arguments.values())):
+            return fn(*args, **kwargs)
+        versions, calls = dict(self.versions), len(self.calls)
+        params: list[tuple[str, str]] = []  # (kind, name) in the function
+        passed: list[str] = []  # the caller's value of each
+        inward: dict[str, Value] = {}  # the caller's local -> the parameter
+        outward: dict[str, Value] = {}  # the parameter -> the caller's value
+        memo: dict[int, Elem] = {}
+
+        def param(v: Value, name) -> Value:
+            if not _is_local(v):
+                return v
+            if v.text not in inward:
+                name = _param_name(name if isinstance(name, str) else name(), {n for _, n in params})
+                inward[v.text] = Value(self, name, v.kind)
+                outward[name] = v
+                params.append((v.kind, name))
+                passed.append(v.text)
+            return inward[v.text]
+
+        def into(x, name: str):
+            if isinstance(x, Value):
+                return param(x, name)
+            if isinstance(x, Elem):  # (its row-wide values: name_0, name_1...)
+                leaves = iter(range(1 << 30))
+                return _rebuild(x, lambda v: param(v, lambda: f"{name}_{next(leaves)}"), memo)
+            if isinstance(x, Pair):
+                return Pair(into(x.a, f"{name}_0"), into(x.b, f"{name}_1"))
+            if isinstance(x, (tuple, list)):
+                return type(x)(into(e, f"{name}_{i}") for i, e in enumerate(x))
+            return x
+
+        for name, value in list(bound.arguments.items()):
+            bound.arguments[name] = into(value, name)
+        saved = self._enter()
+        try:
+            result = fn(*bound.args, **bound.kwargs)
+            self.flush()
+        except BaseException:
+            self._leave(saved)
+            del self.calls[calls:]
+            raise
+        lines, decls = self.lines, self.decls
+        self._leave(saved)
+        if len(lines) < _SMALL or any(_opaque(x) for x in _leaves([result])):
+            self.versions = versions
+            del self.calls[calls:]
+            return fn(*args, **kwargs)
+        read = {int(k) for k in re.findall(r"STATE(\d+)_", "\n".join(lines))}
+        if read:  # (it reads a value per score that a loop of its caller carries)
+            del self.calls[calls:]
+            raise _ReadsState(read)
+        rets: list[tuple[str, str]] = []
+        back: dict[str, Value] = dict(outward)  # the function's value -> the caller's
+
+        def ret(v: Value) -> Value:
+            if not _is_local(v):
+                return v
+            if v.text not in back:
+                rets.append((v.kind, f"ret{len(rets)}"))
+                lines.append(f"    ret{len(rets) - 1} = {v.text};")
+                back[v.text] = None  # (the caller's local: below)
+                order.append(v.text)
+            return v
+
+        order: list[str] = []
+        _map_values(result, ret)
+        outs = []
+        for text, (kind, _) in zip(order, rets):
+            back[text] = Value(self, self._name(kind), kind)
+            outs.append(back[text].text)
+        self.calls.append(_Call(fn, params, passed, rets, outs, ["    " + d for d in decls] + lines,
+                                self.versions != versions))
+        self.line(f"@{len(self.calls) - 1}")
+        return _map_values(result, lambda v: back.get(v.text, v) if _is_local(v) else v, {})
+
 def _origin() -> str:
     """``  // module.function``: the function of :mod:`numeric` whose loop or branch is being printed (the nearest
     caller outside the operations), as a comment that ties the printed code to its text."""
@@ -455,8 +591,137 @@ def _origin() -> str:
 
 
 class _ReadsState(Exception):
-    """A loop's body reads the value per score it carries: it is traced again with that value in memory."""
+    """A loop's body reads the value per score it carries: it is traced again with that value in memory
+    (``loops``: the loops whose values were read, by number)."""
 
+    def __init__(self, loops):
+        super().__init__(loops)
+        self.loops = set(loops)
+
+
+@dataclass
+class _Call:
+    """A call of a device function: the Python function traced, its parameters ``(kind, name)`` and the caller's
+    value of each, its results ``(kind, name)`` (reference parameters) and the caller's locals receiving them, its
+    text (locals' declarations, then statements), and whether it writes the output row."""
+
+    fn: object
+    params: list
+    passed: list
+    rets: list
+    outs: list
+    lines: list = field(repr=False)
+    writes: bool = False
+
+
+#: A function whose trace prints fewer statements than this is printed inline.
+_SMALL = 3
+_LOCAL = re.compile(r"^[A-Za-z_]\w*$")
+_RESERVED = {"map", "sr", "pr", "vr", "out", "cols", "shared", "tau", "j", "T", "M", "true", "false", "new",
+             "delete", "int", "float", "double", "char", "long", "short", "bool", "this", "default", "case",
+             "for", "if", "else", "do", "while", "return", "switch", "const", "static", "auto", "void", "and",
+             "or", "not", "xor", "template", "typename", "class", "struct", "union", "enum", "operator"}
+
+
+def _is_local(v: Value) -> bool:
+    """Whether ``v`` is a local of the function printed (not a literal or an expression of constants)."""
+    return bool(_LOCAL.match(v.text)) and v.text not in ("true", "false")
+
+
+def _param_name(name: str, taken: set) -> str:
+    """A C++ name for a parameter from the Python one, distinct from the locals' names (``v12``, ``s3_1``...)."""
+    if name in _RESERVED or re.match(r"^(v|b|e|s|i|go|ran|acc|ret)\d", name) or name.startswith("_"):
+        name = f"{name.lstrip('_')}_"
+    while name in taken:
+        name = f"{name}_"
+    return name
+
+
+def _leaves(values):
+    """Every value in ``values``, looking into tuples, lists and pairs."""
+    out, stack = [], list(values)
+    while stack:
+        x = stack.pop()
+        if isinstance(x, (tuple, list)):
+            stack.extend(x)
+        elif isinstance(x, Pair):
+            stack.extend((x.a, x.b))
+        else:
+            out.append(x)
+    return out
+
+
+def _opaque(x) -> bool:
+    """A value a device function cannot take or return: a Python function (a closure over the caller's values)."""
+    return callable(x) and not isinstance(x, (RowTracer, Routines, type))
+
+
+def _rebuild(e: Elem, fn, memo: dict) -> Elem:
+    """``e`` with each row-wide value ``v`` it reads replaced by ``fn(v)`` (``memo``: id -> new node, so that shared
+    nodes stay shared)."""
+    if id(e) in memo:
+        return memo[id(e)]
+    if not e.args:
+        new = e
+    else:
+        args = tuple(_rebuild(a, fn, memo) if isinstance(a, Elem) else fn(a) for a in e.args)
+        new = Elem(e.tracer, e.op, args, e.kind, e.buffer)
+    memo[id(e)] = new
+    return new
+
+
+def _map_values(x, fn, memo: dict | None = None):
+    """``x`` (a value, a value per score, or tuples, lists and pairs of them) with every row-wide value ``v`` replaced
+    by ``fn(v)``."""
+    memo = {} if memo is None else memo
+    if isinstance(x, Value):
+        return fn(x)
+    if isinstance(x, Elem):
+        return _rebuild(x, fn, memo)
+    if isinstance(x, Pair):
+        return Pair(_map_values(x.a, fn, memo), _map_values(x.b, fn, memo))
+    if isinstance(x, (tuple, list)):
+        return type(x)(_map_values(e, fn, memo) for e in x)
+    return x
+
+
+#: The modules whose functions the trace prints as device functions (the solve's, and the safeguard it calls).
+TRACED_MODULES = (rules, halley, kkt, derivatives, core_ops, newton)
+
+
+class _DeviceFunctions:
+    """While active, every function of :data:`TRACED_MODULES` called from those modules goes through
+    :meth:`RowTracer.device_call` of ``tracer`` (the modules' names are bound to wrappers, then restored)."""
+
+    def __init__(self, tracer: RowTracer):
+        self.tracer = tracer
+        self.saved: list[tuple[object, str, object]] = []
+
+    def __enter__(self):
+        names = {m.__name__ for m in TRACED_MODULES}
+        wrapped: dict[int, object] = {}
+        for module in TRACED_MODULES:
+            for name, fn in list(vars(module).items()):
+                if inspect.isfunction(fn) and fn.__module__ in names:
+                    if id(fn) not in wrapped:
+                        wrapped[id(fn)] = self._wrap(fn)
+                    self.saved.append((module, name, fn))
+                    setattr(module, name, wrapped[id(fn)])
+        return self
+
+    def __exit__(self, *exc):
+        for module, name, fn in reversed(self.saved):
+            setattr(module, name, fn)
+        self.saved.clear()
+
+    def _wrap(self, fn):
+        tracer = self.tracer
+
+        @functools.wraps(fn)
+        def device(*args, **kwargs):
+            return tracer.device_call(fn, args, kwargs)
+
+        return device
 
 @dataclass(frozen=True)
 class Solver:
@@ -544,23 +809,52 @@ def _routines(tracer: RowTracer, solver: Solver) -> Routines:
 
 _ASSIGN = re.compile(r"^\s*(?:(?:const )?(?:(?:T|bool) )?(\w+) (?:=|\+=) |rg_add_compensated\((\w+), )")
 _NAME = re.compile(r"\b[A-Za-z_]\w*\b")
+_MARK = re.compile(r"^\s*@(\d+)$")
+_DECL = re.compile(r"^(\s*)(T|bool) (\w+) = (T\(0\)|false);$")
 
 
-def _prune(lines: list[str]) -> list[str]:
+def _prune(lines: list[str], keep=("tau",), calls: list[_Call] | None = None, callee=None):
     """``lines`` without the locals no other line reads (their declarations and assignments; a trace computes
-    values the algorithm does not use here), then without the loops and branches left empty."""
+    values the algorithm does not use here), then without the loops and branches left empty; ``keep``: names kept
+    though nothing reads them (the function's results).
+
+    A call (the line ``@index`` of ``calls``) assigns its results' locals and reads its arguments: it goes where
+    none of its results is read and it writes no row; ``callee(index, results read)`` prunes the function for the
+    results read and gives the caller's locals it still reads.  Returns the lines where ``calls`` is ``None``,
+    else ``(lines, {index: the results read})``."""
+    keep = set(keep)
+    reads: dict[int, set] = {}
+    results: dict[int, frozenset] = {}
     while True:
         uses: dict[str, int] = {}
         for text in lines:
+            mark = _MARK.match(text)
+            if mark:
+                index = int(mark.group(1))
+                for name in reads.get(index, calls[index].passed):
+                    uses[name] = uses.get(name, 0) + 1
+                continue
             m = _ASSIGN.match(text)
             own = (m.group(1) or m.group(2)) if m else None
             for name in _NAME.findall(text if m is None else text[m.end():]):
                 if name != own:
                     uses[name] = uses.get(name, 0) + 1
-        keep = [t for t in lines if not ((m := _ASSIGN.match(t)) and (m.group(1) or m.group(2)) not in uses
-                                         and m.group(1) != "tau")]
+        keep_lines, before = [], dict(reads)
+        for t in lines:
+            mark = _MARK.match(t)
+            if mark:
+                index = int(mark.group(1))
+                call = calls[index]
+                used = frozenset(n for (_, n), out in zip(call.rets, call.outs) if out in uses)
+                if not used and not call.writes:
+                    continue
+                results[index] = used
+                reads[index] = callee(index, used)
+                keep_lines.append(t)
+            elif not ((m := _ASSIGN.match(t)) and (m.group(1) or m.group(2)) not in uses and m.group(1) not in keep):
+                keep_lines.append(t)
         out: list[str] = []
-        for text in keep:
+        for text in keep_lines:
             t = text.strip()
             last = out[-1].split("  //")[0].strip() if out else ""  # (a loop's or branch's line ends in a comment)
             if out and t == "}" and last.endswith("{") and not last.startswith("} else"):
@@ -569,20 +863,186 @@ def _prune(lines: list[str]) -> list[str]:
                 out[-1] = out[-1].replace("} else {", "}")
             else:
                 out.append(text)
-        if out == lines:
-            return out
+        if out == lines and reads == before:
+            if calls is None:
+                return out
+            return out, {i: results[i] for i in (int(_MARK.match(t).group(1)) for t in out if _MARK.match(t))}
         lines = out
 
 
-def trace_solver(solver: Solver) -> str:
+def _declare(lines: list[str]) -> list[str]:
+    """A function's ``lines`` (the declarations of its locals first, ``T v = T(0);``) with each local declared where
+    it is first used: at its first assignment where every use of it lies in the block (the function's body, a loop's,
+    a branch's) of that statement (``const`` where it is the only assignment), else just before the statement of the
+    innermost block holding every use that holds the first."""
+    decls = []
+    while len(decls) < len(lines) and _DECL.match(lines[len(decls)]):
+        decls.append(_DECL.match(lines[len(decls)]))
+    body = lines[len(decls):]
+    parent, opened = {0: None}, {0: -1}  # per block: the block holding it, the statement opening it
+    block, stack = [], [0]  # per line: the innermost block holding it
+    for k, text in enumerate(body):
+        code = text.split("  //")[0].strip()
+        popped = stack.pop() if code.startswith("}") else None
+        block.append(stack[-1])
+        if code.endswith("{"):
+            parent[len(parent)] = stack[-1]
+            opened[len(opened)] = opened[popped] if popped is not None else k  # (an else: its if's statement)
+            stack.append(len(parent) - 1)
+
+    def chain(b):
+        out = []
+        while b is not None:
+            out.append(b)
+            b = parent[b]
+        return out
+
+    mentions: dict[str, list[int]] = {}
+    assigned: dict[str, int] = {}
+    for k, text in enumerate(body):
+        for name in dict.fromkeys(_NAME.findall(text)):
+            mentions.setdefault(name, []).append(k)
+        m = _ASSIGN.match(text)
+        if m:
+            assigned[m.group(1) or m.group(2)] = assigned.get(m.group(1) or m.group(2), 0) + 1
+        for name in re.findall(r"rg_add_compensated\(\w+, (\w+),", text):
+            assigned[name] = assigned.get(name, 0) + 1
+    before: dict[int, list[str]] = {}
+    body = list(body)
+    for d in decls:
+        _, kind, name, zero = d.groups()
+        if name not in mentions:
+            continue
+        at = mentions[name]
+        k = at[0]
+        common = chain(block[k])
+        for line in at[1:]:
+            held = set(chain(block[line]))
+            common = [b for b in common if b in held]
+        home = common[0]  # the innermost block holding every use
+        m = re.match(rf"^(\s*){name} = (.*);$", body[k])
+        if block[k] == home and m:
+            const = "const " if assigned.get(name) == 1 and re.match(r"^[vb]\d+$", name) else ""
+            body[k] = f"{m.group(1)}{const}{kind} {name} = {m.group(2)};"
+            continue
+        s = k  # the statement of ``home`` holding the first use
+        for b in chain(block[k]):
+            if b == home:
+                break
+            s = opened[b]
+        indent = body[s][:len(body[s]) - len(body[s].lstrip())]
+        before.setdefault(s, []).append(f"{indent}{kind} {name} = {zero};")
+    out = []
+    for k, text in enumerate(body):
+        out.extend(before.get(k, []))
+        out.append(text)
+    return out
+
+
+_NUMBERED = re.compile(r"\b(v|b|e|s|i|go|ran|acc)(\d+)(?=\b|_)")
+
+
+def _renumber(lines: list[str]) -> list[str]:
+    """``lines`` with the locals numbered in the order they appear (a function's text does not depend on the
+    locals its trace printed and pruning took out)."""
+    numbers: dict[str, int] = {}
+
+    def number(m):
+        return f"{m.group(1)}{numbers.setdefault(m.group(2), len(numbers) + 1)}"
+
+    return [_NUMBERED.sub(number, t) for t in lines]
+
+
+#: The row pointers and sizes a device function may take, in the order of its parameters.
+_POINTERS = (("map", "const M& map"), ("sr", "const T* sr"), ("pr", "T* pr"), ("cols", "long long cols"),
+             ("shared", "T* shared"))
+
+
+class _Printer:
+    """The device functions of the traces printed so far (:attr:`functions`, each before its callers), each text
+    once: the calls of one Python function that print the same text call one device function, named after it
+    (``rg_threshold_round``; ``rg_root_rule_2`` for another text of the same function)."""
+
+    def __init__(self):
+        self.functions: list[str] = []
+        self.names: dict[tuple, str] = {}
+        self.taken: set[str] = set()
+
+    def body(self, tracer: RowTracer, lines: list[str], keep=()) -> list[str]:
+        """The statements of a traced function ``lines`` (its locals' declarations first), pruned, with each call
+        of a device function printed as a call (defining the function where its text is new)."""
+        calls, pruned = tracer.calls, {}
+
+        def callee(index, used):
+            if (index, used) not in pruned:
+                call = calls[index]
+                lines, results = pruned[index, used] = _prune(call.lines, used, calls, callee)
+                read = set(_NAME.findall("\n".join(lines)))
+                for inner, inner_used in results.items():  # (what the calls it makes read)
+                    read |= callee(inner, inner_used)
+                pruned[index, used] += ({p for (_, n), p in zip(call.params, call.passed) if n in read},)
+            return pruned[index, used][2]
+
+        lines, results = _prune(lines, keep, calls, callee)
+        return self._print(lines, results, calls, pruned)
+
+    def _print(self, lines, results, calls, pruned) -> list[str]:
+        out = []
+        for text in lines:
+            mark = _MARK.match(text)
+            if mark is None:
+                out.append(text)
+                continue
+            index = int(mark.group(1))
+            call, used = calls[index], results[index]
+            inner, inner_results, _ = pruned[index, used]
+            rets = [(k, f"ret{i}", n, o) for i, (k, n, o) in enumerate(
+                (k, n, o) for (k, n), o in zip(call.rets, call.outs) if n in used)]
+            names = {old: new for _, new, old, _ in rets}
+            inner = [re.sub(r"\bret\d+\b", lambda m: names[m.group(0)], t) for t in inner]
+            body = _renumber(_declare(self._print(inner, inner_results, calls, pruned)))
+            read = set(_NAME.findall("\n".join(body)))
+            pointers = [(n, decl) for n, decl in _POINTERS if n in read]
+            params = [(k, n, p) for (k, n), p in zip(call.params, call.passed) if n in read]
+            rets = [(k, n, o) for k, n, _, o in rets]
+            signature = ", ".join([d for _, d in pointers] + [f"{k} {n}" for k, n, _ in params]
+                                  + [f"{k}& {n}" for k, n, _ in rets])
+            template = "M, T" if any(n == "map" for n, _ in pointers) else "T"
+            key = (call.fn.__module__, call.fn.__qualname__, template, signature, tuple(body))
+            if key not in self.names:
+                base = f"rg_{call.fn.__name__.lstrip('_')}"
+                name, n = base, 1
+                while name in self.taken:
+                    n += 1
+                    name = f"{base}_{n}"
+                self.taken.add(name)
+                self.names[key] = name
+                self.functions.append("\n".join([
+                    f"// {call.fn.__module__}.{call.fn.__qualname__}",
+                    "template <class M, typename T>" if template == "M, T" else "template <typename T>",
+                    f"__device__ void {name}({signature}) {{", *body, "}"]))
+            indent = text[:len(text) - len(text.lstrip())]
+            args = [n for n, _ in pointers] + [p for _, _, p in params] + [o for _, _, o in rets]
+            out.append(f"{indent}{self.names[key]}<{template}>({', '.join(args)});")
+        return out
+
+
+def trace_solver(solver: Solver, printer: _Printer | None = None) -> str:
     """``template <class M, typename T> __device__ void rg_solve_NAME(const M& map, const T* sr, T* pr, long long
-    cols, T* shared, T& tau)``: :func:`numeric.core.rules.solve` of one row, traced."""
+    cols, T* shared, T& tau)``: :func:`numeric.core.rules.solve` of one row, traced; the device functions it calls
+    are added to ``printer`` (where ``None``, printed before it)."""
+    own = printer is None
+    printer = _Printer() if own else printer
     tr = RowTracer()
-    p, tau = rules.solve(tr, _routines(tr, solver), tr.scores)
-    tr.store(p)
-    tau = tr.value(tau)
-    body = _prune([tr.indent + d for d in tr.decls] + tr.lines + [f"    tau = {tau.text};"])
+    solve = rules.solve
+    with _DeviceFunctions(tr):
+        p, tau = solve(tr, _routines(tr, solver), tr.scores)
+        tr.store(p)
+        tau = tr.value(tau)
+    body = _declare(printer.body(tr, [tr.indent + d for d in tr.decls] + tr.lines + [f"    tau = {tau.text};"],
+                                 keep=("tau",)))
     return "\n".join([
+        *(printer.functions if own else []),
         f"// {solver.doc}",
         "template <class M, typename T>",
         f"__device__ void rg_solve_{solver.name}(const M& map, const T* sr, T* pr, long long cols, T* shared, T& tau) {{",
@@ -620,9 +1080,30 @@ def trace_jvp(form: str) -> str:
         *body, "}"])
 
 
-def rows_solve_source() -> str:
-    """The CUDA text of every :class:`Solver`'s trace and ``rg_solve_row<M, T>(map, sr, pr, cols, shared, tau)``,
-    which calls the one ``M::solver`` names; the JVP's traces (:data:`JVP_FORMS`) and ``rg_jvp_row``."""
+#: The most lines of CUDA in one generated file of the row solves (:func:`rows_solve_parts`).
+PART_LINES = 640
+
+
+def rows_solve_parts(limit: int = PART_LINES) -> tuple[list[str], str]:
+    """``(parts, main)``: the CUDA text of every :class:`Solver`'s trace, its device functions each once and
+    before their callers, in ``parts`` of at most ``limit`` lines (in order: each part may call the functions of
+    those before it); ``main``: the JVP's traces (:data:`JVP_FORMS`), ``rg_solve_row<M, T>(map, sr, pr, cols,
+    shared, tau)``, which calls the solve ``M::solver`` names, and ``rg_jvp_row``."""
+    printer = _Printer()
+    texts = []
+    for s in SOLVERS:
+        start = len(printer.functions)
+        solver = trace_solver(s, printer)
+        texts.extend(printer.functions[start:])
+        texts.append(solver)
+    parts: list[list[str]] = [[]]
+    for text in texts:
+        size = text.count("\n") + 1
+        if size + 3 > limit:
+            raise TraceError(f"a traced function of {size} lines does not fit in a part of {limit}")
+        if sum(t.count("\n") + 1 for t in parts[-1]) + size + 3 > limit:
+            parts.append([])
+        parts[-1].append(text)
     pick = []
     for i, s in enumerate(SOLVERS):
         head = "if constexpr" if i == 0 else "} else if constexpr"
@@ -630,10 +1111,9 @@ def rows_solve_source() -> str:
         pick.append(f"        rg_solve_{s.name}(map, sr, pr, cols, shared, tau);")
     pick.append("    }")
     power = " || ".join(f"M::solver == {s.enum}" for s in SOLVERS if jvp_form(s) == "power")
-    return "\n".join([
+    main = "\n".join([
         "#ifndef REGATTN_ROWS_SOLVE",
         "#define REGATTN_ROWS_SOLVE",
-        *[trace_solver(s) for s in SOLVERS],
         *[trace_jvp(form) for form in JVP_FORMS],
         "// the solve of the kind of map M::solver names",
         "template <class M, typename T>",
@@ -648,3 +1128,14 @@ def rows_solve_source() -> str:
         "        rg_jvp_general(map, pr, vr, out, cols, shared);",
         "    }",
         "}", "#endif"])
+    return [_guarded(f"REGATTN_ROWS_SOLVE_{k + 1}", part) for k, part in enumerate(parts)], main
+
+
+def _guarded(guard: str, texts: list[str]) -> str:
+    return "\n".join([f"#ifndef {guard}", f"#define {guard}", *texts, "#endif"])
+
+
+def rows_solve_source() -> str:
+    """The whole CUDA text of the row solves: :func:`rows_solve_parts`' parts, then its main text."""
+    parts, main = rows_solve_parts()
+    return "\n".join([*parts, main])

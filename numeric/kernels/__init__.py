@@ -21,7 +21,7 @@ fixed kernel without being generated again.
 * ``rows.cuh``: the row kernels of a discrete map (``rg_forward_rows``,
   ``rg_forward_from_tau``, ``rg_jvp``); the forward pass solves each row with
   ``rg_solve_row``, :func:`numeric.core.rules.solve` traced by ``regattn generate``
-  (``numeric/_generated/rows_solve.py``, :mod:`derive.codegen.trace_rows`);
+  (``numeric/_generated/rows_solve.py`` and its parts ``rows_solve_1.py``..., :mod:`derive.codegen.trace_rows`);
 * ``context.cuh``: the context kernel of a continuous map (``rg_rbf_context``)
   and its Gauss-Legendre branch;
 * :mod:`numeric.kernels.triton_attention`: the fused attention kernels, taking
@@ -72,11 +72,16 @@ def rows_source(device: str, entries: str) -> str:
 
 @cache
 def _rows_solve():
-    """The traced row solves (``ENUM_SOURCE``, ``CUDA_SOURCE``), the generated module, its header and format
-    checked as a map's are."""
+    """The traced row solves: ``ENUM_SOURCE``, and ``CUDA_SOURCE``, the parts' texts (the modules the generated
+    module's ``PARTS`` names) then its own; each module's header and format checked as a map's are."""
+    from types import SimpleNamespace
+
     from numeric import contract, trust
 
-    return contract.check_format(trust.import_generated("numeric._generated.rows_solve"))
+    main = contract.check_format(trust.import_generated("numeric._generated.rows_solve"))
+    parts = [contract.check_format(trust.import_generated(f"numeric._generated.{name}")).CUDA_SOURCE
+             for name in main.PARTS]
+    return SimpleNamespace(ENUM_SOURCE=main.ENUM_SOURCE, CUDA_SOURCE="".join(parts) + main.CUDA_SOURCE)
 
 
 def context_source(device: str, entries: str) -> str:

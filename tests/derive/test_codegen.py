@@ -275,6 +275,12 @@ def test_every_generated_file_states_its_format(path):
     assert f"FORMAT_VERSION = {contract.FORMAT_VERSION}" in lines[end + 1:]
 
 
+@pytest.mark.parametrize("path", sorted(GENERATED.glob("*.py")), ids=lambda path: path.name)
+def test_no_generated_file_is_over_700_lines(path):
+    # a reviewer reads a generated file's diff (the row solves traced into CUDA are in parts: rows_solve.py's PARTS)
+    assert path.read_text().count("\n") <= 700
+
+
 def _package_file(tmp_path, monkeypatch, package: str, text: str):
     """``text`` written as the module ``package`` (in a new folder on ``sys.path``) and imported as regattn's
     loaders import package code (:func:`numeric.trust.import_generated`)."""

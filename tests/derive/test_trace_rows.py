@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import ctypes
 import math
+import re
 
 import numpy as np
 import pytest
@@ -231,3 +232,101 @@ def test_kkt_step_to_sum_one_at_a_kink(tmp_path):
     want = np.array([float(v) for v in d.evaluate(x[0].tolist(), digits=60)])
     w = np.sort(1 / (132 * want[want > 0] ** 10 + 156 * want[want > 0] ** 11))
     np.testing.assert_allclose(p, want, rtol=0, atol=1e-12 * max(1.0, float(w[:-1].sum())))
+
+
+# ------------------------------------------------ device functions
+def _functions(source):
+    """``{name: (parameters, body, origin)}`` of every ``__device__`` function of ``source`` (``origin``: the
+    comment above it, the Python function it comes from)."""
+    found = re.finditer(r"// ([^\n]*)\ntemplate <[^>\n]*>\n__device__ void (\w+)\((.*?)\) \{\n(.*?)\n\}", source, re.S)
+    return {m.group(2): (m.group(3), m.group(4), m.group(1)) for m in found}
+
+
+def _reached(functions, name):
+    """The device functions ``name`` calls, directly or not."""
+    seen, stack = set(), [name]
+    while stack:
+        for callee in re.findall(r"\b(rg_\w+)<", functions[stack.pop()][1]):
+            if callee in functions and callee not in seen:
+                seen.add(callee)
+                stack.append(callee)
+    return seen
+
+
+def test_a_helper_shared_by_solvers_is_printed_once():
+    """A function of numeric.core that several solves meet with the same text is one device function they call:
+    ``threshold_round`` (a round of the bracketed solves) once, reached from the Halley solves of five kinds of
+    map; the KKT rounds' safeguard (free for the first steps) once for the sparse and the dense KKT solve; no two
+    device functions have the same text."""
+    source = TRR.rows_solve_source()
+    assert source.count("__device__ void rg_threshold_round(") == 1
+    functions = _functions(source)
+    users = {s.name for s in TRR.SOLVERS if "rg_threshold_round" in _reached(functions, f"rg_solve_{s.name}")}
+    assert {"sort_link", "sort_link_quadratic", "root_link", "kkt", "kkt_dense"} <= users
+    kkt = _reached(functions, "rg_solve_kkt") & _reached(functions, "rg_solve_kkt_dense")
+    assert any(functions[f][2] == "numeric.newton.safeguarded_point" for f in kkt)
+    texts = [(params, body) for params, body, _ in functions.values()]
+    assert len(texts) == len(set(texts))
+
+
+def test_device_functions_are_named_after_their_python_functions():
+    """Each device function but the solves' own is a function of numeric.core or numeric.newton, named after it."""
+    functions = _functions(TRR.rows_solve_source())
+    modules = {m.__name__: m for m in TRR.TRACED_MODULES}
+    helpers = {name: origin for name, (_, _, origin) in functions.items()
+               if not name.startswith(("rg_solve_", "rg_jvp_"))}
+    assert len(helpers) > 20
+    for name, origin in helpers.items():
+        module, function = origin.rsplit(".", 1)
+        assert callable(getattr(modules[module], function))
+        assert re.fullmatch(rf"rg_{function.lstrip('_')}(_\d+)?", name), (name, origin)
+
+
+def test_the_trace_leaves_numeric_as_it_was():
+    """The trace binds the traced modules' functions to its own while it runs, and gives them back, also where it
+    fails."""
+    before = {(m.__name__, n): f for m in TRR.TRACED_MODULES for n, f in vars(m).items() if callable(f)}
+    TRR.trace_solver(TRR.SOLVERS[0])
+    with pytest.raises(TypeError):  # (a sort map without tau_candidate)
+        TRR.trace_solver(TRR.Solver("broken", "sort", "other", ("link",)))
+    after = {(m.__name__, n): f for m in TRR.TRACED_MODULES for n, f in vars(m).items() if callable(f)}
+    assert before.keys() == after.keys() and all(before[k] is after[k] for k in before)
+
+
+def _scaled_sum(ops, x, t):
+    s = ops.row_sum(x * t)
+    u = s * 0.5
+    return u + 1, s - 1, x * u
+
+
+def test_a_device_function_takes_what_it_reads_and_gives_what_is_read():
+    """A per-score argument is passed as the row-wide values it reads and evaluated over ``sr`` in the function; a
+    per-score result is evaluated by the caller from the row-wide values it reads (returned); a result nothing reads
+    is not returned; locals are declared where they are assigned."""
+    tr = TRR.RowTracer()
+    t = tr.let("T(2.0)")
+    t2 = tr.let(f"{t.text} * {t.text}")
+    a, _, e = tr.device_call(_scaled_sum, (tr, tr.scores - t, t2), {})
+    tr.store(e)
+    printer = TRR._Printer()
+    body = TRR._declare(printer.body(tr, [tr.indent + d for d in tr.decls] + tr.lines + [f"    tau = {a.text};"],
+                                     keep=("tau",)))
+    (function,) = printer.functions
+    assert "__device__ void rg_scaled_sum(const T* sr, long long cols, T* shared, T x_0, T t, T& ret0, T& ret1) {" \
+        in function
+    assert "const T e2 = sr[j] - x_0;" in function and "ret1 = v4;" in function and "T(1.0)" in function
+    assert "T(-1.0)" not in function and " - T(1.0)" not in function  # (s - 1: read by nobody)
+    assert body[:3] == ["    const T v1 = T(2.0);", "    const T v2 = v1 * v1;", "    T v3 = T(0);"]
+    assert "    rg_scaled_sum<T>(sr, cols, shared, v1, v2, v3, v5);" in body
+    assert "        const T e7 = e6 * v5;" in body and body[-1] == "    tau = v3;"
+
+
+def test_locals_are_declared_where_they_are_used():
+    """A local assigned in a loop and read only there is declared at its assignment; one read after the loop just
+    before it."""
+    lines = ["    T v1 = T(0);", "    T v2 = T(0);", "    bool go3 = false;", "    go3 = true;",
+             "    for (int i4 = 0; i4 < 3 && go3; ++i4) {", "        v1 = T(2.0);", "        v2 = v1 * v1;",
+             "        go3 = v2 < T(1.0);", "    }", "    tau = v2;"]
+    assert TRR._declare(lines) == [
+        "    bool go3 = true;", "    T v2 = T(0);", "    for (int i4 = 0; i4 < 3 && go3; ++i4) {",
+        "        const T v1 = T(2.0);", "        v2 = v1 * v1;", "        go3 = v2 < T(1.0);", "    }", "    tau = v2;"]
