@@ -292,7 +292,8 @@ def safeguard_source() -> str:
       slope, point, usable, scale, free)`` (:func:`numeric.core.halley.narrow_bracket`,
       :func:`numeric.core.halley.threshold_round`): the fused attention's passes over the keys.
 
-    (The CUDA row kernels' solves trace them inline: :mod:`derive.codegen.trace_rows`.)"""
+    (The CUDA row kernels' solves call them as device functions of their own, ``rg_safeguarded_point``,
+    ``rg_narrow_bracket``, ``rg_threshold_round``: :mod:`derive.codegen.trace_rows`.)"""
     return "\n\n\n".join([
         _triton_function("safeguarded_point", safeguarded_point, "x, lo, hi, step_old, newton, usable?, free?",
                          "the next point of a bracketed Newton solve: numeric.newton.safeguarded_point (rtsafe's "
