@@ -499,7 +499,8 @@ class RowTracer(CudaTracer, TensorOps):
 
     def device_call(self, fn, args: tuple, kwargs: dict):
         """``fn(*args, **kwargs)``, a function of :mod:`numeric` met by the trace, printed as a device function of
-        its own and called (see the module's text); inline where it takes or returns a function, or prints nothing."""
+        its own and called (see the module's text); inline where it takes or returns a Python function, or prints
+        fewer than :data:`_SMALL` statements."""
         bound = inspect.signature(fn).bind(*args, **kwargs)
         if any(_opaque(x) for x in _leaves(bound.arguments.values())):
             return fn(*args, **kwargs)
@@ -576,6 +577,7 @@ class RowTracer(CudaTracer, TensorOps):
                                 self.versions != versions))
         self.line(f"@{len(self.calls) - 1}")
         return _map_values(result, lambda v: back.get(v.text, v) if _is_local(v) else v, {})
+
 
 def _origin() -> str:
     """``  // module.function``: the function of :mod:`numeric` whose loop or branch is being printed (the nearest
