@@ -1074,7 +1074,7 @@ def trace_jvp(form: str) -> str:
     solver = next(s for s in SOLVERS if s.threshold == "root" and s.link_form == ("power" if form == "power" else "other"))
     r = _routines(tr, solver)
     tr.store(derivatives.jvp(tr, r, tr.row("pr"), tr.row("vr")))
-    body = _prune([tr.indent + d for d in tr.decls] + tr.lines)
+    body = _declare(_prune([tr.indent + d for d in tr.decls] + tr.lines))
     return "\n".join([
         f"// J v = w*v - w (w.v) / sum(w) at p, w = weight(p) on the support ({form} link)",
         "template <class M, typename T>",
