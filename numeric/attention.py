@@ -39,6 +39,7 @@ import numbers
 import numpy as np
 
 from .backend import array_module
+from .constraints import SIMPLEX, choose
 from .maps import Map, get_map
 from .parallel import run_tasks
 from .summaries import Dot, ScaledDot, score_function
@@ -73,29 +74,34 @@ def _score_choice(scores, scale):
     return None, sf
 
 
-def _check_upper(xp, upper, scores: tuple):
-    """``upper`` of :func:`attention`: a number, or an array broadcasting to the scores (no batch dimensions
-    added), at least 2-D; its values are checked by the map (:func:`numeric.front.box_rows`)."""
-    if upper is None or isinstance(upper, numbers.Real) and not isinstance(upper, bool):
-        return None if upper is None else float(upper)
-    upper = xp.asarray(upper)
-    if upper.dtype.kind not in "fiu":
-        raise TypeError(f"upper must be a real number or a real array, got dtype {upper.dtype}")
-    try:
-        shape = np.broadcast_shapes(upper.shape, scores)
-    except ValueError:
-        shape = None
-    if shape != scores:
-        raise ValueError(f"upper of shape {upper.shape} must broadcast to the scores' shape {scores} without adding "
-                         f"dimensions")
-    return upper.reshape((1,) * max(0, 2 - upper.ndim) + upper.shape)
+def _check_constraints(xp, constraints: dict, scores: tuple) -> tuple:
+    """``(set, numbers, arrays)`` for :func:`attention`'s constraint keywords (:func:`numeric.constraints.choose`):
+    the set, its keywords given as numbers (or left out), and those given as arrays, each broadcasting to the
+    scores (no batch dimensions added) and made at least 2-D; their values are checked by the map (the set's
+    :meth:`~numeric.constraints.ConstraintSet.rows`)."""
+    cset, values = choose(constraints)
+    numbers_, arrays = {}, {}
+    for name, value in values.items():
+        if value is None or isinstance(value, numbers.Real) and not isinstance(value, bool):
+            numbers_[name] = value if value is None else float(value)
+            continue
+        a = xp.asarray(value)
+        if a.dtype.kind not in "fiu":
+            raise TypeError(f"{name} must be a real number or a real array, got dtype {a.dtype}")
+        try:
+            shape = np.broadcast_shapes(a.shape, scores)
+        except ValueError:
+            shape = None
+        if shape != scores:
+            raise ValueError(f"{name} of shape {a.shape} must broadcast to the scores' shape {scores} without adding "
+                             f"dimensions")
+        arrays[name] = a.reshape((1,) * max(0, 2 - a.ndim) + a.shape)
+    return cset, numbers_, arrays
 
 
-def _upper_part(upper, rows: slice, keys: int):
-    """The bounds of the query rows ``rows`` and the first ``keys`` keys (a number as it is)."""
-    if not hasattr(upper, "shape"):
-        return upper
-    return upper[..., rows if upper.shape[-2] != 1 else slice(None), :keys if upper.shape[-1] != 1 else 1]
+def _part(a, rows: slice, keys: int):
+    """A constraint array's part for the query rows ``rows`` and the first ``keys`` keys."""
+    return a[..., rows if a.shape[-2] != 1 else slice(None), :keys if a.shape[-1] != 1 else 1]
 
 
 def _prepare(q, k, v, mapping, mask, causal, scale, scores=None):
@@ -297,7 +303,7 @@ def _blocks(L: int, S: int, block: int | None, causal: bool):
 
 
 def attention(q, k, v, *, mapping="softmax", mask=None, causal=False, scale=None, return_weights=False, block=None,
-              key_block=None, scores=None, upper=None):
+              key_block=None, scores=None, **constraints):
     """``map(scale q k^T + mask) v`` along the keys (or ``map(f(q, k) + mask) v`` for a score function ``f``).
 
     Parameters
@@ -337,11 +343,13 @@ def attention(q, k, v, *, mapping="softmax", mask=None, causal=False, scale=None
         rescaled accumulation, so no block of scores is wider than ``key_block``.
         ``None`` does this only when a query block would see more than
         :data:`DENSE_LIMIT` / 4 keys.
-    upper:
-        A bound on each weight: a number, or an array broadcastable to ``(..., L, S)`` (no batch dimensions
-        added), ``>= 0``: the map over the box ``0 <= p <= upper`` (:meth:`~numeric.maps.Map.__call__`), as in
-        constrained (fertility-bounded) attention.  The bounds of the keys a query may attend to (unmasked and,
-        with ``causal``, ``j <= i``) must sum to at least 1 ("infeasible bounds" otherwise).
+    constraints:
+        The keywords of a constraint set other than the simplex (:mod:`numeric.constraints`), each a number or
+        an array broadcastable to ``(..., L, S)`` (no batch dimensions added; size 1 along the keys for a
+        keyword of one value per row).  The box: ``upper``, a bound on each weight, ``>= 0``, the map over ``0
+        <= p <= upper`` (:meth:`~numeric.maps.Map.__call__`), as in constrained (fertility-bounded) attention;
+        the bounds of the keys a query may attend to (unmasked and, with ``causal``, ``j <= i``) must sum to at
+        least its ``total`` (1 unless given; "infeasible bounds" otherwise).
 
     Returns
     -------
@@ -356,8 +364,8 @@ def attention(q, k, v, *, mapping="softmax", mask=None, causal=False, scale=None
     if L == 0 or S == 0:
         return (out, weights) if return_weights else out
     table = _param_table(m, batch, L, S)
-    upper = _check_upper(xp, upper, batch + (L, S))
-    online = (m.threshold == "closed" and table is None and not return_weights and upper is None
+    cset, given, arrays = _check_constraints(xp, constraints, batch + (L, S))
+    online = (m.threshold == "closed" and table is None and not return_weights and cset is SIMPLEX
               and (key_block is not None or S > DENSE_LIMIT // 4))
     key_block = key_block or DENSE_LIMIT // 4
     if sf is None:
@@ -365,9 +373,10 @@ def attention(q, k, v, *, mapping="softmax", mask=None, causal=False, scale=None
     bad = _nonfinite_keys(xp, k, v)
     v0 = None if bad is None else _finite(xp, v)
 
-    bounds = upper if hasattr(upper, "shape") else None  # (an array goes with the tasks; a number is shared)
+    names = tuple(arrays)  # (an array goes with the tasks; a number is shared)
 
-    def core(q, k, v, v0, mask, table, bounds, out, weights):
+    def core(q, k, v, v0, mask, table, *rest):
+        *parts, out, weights = rest
         for rows, keys in _blocks(L, S, block, causal):
             if online:
                 out[..., rows, :] = _online_closed(xp, m, q, k, v, v0, mask, causal, rows, keys, key_block, bad, sf)
@@ -375,8 +384,8 @@ def attention(q, k, v, *, mapping="softmax", mask=None, causal=False, scale=None
             here = _local(xp, bad, slice(0, keys))
             a = _scores(xp, q, k, mask, causal, rows, keys, here, sf)
             keep = None if here is None else a[..., here] != -xp.inf
-            ub = None if upper is None else _upper_part(upper if bounds is None else bounds, rows, keys)
-            p = _block_map(m, table, rows).forward(a, axis=-1, overwrite=True, upper=ub)[0]
+            here_set = {**given, **{n: _part(b, rows, keys) for n, b in zip(names, parts)}}
+            p = _block_map(m, table, rows).forward(a, axis=-1, overwrite=True, **here_set)[0]
             if keep is None:
                 out[..., rows, :] = xp.matmul(p, v[..., :keys, :])
             else:
@@ -384,12 +393,12 @@ def attention(q, k, v, *, mapping="softmax", mask=None, causal=False, scale=None
             if weights is not None:
                 weights[..., rows, :keys] = p
 
-    _run(xp, core, batch, (q, k, v, v0, mask, table, bounds), (out, weights), L * S)
+    _run(xp, core, batch, (q, k, v, v0, mask, table, *arrays.values()), (out, weights), L * S)
     return (out, weights) if return_weights else out
 
 
 def attention_backward(q, k, v, dout, *, mapping="softmax", mask=None, causal=False, scale=None, block=None,
-                       scores=None, param_grads=False, upper=None):
+                       scores=None, param_grads=False, **constraints):
     """Gradients ``(dq, dk, dv)`` of ``sum(dout * attention(q, k, v, ...))``.
 
     Same keywords as :func:`attention`; the weights are recomputed block by
@@ -401,8 +410,8 @@ def attention_backward(q, k, v, dout, *, mapping="softmax", mask=None, causal=Fa
     the gradients of the map's parameters (a float for a parameter given as a
     number, an array of its shape for one given per row:
     ``dalpha = sum_rows dP . dp/dalpha``, from the KKT system) and
-    ``grads["scores"]`` those of the score function's parameters; with ``upper`` an array, ``grads["upper"]``
-    the gradient in the bounds (of ``upper``'s shape).
+    ``grads["scores"]`` those of the score function's parameters; for each constraint keyword given as an
+    array (the box's ``upper``), ``grads[keyword]``, the gradient in it (of its shape).
     """
     block = _check_block(block, "block")
     xp, q, k, v, m, scale, mask, sf = _prepare(q, k, v, mapping, mask, causal, scale, scores)
@@ -416,9 +425,11 @@ def attention_backward(q, k, v, dout, *, mapping="softmax", mask=None, causal=Fa
     dv = xp.zeros(batch + v.shape[-2:], dtype=q.dtype)
     names = tuple(m.params)
     drows = xp.zeros(batch + (L, len(names)), dtype=np.float64) if param_grads and names else None
-    upper = _check_upper(xp, upper, batch + (L, S))
-    bounds = upper if hasattr(upper, "shape") else None
-    dupper = xp.zeros(batch + (L, S), dtype=q.dtype) if param_grads and bounds is not None else None
+    cset, given, arrays = _check_constraints(xp, constraints, batch + (L, S))
+    names_set = tuple(arrays)
+    # the gradients in the set's arrays: (..., L, S) for a keyword of one value per score, (..., L, 1) per row
+    dset = [xp.zeros(batch + (L, S if n in cset.per_score else 1), dtype=q.dtype) for n in names_set] \
+        if param_grads else []
     score_grads = [{}]
     if L and S:
         table = _param_table(m, batch, L, S)
@@ -426,27 +437,34 @@ def attention_backward(q, k, v, dout, *, mapping="softmax", mask=None, causal=Fa
         bad = _nonfinite_keys(xp, k, v)
         k0 = None if bad is None else _finite(xp, k)
 
-        def core(q, qs, k, k0, v, dout, mask, table, bounds, dq, dk, dv, drows, dupper):
+        def core(q, qs, k, k0, v, dout, mask, table, *rest):
+            parts, (dq, dk, dv, drows), dparts = rest[:len(names_set)], rest[len(names_set):][:4], \
+                rest[len(names_set) + 4:]
             sums = {}
             for rows, keys in _blocks(L, S, block, causal):
                 here = _local(xp, bad, slice(0, keys))
                 a = _scores(xp, qs, k, mask, causal, rows, keys, here, sf)
                 keep = None if here is None else a[..., here] != -xp.inf
                 mb = _block_map(m, table, rows)
-                ub = None if upper is None else _upper_part(upper if bounds is None else bounds, rows, keys)
-                kept = a.copy() if dupper is not None else None  # (the bounds' gradient needs the scores)
-                p = mb.forward(a, axis=-1, overwrite=True, upper=ub)[0]
+                here_set = {**given, **{n: _part(b, rows, keys) for n, b in zip(names_set, parts)}}
+                # (the set's own gradients may need the scores: one-sided derivatives)
+                kept = a.copy() if dparts and cset.needs_scores else None
+                p = mb.forward(a, axis=-1, overwrite=True, **here_set)[0]
                 g = dout[..., rows, :]
                 dv[..., :keys, :] += xp.matmul(xp.swapaxes(p, -1, -2), g)
                 with np.errstate(invalid="ignore"):  # inf - inf only in columns of non-finite keys, set below
                     dp = xp.matmul(g, xp.swapaxes(v[..., :keys, :], -1, -2))
                 if keep is not None:  # column j of dp is dout . v_j: absent keys' columns are 0
                     dp[..., here] = xp.where(keep, dp[..., here], 0)
-                da = mb.vjp(p, dp, axis=-1, upper=ub)
-                if dupper is not None:
-                    dupper[..., rows, :keys] = mb.vjp_bounds(p, dp, axis=-1, upper=ub, x=kept)["upper"]
+                da = mb.vjp(p, dp, axis=-1, **here_set)
+                if dparts:
+                    own = mb.vjp_bounds(p, dp, axis=-1, x=kept, **here_set)
+                    for name, d in zip(names_set, dparts):
+                        g = own[name]
+                        d[..., rows, :keys if name in cset.per_score else 1] = \
+                            g if name in cset.per_score else g[..., None]
                 if drows is not None:
-                    per_row = mb.vjp_params(p, dp, axis=-1, upper=ub)
+                    per_row = mb.vjp_params(p, dp, axis=-1, **here_set)
                     for i, name in enumerate(names):
                         drows[..., rows, i] = per_row[name]
                 if sf is not None:  # absent keys have da = 0; their non-finite rows of k are read as 0
@@ -464,8 +482,8 @@ def attention_backward(q, k, v, dout, *, mapping="softmax", mask=None, causal=Fa
                 dk[..., :keys, :] += xp.matmul(xp.swapaxes(da, -1, -2), q[..., rows, :])
             return sums
 
-        score_grads = _run(xp, core, batch, (q, qs, k, k0, v, dout, mask, table, bounds), (dq, dk, dv, drows, dupper),
-                           L * S)
+        score_grads = _run(xp, core, batch, (q, qs, k, k0, v, dout, mask, table, *arrays.values()),
+                           (dq, dk, dv, drows, *dset), L * S)
     grads = _unbroadcast(dq, q.shape, xp), _unbroadcast(dk, k.shape, xp), _unbroadcast(dv, v.shape, xp)
     if not param_grads:
         return grads
@@ -477,8 +495,8 @@ def attention_backward(q, k, v, dout, *, mapping="softmax", mask=None, causal=Fa
         parts = [part[name] for part in score_grads if name in part]
         totals[name] = sum(parts[1:], parts[0]) if parts else xp.zeros_like(xp.asarray(score_params[name]))
     out = {"map": map_grads, "scores": totals}
-    if dupper is not None:
-        out["upper"] = _unbroadcast(dupper, upper.shape, xp)
+    for name, d in zip(names_set, dset):
+        out[name] = _unbroadcast(d, arrays[name].shape, xp)
     return (*grads, out)
 
 

@@ -22,13 +22,14 @@ products), :func:`to_compute_dtype` and the CuPy kernel cache.
 from __future__ import annotations
 
 import threading
+from functools import lru_cache
 from types import ModuleType
 
 import numpy as np
 
 from . import contract
 
-__all__ = ["Backend", "array_module", "is_cupy", "to_compute_dtype", "kernels", "CUDA_THREADS"]
+__all__ = ["Backend", "bound_routines", "at_zero", "array_module", "is_cupy", "to_compute_dtype", "kernels", "CUDA_THREADS"]
 
 CUDA_THREADS = contract.CUDA_THREADS
 _lock = threading.Lock()
@@ -71,20 +72,48 @@ class Backend:
     def jvp(self, mapping, y, dx):
         raise NotImplementedError
 
-    def box_forward(self, mapping, x, upper, total):
-        """``(p, tau)`` of the rows ``x`` with ``0 <= p <= upper``, ``sum p = total`` (``(rows, n)``, ``(rows, 1)``)."""
-        raise NotImplementedError(f"backend {self.name!r} has no box constraints (upper=, total=)")
+    def row_ops(self, dtype):
+        """The row operations of :mod:`numeric.core` on this backend's arrays of ``dtype``
+        (:class:`numeric.core.array_ops.ArrayOps` on :meth:`namespace`, unless a backend has its own)."""
+        from .core.array_ops import ArrayOps
 
-    def box_vjp(self, mapping, y, dy, upper, x=None):
-        """``(J^T dy, dp/du^T dy, dp/dc^T dy)`` of the bounded map at ``y`` (:func:`numeric.constraints.box.box_vjp`;
-        ``x``: the scores)."""
-        raise NotImplementedError(f"backend {self.name!r} has no box constraints (upper=, total=)")
+        return ArrayOps(self.namespace(), dtype)
+
+    def constrained(self, mapping, cset, x, arrays: tuple):
+        """``(p, tau)`` of the rows ``x`` over the constraint set ``cset`` (a
+        :class:`numeric.constraints.ConstraintSet`; ``arrays``: its arrays laid out as rows of ``x``), by the set's
+        solve on :meth:`row_ops`: every set runs on every backend."""
+        with np.errstate(all="ignore"):  # (off-support branches are evaluated and masked)
+            p, t = cset.solve(self.row_ops(x.dtype), bound_routines(mapping, x.dtype), x, *arrays)
+        return p, t[:, 0]
+
+    def constrained_vjp(self, mapping, cset, y, dy, arrays: tuple, x=None):
+        """``(J^T dy, (dp/da^T dy for each array a))`` of the map over ``cset`` at ``y``
+        (:meth:`numeric.constraints.ConstraintSet.vjp`; ``x``: the scores, or ``None``)."""
+        with np.errstate(all="ignore"):
+            return cset.vjp(self.row_ops(y.dtype), bound_routines(mapping, y.dtype), y, dy, *arrays,
+                            at_zero=at_zero(mapping.module), x=x)
 
     def rbf_expectation(self, cmap, mu, sigma2, basis, grad: bool):
         raise NotImplementedError(f"backend {self.name!r} has no continuous maps")
 
     def __repr__(self) -> str:
         return f"<{type(self).__name__} {self.name!r}>"
+
+
+def bound_routines(mapping, dtype):
+    """A map's routines bound to its parameter values in ``dtype`` (NumPy's routines: they take CuPy arrays too)."""
+    from .core.ops import Routines
+
+    return Routines(mapping.module, contract.module_routines(mapping.module), mapping.cast_params(dtype))
+
+
+@lru_cache(maxsize=64)
+def at_zero(module):
+    """:func:`numeric.core.derivatives.weight_at_zero` of a module, once."""
+    from .core import derivatives
+
+    return derivatives.weight_at_zero(module)
 
 
 def is_cupy(x: object) -> bool:

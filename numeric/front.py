@@ -25,13 +25,12 @@ from types import ModuleType
 
 import numpy as np
 
-from .constraints.box import box_short
 from .core import derivatives
-from .core.ops import Routines, TensorOps
+from .core.ops import Routines
 
 __all__ = ["THRESHOLDS", "REDUCTIONS", "Arrays", "check_threshold", "check_names", "check_param", "check_axis",
            "is_number", "param_shape", "param_rows", "check_learned", "learned_range", "check_target", "check_reduction", "reduce",
-           "loss_rows", "RowOps", "is_box", "box_rows"]
+           "loss_rows", "simplex_target"]
 
 #: The thresholds every map takes: the module's own rule, or one forced (``"closed"`` and ``"sort"`` where the
 #: module's rule is that one; ``"root"`` for every map).
@@ -187,72 +186,6 @@ def param_rows(xp, name: str, value, shape: tuple, axis: int, word: str = "axis"
     return xp.moveaxis(xp.broadcast_to(value.reshape(padded), rows), axis, -1).reshape(-1, 1)
 
 
-# ------------------------------------------------------------ box constraints
-def is_box(upper, total) -> bool:
-    """Whether a call asks for box constraints: a bound, or a total other than the number 1."""
-    return upper is not None or not (is_number(total) and float(total) == 1.0)
-
-
-def box_rows(xp, arrays: Arrays, x, upper, total, axis: int, word: str = "axis"):
-    """``(upper, total)`` of a bounded call as rows of the scores ``x`` flattened with ``axis`` last: ``(rows, n)``
-    bounds (``inf``: none) and ``(rows, 1)`` totals, in ``x``'s dtype, checked.
-
-    ``upper``: ``None``, a number or an array broadcasting to the scores, ``>= 0``; ``total``: a number or an array
-    broadcasting to the scores with size 1 along the map's axis, finite and ``> 0`` (a NaN or negative bound, or a
-    total outside ``(0, inf)``, is refused by name; traced values, which cannot be read, give NaN rows instead,
-    :func:`numeric.constraints.box.box_solve`).  Where the values can be read
-    (:meth:`Arrays.readable`) the bounds of each row's unmasked scores must sum to at least its total, within
-    ``sqrt(eps)`` of it (``sqrt(eps) * total``: float64 1.5e-8, float32 3.5e-4) ("infeasible bounds", with the row
-    and the two sums); a fully masked row is exempt (it gives zeros).  Bounds computed from other sums (what is
-    left of a budget, ``fertility - attention so far``) carry the rounding of those sums, which is relative to
-    their magnitudes, not to the total's, and which the bounds do not show: ``sqrt(eps)`` (the target's slack in
-    :func:`check_target`) covers it for any reasonable accumulation.  A row short of its total within it is
-    solved with the total taken as its room (:func:`numeric.constraints.box.box_solve`: every entry saturates, ``p
-    = u``); :func:`box_short` is the rule.
-    """
-    shape, n = tuple(x.shape), x.shape[axis]
-    rows = math.prod(shape) // n
-
-    def layout(value, name, along):
-        if is_number(value):
-            return arrays.full((rows, n if along else 1), float(value), x)
-        if not arrays.is_array(value) or arrays.kind(value) not in "fiub":
-            raise TypeError(f"{name} must be a real number or a real array, got {type(value).__name__}")
-        value = arrays.astype(value, x.dtype)
-        if along:
-            if len(value.shape) > len(shape) or any(v not in (1, m) for v, m in
-                                                       zip((1,) * (len(shape) - len(value.shape)) + tuple(value.shape), shape)):
-                raise ValueError(f"{name} of shape {tuple(value.shape)} does not broadcast to the scores {shape}")
-            full = xp.broadcast_to(value.reshape((1,) * (len(shape) - len(value.shape)) + tuple(value.shape)), shape)
-            return xp.moveaxis(full, axis, -1).reshape(rows, n)
-        padded = param_shape(name, value.shape, shape, axis, word)
-        each = tuple(shape[:axis]) + (1,) + tuple(shape[axis + 1:])
-        return xp.moveaxis(xp.broadcast_to(value.reshape(padded), each), axis, -1).reshape(rows, 1)
-
-    u = layout(math.inf if upper is None else upper, "upper", True)
-    c = layout(total, "total", False)
-    # (a number is read even inside a trace, whose arrays full() makes cannot be)
-    ru = np.float64(upper) if is_number(upper) else arrays.readable(u)
-    rc = np.full((1, 1), float(total)) if is_number(total) else arrays.readable(c)
-    rx = arrays.readable(x)
-    if ru is not None and bool((ru != ru).any() | (ru < 0).any()):
-        raise ValueError(f"upper must be >= 0 everywhere (inf: no bound), got {float(ru[~(ru >= 0)].reshape(-1)[0])!r}")
-    if rc is not None and not bool(((rc > 0) & (rc < math.inf)).all()):
-        raise ValueError(f"total must be finite and > 0, got {float(rc[~((rc > 0) & (rc < math.inf))].reshape(-1)[0])!r}")
-    ru = arrays.readable(u) if is_number(upper) else ru
-    rc = arrays.readable(c) if is_number(total) else rc
-    if ru is not None and rc is not None and rx is not None:
-        live = xp.moveaxis(rx, axis, -1).reshape(rows, n) != -math.inf  # (a NaN counts: its row comes out NaN)
-        room = xp.where(live, ru, 0).sum(axis=-1)
-        # (within sqrt(eps) of the total: feasible, the total clipped to the room; a fully masked row gives zeros)
-        short = box_short(rc[:, 0], room, arrays.eps(x.dtype)) & live.any(axis=-1)
-        if bool(short.any()):
-            i = int((room - rc[:, 0]).argmin())
-            raise ValueError(f"infeasible bounds: in row {i} the upper bounds of the unmasked scores sum to "
-                             f"{float(room[i]):.6g} < total = {float(rc[i, 0]):.6g}")
-    return u, c
-
-
 # ------------------------------------------------- parameters learned per head
 def check_learned(module: ModuleType, learn, ranges) -> tuple:
     """The names of the map parameters a layer learns (``learn``: names, or ``True`` for all) and the ``ranges``
@@ -320,14 +253,16 @@ def reduce(value, reduction: str):
     return value
 
 
-def check_target(x, target, axis: int, arrays: Arrays, word: str = "axis", box=None):
+def check_target(x, target, axis: int, arrays: Arrays, word: str = "axis", constraint=None):
     """The loss's ``target`` as distributions like the scores ``x`` (integer labels of the batch shape become
-    one-hot along ``axis``), checked: labels in range, distributions non-negative and summing to 1 within
-    ``sqrt(eps)`` (room for the rounding of a computed distribution) where their values can be read.
+    one-hot along ``axis``), checked where their values can be read: labels in range, distributions in the map's
+    constraint set within ``sqrt(eps)`` (room for the rounding of a computed distribution).
 
-    ``box``: ``(upper, total)`` as :func:`box_rows` lays them out; the target must then lie in the box, each row
-    summing to its total within ``sqrt(eps)`` of it and no entry above its bound by more than ``sqrt(eps)``.
+    ``constraint``: ``(set, arrays)``, a :class:`numeric.constraints.ConstraintSet` and its arrays as its
+    :meth:`~numeric.constraints.ConstraintSet.rows` lays them out; ``None``: the simplex (non-negative, summing
+    to 1).  Integer labels lie in the simplex; they are checked against another set.
     """
+    cset, rows = constraint if constraint is not None else (None, ())
     if not arrays.is_array(target):
         raise TypeError(f"target must be an array of integer labels or distributions, got {type(target).__name__}")
     xp = arrays.namespace
@@ -343,7 +278,7 @@ def check_target(x, target, axis: int, arrays: Arrays, word: str = "axis", box=N
             raise ValueError(f"target labels must lie in [0, {n}) for {word} {axis} of length {n}")
         onehot = arrays.one_hot(target, n, x)
         target = onehot if axis == len(x.shape) - 1 else xp.moveaxis(onehot, -1, axis)
-        if box is None:
+        if not rows:
             return target
     elif kind not in "fb":
         raise TypeError(f"target must be integer labels or real distributions, got dtype {target.dtype}")
@@ -353,66 +288,25 @@ def check_target(x, target, axis: int, arrays: Arrays, word: str = "axis", box=N
     t = arrays.readable(target) if math.prod(target.shape) else None
     if t is None:
         return target
+    t = xp.moveaxis(t, axis, -1).reshape(-1, n)
     slack = math.sqrt(arrays.eps(x.dtype))
-    if box is None:
-        total, want, over = t.sum(axis=axis), 1.0, None
-    else:
-        u, c = (arrays.readable(b) for b in box)
-        if c is None:
-            return target
-        rows = xp.moveaxis(t, axis, -1).reshape(c.shape[0], n)
-        total, want = rows.sum(axis=-1), c[:, 0]
-        over = None if u is None else rows - u
-    negative = bool((t < 0).any())
-    off = abs(total - want)
-    if negative or not float(off.max()) <= slack * (1 if box is None else max(1.0, float(want.max()))):  # (NaN fails)
-        what = ("a negative entry" if negative else
-                f"a row summing to {float(total.reshape(-1)[int(off.reshape(-1).argmax())])!r}")
-        to = "1" if box is None else "its total"
-        raise ValueError(f"target must be a distribution along {word} {axis} (non-negative, summing to {to} within "
-                         f"{slack:.1e}); it has {what}")
-    if over is not None and bool((over > slack).any()):
-        raise ValueError(f"target must lie within the upper bounds; an entry exceeds its bound by "
-                         f"{float(over.max()):.6g}")
+    message = simplex_target(t, slack, word, axis) if cset is None else \
+        cset.check_target(xp, t, tuple(arrays.readable(a) for a in rows), slack, word, axis)
+    if message is not None:
+        raise ValueError(message)
     return target
 
 
-class RowOps(TensorOps):
-    """The operations of :func:`numeric.core.derivatives.omega_terms` on rows of any array namespace (NumPy, CuPy)."""
-
-    def __init__(self, xp, dtype):
-        self.xp = xp
-        self.dtype = dtype
-
-    def full(self, like, value):
-        return self.xp.full(like.shape, value, dtype=bool if isinstance(value, bool) else self.dtype)
-
-    def where(self, cond, a, b):
-        return self.xp.where(cond, a, b)
-
-    def isfinite(self, x):
-        return self.xp.isfinite(x)
-
-    def isnan(self, x):
-        return self.xp.isnan(x)
-
-    def exp(self, x):
-        return self.xp.exp(x)
-
-    def log(self, x):
-        return self.xp.log(x)
-
-    def not_(self, b):
-        return ~b
-
-    def row_sum(self, x):
-        return x.sum(axis=-1, keepdims=True)
-
-    def row_max(self, x):
-        return x.max(axis=-1, keepdims=True)
-
-    def branch(self, pred, fn, otherwise):
-        return fn() if bool(pred.any()) else otherwise()
+def simplex_target(target, slack: float, word: str, axis: int) -> str | None:
+    """The error message for a loss's target (readable rows) off the simplex by more than ``slack``, else ``None``."""
+    total = target.sum(axis=-1)
+    off = abs(total - 1)
+    if bool((target < 0).any()) or not float(off.max()) <= slack:  # (NaN fails)
+        what = ("a negative entry" if bool((target < 0).any()) else
+                f"a row summing to {float(total.reshape(-1)[int(off.reshape(-1).argmax())])!r}")
+        return (f"target must be a distribution along {word} {axis} (non-negative, summing to 1 within "
+                f"{slack:.1e}); it has {what}")
+    return None
 
 
 def loss_rows(ops, r: Routines, x, p, y):

@@ -27,7 +27,8 @@ from types import ModuleType
 import numpy as np
 
 from . import contract, family, front, trust
-from .constraints.box import box_multipliers
+from .constraints import SIMPLEX, choose
+from .core.array_ops import ArrayOps
 from .core.ops import Routines
 from .front import NUMPY, check_axis
 from .backend import array_module, to_compute_dtype
@@ -167,41 +168,43 @@ class Map:
                      for i in range(table.shape[1]))
 
     # ------------------------------------------------------------- forward
-    def __call__(self, x, axis: int = -1, *, upper=None, total=1.0):
+    def __call__(self, x, axis: int = -1, **constraints):
         """``p*(x)`` along ``axis``; same array kind, shape and (float) dtype as ``x``.
 
-        ``upper`` (a number or an array broadcasting to ``x``, ``>= 0``; ``None``: no bound) and ``total`` (a number
-        or an array with size 1 along ``axis``, ``>= 0``): the map over the box ``0 <= p <= upper``, ``sum p =
-        total`` instead of the simplex, ``p_i = min(u_i, g_+(s_i - tau))`` (:mod:`derive.box`): constrained
-        softmax and sparsemax, and ``sparsemax(x, upper=1, total=k)`` the budget map.  Infeasible bounds (those
-        of a row's unmasked scores summing to less than its total) are refused.
+        ``constraints``: the keywords of a constraint set other than the simplex (:mod:`numeric.constraints`).
+        The box: ``upper`` (a number or an array broadcasting to ``x``, ``>= 0``; ``None``: no bound) and
+        ``total`` (a number or an array with size 1 along ``axis``, ``>= 0``), the map over ``0 <= p <= upper``,
+        ``sum p = total``, ``p_i = min(u_i, g_+(s_i - tau))`` (:mod:`derive.box`): constrained softmax and
+        sparsemax, and ``sparsemax(x, upper=1, total=k)`` the budget map.  Infeasible bounds (those of a row's
+        unmasked scores summing to less than its total) are refused.
         """
-        return self.forward(x, axis, upper=upper, total=total)[0]
+        return self.forward(x, axis, **constraints)[0]
 
     def threshold_of(self, x, axis: int = -1):
         """The threshold ``tau`` of each row (``+inf`` for fully masked rows, NaN for rows with NaN)."""
         return self.forward(x, axis)[1]
 
-    def forward(self, x, axis: int = -1, *, overwrite: bool = False, upper=None, total=1.0):
+    def forward(self, x, axis: int = -1, *, overwrite: bool = False, **constraints):
         """``(p*(x), tau)``: the map along ``axis`` and the threshold of each row (batch shape).
 
         ``overwrite=True`` lets the NumPy path use ``x`` as scratch space (attention
         passes its own score buffers this way, saving an allocation and a pass);
         copies made here (a cast, a moved axis) are used as scratch anyway.
-        ``upper``, ``total``: box constraints (:meth:`__call__`).
+        ``constraints``: a constraint set's keywords (:meth:`__call__`).
         """
+        cset, values = choose(constraints)
         backend = backend_for(x)
         given = x
         x, out_dtype = to_compute_dtype(x, backend.namespace())
         axis = check_axis(x.shape, axis)
         flat, restore = to_rows(x, axis)
-        if front.is_box(upper, total):
+        if cset is not SIMPLEX:
             xp = backend.namespace()
-            u, c = front.box_rows(xp, front.Arrays(xp), x, upper, total, axis)
+            arrays = cset.rows(xp, front.Arrays(xp), x, values, axis)
             p, tau = xp.empty_like(flat), xp.empty(flat.shape[0], dtype=flat.dtype)
             for m, rows in self._groups(x.shape, axis, xp):
                 rows = slice(None) if rows is None else rows
-                p[rows], tau[rows] = backend.box_forward(m, flat[rows], u[rows], c[rows])
+                p[rows], tau[rows] = backend.constrained(m, cset, flat[rows], tuple(a[rows] for a in arrays))
             batch = x.shape[:axis] + x.shape[axis + 1:]
             return restore(p).astype(out_dtype, copy=False), tau.reshape(batch)
         # scratch space: a copy made here (a cast or a moved axis), or the caller's buffer if allowed
@@ -227,12 +230,14 @@ class Map:
         value = xp.asarray(fn(y + ~pos, *(self.cast_params(y.dtype) if values is None else values)))
         return (value * pos + off * ~pos if off else value * pos).astype(y.dtype, copy=False)
 
-    def jvp(self, y, dx, axis: int = -1, *, upper=None, total=1.0):
-        """``J dx`` at ``y = m(x)``: ``w*dx - w (w.dx) / sum(w)``, ``w = w(y)`` on the support (with ``upper``: on
-        the entries free of their bounds, :func:`numeric.constraints.box.box_vjp`)."""
+    def jvp(self, y, dx, axis: int = -1, **constraints):
+        """``J dx`` at ``y = m(x)``: ``w*dx - w (w.dx) / sum(w)``, ``w = w(y)`` on the support (with a constraint
+        set's keywords: the set's, :meth:`numeric.constraints.ConstraintSet.vjp`; ``J`` is symmetric)."""
+        cset, values = choose(constraints)
         backend, xp, y, out_dtype, axis, fy, fd, restore = tangent_rows(y, dx, axis, "tangent")
-        if front.is_box(upper, total):
-            return restore(self._box_vjp(backend, y, fy, fd, upper, total, axis, None)[0]).astype(out_dtype, copy=False)
+        if cset is not SIMPLEX:
+            js, _ = self._constrained_vjp(backend, cset, values, y, fy, fd, axis, None)
+            return restore(js).astype(out_dtype, copy=False)
         groups = self._groups(y.shape, axis, xp)
         if groups[0][1] is None:
             return restore(backend.jvp(groups[0][0], fy, fd)).astype(out_dtype, copy=False)
@@ -241,11 +246,11 @@ class Map:
             out[rows] = backend.jvp(m, fy[rows], fd[rows])
         return restore(out).astype(out_dtype, copy=False)
 
-    def vjp(self, y, dy, axis: int = -1, *, upper=None, total=1.0):
+    def vjp(self, y, dy, axis: int = -1, **constraints):
         """``J^T dy`` at ``y = m(x)``; ``J`` is symmetric, so this equals :meth:`jvp`."""
-        return self.jvp(y, dy, axis=axis, upper=upper, total=total)
+        return self.jvp(y, dy, axis=axis, **constraints)
 
-    def vjp_bounds(self, y, dy, axis: int = -1, *, upper=None, total=1.0, x=None) -> dict:
+    def vjp_bounds(self, y, dy, axis: int = -1, *, x=None, **constraints) -> dict:
         """``{"upper": sum_i dy_i dp_i/du, "total": sum_i dy_i dp_i/dc}`` at ``y = m(x, upper=upper, total=total)``:
         the first of the scores' shape (non-zero on the saturated entries, ``dy_j - (w.dy)/sum w``), the second
         per row (batch shape), ``(w.dy)/sum w`` with ``w`` the weights of the free entries (:mod:`derive.box`).
@@ -255,37 +260,45 @@ class Map:
         in the total): the saturated entries that leave their bound first take the free ones' place
         (:func:`numeric.constraints.box.box_exits`); that needs the scores ``x``, and such a row without them raises
         :class:`ValueError`."""
-        backend, xp, y, out_dtype, axis, fy, fd, restore = tangent_rows(y, dy, axis, "cotangent")
+        cset, values = choose(constraints)
         fx = None if x is None else tangent_rows(y, x, axis, "score")[6]
-        _, du, dc = self._box_vjp(backend, y, fy, fd, upper, total, axis, fx, bounds=True)
+        backend, xp, y, out_dtype, axis, fy, fd, restore = tangent_rows(y, dy, axis, "cotangent")
+        _, grads = self._constrained_vjp(backend, cset, values, y, fy, fd, axis, fx, own=True)
         batch = y.shape[:axis] + y.shape[axis + 1:]
-        return {"upper": restore(du).astype(out_dtype, copy=False), "total": dc.reshape(batch).astype(out_dtype, copy=False)}
+        return {name: (restore(g) if name in cset.per_score else g.reshape(batch)).astype(out_dtype, copy=False)
+                for name, g in zip(cset.keywords, grads)}
 
-    def _box_vjp(self, backend, y, fy, fd, upper, total, axis, fx, bounds: bool = False):
-        """:meth:`Backend.box_vjp` on the rows ``fy``, ``fd`` of ``y`` (groups of parameter values solved apart), with
-        the scores' rows ``fx`` (``None``: none given); ``bounds``: the bounds' and the total's derivatives are
-        wanted, which a row with no free entry cannot give without the scores."""
+    def _constrained_vjp(self, backend, cset, values, y, fy, fd, axis, fx, own: bool = False):
+        """:meth:`Backend.constrained_vjp` on the rows ``fy``, ``fd`` of ``y`` (groups of parameter values solved
+        apart), with the scores' rows ``fx`` (``None``: none given): ``(J^T dy, (the set's arrays' VJPs))``;
+        ``own``: the derivatives in the set's arrays are wanted, which a row with no free entry gives only with the
+        scores (:attr:`~numeric.constraints.ConstraintSet.needs_scores`)."""
         xp = backend.namespace()
-        u, _ = front.box_rows(xp, front.Arrays(xp), y, upper, total, axis)
-        if bounds and fx is None:
-            pinned = ~((fy > 0) & (fy < u)).any(axis=-1) & ((fy >= u) & (fy > 0)).any(axis=-1)
+        arrays = cset.rows(xp, front.Arrays(xp), y, values, axis)
+        if own and fx is None and cset.needs_scores:
+            moving = cset.moving(backend.row_ops(fy.dtype), fy, *arrays)
+            pinned = ~moving.any(axis=-1) & (fy > 0).any(axis=-1)
             if bool(pinned.any()):
                 raise ValueError(f"row {int(xp.argmax(pinned))} has no entry free of its bounds: its derivatives in "
                                  f"the bounds and the total are one-sided and need the scores (pass x=)")
-        js, ju, jc = xp.empty_like(fy), xp.empty_like(fy), xp.empty((fy.shape[0], 1), dtype=fy.dtype)
+        js = xp.empty_like(fy)
+        grads = [xp.empty_like(a if a.shape == fy.shape else xp.empty((fy.shape[0], 1), dtype=fy.dtype)) for a in arrays]
         for m, rows in self._groups(y.shape, axis, xp):
             rows = slice(None) if rows is None else rows
-            js[rows], ju[rows], jc[rows] = backend.box_vjp(m, fy[rows], fd[rows], u[rows], None if fx is None else fx[rows])
-        return js, ju, jc
+            js[rows], own_rows = backend.constrained_vjp(m, cset, fy[rows], fd[rows], tuple(a[rows] for a in arrays),
+                                                         None if fx is None else fx[rows])
+            for g, v in zip(grads, own_rows):
+                g[rows] = v
+        return js, grads
 
-    def vjp_params(self, y, dy, axis: int = -1, *, reduce: bool = False, upper=None, total=1.0) -> dict:
+    def vjp_params(self, y, dy, axis: int = -1, *, reduce: bool = False, **constraints) -> dict:
         """``{name: sum_i dy_i dp_i/dq}`` per row (batch shape), for each parameter ``q``.
 
         From the KKT system, ``dp/dq = -J c`` with ``c_i = d omega'(p_i)/dq`` on the
         support; computed in float64 (the printed ``d omega'/d alpha`` cancels near
         ``alpha = 1`` in float32).  ``reduce=True`` sums each over the rows that
         share a value: a float for a parameter given as a number, an array of the
-        parameter's shape for one given per row.  ``upper``, ``total``: at the bounded map's ``y``, ``J`` the
+        parameter's shape for one given per row.  ``constraints``: at the constrained map's ``y`` (the box's: ``J`` the
         Jacobian on the free entries (the saturated ones do not move).
         """
         xp = array_module(y, dy)
@@ -294,7 +307,7 @@ class Map:
         if dy64.shape != y64.shape:
             raise ValueError(f"cotangent of shape {dy64.shape} does not match the output shape {y64.shape}")
         axis = check_axis(y64.shape, axis)
-        jdy = self.jvp(y64, dy64, axis=axis, upper=upper, total=total)
+        jdy = self.jvp(y64, dy64, axis=axis, **constraints)
         values = self._values_like(y64, axis, xp)
         out = {}
         for name in self.params:
@@ -319,12 +332,12 @@ class Map:
         return out
 
     # ---------------------------------------------------------------- loss
-    def loss(self, x, target, axis: int = -1, reduction: str = "mean", *, upper=None, total=1.0):
+    def loss(self, x, target, axis: int = -1, reduction: str = "mean", **constraints):
         """Fenchel-Young loss ``Omega*(s) + Omega(y) - <s, y>`` (see :meth:`loss_and_grad`)."""
-        return self.loss_and_grad(x, target, axis=axis, reduction=reduction, upper=upper, total=total)[0]
+        return self.loss_and_grad(x, target, axis=axis, reduction=reduction, **constraints)[0]
 
-    def loss_and_grad(self, x, target, axis: int = -1, reduction: str = "mean", *, upper=None, total=1.0,
-                      bounds: bool = False):
+    def loss_and_grad(self, x, target, axis: int = -1, reduction: str = "mean", *, bounds: bool = False,
+                      **constraints):
         """``(loss, dloss/dx)`` with ``target`` integer labels or distributions along ``axis``.
 
         ``Omega*(s) = <p*, s> - Omega(p*)`` and the scores are shifted by their
@@ -343,25 +356,28 @@ class Map:
         (negative entries, or sums off 1 by more than ``sqrt(eps)``) raises
         :class:`ValueError`.
 
-        ``upper``, ``total``: the loss of the bounded map (:meth:`__call__`), ``Omega`` plus the indicator of the
-        box; the same terms with ``p`` the bounded map's, the target inside the box (summing to ``total``, below
-        ``upper``).  ``bounds=True`` returns a third item, ``{"upper": mu, "total": tau}``: the gradients in the
-        bounds (the multipliers ``[s_i - tau - omega'(u_i)]_+`` of the saturated bounds, the scores' shape) and in
-        the total (the threshold ``tau``, the batch shape), reduced as the gradient in the scores.
+        ``constraints``: the loss of the map over a constraint set (:meth:`__call__`), ``Omega`` plus the set's
+        indicator; the same terms with ``p`` the constrained map's, the target inside the set.  ``bounds=True``
+        returns a third item, the gradients in the set's arrays by keyword
+        (:meth:`numeric.constraints.ConstraintSet.loss_gradients`), reduced as the gradient in the scores: the
+        box's ``{"upper": mu, "total": tau}``, the multipliers ``[s_i - tau - omega'(u_i)]_+`` of the saturated
+        bounds (the scores' shape) and the threshold ``tau`` (the batch shape); the simplex has none (``{}``).
         """
         front.check_reduction(reduction)
         xp = array_module(x, target)
         x, out_dtype = to_compute_dtype(x, xp)
         axis = check_axis(x.shape, axis)
         arrays = front.Arrays(xp)
-        box = front.box_rows(xp, arrays, x, upper, total, axis) if bounds or front.is_box(upper, total) else None
-        y = front.check_target(x, xp.asarray(target), axis, arrays, box=box)  # (NumPy takes array-likes)
-        p, tau = self.forward(x, axis=axis, upper=upper, total=total)
+        cset, values = choose(constraints)
+        own = cset.rows(xp, arrays, x, values, axis)
+        y = front.check_target(x, xp.asarray(target), axis, arrays, constraint=(cset, own))  # (NumPy takes array-likes)
+        p, tau = self.forward(x, axis=axis, **constraints)
         p = p.astype(x.dtype, copy=False)
         rows = [to_rows(a, axis)[0] for a in (x, p, y)]
         r = self._routines(x.shape, axis, x.dtype, xp)
+        ops = ArrayOps(xp, x.dtype)
         with np.errstate(over="ignore", invalid="ignore", divide="ignore", under="ignore"):
-            value = front.loss_rows(front.RowOps(xp, x.dtype), r, *rows)
+            value = front.loss_rows(ops, r, *rows)
         value = value.reshape(x.shape[:axis] + x.shape[axis + 1:])
         scale = 1.0 / max(1, value.size) if reduction == "mean" else 1.0
         grad = (p - y) * scale if scale != 1.0 else p - y
@@ -369,9 +385,11 @@ class Map:
         if not bounds:
             return out
         with np.errstate(invalid="ignore", divide="ignore"):
-            mu = box_multipliers(front.RowOps(xp, x.dtype), r, rows[0], tau.reshape(-1, 1), box[0])
+            grads = cset.loss_gradients(ops, r, rows[0], tau.reshape(-1, 1), *own)
         restore = to_rows(x, axis)[1]
-        return (*out, {"upper": (restore(mu) * scale).astype(out_dtype), "total": (tau * scale).astype(out_dtype)})
+        batch = tau.shape
+        return (*out, {name: ((restore(g) if name in cset.per_score else g.reshape(batch)) * scale).astype(out_dtype)
+                       for name, g in zip(cset.keywords, grads)})
 
     def _routines(self, shape: tuple, axis: int, dtype, xp) -> Routines:
         """The module's NumPy routines bound to the parameters: scalars of ``dtype``, or one value per row of scores
@@ -503,27 +521,27 @@ def get_map(name, *, threshold: str = "auto", **params) -> Map:
     return Map(module_of(name, Map), threshold, **params)
 
 
-def softmax(x, axis: int = -1, *, upper=None, total=1.0):
+def softmax(x, axis: int = -1, **constraints):
     """Softmax ``p_i = exp(s_i) / sum_j exp(s_j)``: the map of Shannon's ``p log p``."""
-    return get_map("softmax")(x, axis=axis, upper=upper, total=total)
+    return get_map("softmax")(x, axis=axis, **constraints)
 
 
-def sparsemax(x, axis: int = -1, *, upper=None, total=1.0):
+def sparsemax(x, axis: int = -1, **constraints):
     """Sparsemax ``p = [s - tau]_+``: the map of ``p**2 / 2`` (Euclidean projection on the simplex).
 
     ``upper``, ``total``: the projection on the box ``0 <= p <= upper``, ``sum p = total`` instead
     (:meth:`Map.__call__`); ``sparsemax(x, upper=1, total=k)`` is budget (k-subset) sparsemax."""
-    return get_map("sparsemax")(x, axis=axis, upper=upper, total=total)
+    return get_map("sparsemax")(x, axis=axis, **constraints)
 
 
-def entmax15(x, axis: int = -1, *, upper=None, total=1.0):
+def entmax15(x, axis: int = -1, **constraints):
     """1.5-entmax ``p = [s/2 - tau]_+**2``: the map of Tsallis alpha = 3/2."""
-    return get_map("entmax15")(x, axis=axis, upper=upper, total=total)
+    return get_map("entmax15")(x, axis=axis, **constraints)
 
 
-def entmax(x, alpha: float, axis: int = -1, *, upper=None, total=1.0):
+def entmax(x, alpha: float, axis: int = -1, **constraints):
     """alpha-entmax ``p = [(alpha - 1) s - tau]_+**(1/(alpha - 1))`` for any alpha > 0 (Tsallis): sparse for
     alpha > 1, softmax at 1, dense with heavy tails below 1 (the family ``entmax``, :mod:`numeric.family`).
     ``alpha``: a number or an array broadcasting to ``x`` with size 1 along ``axis`` (values on either side of 1
     at once)."""
-    return get_map("entmax", alpha=alpha)(x, axis=axis, upper=upper, total=total)
+    return get_map("entmax", alpha=alpha)(x, axis=axis, **constraints)

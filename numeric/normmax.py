@@ -14,6 +14,8 @@ from __future__ import annotations
 import numpy as np
 
 from . import front
+from .constraints import simplex_only
+from .core.array_ops import ArrayOps
 from .families.normmax import normmax_from, normmax_loss, normmax_vjp
 from .backend import array_module, to_compute_dtype
 from .front import check_axis
@@ -81,10 +83,9 @@ class NormmaxMap(Map):
         (values,) = self._values_like(x, axis, xp)
         return inner, values, (values - 1) / values
 
-    def forward(self, x, axis: int = -1, *, overwrite: bool = False, upper=None, total=1.0):
+    def forward(self, x, axis: int = -1, *, overwrite: bool = False, **constraints):
         """``(p, tau)``: normmax along ``axis`` and the threshold of each row (``sum_i [s_i - tau]_+^q = 1``)."""
-        if front.is_box(upper, total):
-            raise ValueError("normmax takes no box constraints (upper=, total=): its regularizer is not separable")
+        simplex_only(constraints, "normmax")
         xp = array_module(x)
         x, out_dtype = to_compute_dtype(x, xp)
         axis = check_axis(x.shape, axis)
@@ -94,35 +95,35 @@ class NormmaxMap(Map):
         rows, restore = to_rows(r, axis)
         alpha_rows = to_rows(xp.broadcast_to(alpha, x.shape), axis)[0][:, :1] if hasattr(alpha, "shape") else alpha
         with np.errstate(divide="ignore", invalid="ignore"):
-            p = normmax_from(front.RowOps(xp, x.dtype), rows, alpha_rows)
+            p = normmax_from(ArrayOps(xp, x.dtype), rows, alpha_rows)
         return restore(p).astype(out_dtype, copy=False), tau
 
     def _alpha_rows(self, y, axis, xp):
         (alpha,) = self._values_like(y, axis, xp)
         return to_rows(xp.broadcast_to(alpha, y.shape), axis)[0][:, :1] if hasattr(alpha, "shape") else alpha
 
-    def jvp(self, y, dx, axis: int = -1, *, upper=None, total=1.0):
+    def jvp(self, y, dx, axis: int = -1, **constraints):
         """``J dx`` at ``y = normmax(x)``: ``J = (I - p 1^T) diag(m) (I - 1 p^T)`` (:mod:`derive.normmax`)."""
-        if front.is_box(upper, total):
-            raise ValueError("normmax takes no box constraints (upper=, total=): its regularizer is not separable")
+        simplex_only(constraints, "normmax")
         backend, xp, y, out_dtype, axis, fy, fd, restore = tangent_rows(y, dx, axis, "tangent")
         with np.errstate(divide="ignore", invalid="ignore", over="ignore"):
-            out = normmax_vjp(front.RowOps(xp, y.dtype), fy, fd, self._alpha_rows(y, axis, xp))
+            out = normmax_vjp(ArrayOps(xp, y.dtype), fy, fd, self._alpha_rows(y, axis, xp))
         return restore(out).astype(out_dtype, copy=False)
 
-    def vjp(self, y, dy, axis: int = -1, *, upper=None, total=1.0):
+    def vjp(self, y, dy, axis: int = -1, **constraints):
         """``J^T dy``; ``J`` is symmetric, so this equals :meth:`jvp`."""
-        return self.jvp(y, dy, axis=axis, upper=upper, total=total)
+        return self.jvp(y, dy, axis=axis, **constraints)
 
-    def vjp_params(self, y, dy, axis: int = -1, *, reduce: bool = False, upper=None, total=1.0) -> dict:
+    def vjp_params(self, y, dy, axis: int = -1, *, reduce: bool = False, **constraints) -> dict:
         raise NotImplementedError("normmax has no gradient in alpha (only in the scores)")
 
-    def loss_and_grad(self, x, target, axis: int = -1, reduction: str = "mean", *, upper=None, total=1.0,
-                      bounds: bool = False):
+    def loss_and_grad(self, x, target, axis: int = -1, reduction: str = "mean", *, bounds: bool = False,
+                      **constraints):
         """``(loss, dloss/dx)``: the Fenchel-Young loss ``Omega*(s) + ||y||_alpha - <s, y>`` and ``p - y``, with the
         conventions of :meth:`numeric.Map.loss_and_grad` (no box constraints)."""
-        if bounds or front.is_box(upper, total):
-            raise ValueError("normmax takes no box constraints (upper=, total=): its regularizer is not separable")
+        simplex_only(constraints, "normmax")
+        if bounds:
+            raise ValueError("normmax takes no box constraints (bounds=True): its regularizer is not separable")
         front.check_reduction(reduction)
         xp = array_module(x, target)
         x, out_dtype = to_compute_dtype(x, xp)
@@ -131,7 +132,7 @@ class NormmaxMap(Map):
         p = self(x, axis=axis).astype(x.dtype, copy=False)
         rows = [to_rows(a, axis)[0] for a in (x, p, y)]
         with np.errstate(over="ignore", invalid="ignore", divide="ignore", under="ignore"):
-            value = normmax_loss(front.RowOps(xp, x.dtype), *rows, self._alpha_rows(x, axis, xp))
+            value = normmax_loss(ArrayOps(xp, x.dtype), *rows, self._alpha_rows(x, axis, xp))
         value = value.reshape(x.shape[:axis] + x.shape[axis + 1:])
         grad = p - y
         if reduction == "mean":

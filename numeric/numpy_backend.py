@@ -21,10 +21,9 @@ from functools import lru_cache
 import numpy as np
 
 from . import contract, numpy_ops
-from .constraints.box import box_solve, box_vjp
 from .core import derivatives, rules
 from .core.ops import Routines
-from .backend import Backend
+from .backend import Backend, at_zero
 from .parallel import run_tasks
 
 __all__ = ["NumpyBackend", "THREADS_FROM", "CHUNKS"]
@@ -53,12 +52,6 @@ def _on_two_threads(solve, rows: int, size: int, chunks: int | None = None) -> N
     chunks = min(rows, chunks or CHUNKS)
     bounds = [rows * i // chunks for i in range(chunks + 1)]
     run_tasks(lambda i: solve(bounds[i], bounds[i + 1]), chunks)
-
-
-@lru_cache(maxsize=64)
-def _at_zero(module):
-    """:func:`numeric.core.derivatives.weight_at_zero` of a module, once."""
-    return derivatives.weight_at_zero(module)
 
 
 class NumpyBackend(Backend):
@@ -105,23 +98,11 @@ class NumpyBackend(Backend):
         module = mapping.module
         routines = Routines(module, contract.module_routines(module), mapping.cast_params(y.dtype))
         with np.errstate(all="ignore"):  # off-support branches are evaluated and masked
-            return derivatives.jvp(numpy_ops.ops_for(y.dtype), routines, y, dx, _at_zero(module))
+            return derivatives.jvp(numpy_ops.ops_for(y.dtype), routines, y, dx, at_zero(module))
 
-    def box_forward(self, mapping, x, upper, total):
-        """:func:`numeric.constraints.box.box_solve` on :class:`numeric.numpy_ops.NumpyRowOps`."""
-        module = mapping.module
-        routines = Routines(module, contract.module_routines(module), mapping.cast_params(x.dtype))
-        with np.errstate(all="ignore"):  # off-support branches are evaluated and masked
-            p, t = box_solve(numpy_ops.ops_for(x.dtype), routines, x, upper, total)
-        return p, t[:, 0]
-
-    def box_vjp(self, mapping, y, dy, upper, x=None):
-        """:func:`numeric.constraints.box.box_vjp` on :class:`numeric.numpy_ops.NumpyRowOps` (``x``: the scores, for
-        the one-sided derivatives of a row with no free entry)."""
-        module = mapping.module
-        routines = Routines(module, contract.module_routines(module), mapping.cast_params(y.dtype))
-        with np.errstate(all="ignore"):
-            return box_vjp(numpy_ops.ops_for(y.dtype), routines, y, dy, upper, _at_zero(module), x)
+    def row_ops(self, dtype):
+        """:class:`numeric.numpy_ops.NumpyRowOps`: the generic operations with NumPy's faster forms of some steps."""
+        return numpy_ops.ops_for(dtype)
 
     def rbf_expectation(self, cmap, mu: np.ndarray, sigma2: np.ndarray, basis, grad: bool):
         """``(r, dr/dmu, dr/dsigma2)`` (the derivatives ``None`` when ``grad=False``) for float64 ``mu``, ``sigma2``

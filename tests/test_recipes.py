@@ -22,6 +22,7 @@ import numeric as nm
 from derive import derive_map
 from derive.cli import main
 from numeric import backends as B
+from numeric.constraints import ConstraintSet
 
 
 def test_recipe_a_new_regularizer(tmp_path, monkeypatch, capsys):
@@ -125,6 +126,16 @@ def test_recipe_a_new_backend(toy_backend, name):
     assert toy_backend.ToyBackend.calls == before + 2
     with pytest.raises(TypeError, match="different backends"):
         m.jvp(got.view(Toy), dx, axis=1)  # one call, one backend
+    # every constraint set runs on it with no code of its own: the set's solve and derivatives on the generic row
+    # operations (numeric.core.array_ops.ArrayOps on the backend's namespace), NumPy's on NumPy's own
+    upper = rng.uniform(0.2, 0.6, size=x.shape)
+    from numeric.core.array_ops import ArrayOps
+
+    assert type(B.backend_for(toy).row_ops(np.float64)) is ArrayOps
+    bounded, plain = m(toy, axis=1, upper=upper), m(x, axis=1, upper=upper)
+    np.testing.assert_allclose(bounded, plain, rtol=0, atol=1e-12)
+    np.testing.assert_allclose(m.vjp_bounds(bounded.view(Toy), dx.view(Toy), axis=1, upper=upper, x=toy)["upper"],
+                               m.vjp_bounds(plain, dx, axis=1, upper=upper, x=x)["upper"], rtol=0, atol=1e-12)
 
 
 def test_a_backend_must_be_a_backend():
@@ -214,3 +225,193 @@ def test_recipe_a_new_score_function(tmp_path, monkeypatch):
                                    rtol=1e-6)
     finally:
         sys.modules.pop("toy_scores", None)
+
+
+class LowerBound(ConstraintSet):
+    """A toy constraint set, ``p >= lower``, ``sum p = 1`` (``lower=``), written as the recipe "add a constraint
+    set" says: one class on the row operations, registered in :data:`numeric.constraints.SETS`.
+
+    ``p_i = max(l_i, g_+(s_i - tau))``: ``F(tau) = sum_i max(l_i, g_+(s_i - tau))`` decreases from at least 1
+    (at ``tau = max(s) - omega'(1)``) to ``sum l < 1``; its root is bracketed by widening, then bisected, and the
+    free entries (``p_i > l_i``) are scaled to the rest of the mass.  On the free entries the Jacobian is the
+    simplex's; a bound held moves its entry one for one, the free ones giving way by ``w / sum w``.
+    """
+
+    name = "lower"
+    keywords = {"lower": None}
+    per_score = frozenset({"lower"})
+
+    def asks(self, values):
+        return values["lower"] is not None
+
+    def rows(self, xp, arrays, x, values, axis, word="axis"):
+        lower, n = values["lower"], x.shape[axis]
+        if isinstance(lower, (int, float)):
+            return (arrays.full((x.numel() // n if hasattr(x, "numel") else x.size // n, n), float(lower), x),)
+        lower = arrays.astype(lower, x.dtype)
+        return (xp.moveaxis(xp.broadcast_to(lower, tuple(x.shape)), axis, -1).reshape(-1, n),)
+
+    def solve(self, ops, r, x, lower):
+        from numeric.core.halley import clipped_link
+
+        m = ops.row_max(x)
+        y, clip = x - m, r.clip()
+
+        def mass(t):
+            g, _ = clipped_link(ops, r, y, t, clip)
+            return g, ops.row_sum(ops.where(g > lower, g, lower))
+
+        lo = -r.omega_prime(ops.full(m, 1.0))
+        going = ops.full(m, True)
+
+        def widen(state):
+            lo, hi, _ = state
+            over = mass(hi)[1] > 1
+            return (ops.where(over, hi, lo), ops.where(over, hi + 2 * (hi - lo), hi), over), over
+
+        lo, hi, _ = ops.repeat(64, widen, (lo, lo + 1, going), going)
+
+        def bisect(state):
+            lo, hi, _ = state
+            mid = (lo + hi) / 2
+            over = mass(mid)[1] > 1
+            lo, hi = ops.where(over, mid, lo), ops.where(over, hi, mid)
+            going = hi - lo > 4 * ops.eps * (1 + abs(hi))
+            return (lo, hi, going), going
+
+        lo, hi, _ = ops.repeat(400, bisect, (lo, hi, going), going)
+        t = (lo + hi) / 2
+        g, _ = mass(t)
+        free = g > lower
+        rest = 1 - ops.row_sum(ops.where(free, 0, lower))
+        share = ops.row_sum(ops.where(free, g, 0))
+        return ops.where(free, g * (rest / share), lower), m + t
+
+    def _weights(self, ops, r, p, lower):
+        from numeric.core.derivatives import weights
+
+        free = p > lower
+        return ops.where(free, weights(ops, r, p), 0), free
+
+    def vjp(self, ops, r, p, v, lower, at_zero=None, x=None):
+        w, free = self._weights(ops, r, p, lower)
+        mean = ops.row_sum(w * v) / ops.row_sum(w)
+        return w * (v - mean), (ops.where(free, 0, v - mean),)
+
+    def jvp(self, ops, r, p, dx, tangents, lower, at_zero=None, x=None):
+        (dl,) = tangents
+        w, free = self._weights(ops, r, p, lower)
+        held = ops.where(free, 0, dl + 0 * p)
+        dtau = (ops.row_sum(w * dx) + ops.row_sum(held)) / ops.row_sum(w)
+        return w * (dx - dtau) + held
+
+    def moving(self, ops, p, lower):
+        return p > lower
+
+
+def _lower_bound_direct(m_numpy, x, lower):
+    """The lower-bounded map by a direct solve in float64: bisection on tau with NumPy's own map routines."""
+    module = m_numpy.module
+    out = []
+    for s, low in zip(x, lower):
+        def mass(t):
+            z = s - t
+            g = np.where(z > module.clip(), module.link(np.maximum(z, module.clip())), 0)
+            return np.maximum(g, low)
+
+        lo, hi = s.max() - module.omega_prime(1.0) - 1, s.max() + 50
+        for _ in range(300):
+            mid = (lo + hi) / 2
+            lo, hi = (mid, hi) if mass(mid).sum() > 1 else (lo, mid)
+        out.append(mass((lo + hi) / 2))
+    return np.array(out)
+
+
+@pytest.fixture
+def lower_bound(monkeypatch):
+    """The toy set registered for one test (the table restored after it)."""
+    from numeric.constraints import table
+
+    monkeypatch.setattr(table, "SETS", list(table.SETS))
+    monkeypatch.setattr(table, "KEYWORDS", dict(table.KEYWORDS))
+    return table.register(LowerBound())
+
+
+@pytest.mark.parametrize("name", ["softmax", "sparsemax", "entmax15"])
+def test_recipe_a_new_constraint_set(lower_bound, name):
+    """A set added in one class (:class:`LowerBound`) runs on NumPy's, torch's and JAX's maps, with its
+    gradients, and in NumPy's and torch's attention, against a direct solve and finite differences."""
+    torch = pytest.importorskip("torch")
+    import numeric.torch as nt
+
+    rng = np.random.default_rng(3)
+    x = rng.normal(size=(4, 6)) * 2
+    lower = rng.uniform(0, 0.12, size=(4, 6))
+    m = nm.get_map(name)
+    want = _lower_bound_direct(m, x, lower)
+    p = m(x, lower=lower)
+    np.testing.assert_allclose(p, want, rtol=0, atol=1e-10)
+    assert np.all(p >= lower - 1e-15) and np.allclose(p.sum(-1), 1, atol=1e-13)
+
+    # torch: the same values, and gradients in the scores and the bounds against central differences
+    tx = torch.tensor(x, requires_grad=True)
+    tl = torch.tensor(lower, requires_grad=True)
+    tp = nt.get_map(name)(tx, lower=tl)
+    np.testing.assert_allclose(tp.detach().numpy(), want, rtol=0, atol=1e-10)
+    dy = torch.tensor(rng.normal(size=x.shape))
+    gx, gl = torch.autograd.grad((tp * dy).sum(), (tx, tl))
+    h = 1e-6
+    for i, j in ((0, 0), (1, 3), (2, 5)):
+        e = np.zeros_like(x)
+        e[i, j] = h
+        fd_x = ((m(x + e, lower=lower) - m(x - e, lower=lower)) * dy.numpy()).sum() / (2 * h)
+        fd_l = ((m(x, lower=lower + e) - m(x, lower=lower - e)) * dy.numpy()).sum() / (2 * h)
+        assert abs(gx[i, j].item() - fd_x) < 1e-5 and abs(gl[i, j].item() - fd_l) < 1e-5
+    # NumPy's VJP in the set's array, by the same protocol
+    np.testing.assert_allclose(m.vjp_bounds(p, dy.numpy(), lower=lower)["lower"], gl.numpy(), rtol=0, atol=1e-12)
+
+    # JAX: the values, and the JVP in the bounds against the torch VJP (forward and reverse mode agree)
+    jax = pytest.importorskip("jax")
+    import jax.numpy as jnp
+    import numeric.jax as nj
+
+    with jax.enable_x64(True):
+        jm = nj.get_map(name)
+        jp = jm(jnp.asarray(x), lower=jnp.asarray(lower))
+        np.testing.assert_allclose(np.asarray(jp), want, rtol=0, atol=1e-10)
+        g = jax.grad(lambda low: jnp.sum(jm(jnp.asarray(x), lower=low) * jnp.asarray(dy.numpy())))(jnp.asarray(lower))
+        np.testing.assert_allclose(np.asarray(g), gl.numpy(), rtol=0, atol=1e-10)
+
+
+@pytest.mark.parametrize("name", ["softmax", "entmax15"])
+def test_recipe_a_new_constraint_set_in_attention(lower_bound, name):
+    """The toy set of :func:`test_recipe_a_new_constraint_set` in NumPy's and torch's attention, blocked, with no
+    change to attention: the output against a direct solve of each query's weights, the gradient in the bounds
+    (NumPy's backward, torch's autograd) against central differences."""
+    torch = pytest.importorskip("torch")
+    import numeric.torch as nt
+
+    rng = np.random.default_rng(5)
+    B, L, S, E = 2, 5, 7, 3
+    q, k, v = rng.normal(size=(B, L, E)), rng.normal(size=(B, S, E)), rng.normal(size=(B, S, 2))
+    lower = rng.uniform(0, 0.1, size=(B, L, S))
+    m = nm.get_map(name)
+    scores = q @ k.transpose(0, 2, 1) / np.sqrt(E)
+    weights = _lower_bound_direct(m, scores.reshape(-1, S), lower.reshape(-1, S)).reshape(B, L, S)
+    want = weights @ v
+    np.testing.assert_allclose(nm.attention(q, k, v, mapping=name, block=2, lower=lower), want, rtol=0, atol=1e-10)
+    tl = torch.tensor(lower, requires_grad=True)
+    out = nt.attention(torch.tensor(q), torch.tensor(k), torch.tensor(v), mapping=name, block=2, lower=tl)
+    np.testing.assert_allclose(out.detach().numpy(), want, rtol=0, atol=1e-10)
+
+    dout = rng.normal(size=want.shape)
+    (g_torch,) = torch.autograd.grad((out * torch.tensor(dout)).sum(), (tl,))
+    *_, grads = nm.attention_backward(q, k, v, dout, mapping=name, block=2, param_grads=True, lower=lower)
+    np.testing.assert_allclose(grads["lower"], g_torch.numpy(), rtol=0, atol=1e-10)
+    h = 1e-6
+    for index in ((0, 0, 0), (1, 4, 6), (0, 2, 3)):
+        e = np.zeros_like(lower)
+        e[index] = h
+        fd = ((nm.attention(q, k, v, mapping=name, lower=lower + e)
+               - nm.attention(q, k, v, mapping=name, lower=lower - e)) * dout).sum() / (2 * h)
+        assert abs(grads["lower"][index] - fd) < 1e-6

@@ -1,4 +1,19 @@
-"""Constraint sets beyond the simplex, one module each, on the row operations of :mod:`numeric.core`.
+"""Constraint sets, one module each: what a map's ``p`` lies in (:mod:`numeric.constraints.base`, the protocol).
 
-* :mod:`numeric.constraints.box`: ``0 <= p <= upper``, ``sum p = total``.
+* :mod:`numeric.constraints.simplex`: ``p >= 0``, ``sum p = 1`` (every map's, by default);
+* :mod:`numeric.constraints.box`: ``0 <= p <= upper``, ``sum p = total`` (``upper=``, ``total=``).
+
+:data:`SETS` (:mod:`numeric.constraints.table`) is the table every front end reads: :func:`choose` finds the set a
+call's keyword arguments select, :func:`split` takes them out of a call's other keyword arguments (a map's
+parameters).  A new set is a module here that defines a :class:`~numeric.constraints.base.ConstraintSet` and
+:func:`register`\\ s it, imported below.
 """
+
+from __future__ import annotations
+
+from .base import ConstraintSet
+from .box import BOX
+from .simplex import SIMPLEX
+from .table import KEYWORDS, SETS, choose, register, simplex_only, split
+
+__all__ = ["ConstraintSet", "SETS", "KEYWORDS", "SIMPLEX", "BOX", "register", "choose", "split", "simplex_only"]

@@ -9,11 +9,16 @@ from __future__ import annotations
 
 import math
 
+import numpy as np
+
 from ..core.derivatives import centred, weights
 from ..core.halley import LOG_STEPS, ROOT_STEPS, clipped_link, narrow_bracket, threshold_round
 from ..core.ops import Routines, TensorOps
+from ..front import is_number, param_shape
+from .base import ConstraintSet, left_out
+from .table import register
 
-__all__ = ["box_solve", "box_between", "box_short", "box_high", "box_lowest", "box_ceiling", "box_sums", "box_round",
+__all__ = ["Box", "BOX", "box_rows", "box_solve", "box_between", "box_short", "box_high", "box_lowest", "box_ceiling", "box_sums", "box_round",
            "box_free", "box_exits", "box_vjp", "box_jvp", "box_multipliers"]
 
 
@@ -25,7 +30,7 @@ def box_solve(ops: TensorOps, r: Routines, x, upper, total, steps: int = ROOT_ST
     with a NaN or negative bound or a total outside ``(0, inf)`` gives NaN (``p`` and ``tau``), as does one with a
     NaN or ``+inf`` score, and a fully masked row zeros (``tau = inf``); the bounds of each
     row's unmasked entries must sum to at least its total, within ``sqrt(eps)`` of it (the front end checks it,
-    :func:`numeric.front.box_rows`, by :func:`box_short`; a row where they do not gives NaN; one short within it is
+    :func:`numeric.constraints.box.box_rows`, by :func:`box_short`; a row where they do not gives NaN; one short within it is
     solved with its total taken as the room: every entry saturates, ``p = u``).  ``F(tau) = sum_i min(u_i, g_+(s_i -
     tau))`` decreases; its root of ``F = total`` is bracketed by
     ``hi = max(s) - omega'(total / n)`` (every entry at most ``total / n``) and ``lo = min_i s_i -
@@ -37,7 +42,7 @@ def box_solve(ops: TensorOps, r: Routines, x, upper, total, steps: int = ROOT_ST
     m = ops.row_max(x)
     bad = ops.not_(ops.isfinite(m))
     # rows that give NaN: a NaN or +inf score (as the plain map), a total not finite and > 0, a NaN or negative
-    # bound (eager calls refuse the last two by name, numeric.front.box_rows; a traced call cannot raise)
+    # bound (eager calls refuse the last two by name, box_rows; a traced call cannot raise)
     invalid = (ops.isnan(m) | (m > 0) & bad | ops.not_((total > 0) & (total < float("inf")))
                | (ops.row_sum(ops.float_(ops.not_(upper >= 0))) > 0))
     m0 = ops.where(bad, 0, m)
@@ -151,7 +156,7 @@ def box_between(ops, r: Routines, y, t, lo, hi, p, upper, total, live, clip, cei
 def box_short(total, room, eps):
     """Where bounds summing to ``room`` cannot hold ``total``: ``total - room > sqrt(eps) * total`` (a shortfall
     within ``sqrt(eps)`` of the total is rounding: the total is clipped to the room).  The one rule of
-    :func:`box_solve` and of the front end's check (:func:`numeric.front.box_rows`)."""
+    :func:`box_solve` and of the front end's check (:func:`numeric.constraints.box.box_rows`)."""
     return total - room > total * math.sqrt(eps)
 
 
@@ -282,3 +287,119 @@ def box_multipliers(ops: TensorOps, r: Routines, x, tau, upper):
     z = ops.where(bounded, x - tau, 0) - r.omega_prime(ops.where(bounded, upper, 1))
     mu = ops.where(bounded & (z > 0), z, 0)
     return ops.where(ops.isnan(tau), math.nan, mu)
+
+
+def box_rows(xp, arrays, x, upper, total, axis: int, word: str = "axis"):
+    """``(upper, total)`` of a bounded call as rows of the scores ``x`` flattened with ``axis`` last: ``(rows, n)``
+    bounds (``inf``: none) and ``(rows, 1)`` totals, in ``x``'s dtype, checked (``arrays``: the front end's
+    :class:`numeric.front.Arrays`).
+
+    ``upper``: ``None``, a number or an array broadcasting to the scores, ``>= 0``; ``total``: a number or an array
+    broadcasting to the scores with size 1 along the map's axis, finite and ``> 0`` (a NaN or negative bound, or a
+    total outside ``(0, inf)``, is refused by name; traced values, which cannot be read, give NaN rows instead,
+    :func:`box_solve`).  Where the values can be read (:meth:`numeric.front.Arrays.readable`) the bounds of each
+    row's unmasked scores must sum to at least its total, within ``sqrt(eps)`` of it (``sqrt(eps) * total``:
+    float64 1.5e-8, float32 3.5e-4) ("infeasible bounds", with the row and the two sums); a fully masked row is
+    exempt (it gives zeros).  Bounds computed from other sums (what is left of a budget, ``fertility - attention
+    so far``) carry the rounding of those sums, which is relative to their magnitudes, not to the total's, and
+    which the bounds do not show: ``sqrt(eps)`` (the target's slack in :func:`numeric.front.check_target`) covers
+    it for any reasonable accumulation.  A row short of its total within it is solved with the total taken as its
+    room (:func:`box_solve`: every entry saturates, ``p = u``); :func:`box_short` is the rule.
+    """
+    shape, n = tuple(x.shape), x.shape[axis]
+    rows = math.prod(shape) // n
+
+    def layout(value, name, along):
+        if is_number(value):
+            return arrays.full((rows, n if along else 1), float(value), x)
+        if not arrays.is_array(value) or arrays.kind(value) not in "fiub":
+            raise TypeError(f"{name} must be a real number or a real array, got {type(value).__name__}")
+        value = arrays.astype(value, x.dtype)
+        if along:
+            if len(value.shape) > len(shape) or any(v not in (1, m) for v, m in
+                                                       zip((1,) * (len(shape) - len(value.shape)) + tuple(value.shape), shape)):
+                raise ValueError(f"{name} of shape {tuple(value.shape)} does not broadcast to the scores {shape}")
+            full = xp.broadcast_to(value.reshape((1,) * (len(shape) - len(value.shape)) + tuple(value.shape)), shape)
+            return xp.moveaxis(full, axis, -1).reshape(rows, n)
+        padded = param_shape(name, value.shape, shape, axis, word)
+        each = tuple(shape[:axis]) + (1,) + tuple(shape[axis + 1:])
+        return xp.moveaxis(xp.broadcast_to(value.reshape(padded), each), axis, -1).reshape(rows, 1)
+
+    u = layout(math.inf if upper is None else upper, "upper", True)
+    c = layout(total, "total", False)
+    # (a number is read even inside a trace, whose arrays full() makes cannot be)
+    ru = np.float64(upper) if is_number(upper) else arrays.readable(u)
+    rc = np.full((1, 1), float(total)) if is_number(total) else arrays.readable(c)
+    rx = arrays.readable(x)
+    if ru is not None and bool((ru != ru).any() | (ru < 0).any()):
+        raise ValueError(f"upper must be >= 0 everywhere (inf: no bound), got {float(ru[~(ru >= 0)].reshape(-1)[0])!r}")
+    if rc is not None and not bool(((rc > 0) & (rc < math.inf)).all()):
+        raise ValueError(f"total must be finite and > 0, got {float(rc[~((rc > 0) & (rc < math.inf))].reshape(-1)[0])!r}")
+    ru = arrays.readable(u) if is_number(upper) else ru
+    rc = arrays.readable(c) if is_number(total) else rc
+    if ru is not None and rc is not None and rx is not None:
+        live = xp.moveaxis(rx, axis, -1).reshape(rows, n) != -math.inf  # (a NaN counts: its row comes out NaN)
+        room = xp.where(live, ru, 0).sum(axis=-1)
+        # (within sqrt(eps) of the total: feasible, the total clipped to the room; a fully masked row gives zeros)
+        short = box_short(rc[:, 0], room, arrays.eps(x.dtype)) & live.any(axis=-1)
+        if bool(short.any()):
+            i = int((room - rc[:, 0]).argmin())
+            raise ValueError(f"infeasible bounds: in row {i} the upper bounds of the unmasked scores sum to "
+                             f"{float(room[i]):.6g} < total = {float(rc[i, 0]):.6g}")
+    return u, c
+
+
+class Box(ConstraintSet):
+    """The box ``0 <= p <= upper``, ``sum p = total`` (``upper=``: a number or an array broadcasting to the
+    scores, ``None`` for none; ``total=``: a number or an array with size 1 along the map's axis); a call that
+    gives a bound or a total other than the number 1 selects it."""
+
+    name = "box"
+    keywords = {"upper": None, "total": 1.0}
+    per_score = frozenset({"upper"})
+    free = {"upper": math.inf}
+    needs_scores = True
+    fused = "box"
+
+    def asks(self, values: dict) -> bool:
+        return values["total"] is not None and not (left_out(values["upper"], None) and left_out(values["total"], 1.0))
+
+    def rows(self, xp, arrays, x, values: dict, axis: int, word: str = "axis") -> tuple:
+        return box_rows(xp, arrays, x, values["upper"], values["total"], axis, word)
+
+    def solve(self, ops, r, x, upper, total):
+        return box_solve(ops, r, x, upper, total)
+
+    def vjp(self, ops, r, p, v, upper, total, at_zero=None, x=None):
+        js, ju, jc = box_vjp(ops, r, p, v, upper, at_zero, x)
+        return js, (ju, jc)
+
+    def jvp(self, ops, r, p, dx, tangents: tuple, upper, total, at_zero=None, x=None):
+        du, dc = tangents
+        return box_jvp(ops, r, p, dx, du, dc, upper, at_zero, x)
+
+    def moving(self, ops, p, upper, total):
+        return box_free(ops, p, upper)
+
+    def loss_gradients(self, ops, r, x, tau, upper, total) -> tuple:
+        return box_multipliers(ops, r, x, tau, upper), tau
+
+    def check_target(self, xp, target, rows: tuple, slack: float, word: str, axis: int):
+        u, c = rows
+        if c is None:
+            return None
+        total = target.sum(axis=-1)
+        off = abs(total - c[:, 0])
+        if bool((target < 0).any()) or not float(off.max()) <= slack * max(1.0, float(c.max())):  # (NaN fails)
+            what = ("a negative entry" if bool((target < 0).any()) else
+                    f"a row summing to {float(total.reshape(-1)[int(off.reshape(-1).argmax())])!r}")
+            return (f"target must be a distribution along {word} {axis} (non-negative, summing to its total within "
+                    f"{slack:.1e}); it has {what}")
+        if u is not None and bool((target - u > slack).any()):
+            return (f"target must lie within the upper bounds; an entry exceeds its bound by "
+                    f"{float((target - u).max()):.6g}")
+        return None
+
+
+#: the box (``upper=``, ``total=``), in :data:`numeric.constraints.SETS`
+BOX = register(Box())

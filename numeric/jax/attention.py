@@ -74,6 +74,7 @@ import jax.numpy as jnp
 from jax import lax
 
 from .. import front
+from ..constraints import SIMPLEX, choose
 from .maps import JaxMap, compute_dtype, get_map
 
 __all__ = ["attention", "BLOCK_ENTRIES"]
@@ -118,7 +119,8 @@ def check_inputs(query, key, value):
 
 
 def _scores_shaped(a, name: str, shape: tuple, boolean: bool):
-    """``mask``, ``bias`` or ``upper`` checked and given 4 dimensions (broadcasting to ``shape`` = (B, N, T, S))."""
+    """``mask``, ``bias`` or a constraint keyword's array checked and given 4 dimensions (broadcasting to ``shape``
+    = (B, N, T, S))."""
     if not hasattr(a, "dtype") or not hasattr(a, "shape"):
         raise TypeError(f"{name} must be an array, got {type(a).__name__}")
     a = jnp.asarray(a)
@@ -151,14 +153,15 @@ def resolve_mapping(mapping) -> JaxMap:
 
 
 def attention(query, key, value, mask=None, is_causal: bool = False, scale=None, mapping="softmax", *,
-              bias=None, block_size: int | None = None, upper=None):
+              bias=None, block_size: int | None = None, **constraints):
     """``mapping(scale * query key^T + bias, masked) value`` with :func:`jax.nn.dot_product_attention`'s shapes.
 
     See the module's description.  Returns ``(B, T, N, Hv)`` (``(T, N, Hv)`` for
     unbatched inputs) in the query's dtype; float16 and bfloat16 compute in float32.
-    ``upper``: bounds on the weights, a number or an array broadcastable to ``(B, N, T, S)``
-    (the module's **Bounded weights**): each weight at most its bound, each query's
-    unmasked bounds summing to at least 1.
+    ``constraints``: the keywords of a constraint set other than the simplex (:mod:`numeric.constraints`), each
+    a number or an array broadcastable to ``(B, N, T, S)`` (size 1 along the keys for one value per query).
+    The box's ``upper``: bounds on the weights (the module's **Bounded weights**), each weight at most its
+    bound, each query's unmasked bounds summing to at least 1.
 
     >>> import jax.numpy as jnp
     >>> q, k = jnp.zeros((1, 1, 1)), jnp.zeros((3, 1, 1))  # (T, N, H), (S, K, H): equal scores, 1/3 each
@@ -177,15 +180,17 @@ def attention(query, key, value, mask=None, is_causal: bool = False, scale=None,
     m = resolve_mapping(mapping)
     mask = None if mask is None else _scores_shaped(mask, "mask", shape, boolean=True)
     bias = None if bias is None else _scores_shaped(bias, "bias", shape, boolean=False)
-    if upper is not None and not front.is_number(upper):
-        upper = _scores_shaped(upper, "upper", shape, boolean=False)
+    cset, values = choose(constraints)
+    given = {} if cset is SIMPLEX else {
+        n: v if v is None or front.is_number(v) else _scores_shaped(v, n, shape, boolean=False)
+        for n, v in values.items()}
     check_block_size(block_size)
     out_dtype = query.dtype
     dtype = compute_dtype(out_dtype)
     query, key, value = query.astype(dtype), key.astype(dtype), value.astype(dtype)
     params = param_values(m, shape, dtype)
-    out = attend(query, key, value, m, params, is_causal=is_causal, scale=scale, mask=mask, bias=bias, upper=upper,
-                  block_size=block_size)
+    out = attend(query, key, value, m, params, is_causal=is_causal, scale=scale, mask=mask, bias=bias,
+                 constraints=given, block_size=block_size)
     out = out.astype(out_dtype)
     return out[0] if unbatched else out
 
@@ -211,11 +216,12 @@ def param_values(m: JaxMap, shape: tuple, dtype) -> dict:
     return params
 
 
-def attend(query, key, value, m: JaxMap, params: dict, *, is_causal: bool, scale, mask=None, bias=None, upper=None,
-            block_size: int | None = None, positions=None):
+def attend(query, key, value, m: JaxMap, params: dict, *, is_causal: bool, scale, mask=None, bias=None,
+           constraints: dict | None = None, block_size: int | None = None, positions=None):
     """The blocked computation of :func:`attention` on checked inputs: ``query`` (B, T, N, H), ``key`` (B, S, K, H),
-    ``value`` (B, S, K, Hv), all in the compute dtype; ``params`` from :func:`param_values`; ``mask``, ``bias``,
-    ``upper`` 4-dimensional (or ``upper`` a number).  Returns ``(B, T, N, Hv)`` in the compute dtype.
+    ``value`` (B, S, K, Hv), all in the compute dtype; ``params`` from :func:`param_values`; ``mask``, ``bias``
+    4-dimensional; ``constraints`` a constraint set's keywords (every one of the set's; ``{}`` or ``None``: the
+    simplex), numbers or 4-dimensional arrays.  Returns ``(B, T, N, Hv)`` in the compute dtype.
 
     ``positions``: ``(query positions (T,), key positions (S,))``, integers: with ``is_causal`` the query at
     position ``i`` sees the key at position ``j`` iff ``j <= i``, tested block by block (no ``T x S`` mask is made);
@@ -230,8 +236,9 @@ def attend(query, key, value, m: JaxMap, params: dict, *, is_causal: bool, scale
     else:
         qpos = kpos = None
     # per query row (T > 1 along the rows' axis): sliced with the blocks; the rest is shared by every block
-    rowwise = {"mask": mask, "bias": bias, "upper": None if front.is_number(upper) else upper,
-               **{n: v for n, v in params.items() if not isinstance(v, float)}}
+    constraints = dict(constraints or {})
+    arrays = {n: v for n, v in constraints.items() if not (v is None or front.is_number(v))}
+    rowwise = {"mask": mask, "bias": bias, **arrays, **{n: v for n, v in params.items() if not isinstance(v, float)}}
     rowwise = {n: a for n, a in rowwise.items() if a is not None and a.shape[2] > 1}
 
     def block(q, qp, rows):
@@ -250,9 +257,9 @@ def attend(query, key, value, m: JaxMap, params: dict, *, is_causal: bool, scale
         if keep is not None:
             s = jnp.where(keep, s, -jnp.inf)
         values = {n: rows.get(n, v) for n, v in params.items()}
-        if upper is not None:
-            u = rows.get("upper", upper)
-            values["upper"] = u if front.is_number(u) else u.astype(dtype)
+        for n, v in constraints.items():
+            v = rows.get(n, v)
+            values[n] = v.astype(dtype) if n in arrays else v
         p = m(s, axis=-1, **values) if values else m(s, axis=-1)
         out = jnp.einsum("bkgts,bskh->btkgh", p.reshape(B, K, G, tb, S), value)
         return out.reshape(B, tb, N, value.shape[-1])
@@ -274,7 +281,10 @@ def attend(query, key, value, m: JaxMap, params: dict, *, is_causal: bool, scale
 
     # (a parameter's padding rows take a value inside its domain, a padding query any position: their output rows
     # are dropped)
-    fills = {"mask": True, "bias": 0, "upper": jnp.inf, **{n: _padding_value(m, n) for n in params}}
+    # a constraint array's: a value that leaves a key free, or the keyword's own default)
+    cset = choose(constraints)[0] if constraints else None
+    fills = {"mask": True, "bias": 0, **{n: _padding_value(m, n) for n in params},
+             **{n: cset.free.get(n, cset.keywords[n] if front.is_number(cset.keywords[n]) else 1.0) for n in arrays}}
     xs = (blocks(query, 1, 0), None if qpos is None else blocks(qpos, 0, 0),
           {n: blocks(a, 2, fills[n]) for n, a in rowwise.items()})
     out = lax.map(jax.checkpoint(lambda x: block(*x)), xs)

@@ -66,7 +66,7 @@ import numpy as np
 from jax.custom_derivatives import SymbolicZero
 
 from .. import contract, family, front
-from ..constraints.box import box_free, box_jvp, box_multipliers, box_solve
+from ..constraints import SIMPLEX, choose, simplex_only, split
 from ..core import derivatives, rules
 from ..core.ops import Routines
 from ..maps import FrameworkMap
@@ -149,10 +149,10 @@ class _Solver:
         p, _ = rules.solve(ops_for(x.dtype), self.routines(params), x, method=self.method)
         return p
 
-    def box(self, x, upper, total, params):
-        """``(p, tau)`` over the box ``0 <= p <= upper``, ``sum p = total`` for the rows of the 2-D ``x``
-        (:func:`numeric.constraints.box.box_solve`; ``tau`` unshifted, ``(rows, 1)``)."""
-        return box_solve(ops_for(x.dtype), self.routines(params), x, upper, total)
+    def constrained(self, cset, x, arrays, params):
+        """``(p, tau)`` over the constraint set ``cset`` (its ``arrays`` laid out as rows) for the rows of the 2-D
+        ``x`` (``tau`` unshifted, ``(rows, 1)``)."""
+        return cset.solve(ops_for(x.dtype), self.routines(params), x, *arrays)
 
     def direction(self, p, params, name):
         """``c = omega_prime_d_name(p)`` on the support, 0 elsewhere (in float64 for float32 ``p`` where JAX has it)."""
@@ -195,41 +195,43 @@ def _zero(t) -> bool:
     return isinstance(t, SymbolicZero)
 
 
-@partial(jax.custom_jvp, nondiff_argnums=(0,))
-def _box_rows(solver: _Solver, x, upper, total, params: tuple):
-    """``(p, tau)`` over the box ``0 <= p <= upper``, ``sum p = total`` on rows ``x`` (2-D), ``upper`` like ``x``,
-    ``total`` and ``tau`` of shape ``(rows, 1)``, parameters of shape ``(rows, 1)`` or ``()``."""
-    return solver.box(x, upper, total, params)
+@partial(jax.custom_jvp, nondiff_argnums=(0, 1))
+def _constrained_rows(solver: _Solver, cset, x, arrays: tuple, params: tuple):
+    """``(p, tau)`` over the constraint set ``cset`` on rows ``x`` (2-D), its ``arrays`` laid out as rows (``(rows,
+    n)`` or ``(rows, 1)``), ``tau`` of shape ``(rows, 1)``, parameters of shape ``(rows, 1)`` or ``()``."""
+    return solver.constrained(cset, x, arrays, params)
 
 
-@partial(_box_rows.defjvp, symbolic_zeros=True)
-def _box_rows_jvp(solver, primals, tangents):
-    """``dp`` of :func:`numeric.constraints.box.box_jvp`, with ``v = dx - sum_q c_q dq`` for the scores' tangent; and
-    ``dtau``: on a free entry ``omega'(p_i) = s_i - tau``, so ``tau = sum_i a_i (s_i - omega'(p_i))`` for any
-    weights ``a`` summing to 1 over the free entries (held constant), here ``a = dp/dc`` (``w / sum w``), whose
-    tangent ``sum_i a_i (v_i - omega''(p_i) dp_i)`` is the ``dtau`` that keeps ``sum p = total``.  (Symbolic
-    zeros: the bounds and the total of a call that does not differentiate them cost nothing.)"""
-    x, upper, total, params = primals
-    dx, du, dc, dparams = tangents
-    p, tau = _box_rows(solver, x, upper, total, params)
+@partial(_constrained_rows.defjvp, symbolic_zeros=True)
+def _constrained_rows_jvp(solver, cset, primals, tangents):
+    """``dp`` of :meth:`numeric.constraints.ConstraintSet.jvp`, with ``v = dx - sum_q c_q dq`` for the scores'
+    tangent; and ``dtau``: on an entry that moves, ``omega'(p_i) = s_i - tau``, so ``tau = sum_i a_i (s_i -
+    omega'(p_i))`` for any weights ``a`` summing to 1 over those entries (held constant), here ``a = w / sum w``,
+    whose tangent ``sum_i a_i (v_i - omega''(p_i) dp_i)`` is the ``dtau`` that keeps the set's sums.  (Symbolic
+    zeros: the set's arrays of a call that does not differentiate them cost nothing.)"""
+    x, arrays, params = primals
+    dx, darrays, dparams = tangents
+    p, tau = _constrained_rows(solver, cset, x, arrays, params)
     ops, r = ops_for(p.dtype), solver.routines(params)
     v = 0 if _zero(dx) else dx
     for name, dq in zip(solver.names, dparams):
         if not _zero(dq):
             v = v - solver.direction(p, params, name) * dq  # dp/dq = -J c, as the plain map's
-    dp = box_jvp(ops, r, p, v, 0 if _zero(du) else du, 0 if _zero(dc) else dc, upper,
-                              x=None if _zero(du) and _zero(dc) else x)
-    free = box_free(ops, p, upper)
-    a = jax.lax.stop_gradient(box_jvp(ops, r, p, 0, 0, 1, upper))  # dp/dc: 0 where none is free
+    still = all(_zero(d) for d in darrays)
+    dp = cset.jvp(ops, r, p, v, tuple(0 if _zero(d) else d for d in darrays), *arrays, x=None if still else x)
+    free = cset.moving(ops, p, *arrays)
+    w = jax.lax.stop_gradient(jnp.where(free, derivatives.weights(ops, r, p), 0))
+    total = ops.row_sum(w)
+    a = w / jnp.where(total > 0, total, 1)  # 0 in a row where none moves
     _, curve = jax.jvp(lambda q: r.omega_prime(jnp.where(free, q, 1)), (p,), (dp,))  # omega''(p) dp
     return (p, tau), (dp, ops.row_sum(jnp.where(free, a * (v - curve), 0)))
 
 
-def _box_map(solver, x, upper, total, params):
-    return _box_rows(solver, x, upper, total, params)[0]
+def _constrained_map(solver, cset, x, arrays, params):
+    return _constrained_rows(solver, cset, x, arrays, params)[0]
 
 
-_box_map_jit = jax.jit(_box_map, static_argnums=0)
+_constrained_map_jit = jax.jit(_constrained_map, static_argnums=(0, 1))
 
 
 @partial(jax.tree_util.register_pytree_node_class)
@@ -286,20 +288,23 @@ class JaxMap(FrameworkMap):
         trace cannot read take the family's)."""
         return _solver(family.resolve(self.module, values, ARRAYS.readable), self.threshold)
 
-    def __call__(self, x, axis: int = -1, *, upper=None, total=1.0, **params):
+    def __call__(self, x, axis: int = -1, **kwargs):
         """``p*(x)`` along ``axis``: same shape and dtype as ``x``.
 
-        ``upper`` (a number or an array broadcasting to ``x``, ``>= 0``; ``None``: no bound) and ``total`` (a number
-        or an array broadcasting to ``x`` with size 1 along ``axis``, finite): the map over the box ``0 <= p <=
-        upper``, ``sum p = total`` instead of the simplex (:meth:`numeric.Map.__call__`; laid out and checked by
-        :func:`numeric.front.box_rows`), differentiable in both (traced or not).  Bounds whose unmasked entries sum
-        below a row's total are refused where the values can be read; traced (under ``jit``, ``grad``, ``vmap``),
-        such a row comes out NaN.
+        ``kwargs``: values of the map's parameters, and the keywords of a constraint set other than the simplex
+        (:mod:`numeric.constraints`), differentiable in its arrays (traced or not).  The box: ``upper`` (a number or
+        an array broadcasting to ``x``, ``>= 0``; ``None``: no bound) and ``total`` (a number or an array
+        broadcasting to ``x`` with size 1 along ``axis``, finite), the map over ``0 <= p <= upper``, ``sum p =
+        total`` (:meth:`numeric.Map.__call__`; laid out and checked by :func:`numeric.constraints.box.box_rows`).
+        Bounds whose unmasked entries sum below a row's total are refused where the values can be read; traced
+        (under ``jit``, ``grad``, ``vmap``), such a row comes out NaN.
 
         >>> import jax.numpy as jnp
         >>> JaxMap("sparsemax")(jnp.array([3.0, 2.9, 0.1, 0.0]), upper=1.0, total=2.0)
         Array([1., 1., 0., 0.], dtype=float32)
         """
+        constraints, params = split(kwargs)
+        cset, own = choose(constraints)
         x = as_scores(x)
         axis = front.check_axis(x.shape, axis)
         values = self.values(params)
@@ -308,9 +313,9 @@ class JaxMap(FrameworkMap):
         moved = jnp.moveaxis(xc, axis, -1)
         flat = moved.reshape(-1, x.shape[axis])
         tensors = tuple(self.param_rows(n, values[n], tuple(x.shape), axis, dtype) for n in self.module.PARAMETERS)
-        if front.is_box(upper, total):
-            u, c = front.box_rows(jnp, ARRAYS, xc, upper, total, axis)
-            p = _box_map_jit(self.solver_for(values), flat, u, c, tensors)
+        if cset is not SIMPLEX:
+            arrays = cset.rows(jnp, ARRAYS, xc, own, axis)
+            p = _constrained_map_jit(self.solver_for(values), cset, flat, arrays, tensors)
         else:
             p = _map_rows_jit(self.solver_for(values), flat, tensors)
         return jnp.moveaxis(p.reshape(moved.shape), -1, axis).astype(x.dtype)
@@ -349,7 +354,7 @@ def _builtin(name: str) -> JaxMap:
     return m
 
 
-def softmax(x, axis: int = -1, *, upper=None, total=1.0):
+def softmax(x, axis: int = -1, **constraints):
     """Softmax ``p_i = exp(s_i) / sum_j exp(s_j)``: the map of ``p log p``.
 
     ``upper``, ``total``: over the box ``0 <= p <= upper``, ``sum p = total`` instead (:meth:`JaxMap.__call__`):
@@ -361,10 +366,10 @@ def softmax(x, axis: int = -1, *, upper=None, total=1.0):
     >>> softmax(jnp.array([0.0, 0.0, math.log(2.0)]), upper=0.4)
     Array([0.3, 0.3, 0.4], dtype=float32)
     """
-    return _builtin("softmax")(x, axis=axis, upper=upper, total=total)
+    return _builtin("softmax")(x, axis=axis, **constraints)
 
 
-def sparsemax(x, axis: int = -1, *, upper=None, total=1.0):
+def sparsemax(x, axis: int = -1, **constraints):
     """Sparsemax ``p = [s - tau]_+``: the map of ``p**2 / 2``.
 
     ``upper``, ``total``: the projection on the box ``0 <= p <= upper``, ``sum p = total`` instead
@@ -374,10 +379,10 @@ def sparsemax(x, axis: int = -1, *, upper=None, total=1.0):
     >>> sparsemax(jnp.array([[1.0, 0.5, -1.0]]), axis=1)
     Array([[0.75, 0.25, 0.  ]], dtype=float32)
     """
-    return _builtin("sparsemax")(x, axis=axis, upper=upper, total=total)
+    return _builtin("sparsemax")(x, axis=axis, **constraints)
 
 
-def entmax15(x, axis: int = -1, *, upper=None, total=1.0):
+def entmax15(x, axis: int = -1, **constraints):
     """1.5-entmax ``p = [s/2 - tau]_+**2``: Tsallis alpha = 3/2 (``upper``, ``total``: over the box,
     :meth:`JaxMap.__call__`).
 
@@ -385,10 +390,10 @@ def entmax15(x, axis: int = -1, *, upper=None, total=1.0):
     >>> entmax15(jnp.array([-2.0, 0.0, 0.5]))
     Array([0.        , 0.32600737, 0.67399263], dtype=float32)
     """
-    return _builtin("entmax15")(x, axis=axis, upper=upper, total=total)
+    return _builtin("entmax15")(x, axis=axis, **constraints)
 
 
-def entmax(x, alpha, axis: int = -1, *, upper=None, total=1.0):
+def entmax(x, alpha, axis: int = -1, **constraints):
     """alpha-entmax ``p = [(alpha - 1) s - tau]_+**(1/(alpha - 1))`` for any alpha > 0 (sparse above 1, softmax
     at 1, dense below): a number or an array broadcasting to ``x`` with size 1 along ``axis`` (differentiable; the
     map and its gradient in alpha are continuous through 1).  ``upper``, ``total``: over the box ``0 <= p <=
@@ -402,7 +407,7 @@ def entmax(x, alpha, axis: int = -1, *, upper=None, total=1.0):
     >>> jax.grad(lambda a: entmax(x, a)[:, 2].sum())(jnp.array([[1.5], [2.0]])).shape
     (2, 1)
     """
-    return _builtin("entmax")(x, axis=axis, alpha=alpha, upper=upper, total=total)
+    return _builtin("entmax")(x, axis=axis, alpha=alpha, **constraints)
 
 
 # ------------------------------------------------------------------ the loss
@@ -433,21 +438,22 @@ def _loss_rows_jvp(solver, primals, tangents):
 _loss_rows_jit = jax.jit(_loss_rows, static_argnums=0)
 
 
-@partial(jax.custom_jvp, nondiff_argnums=(0,))
-def _box_loss_rows(solver: _Solver, x, y, upper, total, params: tuple):
-    """The Fenchel-Young loss of each row of ``x`` (2-D) against ``y`` over the box ``0 <= p <= upper``, ``sum p =
-    total`` (:func:`_box_rows`' layout): :func:`numeric.front.loss_rows` at the bounded map's ``p``."""
-    return _omega_terms(solver.module, x, solver.box(x, upper, total, params)[0], y, params)
+@partial(jax.custom_jvp, nondiff_argnums=(0, 1))
+def _constrained_loss_rows(solver: _Solver, cset, x, y, arrays: tuple, params: tuple):
+    """The Fenchel-Young loss of each row of ``x`` (2-D) against ``y`` over the constraint set ``cset``
+    (:func:`_constrained_rows`' layout): :func:`numeric.front.loss_rows` at the constrained map's ``p``."""
+    return _omega_terms(solver.module, x, solver.constrained(cset, x, arrays, params)[0], y, params)
 
 
-@partial(_box_loss_rows.defjvp, symbolic_zeros=True)
-def _box_loss_rows_jvp(solver, primals, tangents):
-    """``(p - y).dx + mu.du + tau dc`` and the parameters' envelope term, with ``p`` and ``tau`` of
-    :func:`_box_rows` (differentiable again) and ``mu = [s - tau - omega'(u)]_+``
-    (:func:`numeric.constraints.box.box_multipliers`); an argument not differentiated adds nothing."""
-    x, y, upper, total, params = primals
-    dx, _, du, dc, dparams = tangents  # (the target is a constant: its tangent is not used)
-    p, tau = _box_rows(solver, x, upper, total, params)
+@partial(_constrained_loss_rows.defjvp, symbolic_zeros=True)
+def _constrained_loss_rows_jvp(solver, cset, primals, tangents):
+    """``(p - y).dx + sum_a g_a.da`` and the parameters' envelope term, with ``p`` and ``tau`` of
+    :func:`_constrained_rows` (differentiable again) and ``g_a`` the set's loss gradients
+    (:meth:`numeric.constraints.ConstraintSet.loss_gradients`; the box: ``mu = [s - tau - omega'(u)]_+`` in the
+    bounds, ``tau`` in the total); an argument not differentiated adds nothing."""
+    x, y, arrays, params = primals
+    dx, _, darrays, dparams = tangents  # (the target is a constant: its tangent is not used)
+    p, tau = _constrained_rows(solver, cset, x, arrays, params)
     if params and not all(_zero(dq) for dq in dparams):  # the envelope theorem: d/dq at the optimum p, held fixed
         dq = tuple(jnp.zeros_like(q) if _zero(d) else d for q, d in zip(params, dparams))
         value, dvalue = jax.jvp(lambda *q: _omega_terms(solver.module, x, p, y, q), params, dq)
@@ -456,19 +462,18 @@ def _box_loss_rows_jvp(solver, primals, tangents):
         dvalue = jnp.zeros_like(value)
     if not _zero(dx):
         dvalue = dvalue + jnp.sum((p - y) * dx, axis=-1)
-    if not _zero(du):
-        mu = box_multipliers(ops_for(x.dtype), solver.routines(params), x, tau, upper)
-        dvalue = dvalue + jnp.sum(mu * du, axis=-1)
-    if not _zero(dc):
-        dvalue = dvalue + (tau * dc)[:, 0]
+    if not all(_zero(d) for d in darrays):
+        grads = cset.loss_gradients(ops_for(x.dtype), solver.routines(params), x, tau, *arrays)
+        for g, d in zip(grads, darrays):
+            if not _zero(d):
+                dvalue = dvalue + jnp.sum(g * d, axis=-1)
     return value, dvalue
 
 
-_box_loss_rows_jit = jax.jit(_box_loss_rows, static_argnums=0)
+_constrained_loss_rows_jit = jax.jit(_constrained_loss_rows, static_argnums=(0, 1))
 
 
-def fenchel_young_loss(scores, target, mapping="softmax", reduction: str = "mean", axis: int = -1, *, upper=None,
-                       total=1.0):
+def fenchel_young_loss(scores, target, mapping="softmax", reduction: str = "mean", axis: int = -1, **constraints):
     """The Fenchel-Young loss ``Omega*(s) + Omega(y) - <s, y>`` of ``mapping`` (a name, a generated module or a
     :class:`JaxMap` with its parameters bound, traced or not).
 
@@ -480,8 +485,8 @@ def fenchel_young_loss(scores, target, mapping="softmax", reduction: str = "mean
     parameter ``q`` the envelope theorem's ``sum_i d omega(y_i)/dq - d omega(p_i)/dq`` at
     fixed ``p``.
 
-    ``upper``, ``total``: the loss of the bounded map (:meth:`JaxMap.__call__`), ``Omega`` plus the indicator of
-    the box ``0 <= p <= upper``, ``sum p = total`` (:meth:`numeric.Map.loss_and_grad`): the same terms at the
+    ``constraints``: the loss of the map over a constraint set (:meth:`JaxMap.__call__`), ``Omega`` plus the
+    set's indicator (:meth:`numeric.Map.loss_and_grad`).  The box, ``upper=``, ``total=``: the same terms at the
     bounded ``p``, the target inside the box (each row summing to its total, no entry above its bound, checked
     where the values can be read).  Its gradients: ``p - y`` in the scores, ``mu = [s - tau - omega'(u)]_+`` in
     the bounds (non-zero on the saturated ones; ``+inf`` where ``u_i = 0`` and ``omega'(0+) = -inf``), the
@@ -502,19 +507,19 @@ def fenchel_young_loss(scores, target, mapping="softmax", reduction: str = "mean
     dtype = compute_dtype(x.dtype)
     xc = x.astype(dtype)
     if hasattr(m, "loss_rows"):  # (a map of its own class with its own loss: normmax)
-        if front.is_box(upper, total):
-            raise ValueError(f"{m.name} takes no box constraints (upper=, total=)")
+        simplex_only(constraints, m.name)
         y = jax.lax.stop_gradient(front.check_target(
             xc, jnp.asarray(target) if isinstance(target, (list, tuple)) else target, axis, ARRAYS))
         return front.reduce(m.loss_rows(xc, y, axis), reduction).astype(x.dtype)
-    box = front.box_rows(jnp, ARRAYS, xc, upper, total, axis) if front.is_box(upper, total) else None
+    cset, own = choose(constraints)
+    arrays = cset.rows(jnp, ARRAYS, xc, own, axis)
     y = jax.lax.stop_gradient(front.check_target(xc, jnp.asarray(target) if isinstance(target, (list, tuple)) else target,
-                                                 axis, ARRAYS, box=box))
+                                                 axis, ARRAYS, constraint=(cset, arrays)))
     n = x.shape[axis]
     rows = lambda a: jnp.moveaxis(a, axis, -1).reshape(-1, n)  # noqa: E731
     params = tuple(m.param_rows(name, m.params[name], tuple(x.shape), axis, dtype) for name in m.module.PARAMETERS)
-    if box is None:
+    if cset is SIMPLEX:
         value = _loss_rows_jit(m.solver_for(m.params), rows(xc), rows(y), params)
     else:
-        value = _box_loss_rows_jit(m.solver_for(m.params), rows(xc), rows(y), *box, params)
+        value = _constrained_loss_rows_jit(m.solver_for(m.params), cset, rows(xc), rows(y), arrays, params)
     return front.reduce(value.reshape(x.shape[:axis] + x.shape[axis + 1:]), reduction).astype(x.dtype)

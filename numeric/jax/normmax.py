@@ -16,13 +16,13 @@ import jax.numpy as jnp
 from jax.custom_derivatives import SymbolicZero
 
 from .. import front
+from ..constraints import simplex_only, split
 from ..families.normmax import normmax_from, normmax_loss, normmax_vjp
 from ._ops import ops_for
 from .maps import ARRAYS, CLASSES, JaxMap, map_rows, as_scores, compute_dtype
 
 __all__ = ["JaxNormmax", "normmax"]
 
-_NO_BOX = "normmax takes no box constraints (upper=, total=): its regularizer is not separable"
 _NO_ALPHA = "normmax has no gradient in alpha (only in the scores)"
 
 
@@ -85,10 +85,10 @@ class JaxNormmax(JaxMap):
         a = self.params["alpha"]
         return f"JaxNormmax(alpha={a!r})" if isinstance(a, float) else f"JaxNormmax(alpha=<array {tuple(jnp.shape(a))}>)"
 
-    def __call__(self, x, axis: int = -1, *, upper=None, total=1.0, **params):
+    def __call__(self, x, axis: int = -1, **kwargs):
         """normmax of ``x`` along ``axis``: same shape and dtype."""
-        if front.is_box(upper, total):
-            raise ValueError(_NO_BOX)
+        constraints, params = split(kwargs)
+        simplex_only(constraints, "normmax")
         x = as_scores(x)
         axis = front.check_axis(x.shape, axis)
         if "alpha" in params:

@@ -71,6 +71,7 @@ import torch.nn.functional as F
 from torch.autograd.function import once_differentiable
 from torch.utils.checkpoint import checkpoint
 
+from ..constraints import SIMPLEX, choose
 from . import fused
 from .maps import TorchMap, get_map
 
@@ -214,10 +215,11 @@ def block_scores(qs, key, mask, start: int, causal: bool):
 class MapSpec:
     """What a call's blocks share: the map, its tensor parameters' names, and the options."""
 
-    def __init__(self, fn, is_map, names, causal, guard, dropout_p, block, L, S, upper=None, offset=0):
+    def __init__(self, fn, is_map, names, causal, guard, dropout_p, block, L, S, constraints=None, offset=0):
         self.fn, self.is_map, self.names = fn, is_map, names
-        # the bounds on the weights: None, a number, or "tensor" (then the last of the parameter tensors)
-        self.upper = upper
+        # a constraint set's keywords (numeric.constraints): {name: a number (or None), or "tensor"}, the tensors
+        # following the map's parameter tensors, in this order
+        self.constraints = dict(constraints or {})
         self.causal, self.guard, self.dropout_p = causal, guard, dropout_p
         self.block, self.L, self.S = block, L, S
         # causal: query row i sees the keys j <= i + offset (0: SDPA's top-left alignment)
@@ -237,14 +239,15 @@ class MapSpec:
         there is none to keep).
         """
         kw = {n: query_rows(t, start, stop) for n, t in zip(self.names, params)}
-        if self.upper is not None:  # (no thresholds kept: the bounded map solves each time)
-            u = self.upper if self.upper != "tensor" else query_rows(params[-1], start, stop)
-            kw["upper"] = u[..., :a.shape[-1]] if isinstance(u, torch.Tensor) and u.shape[-1] > 1 else u
+        tensors = iter(params[len(self.names):])
+        for name, value in self.constraints.items():  # (no thresholds kept: a constrained map solves each time)
+            u = query_rows(next(tensors), start, stop) if isinstance(value, str) else value
+            kw[name] = u[..., :a.shape[-1]] if isinstance(u, torch.Tensor) and u.shape[-1] > 1 else u
         kept = None
         if self.guard:  # a plain callable: rows with no key get weights 0 (and it sees finite scores there)
             dead = torch.isneginf(a).all(dim=-1, keepdim=True)
             p = self.fn(a.masked_fill(dead, 0.0), dim=-1).masked_fill(dead, 0.0)
-        elif self.is_map and self.upper is None and (keep_tau or tau is not None):
+        elif self.is_map and not self.constraints and (keep_tau or tau is not None):
             p = self.fn.run(a, -1, kw, tau=tau, keep_tau=keep_tau)
             if keep_tau:
                 p, kept = p
@@ -378,28 +381,43 @@ def _closure_grads(spec, qs, key, mask) -> bool:
                 _mask_block(mask, 0, 1, spec.S if not spec.causal else 1), 0, spec.causal)
     with torch.enable_grad():
         return spec.weights(a.detach(), (), 0, 1).requires_grad
-def check_upper(upper, query, scores: tuple):
-    """``upper`` of :func:`attention`: a number ``>= 0`` or a real tensor on the query's device broadcasting to the
-    scores (adding no batch dimensions); its values are checked by the map (:func:`numeric.front.box_rows`)."""
-    if isinstance(upper, numbers.Real) and not isinstance(upper, bool):
-        return float(upper)
-    _tensor(upper, "upper")
-    if not upper.is_floating_point():
-        raise TypeError(f"upper must be a real number or a floating tensor, got dtype {upper.dtype}")
-    if upper.device != query.device:
-        raise ValueError(f"upper must be on the query's device {query.device}, got {upper.device}")
-    try:
-        shape = tuple(torch.broadcast_shapes(upper.shape, scores))
-    except RuntimeError:
-        shape = None
-    if shape != scores:
-        raise ValueError(f"upper of shape {tuple(upper.shape)} must broadcast to the scores' shape {scores} "
-                         f"(batch, L, S) without adding dimensions")
-    return upper
+def check_constraints(constraints: dict, query, scores: tuple) -> tuple:
+    """``(set, values)`` of :func:`attention`'s constraint keywords (:func:`numeric.constraints.choose`), each a
+    number or a real tensor on the query's device broadcasting to the scores (adding no batch dimensions); their
+    values are checked by the map (the set's :meth:`~numeric.constraints.ConstraintSet.rows`)."""
+    cset, values = choose(constraints)
+    out = {}
+    for name, value in values.items():
+        if value is None or isinstance(value, numbers.Real) and not isinstance(value, bool):
+            out[name] = value if value is None else float(value)
+            continue
+        _tensor(value, name)
+        if not value.is_floating_point():
+            raise TypeError(f"{name} must be a real number or a floating tensor, got dtype {value.dtype}")
+        if value.device != query.device:
+            raise ValueError(f"{name} must be on the query's device {query.device}, got {value.device}")
+        try:
+            shape = tuple(torch.broadcast_shapes(value.shape, scores))
+        except RuntimeError:
+            shape = None
+        if shape != scores:
+            raise ValueError(f"{name} of shape {tuple(value.shape)} must broadcast to the scores' shape {scores} "
+                             f"(batch, L, S) without adding dimensions")
+        out[name] = value
+    return cset, out
+
+
+def spec_constraints(cset, values: dict) -> tuple:
+    """``(for MapSpec, tensors)``: a constrained call's keywords as :class:`MapSpec` takes them (tensors as
+    ``"tensor"``) and its tensors in order; the simplex's: ``({}, ())``."""
+    if cset is SIMPLEX:
+        return {}, ()
+    tensors = tuple(v for v in values.values() if isinstance(v, torch.Tensor))
+    return {n: "tensor" if isinstance(v, torch.Tensor) else v for n, v in values.items()}, tensors
 
 
 def attention(query, key, value, attn_mask=None, is_causal=False, scale=None, mapping="softmax", *, dropout_p=0.0,
-              block=None, backend="auto", upper=None):
+              block=None, backend="auto", **constraints):
     """``mapping(scale * query @ key^T + attn_mask) @ value``, SDPA's semantics (module docstring).
 
     Parameters
@@ -428,12 +446,15 @@ def attention(query, key, value, attn_mask=None, is_causal=False, scale=None, ma
         interpreter), or the torch path after a warning that says why not;
         ``"auto"`` (default): ``"triton"`` on CUDA tensors when Triton is
         installed and the call is one the kernels cover, the torch path otherwise.
-    upper:
-        A bound on each weight (a number, or a tensor broadcastable to the scores ``(..., L, S)``, ``>= 0``): the
-        map over the box ``0 <= p <= upper`` (:meth:`~numeric.torch.maps.TorchMap.__call__`), as in constrained
-        (fertility-bounded) attention; a tensor that requires grad gets one.  A query's bounds on the keys it may
-        attend to (those of the mask and, with ``is_causal``, ``j <= i``) must sum to at least 1.  A regattn map
-        only; the fused kernels take it (:func:`numeric.kernels.triton_attention.attention_forward_box`).
+    constraints:
+        The keywords of a constraint set other than the simplex (:mod:`numeric.constraints`; a regattn map only),
+        each a number or a tensor broadcastable to the scores ``(..., L, S)`` (size 1 along the keys for one value
+        per query); a tensor that requires grad gets one.  The box: ``upper``, a bound on each weight, ``>= 0``,
+        the map over ``0 <= p <= upper`` (:meth:`~numeric.torch.maps.TorchMap.__call__`), as in constrained
+        (fertility-bounded) attention; a query's bounds on the keys it may attend to (those of the mask and, with
+        ``is_causal``, ``j <= i``) must sum to at least 1.  The fused kernels run the sets that have a hook
+        (:attr:`~numeric.constraints.ConstraintSet.fused`: the box's bounds,
+        :func:`numeric.kernels.triton_attention.attention_forward_box`).
 
     Returns
     -------
@@ -454,27 +475,28 @@ def attention(query, key, value, attn_mask=None, is_causal=False, scale=None, ma
         raise ValueError(f"block must be a positive integer or None, got {block!r}")
     fused.check_backend(backend)
     fn, is_map = resolve_mapping(mapping)
-    if upper is not None:
-        upper = check_upper(upper, query, scores)
-        if not is_map:
-            raise TypeError("upper= needs a regattn map (a name, a generated module or a TorchMap), not a callable")
+    cset, values = check_constraints(constraints, query, scores)
+    if cset is not SIMPLEX and not is_map:
+        raise TypeError(f"{'='.join(constraints)}= needs a regattn map (a name, a generated module or a TorchMap), "
+                        f"not a callable")
     if backend == "triton" or backend == "auto" and query.is_cuda and block is None:
         # a family with one value per head in several cases: each case's heads through its own kernels
         groups = fused.case_groups(fn, batch) if is_map else None
         whys = [fused.unsupported(query, attn_mask, m, True, float(dropout_p)) for _, m in groups or ()]
         why = next((w for w in whys if w is not None), None) if groups else \
             fused.unsupported(query, attn_mask, fn, is_map, float(dropout_p))
+        why = why or fused.unsupported_set(cset, values)
         if why is None and L and S:
-            if upper is not None:
-                fused.check_bounds(upper, attn_mask, bool(is_causal), scores, query.dtype)
+            hook = fused.set_arguments(cset, values, attn_mask, bool(is_causal), scores, query.dtype)
             if groups:
                 return fused.grouped_attention(query, key, value, attn_mask, bool(is_causal), float(scale), groups,
-                                               batch, upper)
-            return fused.fused_attention(query, key, value, attn_mask, bool(is_causal), float(scale), fn, batch, upper)
+                                               batch, **hook)
+            return fused.fused_attention(query, key, value, attn_mask, bool(is_causal), float(scale), fn, batch, **hook)
         if why is not None and backend == "triton":
             fused.warn_fallback(why)
     names = tuple(n for n in fn.params if isinstance(fn.params[n], torch.Tensor)) if is_map else ()
-    params = tuple(fn.params[n] for n in names) + ((upper,) if isinstance(upper, torch.Tensor) else ())
+    given, tensors = spec_constraints(cset, values)
+    params = tuple(fn.params[n] for n in names) + tensors
     qs = query * scale
     if L == 0 or S == 0:  # no queries, or no keys: the output is 0 (empty sums), still attached to the inputs
         return torch.matmul(torch.matmul(qs, key.transpose(-2, -1)), value)
@@ -483,7 +505,7 @@ def attention(query, key, value, attn_mask=None, is_causal=False, scale=None, ma
         block = max(1, BLOCK_ENTRIES // (n * S))
     block = min(block, L)
     spec = MapSpec(fn, is_map, names, is_causal, not is_map and attn_mask is not None, float(dropout_p), block, L, S,
-                   "tensor" if isinstance(upper, torch.Tensor) else upper)
+                   given)
     if block == L:  # one block: plain autograd, the weights are kept for the backward pass
         return _block(qs, key, value, attn_mask, 0, spec, params, L)
     if torch.compiler.is_compiling() and torch.is_grad_enabled():

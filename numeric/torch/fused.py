@@ -31,8 +31,10 @@ import numpy as np
 import torch
 
 from .. import family
+from ..constraints.base import left_out
 
-__all__ = ["unsupported", "steep_at_clip", "check_backend", "fused_attention", "check_bounds", "case_groups",
+__all__ = ["unsupported", "unsupported_set", "set_arguments", "steep_at_clip", "check_backend", "fused_attention",
+           "check_bounds", "case_groups",
            "grouped_attention",
            "BACKENDS", "BLOCK", "KEEP"]
 
@@ -331,12 +333,31 @@ def fused_attention(query, key, value, attn_mask, is_causal: bool, scale: float,
     return out.reshape(batch + (L, EV))
 
 
+def unsupported_set(cset, values: dict) -> str | None:
+    """Why the fused kernels cannot run the constraint set ``cset`` with its keywords' ``values``
+    (:mod:`numeric.constraints`), or ``None``: they run the sets whose hook
+    (:attr:`~numeric.constraints.ConstraintSet.fused`) they know, the simplex and the box with a total of 1."""
+    if cset.fused not in ("simplex", "box"):
+        return f"the fused kernels do not run the {cset.name} constraint set"
+    if cset.fused == "box" and not left_out(values["total"], 1.0):
+        return "the fused kernels bound the weights with a total of 1 only"
+    return None
+
+
+def set_arguments(cset, values: dict, attn_mask, is_causal: bool, scores: tuple, dtype) -> dict:
+    """The fused kernels' keyword arguments for a constrained call the kernels run (:func:`unsupported_set`),
+    its values checked as the map checks them first: ``{}`` on the simplex, the box's ``upper``."""
+    if cset.fused != "box":
+        return {}
+    check_bounds(values["upper"], attn_mask, is_causal, scores, dtype)
+    return {"upper": values["upper"]}
+
+
 def check_bounds(upper, attn_mask, is_causal: bool, scores: tuple, dtype) -> None:
-    """The checks the bounded map makes (:func:`numeric.front.box_rows`: bounds ``>= 0``, and those of each
+    """The checks the bounded map makes (:func:`numeric.constraints.box.box_rows`: bounds ``>= 0``, and those of each
     query's keys, the mask's and with ``is_causal`` ``j <= i``, summing to at least 1), made before the kernels
     run; raises as the map does."""
-    from numeric import front
-
+    from ..constraints.box import box_rows
     from .maps import ARRAYS
 
     L, S = scores[-2:]
@@ -347,7 +368,7 @@ def check_bounds(upper, attn_mask, is_causal: bool, scores: tuple, dtype) -> Non
     if is_causal:
         keep = keep & torch.ones(L, S, dtype=torch.bool, device=device).tril()
     x = torch.zeros(scores, dtype=dtype, device=device).masked_fill(~keep, float("-inf"))
-    front.box_rows(torch, ARRAYS, x, upper.detach() if isinstance(upper, torch.Tensor) else upper, 1.0, -1, "dim")
+    box_rows(torch, ARRAYS, x, upper.detach() if isinstance(upper, torch.Tensor) else upper, 1.0, -1, "dim")
 
 
 def case_groups(fn, batch: tuple):

@@ -66,7 +66,8 @@ from torch import nn
 
 from .. import front
 from . import fused
-from .attention import MapSpec, check_upper, attention, block_scores
+from ..constraints import SIMPLEX, choose
+from .attention import MapSpec, attention, block_scores, check_constraints, spec_constraints
 from .maps import TorchMap, get_map
 
 __all__ = ["MultiheadAttention"]
@@ -91,13 +92,30 @@ def _check_mask_dtype(mask, name: str):
 
 def _per_head(a, name: str, N: int, H: int, L: int, S: int):
     """``a`` of shape ``(L, S)`` or ``(N * num_heads, L, S)`` (nn.MultiheadAttention's layout of ``attn_mask``) as
-    ``(1, 1, L, S)`` or ``(N, H, L, S)``."""
+    ``(1, 1, L, S)`` or ``(N, H, L, S)``; ``S = 1``: a value per query."""
     if a.dim() == 2 and tuple(a.shape) == (L, S):
         return a.reshape(1, 1, L, S)
     if a.dim() == 3 and tuple(a.shape) == (N * H, L, S):
         return a.reshape(N, H, L, S)
     raise ValueError(f"{name} must have shape (L, S) = {(L, S)} or (N * num_heads, L, S) = {(N * H, L, S)}, "
                      f"got {tuple(a.shape)}")
+
+
+def _constraint_heads(constraints: dict, N: int, H: int, L: int, S: int, extra: int) -> tuple:
+    """``(set, values)``: a call's constraint keywords (:func:`numeric.constraints.choose`) with their tensors laid
+    out per head (:func:`_per_head`; a keyword of one value per score ``(L, S)``, one per query ``(L, 1)``) and
+    those per score widened by the ``extra`` keys the layer adds, which the set leaves free
+    (:attr:`~numeric.constraints.ConstraintSet.free`)."""
+    cset, values = choose(constraints)
+    out = {}
+    for name, value in values.items():
+        if isinstance(value, torch.Tensor):
+            per_score = name in cset.per_score
+            value = _per_head(value, name, N, H, L, S if per_score else 1)
+            if extra and per_score:
+                value = F.pad(value, (0, extra), value=cset.free[name])
+        out[name] = value
+    return cset, out
 
 
 def _pad_key(mask):
@@ -221,13 +239,14 @@ class MultiheadAttention(nn.MultiheadAttention):
         return F.linear(query, w[0], b[0]), F.linear(key, w[1], b[1]), F.linear(value, w[2], b[2])
 
     def forward(self, query, key, value, key_padding_mask=None, need_weights=True, attn_mask=None,
-                average_attn_weights=True, is_causal=False, *, upper=None):
+                average_attn_weights=True, is_causal=False, **constraints):
         """``(attn_output, attn_output_weights)`` as :meth:`torch.nn.MultiheadAttention.forward` returns them.
 
-        ``upper``: a bound on each attention weight, as :func:`~numeric.torch.attention`'s (constrained attention:
-        the map over ``0 <= p <= upper``): a number, or a tensor of shape ``(L, S)`` or ``(N * num_heads, L, S)``
-        like ``attn_mask`` (a bias key or a zero key added by the layer has no bound); a tensor that requires grad
-        gets one (fertility predicted by another module, say).
+        ``constraints``: the keywords of a constraint set, as :func:`~numeric.torch.attention`'s, each a number or
+        a tensor of shape ``(L, S)`` or ``(N * num_heads, L, S)`` like ``attn_mask`` (``(L, 1)`` or ``(N *
+        num_heads, L, 1)`` for a keyword of one value per query); a bias key or a zero key added by the layer is
+        left free.  The box's ``upper``: a bound on each attention weight (constrained attention: the map over ``0
+        <= p <= upper``); a tensor that requires grad gets one (fertility predicted by another module, say).
         """
         for name, x in (("query", query), ("key", key), ("value", value)):
             if not isinstance(x, torch.Tensor):
@@ -268,12 +287,9 @@ class MultiheadAttention(nn.MultiheadAttention):
                 raise ValueError(f"key_padding_mask must have shape (N, S) = {(N, S)}, got "
                                  f"{tuple(key_padding_mask.shape)}")
             key_padding_mask = key_padding_mask.reshape(N, 1, 1, S)
-        if isinstance(upper, torch.Tensor):
-            upper = _per_head(upper, "upper", N, H, L, S)
         q, k, v = self._project(query, key, value)
         extra = int(self.bias_k is not None) + int(self.add_zero_attn)
-        if extra and isinstance(upper, torch.Tensor):
-            upper = F.pad(upper, (0, extra), value=math.inf)
+        cset, values = _constraint_heads(constraints, N, H, L, S, extra)
         if self.bias_k is not None:
             k = torch.cat([k, self.bias_k.repeat(1, N, 1)])
             v = torch.cat([v, self.bias_v.repeat(1, N, 1)])
@@ -290,18 +306,17 @@ class MultiheadAttention(nn.MultiheadAttention):
         if need_weights:
             spec_map = mapping if isinstance(mapping, TorchMap) else None
             names = tuple(n for n in spec_map.params if isinstance(spec_map.params[n], torch.Tensor)) if spec_map else ()
-            if upper is not None:
-                upper = check_upper(upper, q, (N, H, L, k.shape[2]))
-                if spec_map is None:
-                    raise TypeError("upper= needs a regattn map (a name, a generated module or a TorchMap), not a "
-                                    "callable")
+            cset, values = check_constraints(values, q, (N, H, L, k.shape[2]))
+            if cset is not SIMPLEX and spec_map is None:
+                raise TypeError(f"{'='.join(constraints)}= needs a regattn map (a name, a generated module or a "
+                                f"TorchMap), not a callable")
+            given, tensors = spec_constraints(cset, values)
             spec = MapSpec(mapping, spec_map is not None, names, False, spec_map is None and mask is not None,
-                           float(dropout_p), L, L, k.shape[2], "tensor" if isinstance(upper, torch.Tensor) else upper)
+                           float(dropout_p), L, L, k.shape[2], given)
             if mask is not None and tuple(torch.broadcast_shapes(mask.shape, (N, H, L, k.shape[2]))) != (N, H, L, k.shape[2]):
                 raise ValueError(f"the masks do not broadcast to the weights' shape {(N, H, L, k.shape[2])}")
             a = block_scores(q * (1.0 / math.sqrt(D)), k, mask, 0, False)
-            bound = (upper,) if isinstance(upper, torch.Tensor) else ()
-            weights = spec.weights(a, tuple(mapping.params[n] for n in names) + bound, 0, L)
+            weights = spec.weights(a, tuple(mapping.params[n] for n in names) + tensors, 0, L)
             heads = torch.matmul(weights, v)
             if average_attn_weights:
                 weights = weights.mean(dim=1)
@@ -309,7 +324,7 @@ class MultiheadAttention(nn.MultiheadAttention):
                 weights = weights.squeeze(0)
         else:
             heads = attention(q, k, v, attn_mask=mask, is_causal=causal, mapping=mapping, dropout_p=dropout_p,
-                              backend=self.backend, upper=upper)
+                              backend=self.backend, **({} if cset is SIMPLEX else values))
         out = self.out_proj(heads.permute(2, 0, 1, 3).reshape(L, N, self.embed_dim))
         if not batched:
             out = out.squeeze(1)

@@ -18,7 +18,7 @@ from __future__ import annotations
 import torch
 
 from .. import front
-from ..constraints.box import box_multipliers
+from ..constraints import SIMPLEX, choose, simplex_only
 from ..core.ops import Routines
 from ..families.normmax import normmax_loss
 from ._ops import ops_for
@@ -37,27 +37,32 @@ def _omega_terms(module, x, p, y, params):
 
 
 class _LossFunction(torch.autograd.Function):
-    """Per-row loss of rows ``x`` (2-D) from ``p = m(x)`` (the map's output, in the graph), ``y`` and the parameter
-    tensors; with box constraints ``upper`` (like ``x``), ``total`` (``(rows, 1)``) and the map's threshold ``tau``
-    (``(rows, 1)``), else ``None`` for the three."""
+    """Per-row loss of rows ``x`` (2-D) from ``p = m(x)`` (the map's output, in the graph), ``y``, the map's
+    threshold ``tau`` (``(rows, 1)``, or ``None`` on the simplex), its constraint set ``cset`` with its ``count``
+    arrays laid out as rows, then the parameter tensors."""
 
     @staticmethod
-    def forward(ctx, x, p, y, upper, total, tau, module, *params):
-        ctx.module = module
-        ctx.save_for_backward(x, p, y, upper, tau, *params)
+    def forward(ctx, x, p, y, tau, module, cset, count, *tensors):
+        ctx.module, ctx.cset, ctx.count = module, cset, count
+        params = tensors[count:]
+        ctx.save_for_backward(x, p, y, tau, *tensors)
         with torch.no_grad():
             return _omega_terms(module, x, p, y, params)
 
     @staticmethod
     def backward(ctx, grad):
-        x, p, y, upper, tau, *params = ctx.saved_tensors
+        x, p, y, tau, *tensors = ctx.saved_tensors
+        arrays, params = tensors[:ctx.count], tensors[ctx.count:]
         g = grad.unsqueeze(-1)
         need = ctx.needs_input_grad
-        out = [g * (p - y) if need[0] else None, None, None, None, g * tau if need[4] else None, None, None]
-        if need[3]:  # the multipliers of the bounds
+        out = [g * (p - y) if need[0] else None, None, None, None, None, None, None]
+        if any(need[7:7 + ctx.count]):  # the gradients in the set's arrays (the box: its multipliers, tau)
             r = Routines(ctx.module, routine_table(ctx.module), tuple(q.detach() for q in params))
-            out[3] = g * box_multipliers(ops_for(x.dtype), r, x, tau, upper)
-        need = [i for i in range(len(params)) if ctx.needs_input_grad[7 + i]]
+            own = ctx.cset.loss_gradients(ops_for(x.dtype), r, x, tau, *arrays)
+            out += [g * a if need[7 + i] else None for i, a in enumerate(own)]
+        else:
+            out += [None] * ctx.count
+        need = [i for i in range(len(params)) if ctx.needs_input_grad[7 + ctx.count + i]]
         grads = [None] * len(params)
         if need:
             with torch.enable_grad():
@@ -87,8 +92,7 @@ class _NormmaxLossFunction(torch.autograd.Function):
         return grad.unsqueeze(-1) * (p - y) if ctx.needs_input_grad[0] else None, None, None, None
 
 
-def fenchel_young_loss(scores, target, mapping="softmax", reduction: str = "mean", dim: int = -1, *, upper=None,
-                       total=1.0):
+def fenchel_young_loss(scores, target, mapping="softmax", reduction: str = "mean", dim: int = -1, **constraints):
     """The Fenchel-Young loss of ``mapping`` (a name, a generated module or a :class:`TorchMap` with its parameters).
 
     ``target``: integer labels (the batch shape: ``scores`` without ``dim``) or
@@ -96,9 +100,10 @@ def fenchel_young_loss(scores, target, mapping="softmax", reduction: str = "mean
     batch shape), ``"sum"`` or ``"mean"`` (over rows).  Gradients: ``p*(s) - y`` for
     the scores, the envelope theorem's for the map's parameters.
 
-    ``upper``, ``total``: the loss of the map over the box ``0 <= p <= upper``, ``sum p = total``
-    (:meth:`numeric.Map.loss_and_grad`), the target inside the box; gradients flow to bound tensors that require
-    them: the multipliers ``[s_i - tau - omega'(u_i)]_+`` of the bounds, and ``tau`` for the total.
+    ``constraints``: the loss of the map over a constraint set (:mod:`numeric.constraints`,
+    :meth:`numeric.Map.loss_and_grad`), the target inside the set; gradients flow to the set's tensors that
+    require them (the box, ``upper=``, ``total=``: the multipliers ``[s_i - tau - omega'(u_i)]_+`` of the bounds,
+    and ``tau`` for the total).
 
     >>> import torch
     >>> s = torch.tensor([[1.0, 0.5, -1.0]], requires_grad=True)
@@ -123,24 +128,23 @@ def fenchel_young_loss(scores, target, mapping="softmax", reduction: str = "mean
     n = x.shape[dim]
     rows = lambda a: a.movedim(dim, -1).reshape(-1, n)  # noqa: E731
     if m.name == "normmax":
-        if front.is_box(upper, total):
-            raise ValueError("normmax takes no box constraints (upper=, total=): its regularizer is not separable")
+        simplex_only(constraints, "normmax")
         y = front.check_target(x, target, dim, ARRAYS, "dim").detach()
         (alpha,) = (m._param_rows(name, m.params[name], x, dim, dtype) for name in m.module.PARAMETERS)
         value = _NormmaxLossFunction.apply(rows(x), rows(m(x, dim=dim)), rows(y), alpha)
         value = front.reduce(value.reshape(x.shape[:dim] + x.shape[dim + 1:]), reduction)
         return value if value.dtype == scores.dtype else value.to(scores.dtype)
-    box = (None, None, None)
-    if front.is_box(upper, total):
-        u, c = front.box_rows(torch, ARRAYS, x, upper, total, dim, "dim")
-        y = front.check_target(x, target, dim, ARRAYS, "dim", box=(u, c)).detach()
-        p, tau = m.run_box(x, dim, {}, upper, total, keep_tau=True)
-        box = (u, c, tau.movedim(dim, -1).reshape(-1, 1))
-    else:
-        y = front.check_target(x, target, dim, ARRAYS, "dim").detach()
+    cset, values = choose(constraints)
+    arrays = cset.rows(torch, ARRAYS, x, values, dim, "dim")
+    y = front.check_target(x, target, dim, ARRAYS, "dim", constraint=(cset, arrays)).detach()
+    tau = None
+    if cset is SIMPLEX:
         p = m(x, dim=dim)
+    else:
+        p, tau = m.run_constrained(x, dim, {}, cset, values, keep_tau=True)
+        tau = tau.movedim(dim, -1).reshape(-1, 1)
     tensors = tuple(m._param_rows(name, m.params[name], x, dim, dtype) for name in m.module.PARAMETERS)
-    value = _LossFunction.apply(rows(x), rows(p), rows(y), *box, m.module, *tensors)
+    value = _LossFunction.apply(rows(x), rows(p), rows(y), tau, m.module, cset, len(arrays), *arrays, *tensors)
     value = front.reduce(value.reshape(x.shape[:dim] + x.shape[dim + 1:]), reduction)
     return value if value.dtype == scores.dtype else value.to(scores.dtype)
 
@@ -160,8 +164,8 @@ class FenchelYoungLoss(torch.nn.Module):
         self.reduction = reduction
         self.dim = dim
 
-    def forward(self, scores, target, *, upper=None, total=1.0):
-        return fenchel_young_loss(scores, target, self.mapping, self.reduction, self.dim, upper=upper, total=total)
+    def forward(self, scores, target, **constraints):
+        return fenchel_young_loss(scores, target, self.mapping, self.reduction, self.dim, **constraints)
 
     def extra_repr(self) -> str:
         return f"mapping={self.mapping!r}, reduction={self.reduction!r}, dim={self.dim}"

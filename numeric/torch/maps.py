@@ -35,7 +35,7 @@ from types import ModuleType
 import torch
 
 from .. import contract, family, front
-from ..constraints.box import box_solve, box_vjp
+from ..constraints import SIMPLEX, choose, simplex_only, split
 from ..core import derivatives, rules
 from ..core.ops import Routines
 from ..families.normmax import normmax_from, normmax_vjp
@@ -158,18 +158,17 @@ class _Solver:
         """``p`` for the rows of the 2-D ``x`` from the ``t`` of :meth:`solve` (no graph)."""
         return rules.at_threshold(ops_for(x.dtype), self.routines(params), x, tau)
 
-    def box(self, x, upper, total, params):
-        """``(p, tau)`` over the box ``0 <= p <= upper``, ``sum p = total`` for the rows of the 2-D ``x`` (no graph),
-        ``tau`` the threshold (``(rows, 1)``)."""
-        return box_solve(ops_for(x.dtype), self.routines(params), x, upper, total)
+    def constrained(self, cset, x, arrays, params):
+        """``(p, tau)`` over the constraint set ``cset`` (its ``arrays`` laid out as rows) for the rows of the 2-D
+        ``x`` (no graph), ``tau`` the threshold (``(rows, 1)``)."""
+        return cset.solve(ops_for(x.dtype), self.routines(params), x, *arrays)
 
-    def box_vjp(self, p, grad, upper, params, graph: bool, x=None):
-        """``(J^T g, dp/du^T g, dp/dc^T g, {name: dp/dq^T g})`` of the bounded map at ``p``, the parameters' in
-        float64 (as :class:`_MapFunction`'s); ``graph``: differentiable again (the weight masked at 0); ``x``: the
-        scores (the one-sided derivatives of a row with no free entry, :func:`numeric.constraints.box.box_exits`)."""
+    def constrained_vjp(self, cset, p, grad, arrays, params, graph: bool, x=None):
+        """``(J^T g, (the set's arrays' VJPs), {name: dp/dq^T g})`` of the map over ``cset`` at ``p``, the
+        parameters' in float64 (as :class:`_MapFunction`'s); ``graph``: differentiable again (the weight masked at
+        0); ``x``: the scores (one-sided derivatives, :attr:`numeric.constraints.ConstraintSet.needs_scores`)."""
         ops = ops_for(p.dtype)
-        js, ju, jc = box_vjp(ops, self.routines(params), p, grad, upper, None if graph else self.at_zero,
-                                          x)
+        js, own = cset.vjp(ops, self.routines(params), p, grad, *arrays, at_zero=None if graph else self.at_zero, x=x)
         out = {}
         for name in self.names:
             if p.dtype == torch.float64:
@@ -177,9 +176,9 @@ class _Solver:
                 continue
             ops64, p64 = ops_for(torch.float64), p.double()
             r64 = self.routines(tuple(v.double() for v in params))
-            js64 = box_vjp(ops64, r64, p64, grad.double(), upper.double())[0]
+            js64 = cset.vjp(ops64, r64, p64, grad.double(), *(a.double() for a in arrays))[0]
             out[name] = derivatives.param_vjp(ops64, r64, p64, None, name, ju=js64).to(p.dtype)
-        return js, ju, jc, out
+        return js, own, out
 
 
 class _MapFunction(torch.autograd.Function):
@@ -216,30 +215,33 @@ class _MapFunction(torch.autograd.Function):
         return tuple(out)
 
 
-class _BoxFunction(torch.autograd.Function):
-    """``p = m(x)`` over the box ``0 <= p <= u``, ``sum p = c`` on rows ``x`` (2-D), ``u`` like ``x``, ``c`` of
-    shape ``(rows, 1)``, parameter tensors of shape ``(rows, 1)`` or ``()``: ``(p, tau)``, the threshold without a
-    gradient; the backward :func:`numeric.constraints.box.box_vjp` in the scores, the bounds and the total."""
+class _ConstrainedFunction(torch.autograd.Function):
+    """``p = m(x)`` over a constraint set on rows ``x`` (2-D), the set's ``count`` arrays laid out as rows, then
+    parameter tensors of shape ``(rows, 1)`` or ``()``: ``(p, tau)``, the threshold without a gradient; the
+    backward :meth:`numeric.constraints.ConstraintSet.vjp` in the scores and the set's arrays."""
 
     @staticmethod
-    def forward(ctx, x, upper, total, solver, *params):
-        p, tau = solver.box(x, upper, total, params)
-        ctx.solver = solver
-        # (the scores only for the bounds' and the total's gradients: where no entry is free they are one-sided)
-        ctx.scores = ctx.needs_input_grad[1] or ctx.needs_input_grad[2]
-        ctx.save_for_backward(p, upper, *((x,) if ctx.scores else ()), *params)
+    def forward(ctx, x, solver, cset, count, *tensors):
+        arrays, params = tensors[:count], tensors[count:]
+        p, tau = solver.constrained(cset, x, arrays, params)
+        ctx.solver, ctx.cset, ctx.count = solver, cset, count
+        # (the scores only where the set's own gradients need them: one-sided derivatives)
+        ctx.scores = cset.needs_scores and any(ctx.needs_input_grad[4:4 + count])
+        ctx.save_for_backward(p, *arrays, *((x,) if ctx.scores else ()), *params)
         ctx.mark_non_differentiable(tau)
         return p, tau
 
     @staticmethod
     def backward(ctx, grad, _):
-        p, upper, *params = ctx.saved_tensors
-        x = params.pop(0) if ctx.scores else None
-        js, ju, jc, by_name = ctx.solver.box_vjp(p, grad, upper, params, torch.is_grad_enabled(), x)
+        p, *rest = ctx.saved_tensors
+        arrays, rest = rest[:ctx.count], rest[ctx.count:]
+        x = rest.pop(0) if ctx.scores else None
+        js, own, by_name = ctx.solver.constrained_vjp(ctx.cset, p, grad, arrays, rest, torch.is_grad_enabled(), x)
         need = ctx.needs_input_grad
-        out = [js if need[0] else None, ju if need[1] else None, jc if need[2] else None, None]
-        for i, (name, q) in enumerate(zip(ctx.solver.names, params)):
-            out.append((by_name[name] if q.ndim else by_name[name].sum()) if need[4 + i] else None)
+        out = [js if need[0] else None, None, None, None]
+        out += [g if need[4 + i] else None for i, g in enumerate(own)]
+        for i, (name, q) in enumerate(zip(ctx.solver.names, rest)):
+            out.append((by_name[name] if q.ndim else by_name[name].sum()) if need[4 + ctx.count + i] else None)
         return tuple(out)
 
 
@@ -294,15 +296,19 @@ class TorchMap(FrameworkMap):
         # (keyed by name: dynamo compares no modules)
         return self._cases.get(family.resolve(self.module, values, ARRAYS.readable).NAME, self._solver)
 
-    def __call__(self, x, dim: int = -1, *, upper=None, total=1.0, **params):
+    def __call__(self, x, dim: int = -1, **kwargs):
         """``p*(x)`` along ``dim``: same shape, dtype and device as ``x``.
 
-        ``upper`` (a number or a tensor broadcasting to ``x``, ``>= 0``; ``None``: no bound) and ``total`` (a
-        number or a tensor with size 1 along ``dim``, ``>= 0``): the map over the box ``0 <= p <= upper``, ``sum p =
-        total`` (:meth:`numeric.Map.__call__`); gradients flow to bound tensors that require them.
+        ``kwargs``: values of the map's parameters, and the keywords of a constraint set other than the simplex
+        (:mod:`numeric.constraints`): the box's ``upper`` (a number or a tensor broadcasting to ``x``, ``>= 0``;
+        ``None``: no bound) and ``total`` (a number or a tensor with size 1 along ``dim``, ``>= 0``), the map over
+        ``0 <= p <= upper``, ``sum p = total`` (:meth:`numeric.Map.__call__`); gradients flow to the set's tensors
+        that require them.
         """
-        if front.is_box(upper, total):
-            return self.run_box(x, dim, params, upper, total)
+        constraints, params = split(kwargs)
+        cset, values = choose(constraints)
+        if cset is not SIMPLEX:
+            return self.run_constrained(x, dim, params, cset, values)
         return self.run(x, dim, params)
 
     def _checked_scores(self, x, dim) -> int:
@@ -326,19 +332,19 @@ class TorchMap(FrameworkMap):
         tensors = tuple(self._param_rows(n, values[n], x, dim, dtype) for n in self.module.PARAMETERS)
         return values, dtype, moved, flat, tensors, self.solver_for(values)
 
-    def run_box(self, x, dim, params, upper, total, keep_tau=False):
-        """``p`` over the box (:meth:`__call__`); ``keep_tau``: ``(p, tau)``, the threshold of each row with size 1
-        along ``dim`` (no gradient)."""
+    def run_constrained(self, x, dim, params, cset, values: dict, keep_tau=False):
+        """``p`` over the constraint set ``cset`` with its keywords' ``values`` (:meth:`__call__`); ``keep_tau``:
+        ``(p, tau)``, the threshold of each row with size 1 along ``dim`` (no gradient)."""
         dim = self._checked_scores(x, dim)
-        for name, b in (("upper", upper), ("total", total)):
+        for name, b in values.items():
             if isinstance(b, torch.Tensor) and b.device != x.device:
                 raise ValueError(f"{name} is on {b.device}, the scores on {x.device}")
-        values, dtype, moved, flat, tensors, solver = self._layout(x, dim, params)
-        u, c = front.box_rows(torch, ARRAYS, x.to(dtype), upper, total, dim, "dim")
-        if torch.is_grad_enabled() and any(t.requires_grad for t in (x, u, c, *tensors)):
-            p, tau = _BoxFunction.apply(flat, u, c, solver, *tensors)
+        _, dtype, moved, flat, tensors, solver = self._layout(x, dim, params)
+        arrays = cset.rows(torch, ARRAYS, x.to(dtype), values, dim, "dim")
+        if torch.is_grad_enabled() and any(t.requires_grad for t in (x, *arrays, *tensors)):
+            p, tau = _ConstrainedFunction.apply(flat, solver, cset, len(arrays), *arrays, *tensors)
         else:
-            p, tau = solver.box(flat, u, c, tensors)
+            p, tau = solver.constrained(cset, flat, arrays, tensors)
         last = dim == x.ndim - 1
         p = p.reshape(moved.shape)
         p = p if last else p.movedim(-1, dim)
@@ -464,9 +470,9 @@ class TorchNormmax(TorchMap):
 
         check_normmax_alpha_first(alpha, values)
 
-    def __call__(self, x, dim: int = -1, *, upper=None, total=1.0, **params):
-        if front.is_box(upper, total):
-            raise ValueError("normmax takes no box constraints (upper=, total=): its regularizer is not separable")
+    def __call__(self, x, dim: int = -1, **kwargs):
+        constraints, params = split(kwargs)
+        simplex_only(constraints, "normmax")
         return self.run(x, dim, params)
 
     def run(self, x, dim, params, tau=None, keep_tau=False):
@@ -507,17 +513,17 @@ def get_map(mapping, *, threshold: str = "auto", **params) -> TorchMap:
     return TorchMap(mapping, threshold=threshold, **params)
 
 
-def softmax(x, dim: int = -1, *, upper=None, total=1.0):
+def softmax(x, dim: int = -1, **constraints):
     """Softmax ``p_i = exp(s_i) / sum_j exp(s_j)``: the map of ``p log p``.
 
     >>> import torch
     >>> softmax(torch.tensor([0.0, math.log(3.0)]))
     tensor([0.2500, 0.7500])
     """
-    return _builtin("softmax")(x, dim=dim, upper=upper, total=total)
+    return _builtin("softmax")(x, dim=dim, **constraints)
 
 
-def sparsemax(x, dim: int = -1, *, upper=None, total=1.0):
+def sparsemax(x, dim: int = -1, **constraints):
     """Sparsemax ``p = [s - tau]_+``: the map of ``p**2 / 2``; ``upper``, ``total``: over the box ``0 <= p <=
     upper``, ``sum p = total`` (:meth:`TorchMap.__call__`): ``sparsemax(x, upper=1, total=k)`` is budget sparsemax.
 
@@ -525,17 +531,17 @@ def sparsemax(x, dim: int = -1, *, upper=None, total=1.0):
     >>> sparsemax(torch.tensor([[1.0, 0.5, -1.0]]), dim=1)
     tensor([[0.7500, 0.2500, 0.0000]])
     """
-    return _builtin("sparsemax")(x, dim=dim, upper=upper, total=total)
+    return _builtin("sparsemax")(x, dim=dim, **constraints)
 
 
-def entmax15(x, dim: int = -1, *, upper=None, total=1.0):
+def entmax15(x, dim: int = -1, **constraints):
     """1.5-entmax ``p = [s/2 - tau]_+**2``: Tsallis alpha = 3/2.
 
     >>> import torch
     >>> entmax15(torch.tensor([-2.0, 0.0, 0.5]))
     tensor([0.0000, 0.3260, 0.6740])
     """
-    return _builtin("entmax15")(x, dim=dim, upper=upper, total=total)
+    return _builtin("entmax15")(x, dim=dim, **constraints)
 
 
 def normmax(x, alpha=2.0, dim: int = -1):
@@ -548,7 +554,7 @@ def normmax(x, alpha=2.0, dim: int = -1):
     return TorchNormmax(alpha=alpha)(x, dim=dim)
 
 
-def entmax(x, alpha, dim: int = -1, *, upper=None, total=1.0):
+def entmax(x, alpha, dim: int = -1, **constraints):
     """alpha-entmax ``p = [(alpha - 1) s - tau]_+**(1/(alpha - 1))`` for any alpha > 0 (sparse above 1, softmax
     at 1, dense below): a number or a tensor broadcasting to ``x`` with size 1 along ``dim`` (learnable; the map
     and its gradient in alpha are continuous through 1).
@@ -563,7 +569,7 @@ def entmax(x, alpha, dim: int = -1, *, upper=None, total=1.0):
     >>> alpha.grad.shape
     torch.Size([2, 1])
     """
-    return _builtin("entmax")(x, dim=dim, alpha=alpha, upper=upper, total=total)
+    return _builtin("entmax")(x, dim=dim, alpha=alpha, **constraints)
 
 
 #: the built-in maps, built on import (4 ms): building a map loads and checks its module, which torch.compile

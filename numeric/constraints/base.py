@@ -1,0 +1,95 @@
+"""What a constraint set is: the protocol every member of :mod:`numeric.constraints` follows.
+
+A map is ``p*(s) = argmax_{p in C} <p, s> - Omega(p)``: its regularizer ``Omega`` comes from a generated module,
+its set ``C`` from a :class:`ConstraintSet`.  A set says, in one module:
+
+* **its keywords**: the keyword arguments a call passes it (:attr:`~ConstraintSet.keywords`, with the values
+  that leave it out), the values that select it (:meth:`~ConstraintSet.asks`), and how they are checked and
+  laid out as rows of the scores (:meth:`~ConstraintSet.rows`: arrays of shape ``(rows, n)``, one value per
+  score, or ``(rows, 1)``, one per row, in the keywords' order);
+* **its solve** on the row operations of :mod:`numeric.core` (:meth:`~ConstraintSet.solve`: ``(p, tau)``), so
+  that it runs on every backend: NumPy, CuPy (:class:`numeric.core.array_ops.ArrayOps`), torch and JAX, eager or
+  traced;
+* **its derivatives**, in the scores and in each of its arrays: :meth:`~ConstraintSet.vjp` (reverse) and
+  :meth:`~ConstraintSet.jvp` (forward), and where the map's parameters move ``p``
+  (:meth:`~ConstraintSet.moving`: the weights a parameter's tangent enters with);
+* **its Fenchel-Young loss**: the gradients in its arrays (:meth:`~ConstraintSet.loss_gradients`) and the check that a
+  target lies in it (:meth:`~ConstraintSet.check_target`);
+* **the fused attention's hook**: the name of the Triton functions the fused kernels call for it
+  (:attr:`~ConstraintSet.fused`), or ``None`` where the fused kernels do not run it.
+
+Front ends, losses, attention and layers take the keywords as ``**constraints`` and find the set by
+:func:`numeric.constraints.choose`; none of them names a set's keywords.
+"""
+
+from __future__ import annotations
+
+from ..front import is_number
+
+__all__ = ["ConstraintSet", "left_out"]
+
+
+def left_out(value, default) -> bool:
+    """Whether a keyword's ``value`` is the one that leaves its set out: ``None`` for a default ``None``, else the
+    default as a number (an array never is, whatever it holds)."""
+    return value is None if default is None else is_number(value) and float(value) == default
+
+
+class ConstraintSet:
+    """A set a map's ``p`` lies in (see the module's docstring); subclasses define the methods."""
+
+    #: the set's name (``"simplex"``, ``"box"``)
+    name: str = ""
+    #: ``{keyword: value that leaves the set out}``, in the order of :meth:`rows`' arrays
+    keywords: dict = {}
+    #: the keywords laid out one value per score, ``(rows, n)`` (the others one per row, ``(rows, 1)``)
+    per_score: frozenset = frozenset()
+    #: ``{keyword: value}`` for each keyword of :attr:`per_score`: the value that leaves a key free (a key a layer
+    #: adds, such as a bias key)
+    free: dict = {}
+    #: whether :meth:`vjp` needs the scores for the derivatives in the set's arrays (one-sided ones)
+    needs_scores: bool = False
+    #: the fused Triton attention's hook for this set, a name its kernels know (``None``: the fused kernels
+    #: do not run this set)
+    fused: str | None = None
+
+    def asks(self, values: dict) -> bool:
+        """Whether a call's constraint keywords ``values`` (every keyword of :data:`numeric.constraints.KEYWORDS`,
+        defaults filled in) select this set."""
+        raise NotImplementedError
+
+    def rows(self, xp, arrays, x, values: dict, axis: int, word: str = "axis") -> tuple:
+        """The set's arrays for the scores ``x`` (the map along ``axis``, which a message calls ``word``),
+        checked and laid out as rows of ``x`` flattened with ``axis`` last, in ``x``'s dtype."""
+        return ()
+
+    def solve(self, ops, r, x, *rows):
+        """``(p, tau)`` for the 2-D scores ``x``: ``p`` in the set, ``tau`` the threshold per row, ``(rows, 1)``."""
+        raise NotImplementedError
+
+    def vjp(self, ops, r, p, v, *rows, at_zero=None, x=None):
+        """``(J^T v, (dp/da^T v for each array a of rows))`` at ``p`` (``at_zero``: the weight at 0 where it is
+        finite, else ``None``; ``x``: the scores, ``None`` where not given)."""
+        raise NotImplementedError
+
+    def jvp(self, ops, r, p, dx, tangents: tuple, *rows, at_zero=None, x=None):
+        """``J dx + sum_a dp/da da`` at ``p``; ``tangents`` holds one per array of ``rows``, ``0`` for none."""
+        raise NotImplementedError
+
+    def moving(self, ops, p, *rows):
+        """Where ``p`` moves with the scores (a boolean array): a map parameter's tangent ``dq`` enters as
+        ``dx = -dq omega'_q(p)`` there."""
+        return p > 0
+
+    def loss_gradients(self, ops, r, x, tau, *rows) -> tuple:
+        """The gradients of the Fenchel-Young loss in each array of ``rows`` at the scores ``x`` and the
+        threshold ``tau`` (``(rows, 1)``, unshifted)."""
+        return ()
+
+    def check_target(self, xp, target, rows: tuple, slack: float, word: str, axis: int) -> str | None:
+        """The error message for a loss's ``target`` outside the set by more than ``slack`` (its values laid out as
+        rows; ``rows``: the set's arrays, readable, or ``None`` where they cannot be read), ``None`` for one in it."""
+        raise NotImplementedError
+
+    def __repr__(self) -> str:
+        return f"<constraint set {self.name!r}>"

@@ -1,0 +1,104 @@
+"""The operations of :mod:`numeric.core` on any NumPy-like array namespace: NumPy itself, CuPy.
+
+:class:`ArrayOps` is :class:`~numeric.core.ops.TensorOps` written once in the functions NumPy and CuPy
+share (``xp.where``, ``xp.sort``, ``xp.take_along_axis``, ...), every operation a new array and every loop a
+Python loop that stops when no row is still going.  It runs every rule and constraint set of
+:mod:`numeric.core` and :mod:`numeric.constraints` on arrays of either library, on the host or on the device,
+with no speed device of its own: NumPy's maps take :class:`numeric.numpy_ops.NumpyRowOps`, which overrides
+some of its steps with NumPy's faster forms; CuPy's maps run their generated kernels, and this class serves
+the computations that have none (the constraint sets' solves and derivatives, the loss's terms).
+"""
+
+from __future__ import annotations
+
+import math
+from typing import Callable
+
+from ..newton import NEWTON_STEPS
+from .ops import TensorOps
+
+__all__ = ["ArrayOps"]
+
+
+class ArrayOps(TensorOps):
+    """:class:`~numeric.core.ops.TensorOps` on 2-D arrays of one floating dtype of the namespace ``xp``."""
+
+    def __init__(self, xp, dtype):
+        info = xp.finfo(dtype)
+        self.xp = xp
+        self.dtype = xp.dtype(dtype)
+        self.eps = float(info.eps)
+        self.tiny = float(info.tiny)
+        self.log_tiny = math.log(self.tiny)
+        self.newton_steps = NEWTON_STEPS
+
+    def full(self, like, value):
+        return self.xp.full(like.shape, value, dtype=bool if isinstance(value, bool) else self.dtype)
+
+    def float_(self, b):
+        return self.xp.asarray(b, dtype=self.dtype)
+
+    def pos_part(self, x):
+        return self.xp.maximum(x, 0)
+
+    def support(self, u):
+        return self.xp.sign(u)
+
+    def clamp_min(self, x, v):
+        return self.xp.maximum(x, v)
+
+    def exp(self, x):
+        return self.xp.exp(x)
+
+    def log(self, x):
+        return self.xp.log(x)
+
+    def isfinite(self, x):
+        return self.xp.isfinite(x)
+
+    def isnan(self, x):
+        return self.xp.isnan(x)
+
+    def not_(self, b):
+        return self.xp.logical_not(b)
+
+    def where(self, cond, a, b):
+        return self.xp.where(cond, a, b)
+
+    def row_sum(self, x):
+        return x.sum(axis=-1, keepdims=True)
+
+    def row_max(self, x):
+        return x.max(axis=-1, keepdims=True)
+
+    def cat(self, a, b):
+        return self.xp.concatenate((a, b), axis=-1)
+
+    def sort_desc(self, x):
+        return -self.xp.sort(-x, axis=-1)
+
+    def cumsum(self, x):
+        return self.xp.cumsum(x, axis=-1)
+
+    def top(self, x, k: int):
+        n = x.shape[-1]
+        index = self.xp.argpartition(x, n - k, axis=-1)[..., n - k:]
+        return self.xp.take_along_axis(x, index, axis=-1), index
+
+    def put(self, values, index, like):
+        out = self.xp.zeros(like.shape, dtype=values.dtype)
+        out[self.xp.arange(out.shape[0])[:, None], index] = values
+        return out
+
+    def int_max(self, x):
+        return int(x.max())
+
+    def repeat(self, n: int, body: Callable, state: tuple, going):
+        for _ in range(n):
+            if not bool(going.any()):
+                break
+            state, going = body(state)
+        return state
+
+    def branch(self, pred, fn: Callable, otherwise: Callable):
+        return fn() if bool(pred.any()) else otherwise()
