@@ -242,18 +242,23 @@ class SelfAttention(_Layer):
         for name in ("Q", "K", "V"):
             self.params[name] = rng.uniform(-bound, bound, (dim, dim)).astype(self.dtype)
 
-    def forward(self, x, *, mask=None, need_weights: bool = False):
-        """``Y`` for ``x`` of shape ``(..., l, d)``; ``need_weights=True`` keeps ``W`` in :attr:`attention_weights`."""
+    def forward(self, x, *, mask=None, need_weights: bool = False, **constraints):
+        """``Y`` for ``x`` of shape ``(..., l, d)``; ``need_weights=True`` keeps ``W`` in :attr:`attention_weights`.
+
+        ``constraints``: a constraint set's keywords, as :func:`~numeric.attention.attention` takes them (the
+        box's ``upper``, broadcasting to ``(..., l, l)``); :meth:`backward` differentiates at the same set (the
+        layer gives no gradient in the set's arrays: :func:`~numeric.attention.attention_backward` does)."""
         xp, dt, (x,) = self._compute(x)
         if x.ndim < 2 or x.shape[-1] != self.dim:
             raise ValueError(f"x must have shape (..., length, {self.dim}), got {x.shape}")
         q, k, v = (x @ self._param(n, xp, dt) for n in ("Q", "K", "V"))
-        kw = dict(mapping=self._map(xp, (1,)), mask=mask, causal=self.causal, scores=self._score_function(xp, dt))
+        kw = dict(mapping=self._map(xp, (1,)), mask=mask, causal=self.causal, scores=self._score_function(xp, dt),
+                  **constraints)
         if need_weights:
             y, w = attention(q, k, v, return_weights=True, **kw)
         else:
             y, w = attention(q, k, v, **kw), None
-        self._cache = (x, q, k, v, mask, y.shape)
+        self._cache = (x, q, k, v, mask, y.shape, constraints)
         self.attention_weights = w
         return y
 
@@ -261,11 +266,12 @@ class SelfAttention(_Layer):
         """``dx`` of ``sum(dy * y)`` for the last forward call; fills :attr:`grads`."""
         if self._cache is None:
             raise RuntimeError("backward() needs a forward() first")
-        x, q, k, v, mask, shape = self._cache
+        x, q, k, v, mask, shape, constraints = self._cache
         xp = array_module(x)
         dy = xp.asarray(dy).astype(x.dtype, copy=False)
         _check_dy(dy, shape)
-        kw = dict(mapping=self._map(xp, (1,)), mask=mask, causal=self.causal, scores=self._score_function(xp, x.dtype))
+        kw = dict(mapping=self._map(xp, (1,)), mask=mask, causal=self.causal, scores=self._score_function(xp, x.dtype),
+                  **constraints)
         if self._wants_param_grads:
             dq, dk, dv, found = attention_backward(q, k, v, dy, param_grads=True, **kw)
         else:
@@ -371,12 +377,12 @@ class MultiHeadAttention(_Layer):
             raise ValueError(f"sequence length {length} exceeds max_len {table.shape[0]} of the learned encoding")
         return x + table[:length]
 
-    def _attention_kwargs(self, xp, dtype, mask):
+    def _attention_kwargs(self, xp, dtype, mask, constraints):
         return dict(mapping=self._map(xp, (self.num_heads, 1, 1)), mask=mask, causal=self.causal,
-                    scores=self._score_function(xp, dtype))
+                    scores=self._score_function(xp, dtype), **constraints)
 
     # ----------------------------------------------------------------- forward
-    def forward(self, query, key=None, value=None, *, mask=None, need_weights: bool = False):
+    def forward(self, query, key=None, value=None, *, mask=None, need_weights: bool = False, **constraints):
         """``(N, L, E)`` output for ``query (N, L, E)``, ``key (N, S, E)``, ``value (N, S, E)``.
 
         ``key`` defaults to ``query`` and ``value`` to ``key``.  ``mask``
@@ -384,6 +390,9 @@ class MultiHeadAttention(_Layer):
         ``need_weights=True`` keeps the weights in :attr:`attention_weights`
         (``N H L S`` of memory, and the dense path); by default they are not
         kept (``None``) and long sequences go through the blocked paths.
+        ``constraints``: a constraint set's keywords, as :func:`~numeric.attention.attention` takes them, arrays
+        broadcasting to ``(N, H, L, S)`` like ``mask``; :meth:`backward` differentiates at the same set (no
+        gradient in the set's arrays).
         """
         self_attn = key is None and value is None
         key = query if key is None else key
@@ -399,7 +408,7 @@ class MultiHeadAttention(_Layer):
         q = self._split(self._project(xq, "q", xp))
         k = self._split(self._project(xk, "k", xp))
         v = self._split(self._project(xv, "v", xp))
-        kw = self._attention_kwargs(xp, dt, mask)
+        kw = self._attention_kwargs(xp, dt, mask, constraints)
         if need_weights:
             heads, weights = attention(q, k, v, return_weights=True, **kw)
         else:
@@ -407,7 +416,7 @@ class MultiHeadAttention(_Layer):
         merged = self._merge(heads)
         y = self._project(merged, "out", xp)
         self._cache = dict(xq=xq, xk=xk, xv=xv, q=q, k=k, v=v, merged=merged, mask=mask, self_attn=self_attn,
-                           same_kv=same_kv, shape=y.shape)
+                           same_kv=same_kv, shape=y.shape, constraints=constraints)
         self.attention_weights = weights
         return y
 
@@ -430,7 +439,7 @@ class MultiHeadAttention(_Layer):
         if self.bias:
             grads["out_bias"] = dy.reshape(-1, E).sum(axis=0)
         dmerged = dy @ self._param("out_weight", xp, dt)
-        kw = self._attention_kwargs(xp, dt, c["mask"])
+        kw = self._attention_kwargs(xp, dt, c["mask"], c["constraints"])
         if self._wants_param_grads:
             dq, dk, dv, found = attention_backward(c["q"], c["k"], c["v"], self._split(dmerged), param_grads=True, **kw)
             grads.update(self._extra_grads(found, xp))

@@ -188,3 +188,30 @@ def test_any_parameter_learned_per_head_gradient_by_finite_differences(ccube):
     layer.params["c_logit"] = np.array([-0.7, 1.2])
     x, dy = rng.standard_normal((2, 5, 8)), rng.standard_normal((2, 5, 8))
     _check_grads(layer, x, dy, ["c_logit", "k_weight"])
+
+
+@pytest.mark.parametrize("causal", [False, True])
+def test_layers_take_a_constraint_sets_keywords(causal):
+    """The box's bounds pass through both layers to attention: the output is attention's over the box on the
+    layer's projections, and the gradients (of the parameters and of the input) are those of the bounded forward
+    pass, by central differences."""
+    rng = np.random.default_rng(7)
+    layer = nm.MultiHeadAttention(8, 2, mapping="sparsemax", dtype="float64", seed=3, causal=causal)
+    x, dy = rng.standard_normal((2, 5, 8)), rng.standard_normal((2, 5, 8))
+    upper = rng.uniform(0.3, 0.9, size=(2, 1, 5, 5))
+    upper[..., range(5), range(5)] = 1.0  # (feasible for every query, causal too)
+    y = layer.forward(x, upper=upper)
+    q, k, v = (layer._split(layer._project(x, name, np)) for name in ("q", "k", "v"))
+    heads = nm.attention(q, k, v, mapping="sparsemax", causal=causal, upper=upper)
+    np.testing.assert_allclose(y, layer._project(layer._merge(heads), "out", np), rtol=0, atol=1e-13)
+    assert not np.allclose(y, layer.forward(x))  # (the bounds bind)
+    layer.forward(x, upper=upper)
+    dx = layer.backward(dy)
+    want = _fd(lambda a: float((layer.forward(a, upper=upper) * dy).sum()), x, h=1e-6)
+    np.testing.assert_allclose(dx, want, atol=1e-6)
+    single = nm.SelfAttention(8, mapping="entmax15", causal=causal, seed=2)
+    bound = rng.uniform(0.3, 0.9, size=(5, 5)) + np.eye(5)
+    single.forward(x, upper=bound)
+    dx = single.backward(dy)
+    want = _fd(lambda a: float((single.forward(a, upper=bound) * dy).sum()), x, h=1e-6)
+    np.testing.assert_allclose(dx, want, atol=1e-6)
