@@ -14,6 +14,8 @@ from __future__ import annotations
 import math
 from typing import Callable
 
+import numpy as np
+
 from ..newton import NEWTON_STEPS
 from .ops import TensorOps
 
@@ -24,9 +26,9 @@ class ArrayOps(TensorOps):
     """:class:`~numeric.core.ops.TensorOps` on 2-D arrays of one floating dtype of the namespace ``xp``."""
 
     def __init__(self, xp, dtype):
-        info = xp.finfo(dtype)
+        info = np.finfo(dtype)
         self.xp = xp
-        self.dtype = xp.dtype(dtype)
+        self.dtype = np.dtype(dtype)
         self.eps = float(info.eps)
         self.tiny = float(info.tiny)
         self.log_tiny = math.log(self.tiny)

@@ -50,3 +50,21 @@ def test_float16_on_device():
     x = cp.asarray(np.array([[-1.0, 0.0, 0.5, 2.0]], dtype=np.float16))
     y = nm.entmax15(x)
     assert y.dtype == np.float16 and isinstance(y, cp.ndarray)
+
+
+@pytest.mark.parametrize("name, params", MAPS)
+def test_every_constraint_set_runs_on_the_device(name, params):
+    """The box (a constraint set with no kernel of its own) on CuPy arrays: the set's solve and derivatives on the
+    generic row operations (numeric.core.array_ops.ArrayOps on cupy), the answers NumPy's."""
+    rng = np.random.default_rng(2)
+    x = rng.standard_normal((6, 40)) * 3
+    upper = rng.uniform(0.05, 0.3, size=x.shape)
+    dy = rng.standard_normal(x.shape)
+    m = nm.get_map(name, **params)
+    got = m(cp.asarray(x), upper=cp.asarray(upper), total=1.5)
+    assert isinstance(got, cp.ndarray)
+    want = m(x, upper=upper, total=1.5)
+    np.testing.assert_allclose(cp.asnumpy(got), want, rtol=0, atol=1e-12)
+    bounds = m.vjp_bounds(got, cp.asarray(dy), upper=cp.asarray(upper), total=1.5, x=cp.asarray(x))
+    np.testing.assert_allclose(cp.asnumpy(bounds["upper"]), m.vjp_bounds(want, dy, upper=upper, total=1.5, x=x)["upper"],
+                               rtol=0, atol=1e-12)
