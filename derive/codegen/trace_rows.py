@@ -8,8 +8,9 @@ row), so running ``solve`` on it prints the solve as CUDA C++:
 * a row-wide value (shape ``(rows, 1)`` on the host: a maximum, a threshold, a
   flag) is a :class:`derive.codegen.trace.Value`, a local every thread of the
   block holds alike;
-* a value per score (shape ``(rows, n)``) is an :class:`Elem`, an expression
-  over the row's scores ``sr[j]`` and row-wide values, evaluated lazily: a
+* a value per score (shape ``(rows, n)``) is a
+  :class:`derive.codegen.trace_values.Elem`, an expression over the row's
+  scores ``sr[j]`` and row-wide values, evaluated lazily: a
   reduction (``row_sum``, ``row_max``) prints a loop over the thread's scores
   ``j`` computing the expressions it needs, then the block reduction; the
   reductions that come one after another in a function share one loop;
@@ -48,16 +49,11 @@ mirrors the functions of ``numeric.core`` and their calls:
 * a call ends the queue of reductions before it (a reduction does not share a
   loop with one on the other side of a call; each has its own accumulator, so
   the numbers do not change);
-* pruning goes across calls: a function is printed for the results its caller
-  reads and takes only the arguments it reads; the calls of one Python
-  function that print the same text call one device function
-  (``rg_threshold_round``), another text of it is another function
-  (``rg_root_rule_2``: a specialisation, e.g. to another kind of map).
-
-A local is declared at its first assignment where every use of it lies in that
-statement's block (``const`` where it is the only assignment), else just before the
-statement of the innermost block holding every use (a value computed in a branch
-or in a loop's last round stays readable after it).
+* :mod:`derive.codegen.trace_print` prints what the trace recorded: pruned
+  across calls (a function is printed for the results its caller reads and
+  takes only the arguments it reads), locals declared where first used, and
+  one device function per text of a Python function (``rg_threshold_round``;
+  another text of it, e.g. for another kind of map: ``rg_root_rule_2``).
 
 The trace is map-independent: it calls the map's routines as methods of the
 map's struct (``map.omega_prime(p)``, see ``numeric/kernels/rows.cuh``).  The
@@ -76,7 +72,7 @@ import inspect
 import math
 import re
 import sys
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 
 import numpy as np
 
@@ -85,7 +81,9 @@ from numeric.core import derivatives, halley, kkt, rules
 from numeric.core import ops as core_ops
 from numeric.core.ops import Routines, TensorOps
 
-from .trace import CudaTracer, Operators, Value
+from .trace import CudaTracer, Value
+from .trace_print import Call, Printer, declare, is_local, param_name, prune
+from .trace_values import Elem, Pair, leaves, map_values, rebuild, walk
 
 __all__ = ["TraceError", "Elem", "Pair", "RowTracer", "Solver", "SOLVERS", "solver_for", "trace_solver",
            "JVP_FORMS", "jvp_form", "trace_jvp", "solver_enum_source", "rows_solve_parts", "rows_solve_source",
@@ -94,58 +92,6 @@ __all__ = ["TraceError", "Elem", "Pair", "RowTracer", "Solver", "SOLVERS", "solv
 
 class TraceError(Exception):
     """An algorithm did something the row trace cannot print (a sort, a read of a row written over)."""
-
-
-class Elem(Operators):
-    """A value per score of the row: an expression ``op`` (``str.format`` over ``args``, Elem or Value) of kind
-    ``"T"`` or ``"bool"``; a leaf has no ``args`` (``sr[j]``, a constant); ``buffer``: ``(name, version)`` of a
-    row of memory the leaf reads."""
-
-    elementwise = True
-
-    def __init__(self, tracer: RowTracer, op: str, args: tuple = (), kind: str = "T", buffer=None):
-        self.tracer, self.op, self.args, self.kind, self.buffer = tracer, op, args, kind, buffer
-
-    @property
-    def shape(self):
-        return (None, self.tracer.cols)
-
-    def __getitem__(self, key):
-        # (y[..., :1]: a row-wide value of the row's shape, which the rules pass to ``full`` as ``like``)
-        return self.tracer.value(0.0)
-
-    def _bin(self, op, other, kind="T", swap=False):
-        o = other if isinstance(other, Elem) else self.tracer.value(other)
-        a, b = (o, self) if swap else (self, o)
-        return Elem(self.tracer, f"{{0}} {op} {{1}}", (a, b), kind)
-
-    def __neg__(self): return Elem(self.tracer, "-{0}", (self,))
-    def __abs__(self): return Elem(self.tracer, "rg_fabs({0})", (self,))
-
-
-class Pair:
-    """Two values side by side (``TensorOps.cat``): ``both[..., :n]`` is the first, ``both[..., n:]`` the second."""
-
-    def __init__(self, a, b):
-        self.a, self.b = a, b
-
-    def __getitem__(self, key):
-        part = key[-1]
-        return self.a if part.stop is not None else self.b
-
-
-def _walk(values):
-    """Every Elem and Value the expressions ``values`` read (each once)."""
-    seen, stack, out = set(), list(values), []
-    while stack:
-        v = stack.pop()
-        if id(v) in seen or not isinstance(v, (Elem, Value)):
-            continue
-        seen.add(id(v))
-        out.append(v)
-        if isinstance(v, Elem):
-            stack.extend(v.args)
-    return out
 
 
 class RowTracer(CudaTracer, TensorOps):
@@ -167,7 +113,7 @@ class RowTracer(CudaTracer, TensorOps):
         self.pending: list[tuple[str, str, Elem]] = []  # (sum | max | store, accumulator or row, expression)
         self.out = out
         self.versions = {out: 0}
-        self.calls: list[_Call] = []  # the device functions' calls, each printed as the line ``@index``
+        self.calls: list[Call] = []  # the device functions' calls, each printed as the line ``@index``
         self.loops = 0  # (the loops traced, over every function: a loop's state placeholders are named after it)
         self.cols = Value(self, "T(cols)")
         self.tiny = Value(self, "rg_tiny<T>()")
@@ -224,7 +170,7 @@ class RowTracer(CudaTracer, TensorOps):
     # ------------------------------------------------------------ reductions and stores
     def _pend(self, what: str, target: str, e: Elem) -> None:
         """Queues a reduction or a store of ``e``; a loop over the row prints the queue (:meth:`flush`)."""
-        nodes = _walk([e])
+        nodes = walk([e])
         for v in nodes:
             if isinstance(v, Elem) and v.buffer is not None and v.buffer[1] != self.versions[v.buffer[0]]:
                 raise TraceError(f"the row {v.buffer[0]} is read after it was written over")
@@ -459,7 +405,7 @@ class RowTracer(CudaTracer, TensorOps):
         new, cont = body(current)
         new = tuple(new)
         if not store:
-            reads = any(isinstance(v, Elem) and v.op.startswith(f"STATE{loop}_") for v in _walk(
+            reads = any(isinstance(v, Elem) and v.op.startswith(f"STATE{loop}_") for v in walk(
                 [x for x in new if isinstance(x, Elem)] + [e for _, _, e in self.pending]))
             if reads or any(f"STATE{loop}_" in text for text in self.lines[start:]):
                 raise _ReadsState({loop})
@@ -486,7 +432,6 @@ class RowTracer(CudaTracer, TensorOps):
                 out.append(self.where(Value(self, ran, "bool"), new[i], v))
         return tuple(out)
 
-
     # ------------------------------------------------------------ device functions
     def _enter(self):
         """A new function's text (its own lines, locals and queue); returns the caller's, for :meth:`_leave`."""
@@ -502,7 +447,7 @@ class RowTracer(CudaTracer, TensorOps):
         its own and called (see the module's text); inline where it takes or returns a Python function, or prints
         fewer than :data:`_SMALL` statements."""
         bound = inspect.signature(fn).bind(*args, **kwargs)
-        if any(_opaque(x) for x in _leaves(bound.arguments.values())):
+        if any(_opaque(x) for x in leaves(bound.arguments.values())):
             return fn(*args, **kwargs)
         versions, calls = dict(self.versions), len(self.calls)
         params: list[tuple[str, str]] = []  # (kind, name) in the function
@@ -512,10 +457,10 @@ class RowTracer(CudaTracer, TensorOps):
         memo: dict[int, Elem] = {}
 
         def param(v: Value, name) -> Value:
-            if not _is_local(v):
+            if not is_local(v):
                 return v
             if v.text not in inward:
-                name = _param_name(name if isinstance(name, str) else name(), {n for _, n in params})
+                name = param_name(name if isinstance(name, str) else name(), {n for _, n in params})
                 inward[v.text] = Value(self, name, v.kind)
                 outward[name] = v
                 params.append((v.kind, name))
@@ -526,8 +471,8 @@ class RowTracer(CudaTracer, TensorOps):
             if isinstance(x, Value):
                 return param(x, name)
             if isinstance(x, Elem):  # (its row-wide values: name_0, name_1...)
-                leaves = iter(range(1 << 30))
-                return _rebuild(x, lambda v: param(v, lambda: f"{name}_{next(leaves)}"), memo)
+                numbers = iter(range(1 << 30))
+                return rebuild(x, lambda v: param(v, lambda: f"{name}_{next(numbers)}"), memo)
             if isinstance(x, Pair):
                 return Pair(into(x.a, f"{name}_0"), into(x.b, f"{name}_1"))
             if isinstance(x, (tuple, list)):
@@ -546,7 +491,7 @@ class RowTracer(CudaTracer, TensorOps):
             raise
         lines, decls = self.lines, self.decls
         self._leave(saved)
-        if len(lines) < _SMALL or any(_opaque(x) for x in _leaves([result])):
+        if len(lines) < _SMALL or any(_opaque(x) for x in leaves([result])):
             self.versions = versions
             del self.calls[calls:]
             return fn(*args, **kwargs)
@@ -558,7 +503,7 @@ class RowTracer(CudaTracer, TensorOps):
         back: dict[str, Value] = dict(outward)  # the function's value -> the caller's
 
         def ret(v: Value) -> Value:
-            if not _is_local(v):
+            if not is_local(v):
                 return v
             if v.text not in back:
                 rets.append((v.kind, f"ret{len(rets)}"))
@@ -568,15 +513,15 @@ class RowTracer(CudaTracer, TensorOps):
             return v
 
         order: list[str] = []
-        _map_values(result, ret)
+        map_values(result, ret)
         outs = []
         for text, (kind, _) in zip(order, rets):
             back[text] = Value(self, self._name(kind), kind)
             outs.append(back[text].text)
-        self.calls.append(_Call(fn, params, passed, rets, outs, ["    " + d for d in decls] + lines,
+        self.calls.append(Call(fn, params, passed, rets, outs, ["    " + d for d in decls] + lines,
                                 self.versions != versions))
         self.line(f"@{len(self.calls) - 1}")
-        return _map_values(result, lambda v: back.get(v.text, v) if _is_local(v) else v, {})
+        return map_values(result, lambda v: back.get(v.text, v) if is_local(v) else v, {})
 
 
 def _origin() -> str:
@@ -601,90 +546,13 @@ class _ReadsState(Exception):
         self.loops = set(loops)
 
 
-@dataclass
-class _Call:
-    """A call of a device function: the Python function traced, its parameters ``(kind, name)`` and the caller's
-    value of each, its results ``(kind, name)`` (reference parameters) and the caller's locals receiving them, its
-    text (locals' declarations, then statements), and whether it writes the output row."""
-
-    fn: object
-    params: list
-    passed: list
-    rets: list
-    outs: list
-    lines: list = field(repr=False)
-    writes: bool = False
-
-
 #: A function whose trace prints fewer statements than this is printed inline.
 _SMALL = 3
-_LOCAL = re.compile(r"^[A-Za-z_]\w*$")
-_RESERVED = {"map", "sr", "pr", "vr", "out", "cols", "shared", "tau", "j", "T", "M", "true", "false", "new",
-             "delete", "int", "float", "double", "char", "long", "short", "bool", "this", "default", "case",
-             "for", "if", "else", "do", "while", "return", "switch", "const", "static", "auto", "void", "and",
-             "or", "not", "xor", "template", "typename", "class", "struct", "union", "enum", "operator"}
-
-
-def _is_local(v: Value) -> bool:
-    """Whether ``v`` is a local of the function printed (not a literal or an expression of constants)."""
-    return bool(_LOCAL.match(v.text)) and v.text not in ("true", "false")
-
-
-def _param_name(name: str, taken: set) -> str:
-    """A C++ name for a parameter from the Python one, distinct from the locals' names (``v12``, ``s3_1``...)."""
-    if name in _RESERVED or re.match(r"^(v|b|e|s|i|go|ran|acc|ret)\d", name) or name.startswith("_"):
-        name = f"{name.lstrip('_')}_"
-    while name in taken:
-        name = f"{name}_"
-    return name
-
-
-def _leaves(values):
-    """Every value in ``values``, looking into tuples, lists and pairs."""
-    out, stack = [], list(values)
-    while stack:
-        x = stack.pop()
-        if isinstance(x, (tuple, list)):
-            stack.extend(x)
-        elif isinstance(x, Pair):
-            stack.extend((x.a, x.b))
-        else:
-            out.append(x)
-    return out
 
 
 def _opaque(x) -> bool:
     """A value a device function cannot take or return: a Python function (a closure over the caller's values)."""
     return callable(x) and not isinstance(x, (RowTracer, Routines, type))
-
-
-def _rebuild(e: Elem, fn, memo: dict) -> Elem:
-    """``e`` with each row-wide value ``v`` it reads replaced by ``fn(v)`` (``memo``: id -> new node, so that shared
-    nodes stay shared)."""
-    if id(e) in memo:
-        return memo[id(e)]
-    if not e.args:
-        new = e
-    else:
-        args = tuple(_rebuild(a, fn, memo) if isinstance(a, Elem) else fn(a) for a in e.args)
-        new = Elem(e.tracer, e.op, args, e.kind, e.buffer)
-    memo[id(e)] = new
-    return new
-
-
-def _map_values(x, fn, memo: dict | None = None):
-    """``x`` (a value, a value per score, or tuples, lists and pairs of them) with every row-wide value ``v`` replaced
-    by ``fn(v)``."""
-    memo = {} if memo is None else memo
-    if isinstance(x, Value):
-        return fn(x)
-    if isinstance(x, Elem):
-        return _rebuild(x, fn, memo)
-    if isinstance(x, Pair):
-        return Pair(_map_values(x.a, fn, memo), _map_values(x.b, fn, memo))
-    if isinstance(x, (tuple, list)):
-        return type(x)(_map_values(e, fn, memo) for e in x)
-    return x
 
 
 #: The modules whose functions the trace prints as device functions (the solve's, and the safeguard it calls).
@@ -809,239 +677,19 @@ def _routines(tracer: RowTracer, solver: Solver) -> Routines:
     return Routines(_Module(solver), table)
 
 
-_ASSIGN = re.compile(r"^\s*(?:(?:const )?(?:(?:T|bool) )?(\w+) (?:=|\+=) |rg_add_compensated\((\w+), )")
-_NAME = re.compile(r"\b[A-Za-z_]\w*\b")
-_MARK = re.compile(r"^\s*@(\d+)$")
-_DECL = re.compile(r"^(\s*)(T|bool) (\w+) = (T\(0\)|false);$")
-
-
-def _prune(lines: list[str], keep=("tau",), calls: list[_Call] | None = None, callee=None):
-    """``lines`` without the locals no other line reads (their declarations and assignments; a trace computes
-    values the algorithm does not use here), then without the loops and branches left empty; ``keep``: names kept
-    though nothing reads them (the function's results).
-
-    A call (the line ``@index`` of ``calls``) assigns its results' locals and reads its arguments: it goes where
-    none of its results is read and it writes no row; ``callee(index, results read)`` prunes the function for the
-    results read and gives the caller's locals it still reads.  Returns the lines where ``calls`` is ``None``,
-    else ``(lines, {index: the results read})``."""
-    keep = set(keep)
-    reads: dict[int, set] = {}
-    results: dict[int, frozenset] = {}
-    while True:
-        uses: dict[str, int] = {}
-        for text in lines:
-            mark = _MARK.match(text)
-            if mark:
-                index = int(mark.group(1))
-                for name in reads.get(index, calls[index].passed):
-                    uses[name] = uses.get(name, 0) + 1
-                continue
-            m = _ASSIGN.match(text)
-            own = (m.group(1) or m.group(2)) if m else None
-            for name in _NAME.findall(text if m is None else text[m.end():]):
-                if name != own:
-                    uses[name] = uses.get(name, 0) + 1
-        keep_lines, before = [], dict(reads)
-        for t in lines:
-            mark = _MARK.match(t)
-            if mark:
-                index = int(mark.group(1))
-                call = calls[index]
-                used = frozenset(n for (_, n), out in zip(call.rets, call.outs) if out in uses)
-                if not used and not call.writes:
-                    continue
-                results[index] = used
-                reads[index] = callee(index, used)
-                keep_lines.append(t)
-            elif not ((m := _ASSIGN.match(t)) and (m.group(1) or m.group(2)) not in uses and m.group(1) not in keep):
-                keep_lines.append(t)
-        out: list[str] = []
-        for text in keep_lines:
-            t = text.strip()
-            last = out[-1].split("  //")[0].strip() if out else ""  # (a loop's or branch's line ends in a comment)
-            if out and t == "}" and last.endswith("{") and not last.startswith("} else"):
-                out.pop()  # an empty loop or branch
-            elif out and t == "}" and out[-1].strip() == "} else {":
-                out[-1] = out[-1].replace("} else {", "}")
-            else:
-                out.append(text)
-        if out == lines and reads == before:
-            if calls is None:
-                return out
-            return out, {i: results[i] for i in (int(_MARK.match(t).group(1)) for t in out if _MARK.match(t))}
-        lines = out
-
-
-def _declare(lines: list[str]) -> list[str]:
-    """A function's ``lines`` (the declarations of its locals first, ``T v = T(0);``) with each local declared where
-    it is first used: at its first assignment where every use of it lies in the block (the function's body, a loop's,
-    a branch's) of that statement (``const`` where it is the only assignment), else just before the statement of the
-    innermost block holding every use that holds the first."""
-    decls = []
-    while len(decls) < len(lines) and _DECL.match(lines[len(decls)]):
-        decls.append(_DECL.match(lines[len(decls)]))
-    body = lines[len(decls):]
-    parent, opened = {0: None}, {0: -1}  # per block: the block holding it, the statement opening it
-    block, stack = [], [0]  # per line: the innermost block holding it
-    for k, text in enumerate(body):
-        code = text.split("  //")[0].strip()
-        popped = stack.pop() if code.startswith("}") else None
-        block.append(stack[-1])
-        if code.endswith("{"):
-            parent[len(parent)] = stack[-1]
-            opened[len(opened)] = opened[popped] if popped is not None else k  # (an else: its if's statement)
-            stack.append(len(parent) - 1)
-
-    def chain(b):
-        out = []
-        while b is not None:
-            out.append(b)
-            b = parent[b]
-        return out
-
-    mentions: dict[str, list[int]] = {}
-    assigned: dict[str, int] = {}
-    for k, text in enumerate(body):
-        for name in dict.fromkeys(_NAME.findall(text)):
-            mentions.setdefault(name, []).append(k)
-        m = _ASSIGN.match(text)
-        if m:
-            assigned[m.group(1) or m.group(2)] = assigned.get(m.group(1) or m.group(2), 0) + 1
-        for name in re.findall(r"rg_add_compensated\(\w+, (\w+),", text):
-            assigned[name] = assigned.get(name, 0) + 1
-    before: dict[int, list[str]] = {}
-    body = list(body)
-    for d in decls:
-        _, kind, name, zero = d.groups()
-        if name not in mentions:
-            continue
-        at = mentions[name]
-        k = at[0]
-        common = chain(block[k])
-        for line in at[1:]:
-            held = set(chain(block[line]))
-            common = [b for b in common if b in held]
-        home = common[0]  # the innermost block holding every use
-        m = re.match(rf"^(\s*){name} = (.*);$", body[k])
-        if block[k] == home and m:
-            const = "const " if assigned.get(name) == 1 and re.match(r"^[vb]\d+$", name) else ""
-            body[k] = f"{m.group(1)}{const}{kind} {name} = {m.group(2)};"
-            continue
-        s = k  # the statement of ``home`` holding the first use
-        for b in chain(block[k]):
-            if b == home:
-                break
-            s = opened[b]
-        indent = body[s][:len(body[s]) - len(body[s].lstrip())]
-        before.setdefault(s, []).append(f"{indent}{kind} {name} = {zero};")
-    out = []
-    for k, text in enumerate(body):
-        out.extend(before.get(k, []))
-        out.append(text)
-    return out
-
-
-_NUMBERED = re.compile(r"\b(v|b|e|s|i|go|ran|acc)(\d+)(?=\b|_)")
-
-
-def _renumber(lines: list[str]) -> list[str]:
-    """``lines`` with the locals numbered in the order they appear (a function's text does not depend on the
-    locals its trace printed and pruning took out)."""
-    numbers: dict[str, int] = {}
-
-    def number(m):
-        return f"{m.group(1)}{numbers.setdefault(m.group(2), len(numbers) + 1)}"
-
-    return [_NUMBERED.sub(number, t) for t in lines]
-
-
-#: The row pointers and sizes a device function may take, in the order of its parameters.
-_POINTERS = (("map", "const M& map"), ("sr", "const T* sr"), ("pr", "T* pr"), ("cols", "long long cols"),
-             ("shared", "T* shared"))
-
-
-class _Printer:
-    """The device functions of the traces printed so far (:attr:`functions`, each before its callers), each text
-    once: the calls of one Python function that print the same text call one device function, named after it
-    (``rg_threshold_round``; ``rg_root_rule_2`` for another text of the same function)."""
-
-    def __init__(self):
-        self.functions: list[str] = []
-        self.names: dict[tuple, str] = {}
-        self.taken: set[str] = set()
-
-    def body(self, tracer: RowTracer, lines: list[str], keep=()) -> list[str]:
-        """The statements of a traced function ``lines`` (its locals' declarations first), pruned, with each call
-        of a device function printed as a call (defining the function where its text is new)."""
-        calls, pruned = tracer.calls, {}
-
-        def callee(index, used):
-            if (index, used) not in pruned:
-                call = calls[index]
-                lines, results = pruned[index, used] = _prune(call.lines, used, calls, callee)
-                read = set(_NAME.findall("\n".join(lines)))
-                for inner, inner_used in results.items():  # (what the calls it makes read)
-                    read |= callee(inner, inner_used)
-                pruned[index, used] += ({p for (_, n), p in zip(call.params, call.passed) if n in read},)
-            return pruned[index, used][2]
-
-        lines, results = _prune(lines, keep, calls, callee)
-        return self._print(lines, results, calls, pruned)
-
-    def _print(self, lines, results, calls, pruned) -> list[str]:
-        out = []
-        for text in lines:
-            mark = _MARK.match(text)
-            if mark is None:
-                out.append(text)
-                continue
-            index = int(mark.group(1))
-            call, used = calls[index], results[index]
-            inner, inner_results, _ = pruned[index, used]
-            rets = [(k, f"ret{i}", n, o) for i, (k, n, o) in enumerate(
-                (k, n, o) for (k, n), o in zip(call.rets, call.outs) if n in used)]
-            names = {old: new for _, new, old, _ in rets}
-            inner = [re.sub(r"\bret\d+\b", lambda m: names[m.group(0)], t) for t in inner]
-            body = _renumber(_declare(self._print(inner, inner_results, calls, pruned)))
-            read = set(_NAME.findall("\n".join(body)))
-            pointers = [(n, decl) for n, decl in _POINTERS if n in read]
-            params = [(k, n, p) for (k, n), p in zip(call.params, call.passed) if n in read]
-            rets = [(k, n, o) for k, n, _, o in rets]
-            signature = ", ".join([d for _, d in pointers] + [f"{k} {n}" for k, n, _ in params]
-                                  + [f"{k}& {n}" for k, n, _ in rets])
-            template = "M, T" if any(n == "map" for n, _ in pointers) else "T"
-            key = (call.fn.__module__, call.fn.__qualname__, template, signature, tuple(body))
-            if key not in self.names:
-                base = f"rg_{call.fn.__name__.lstrip('_')}"
-                name, n = base, 1
-                while name in self.taken:
-                    n += 1
-                    name = f"{base}_{n}"
-                self.taken.add(name)
-                self.names[key] = name
-                self.functions.append("\n".join([
-                    f"// {call.fn.__module__}.{call.fn.__qualname__}",
-                    "template <class M, typename T>" if template == "M, T" else "template <typename T>",
-                    f"__device__ void {name}({signature}) {{", *body, "}"]))
-            indent = text[:len(text) - len(text.lstrip())]
-            args = [n for n, _ in pointers] + [p for _, _, p in params] + [o for _, _, o in rets]
-            out.append(f"{indent}{self.names[key]}<{template}>({', '.join(args)});")
-        return out
-
-
-def trace_solver(solver: Solver, printer: _Printer | None = None) -> str:
+def trace_solver(solver: Solver, printer: Printer | None = None) -> str:
     """``template <class M, typename T> __device__ void rg_solve_NAME(const M& map, const T* sr, T* pr, long long
     cols, T* shared, T& tau)``: :func:`numeric.core.rules.solve` of one row, traced; the device functions it calls
     are added to ``printer`` (where ``None``, printed before it)."""
     own = printer is None
-    printer = _Printer() if own else printer
+    printer = Printer() if own else printer
     tr = RowTracer()
     solve = rules.solve
     with _DeviceFunctions(tr):
         p, tau = solve(tr, _routines(tr, solver), tr.scores)
         tr.store(p)
         tau = tr.value(tau)
-    body = _declare(printer.body(tr, [tr.indent + d for d in tr.decls] + tr.lines + [f"    tau = {tau.text};"],
+    body = declare(printer.body(tr, [tr.indent + d for d in tr.decls] + tr.lines + [f"    tau = {tau.text};"],
                                  keep=("tau",)))
     return "\n".join([
         *(printer.functions if own else []),
@@ -1074,7 +722,7 @@ def trace_jvp(form: str) -> str:
     solver = next(s for s in SOLVERS if s.threshold == "root" and s.link_form == ("power" if form == "power" else "other"))
     r = _routines(tr, solver)
     tr.store(derivatives.jvp(tr, r, tr.row("pr"), tr.row("vr")))
-    body = _declare(_prune([tr.indent + d for d in tr.decls] + tr.lines))
+    body = declare(prune([tr.indent + d for d in tr.decls] + tr.lines))
     return "\n".join([
         f"// J v = w*v - w (w.v) / sum(w) at p, w = weight(p) on the support ({form} link)",
         "template <class M, typename T>",
@@ -1091,7 +739,7 @@ def rows_solve_parts(limit: int = PART_LINES) -> tuple[list[str], str]:
     before their callers, in ``parts`` of at most ``limit`` lines (in order: each part may call the functions of
     those before it); ``main``: the JVP's traces (:data:`JVP_FORMS`), ``rg_solve_row<M, T>(map, sr, pr, cols,
     shared, tau)``, which calls the solve ``M::solver`` names, and ``rg_jvp_row``."""
-    printer = _Printer()
+    printer = Printer()
     texts = []
     for s in SOLVERS:
         start = len(printer.functions)

@@ -21,6 +21,7 @@ from hypothesis.extra import numpy as hnp
 
 import numeric
 from derive import Regularizer, derive_map, generate_module
+from derive.codegen import trace_print as TRP
 from derive.codegen import trace_rows as TRR
 from derive.codegen.files import load_module
 from numeric.core import rules
@@ -184,7 +185,7 @@ def test_prune_drops_what_nothing_reads():
     lines = ["    T v1 = T(0);", "    T v2 = T(0);", "    v1 = T(3.0);", "    v2 = v1 * T(2.0);",
              "    for (long long j = threadIdx.x; j < cols; j += blockDim.x) {", "        const T e3 = sr[j] - v1;",
              "    }", "    tau = v1;"]
-    assert TRR._prune(lines) == ["    T v1 = T(0);", "    v1 = T(3.0);", "    tau = v1;"]
+    assert TRP.prune(lines) == ["    T v1 = T(0);", "    v1 = T(3.0);", "    tau = v1;"]
 
 
 def test_solver_for_every_kind():
@@ -308,8 +309,8 @@ def test_a_device_function_takes_what_it_reads_and_gives_what_is_read():
     t2 = tr.let(f"{t.text} * {t.text}")
     a, _, e = tr.device_call(_scaled_sum, (tr, tr.scores - t, t2), {})
     tr.store(e)
-    printer = TRR._Printer()
-    body = TRR._declare(printer.body(tr, [tr.indent + d for d in tr.decls] + tr.lines + [f"    tau = {a.text};"],
+    printer = TRP.Printer()
+    body = TRP.declare(printer.body(tr, [tr.indent + d for d in tr.decls] + tr.lines + [f"    tau = {a.text};"],
                                      keep=("tau",)))
     (function,) = printer.functions
     assert "__device__ void rg_scaled_sum(const T* sr, long long cols, T* shared, T x_0, T t, T& ret0, T& ret1) {" \
@@ -327,6 +328,6 @@ def test_locals_are_declared_where_they_are_used():
     lines = ["    T v1 = T(0);", "    T v2 = T(0);", "    bool go3 = false;", "    go3 = true;",
              "    for (int i4 = 0; i4 < 3 && go3; ++i4) {", "        v1 = T(2.0);", "        v2 = v1 * v1;",
              "        go3 = v2 < T(1.0);", "    }", "    tau = v2;"]
-    assert TRR._declare(lines) == [
+    assert TRP.declare(lines) == [
         "    bool go3 = true;", "    T v2 = T(0);", "    for (int i4 = 0; i4 < 3 && go3; ++i4) {",
         "        const T v1 = T(2.0);", "        v2 = v1 * v1;", "        go3 = v2 < T(1.0);", "    }", "    tau = v2;"]
