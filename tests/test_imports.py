@@ -1,4 +1,5 @@
-"""The import graph of ``derive`` and ``numeric``: no cycles, and ``numeric`` depends on neither SymPy nor ``derive``.
+"""The import graph of ``derive`` and ``numeric``: no cycles, and ``numeric`` depends on neither SymPy nor ``derive``;
+and no hand-written module of theirs is longer than :data:`MAX_LINES` lines.
 
 Every ``import`` statement counts, at module level or inside a function (a lazy
 import is still a dependency), except those under ``if TYPE_CHECKING:``, which
@@ -193,3 +194,19 @@ def test_importing_numeric_loads_no_framework():
     code = "import sys, numeric, numeric.maps, numeric.attention; print(sorted({'torch', 'jax'} & set(sys.modules)))"
     out = subprocess.run([sys.executable, "-c", code], cwd=ROOT, capture_output=True, text=True, check=True).stdout
     assert out.strip() == "[]"
+
+
+#: The most lines a hand-written module of ``derive`` or ``numeric`` may have (``numeric/_generated`` is exempt).
+MAX_LINES = 800
+#: Hand-written modules known to be longer, each until it is split.
+LONG_MODULES = {
+    "numeric/kernels/triton_attention.py",  # issue 44: being split
+}
+
+
+def test_no_hand_written_module_is_over_800_lines():
+    lengths = {path.relative_to(ROOT).as_posix(): len(path.read_text().splitlines())
+               for name, path in MODULES.items() if not name.startswith("numeric._generated")}
+    assert len(lengths) > 50 and "derive/codegen/trace_rows.py" in lengths  # (the walk found them)
+    over = {path: n for path, n in sorted(lengths.items()) if n > MAX_LINES and path not in LONG_MODULES}
+    assert not over, f"over {MAX_LINES} lines: " + ", ".join(f"{path} ({n})" for path, n in over.items())
