@@ -1,68 +1,64 @@
-"""Fused attention kernels of every map, in Triton, taking the map's functions as an argument.
+"""Fused attention kernels of every map and constraint set, in Triton, taking the map's functions and the set as
+compile-time arguments.
 
-:func:`numeric.torch.attention` launches them (:mod:`numeric.torch.fused`) with
-``MAP``, a :class:`MapFunctions` of the map's ``@triton.jit`` functions: those
-of its module's ``TRITON_SOURCE`` (printed by :mod:`derive.codegen.triton`),
+:func:`numeric.torch.attention` launches them (:mod:`numeric.torch.fused`) with ``MAP``, a :class:`MapFunctions` of
+the map's ``@triton.jit`` functions: those of its module's ``TRITON_SOURCE`` (printed by :mod:`derive.codegen.triton`),
 
-* ``params(Params, offset)``: the tuple of the map's parameters, loaded from
-  ``Params + offset`` (``()`` for a map without parameters); every function
-  below takes it last;
-* ``link(z, params)``: ``g = (omega')^{-1}`` (closed form), ``weight(p, params)``:
-  ``w = 1/omega''``, ``omega_prime(p, params)`` and ``clip(params)``: ``omega'(0+)``.
+* ``params(Params, offset)``: the tuple of the map's parameters, loaded from ``Params + offset`` (``()`` for a map
+  without parameters); every function below takes it last;
+* ``link(z, params)``: ``g = (omega')^{-1}`` (closed form), ``weight(p, params)``: ``w = 1/omega''``,
+  ``omega_prime(p, params)`` and ``clip(params)``: ``omega'(0+)``.
 
-A ``tl.constexpr`` argument is part of a kernel's specialisation, and Triton keys
-it by the source of the functions it holds: each map gets its own compiled
-kernels, and a fix here is one edit for every map.
+A ``tl.constexpr`` argument is part of a kernel's specialisation, and Triton keys it by the source of the functions
+it holds: each map gets its own compiled kernels, and a fix here is one edit for every map.  The constraint set is
+one too (:data:`SETS`, :attr:`numeric.constraints.ConstraintSet.fused`): the forward's ``SET``, ``"simplex"`` or
+``"box"`` (``0 <= p <= u``, ``sum p = 1``, the bounds ``u`` in ``Upper``), and the backward's ``BOX``; the box's
+bounds, sums and rounds enter through its hooks, :mod:`numeric.kernels.triton_box`.
 
-* :func:`attention_forward`: one program per (batch x head, block of ``BLOCK_M``
-  queries).  With an exponential link (``EXP_LINK``, softmax) it is
-  FlashAttention's one pass with online rescaling.  Otherwise a pass over the key
-  blocks finds each row's maximum ``m``, its number of keys ``n`` and its ``KEEP``
-  largest scores (merged block by block by a bitonic sort).  The threshold lies in
-  ``[m - omega'(1), m - omega'(1/n)]`` (``F(tau) = sum g_+(s - tau)`` is at least 1
-  at the left end, where the largest score alone has ``p = 1``, and at most 1 at
-  the right end, where it has ``p = 1/n``).  The host's threshold solve,
-  :func:`numeric.core.halley.halley_threshold` traced (``kept_threshold``:
-  safeguarded Halley on ``omega'(F) - omega'(1)`` in the bracket), finds first
-  ``tau_k``, the threshold of the kept scores alone, without a pass over the keys:
-  it is the row's threshold where the smallest kept score has weight 0 (every
-  score left out is at most it) or the row has at most ``KEEP`` keys, and
-  otherwise a start left of it (``F(tau_k) >= 1``).  Each other row steps from
-  ``tau_k``, one pass over the keys per step, which sums ``F`` and ``F'`` over
-  the scores left out (the tail): the step goes to the root of the kept scores'
-  ``F`` (exact, no pass) plus the tail modelled with its value and first two
-  derivatives at ``tau`` (``_tail_model``: exact for one power law, entmax's,
-  and for an exponential link), which the same traced solve finds with the
-  model as the rest of the row; the passes' bracket and stopping rule are the
-  host's rounds traced (``narrow_bracket``, ``threshold_round``).  A dense map starts from its tail's estimate
-  from the first pass, which sums ``exp(s - m)`` as softmax's does.  Where the
-  model's curvature term at the new point is at most ``TRUST``, the step is
-  taken without a pass to measure ``F`` there.  A last pass accumulates
-  ``g_+(s - tau) v`` and ``F``, writes ``out / F``, ``tau`` and ``F`` per row, and
-  records which key blocks hold a weight above 0 (``Support``, per query block);
-  a row whose trusted step left ``F`` off 1 by more than the rounds' tolerance
-  steps again, and the pass is repeated.  Where a backward
-  will run (``WEIGHTED``) that pass also accumulates ``U = sum_j w_j v_j`` and
-  ``sum_j w_j`` with ``w = weight(g_+(s - tau))`` (one product more per pair;
-  softmax's ``U`` is its output and ``sum w`` is 1): the backward's ``p`` is ``g_+ / F``
-  with ``F`` 1 to the rounds' tolerance, a factor that cancels from ``c`` below
-  where the weight is a power of ``p`` (every map with a power or exponential link)
-  and otherwise changes it at the level of that tolerance;
-* :func:`attention_backward_rows`: per query block, ``c = sum w dP / sum w`` with
-  ``dP = dO v^T`` and ``w = weight(p)`` on the support (the map's JVP is
-  ``w * dP - w c``), read off the forward's ``U`` as ``dO . U / sum w`` (no pass over
-  the keys), then ``dQ = scale * dS k`` with ``dS = w (dP - c)``;
-* :func:`attention_backward_keys`: per key block, ``dV = p^T dO`` and
-  ``dK = scale * dS^T q`` over the query blocks.
+* :func:`attention_forward`: one program per (batch x head, block of ``BLOCK_M`` queries).  On the simplex with an
+  exponential link (``EXP_LINK``, softmax) it is FlashAttention's one pass with online rescaling.  Otherwise a pass
+  over the key blocks finds each row's maximum ``m``, its number of keys ``n`` and its ``KEEP`` largest scores
+  (merged block by block by a bitonic sort, :mod:`numeric.kernels.triton_sort`).  The threshold lies in
+  ``[m - omega'(1), m - omega'(1/n)]`` (``F(tau) = sum g_+(s - tau)`` is at least 1 at the left end, where the
+  largest score alone has ``p = 1``, and at most 1 at the right end, where it has ``p = 1/n``).  The host's
+  threshold solve, :func:`numeric.core.halley.halley_threshold` traced (``kept_threshold``: safeguarded Halley on
+  ``omega'(F) - omega'(1)`` in the bracket), finds first ``tau_k``, the threshold of the kept scores alone, without
+  a pass over the keys: it is the row's threshold where the smallest kept score has weight 0 (every score left out
+  is at most it) or the row has at most ``KEEP`` keys, and otherwise a start left of it (``F(tau_k) >= 1``).  Each
+  other row steps from ``tau_k``, one pass over the keys per step, which sums ``F`` and ``F'`` over the scores left
+  out (the tail): the step goes to the root of the kept scores' ``F`` (exact, no pass) plus the tail modelled with
+  its value and first two derivatives at ``tau`` (``_tail_model``: exact for one power law, entmax's, and for an
+  exponential link), which the same traced solve finds with the model as the rest of the row; the passes' bracket
+  and stopping rule are the host's rounds traced (``narrow_bracket``, ``threshold_round``).  A dense map starts
+  from its tail's estimate from the first pass, which sums ``exp(s - m)`` as softmax's does.  Where the model's
+  curvature term at the new point is at most ``TRUST``, the step is taken without a pass to measure ``F`` there.
+  A last pass accumulates ``g_+(s - tau) v`` and ``F``, writes ``out / F``, ``tau`` and ``F`` per row, and records
+  which key blocks hold a weight above 0 (``Support``, per query block); a row whose trusted step left ``F`` off 1
+  by more than the rounds' tolerance steps again, and the pass is repeated.  Where a backward will run
+  (``WEIGHTED``) that pass also accumulates ``U = sum_j w_j v_j`` and ``sum_j w_j`` with ``w = weight(g_+(s -
+  tau))`` (one product more per pair; softmax's ``U`` is its output and ``sum w`` is 1): the backward's ``p`` is
+  ``g_+ / F`` with ``F`` 1 to the rounds' tolerance, a factor that cancels from ``c`` below where the weight is a
+  power of ``p`` (every map with a power or exponential link) and otherwise changes it at the level of that
+  tolerance.  On the box, ``p = min(u, g_+(s - tau))`` (:func:`numeric.constraints.box.box_solve`, its pieces
+  traced): a first pass finds each row's largest score, its number of keys and the bracket's left end; each Newton
+  round is one pass summing ``F`` and ``-F'`` (``w`` over the free entries); one more pass sums the free entries'
+  ``g`` and the saturated entries' bounds at the threshold, which gives the free entries' divisor (``Fsum``: ``p =
+  min(u, g_+(s - tau) / F)`` on them, ``p = u`` on the saturated ones), and the output pass writes the weights so
+  scaled and capped, as ``box_solve`` caps them, with ``U`` and ``Wsum`` over the entries left free (one more sums
+  pass in a query block with a jump row).  ``Ceiling``: ``omega'(inf)`` per batch and head
+  (:func:`numeric.constraints.box.box_ceiling`, from the host);
+* :func:`attention_backward_rows`: per query block, ``c = sum w dP / sum w`` with ``dP = dO v^T`` and ``w =
+  weight(p)`` on the support (the map's JVP is ``w * dP - w c``), read off the forward's ``U`` as ``dO . U / sum
+  w`` (no pass over the keys), then ``dQ = scale * dS k`` with ``dS = w (dP - c)``; on the box, ``w`` on the free
+  entries, and with ``UPPER_GRAD`` the bounds' gradient;
+* :func:`attention_backward_keys`: per key block, ``dV = p^T dO`` and ``dK = scale * dS^T q`` over the query blocks.
 
-Both backward kernels recompute the scores and take ``p`` from the forward's
-``tau`` and ``F``; they skip the (query block, key block) pairs the forward found
-without support.  Fully masked rows get ``tau = inf``: weights, output and
-gradients 0.  Inputs of float32, float16 and bfloat16: the matrix products take
-the inputs' dtype (float32 with IEEE precision, not TF32) and accumulate in
-float32, with the weights and score gradients rounded to a half type's inputs
-before their products (as FlashAttention does); everything else is float32;
-outputs are written in the input's dtype.
+Both backward kernels recompute the scores and take ``p`` from the forward's ``tau`` and ``F``; they skip the (query
+block, key block) pairs the forward found without support.  Fully masked rows get ``tau = inf``: weights, output
+and gradients 0.  Inputs of float32, float16 and bfloat16: the matrix products take the inputs' dtype (float32 with
+IEEE precision, not TF32) and accumulate in float32, with the weights and score gradients rounded to a half type's
+inputs before their products (as FlashAttention does); everything else is float32; outputs are written in the
+input's dtype.
 """
 
 from __future__ import annotations
@@ -73,7 +69,10 @@ import triton
 import triton.language as tl
 
 from numeric import contract, trust
+from numeric.kernels.triton_box import (bounds, box_at, box_block_sums, box_bracket, box_divisor, box_first, box_jump,
+                                        box_round)
 from numeric.kernels.triton_math import rg_log1p
+from numeric.kernels.triton_sort import keep_largest
 
 _traced = contract.check_format(trust.import_generated("numeric._generated.newton_link_triton"))
 #: the rounds of the passes' threshold solve, traced from numeric.core.halley.narrow_bracket and threshold_round
@@ -82,17 +81,14 @@ narrow_bracket = _traced.narrow_bracket
 threshold_round = _traced.threshold_round
 #: the threshold of a block of rows, traced from numeric.core.halley.halley_threshold (generated)
 kept_threshold = _traced.kept_threshold
-#: the bounded threshold's solve in pieces, traced from numeric.constraints.box.box_solve's (generated)
-box_high = _traced.box_high
-box_lowest = _traced.box_lowest
-box_sums = _traced.box_sums
-box_round = _traced.box_round
 
-__all__ = ["MapFunctions", "KERNELS", "FREE_STEPS", "TRUST", "F_TOLERANCE", "RESOLUTION", "link_plus", "attention_forward",
-           "attention_forward_box", "attention_backward_rows", "attention_backward_keys"]
+__all__ = ["MapFunctions", "KERNELS", "SETS", "FREE_STEPS", "TRUST", "F_TOLERANCE", "RESOLUTION", "link_plus",
+           "attention_forward", "attention_backward_rows", "attention_backward_keys"]
 
 #: The kernels, by name.
-KERNELS = ("attention_forward", "attention_forward_box", "attention_backward_rows", "attention_backward_keys")
+KERNELS = ("attention_forward", "attention_backward_rows", "attention_backward_keys")
+#: The constraint sets the forward takes as ``SET`` (:attr:`numeric.constraints.ConstraintSet.fused`).
+SETS = ("simplex", "box")
 #: Steps of the passes over the keys whose point needs only lie in the bracket (``threshold_round``'s ``free``).
 FREE_STEPS = tl.constexpr(2)
 #: A step of the tail model is taken without a pass to measure F where the model's curvature term there (its
@@ -161,59 +157,6 @@ def _scores(q, scale, K, Mask, k_base, m_base, offs_m, start, L, S, E, stride_ks
         else:
             s = s + mvals.to(tl.float32)
     return tl.where(keep, s, float("-inf"))
-
-
-@triton.constexpr_function
-def _log2(n):
-    return n.bit_length() - 1
-
-
-@triton.jit
-def _side(N_DIMS: tl.constexpr, d: tl.constexpr):
-    # 0 or 1: an element's position along the hypercube's innermost dimension d (shaped to broadcast)
-    return tl.reshape(tl.arange(0, 2), [1] * (N_DIMS - 1 - d) + [2] + [1] * d)
-
-
-@triton.jit
-def _exchange(h, descending, N_DIMS: tl.constexpr, d: tl.constexpr):
-    # one compare-exchange of a bitonic network: each element and its partner across the innermost dimension d
-    # of the hypercube h keep the smaller first where `descending` is 0 (a 0/1 indicator), else the larger.
-    # The partner is read off the pair's sum of bits (integer addition wraps, so the sum minus an element is
-    # the other one exactly): a sum is a reduction Triton's interpreter runs as one NumPy call
-    bits = h.to(tl.int32, bitcast=True)
-    other = (tl.sum(bits, N_DIMS - 1 - d, keep_dims=True) - bits).to(tl.float32, bitcast=True)
-    right = _side(N_DIMS, d)
-    return tl.where((h > other) != ((descending ^ right) != 0), other, h)
-
-
-@triton.jit
-def _sort_descending(x, ROWS: tl.constexpr, N: tl.constexpr):
-    # each row of x (ROWS x N, N a power of 2) in descending order, by Batcher's bitonic sort on the hypercube
-    # [ROWS, 2, ..., 2]: stage k makes runs of 2**k alternately ascending and descending (the last: descending)
-    LOG_N: tl.constexpr = _log2(N)
-    N_DIMS: tl.constexpr = LOG_N + 1
-    h = tl.reshape(x, [ROWS] + [2] * LOG_N)
-    for k in tl.static_range(1, LOG_N + 1):
-        if k < LOG_N:
-            descending = _side(N_DIMS, k)
-        else:
-            descending = tl.full([1] * N_DIMS, 1, tl.int32)
-        for i in tl.static_range(k):
-            h = _exchange(h, descending, N_DIMS, k - 1 - i)
-    return tl.reshape(h, [ROWS, N])
-
-
-@triton.jit
-def _keep_largest(top, s, BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, KEEP: tl.constexpr):
-    # each row's KEEP largest of its running largest `top` and the block's scores `s` (in descending order);
-    # KEEP is a multiple of BLOCK_N: the block is widened to KEEP columns with -inf
-    if KEEP > BLOCK_N:
-        copies = tl.broadcast_to(s[:, None, :], [BLOCK_M, KEEP // BLOCK_N, BLOCK_N])
-        first_copy = tl.arange(0, KEEP // BLOCK_N)[None, :, None] == 0
-        s = tl.reshape(tl.where(first_copy, copies, float("-inf")), [BLOCK_M, KEEP])
-    both = _sort_descending(tl.reshape(tl.join(top, s), [BLOCK_M, 2 * KEEP]), BLOCK_M, 2 * KEEP)
-    first, _ = tl.split(tl.permute(tl.reshape(both, [BLOCK_M, 2, KEEP]), [0, 2, 1]))
-    return first
 
 
 @triton.jit
@@ -309,11 +252,67 @@ def _query_block(Q, H, L, S, E, sq_b, sq_h, sq_l, sq_e, sk_b, sk_h, sv_b, sv_h, 
 
 
 @triton.jit
-def attention_forward(Q, K, V, Out, Tau, Fsum, Support, Bmax, Mask, Params, U, Wsum,
+def _box_totals(tau, q, scale, K, Mask, Upper, k_base, m_base, u_base, offs_m, n_keys, L, S, E, sk_s, sk_e, sm_l,
+                sm_s, su_l, su_s, ceiling, z_one, MAP: tl.constexpr, params, HAS_MASK: tl.constexpr,
+                MASK_BOOL: tl.constexpr, CAUSAL: tl.constexpr, BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr,
+                BLOCK_E: tl.constexpr, UPCAST: tl.constexpr):
+    # (sum_free g_+(s - tau), sum_saturated u) at the thresholds tau ([BLOCK_M, 1]), the entries classified as the
+    # output pass and the backward classify them (box_at): one pass over the keys, which gives the free entries'
+    # scale before the output pass, so that it can cap them at their bounds
+    share = tl.zeros([BLOCK_M, 1], tl.float32)
+    fixed = tl.zeros([BLOCK_M, 1], tl.float32)
+    for start in range(0, n_keys, BLOCK_N):
+        s = _scores(q, scale, K, Mask, k_base, m_base, offs_m, start, L, S, E, sk_s, sk_e, sm_l, sm_s,
+                    HAS_MASK, MASK_BOOL, CAUSAL, BLOCK_N, BLOCK_E, UPCAST)
+        u = bounds(Upper, u_base, offs_m, start, L, S, su_l, su_s, BLOCK_N)
+        p, free, saturated = box_at(s, u, tau, ceiling, z_one, MAP, params)
+        share += tl.sum(tl.where(free, p, 0.0), 1, keep_dims=True)
+        fixed += tl.sum(tl.where(saturated, p, 0.0), 1, keep_dims=True)
+    return share, fixed
+
+
+@triton.jit
+def _box_output(tau, f, far, theta, blend, wrong, q, scale, K, V, Mask, Upper, Support, k_base, v_base, m_base,
+                u_base, offs_m, qb, bh, n_kblocks, n_keys, L, S, E, EV, sk_s, sk_e, sv_s, sv_e, sm_l, sm_s, su_l,
+                su_s, ceiling, z_one, MAP: tl.constexpr, params, HAS_MASK: tl.constexpr, MASK_BOOL: tl.constexpr,
+                CAUSAL: tl.constexpr, WEIGHTED: tl.constexpr, BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr,
+                BLOCK_E: tl.constexpr, BLOCK_EV: tl.constexpr, UPCAST: tl.constexpr):
+    # the bounded forward's output pass at the thresholds tau and the free entries' divisors f ([BLOCK_M]):
+    # (sum p v, sum_free w v, sum_free w) with the weights the backward reads (_box_weights_at: u on the saturated
+    # entries, min(u, g_+(s - tau) / f) on the free ones); on the rows `blend` ([BLOCK_M, 1]) p is blended by theta
+    # towards its weights at the thresholds `far`.  It marks the key blocks holding weight in Support
+    offs_v = tl.arange(0, BLOCK_EV)
+    acc = tl.zeros([BLOCK_M, BLOCK_EV], tl.float32)
+    wv = tl.zeros([BLOCK_M, BLOCK_EV], tl.float32)
+    wsum = tl.zeros([BLOCK_M, 1], tl.float32)
+    blending = tl.max(blend.to(tl.int32)) > 0
+    for start in range(0, n_keys, BLOCK_N):
+        s = _scores(q, scale, K, Mask, k_base, m_base, offs_m, start, L, S, E, sk_s, sk_e, sm_l, sm_s,
+                    HAS_MASK, MASK_BOOL, CAUSAL, BLOCK_N, BLOCK_E, UPCAST)
+        u = bounds(Upper, u_base, offs_m, start, L, S, su_l, su_s, BLOCK_N)
+        p, w, _ = _box_weights_at(s, u, tau, f, ceiling, z_one, MAP, params)
+        if blending:
+            p_far, _, _ = _box_weights_at(s, u, far, f, ceiling, z_one, MAP, params)
+            p = tl.where(blend, p + theta * (p_far - p), p)
+        offs_n = start + tl.arange(0, BLOCK_N)
+        v = tl.load(V + v_base + offs_n[:, None] * sv_s + offs_v[None, :] * sv_e,
+                    mask=(offs_n[:, None] < S) & (offs_v[None, :] < EV), other=0.0)
+        acc += _mm(p.to(v.dtype), v, UPCAST)
+        if WEIGHTED:
+            wv += _mm(w.to(v.dtype), v, UPCAST)
+            wsum += tl.sum(w, 1, keep_dims=True)
+        # (a NaN row's blocks count: the backward passes its NaN on)
+        tl.store(Support + (bh * tl.num_programs(0) + qb) * n_kblocks + start // BLOCK_N,
+                 ((tl.max(tl.max(p, 1), 0) > 0) | (tl.max(tl.max(wrong, 1), 0) > 0)).to(tl.int8))
+    return acc, wv, wsum
+
+
+@triton.jit
+def attention_forward(Q, K, V, Out, Tau, Fsum, Support, Bmax, Mask, Params, U, Wsum, Upper, Ceiling,
                       H, L, S, E, EV, scale, n_kblocks, n_params,
                       sq_b, sq_h, sq_l, sq_e, sk_b, sk_h, sk_s, sk_e, sv_b, sv_h, sv_s, sv_e,
-                      so_b, so_h, so_l, so_e, sm_b, sm_h, sm_l, sm_s,
-                      HAS_MASK: tl.constexpr, MASK_BOOL: tl.constexpr, CAUSAL: tl.constexpr,
+                      so_b, so_h, so_l, so_e, sm_b, sm_h, sm_l, sm_s, su_b, su_h, su_l, su_s,
+                      HAS_MASK: tl.constexpr, MASK_BOOL: tl.constexpr, CAUSAL: tl.constexpr, SET: tl.constexpr,
                       EXP_LINK: tl.constexpr, MAX_STEPS: tl.constexpr, WEIGHTED: tl.constexpr,
                       BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_E: tl.constexpr, BLOCK_EV: tl.constexpr,
                       KEEP: tl.constexpr, UPCAST: tl.constexpr, MAP: tl.constexpr):
@@ -324,7 +323,72 @@ def attention_forward(Q, K, V, Out, Tau, Fsum, Support, Bmax, Mask, Params, U, W
     offs_v = tl.arange(0, BLOCK_EV)
     row_live = offs_m < L
     z_one = MAP.omega_prime(1.0, params)
-    if EXP_LINK:
+    if SET == "box":
+        # p = min(u, g_+(s - tau)) with sum p = 1 (numeric.constraints.box.box_solve, whose pieces run traced on each
+        # key block through the box's hooks, numeric.kernels.triton_box); the rows are [BLOCK_M, 1].  Passes over
+        # the keys: the first, one per Newton round, the sums and the output pass (one more sums pass in a query
+        # block with a jump row, box_jump)
+        u_base = b * su_b + h * su_h
+        clip = MAP.clip(params)
+        ceiling = tl.load(Ceiling + bh)
+        m = tl.full([BLOCK_M, 1], float("-inf"), tl.float32)
+        n = tl.zeros([BLOCK_M, 1], tl.float32)
+        low = tl.full([BLOCK_M, 1], float("inf"), tl.float32)
+        wrong = tl.zeros([BLOCK_M, 1], tl.int32)
+        for start in range(0, n_keys, BLOCK_N):
+            s = _scores(q, scale, K, Mask, k_base, m_base, offs_m, start, L, S, E, sk_s, sk_e, sm_l, sm_s,
+                        HAS_MASK, MASK_BOOL, CAUSAL, BLOCK_N, BLOCK_E, UPCAST)
+            m, n, low, wrong = box_first(s, bounds(Upper, u_base, offs_m, start, L, S, su_l, su_s, BLOCK_N), m, n, low,
+                                         wrong, MAP, params)
+        bad, dead, m0, lo, hi = box_bracket(m, n, low, wrong, MAP, params)
+        going = (dead == 0) & (bad == 0) & row_live[:, None]
+        solved = going
+        t = tl.where(going, (lo + hi) / 2, 0.0)
+        step = hi - lo
+        step_old = step
+        rounds = tl.zeros([], tl.int32)
+        while (tl.max(going.to(tl.int32)) > 0) & (rounds < MAX_STEPS):
+            f = tl.zeros([BLOCK_M, 1], tl.float32)
+            slope = tl.zeros([BLOCK_M, 1], tl.float32)
+            for start in range(0, n_keys, BLOCK_N):
+                s = _scores(q, scale, K, Mask, k_base, m_base, offs_m, start, L, S, E, sk_s, sk_e, sm_l, sm_s,
+                            HAS_MASK, MASK_BOOL, CAUSAL, BLOCK_N, BLOCK_E, UPCAST)
+                f_block, w_block = box_block_sums(s, bounds(Upper, u_base, offs_m, start, L, S, su_l, su_s, BLOCK_N),
+                                                  m0, t, clip, ceiling, MAP, params)
+                f += f_block
+                slope += w_block
+            t, lo, hi, step, step_old, going = box_round(t, lo, hi, step, step_old, going, f, slope, 1.0, 1.0)
+            rounds += 1
+        # the free entries' scale at the threshold as the backward reads it (box_at): the sums of the free entries'
+        # g and of the saturated entries' bounds, one pass over the keys before the output pass
+        tau = tl.where(bad, float("nan"), tl.where(dead, float("inf"), m0 + t))
+        share, fixed = _box_totals(tau, q, scale, K, Mask, Upper, k_base, m_base, u_base, offs_m, n_keys, L, S, E,
+                                   sk_s, sk_e, sm_l, sm_s, su_l, su_s, ceiling, z_one, MAP, params, HAS_MASK,
+                                   MASK_BOOL, CAUSAL, BLOCK_M, BLOCK_N, BLOCK_E, UPCAST)
+        rest = 1.0 - fixed
+        # the jump rows (box_jump; a row whose F(t) is 1 to 4 eps is done, as box_between's bisection stops there:
+        # the bracket's other end may be far)
+        jump = solved & (share <= 0) & (tl.abs(rest) > 4 * 1.1920929e-07)
+        blend = jump & (jump == 0)
+        theta = tl.zeros([BLOCK_M, 1], tl.float32)
+        far = tau
+        if tl.max(jump.to(tl.int32)) > 0:
+            far = tl.where(jump, m0 + tl.where(rest < 0, hi, lo), tau)  # (the bracket's other end)
+            share2, fixed2 = _box_totals(far, q, scale, K, Mask, Upper, k_base, m_base, u_base, offs_m, n_keys, L, S,
+                                         E, sk_s, sk_e, sm_l, sm_s, su_l, su_s, ceiling, z_one, MAP, params, HAS_MASK,
+                                         MASK_BOOL, CAUSAL, BLOCK_M, BLOCK_N, BLOCK_E, UPCAST)
+            tau, share, fixed, blend, theta = box_jump(jump, tau, far, share, fixed, share2, fixed2)
+        f = tl.reshape(box_divisor(share, fixed, dead, bad), [BLOCK_M])
+        tau = tl.reshape(tau, [BLOCK_M])
+        out, u, wsum = _box_output(
+            tau, f, tl.reshape(far, [BLOCK_M]), theta, blend, wrong, q, scale, K, V, Mask, Upper, Support, k_base,
+            v_base, m_base, u_base, offs_m, qb, bh, n_kblocks, n_keys, L, S, E, EV, sk_s, sk_e, sv_s, sv_e, sm_l, sm_s,
+            su_l, su_s, ceiling, z_one, MAP, params, HAS_MASK, MASK_BOOL, CAUSAL, WEIGHTED, BLOCK_M, BLOCK_N,
+            BLOCK_E, BLOCK_EV, UPCAST)
+        out = tl.where(bad, float("nan"), tl.where(dead, 0.0, out))
+        u = tl.where(bad, float("nan"), u)
+        wsum = tl.reshape(tl.where(bad, float("nan"), wsum), [BLOCK_M])
+    elif EXP_LINK:
         # one pass: running maximum m, running sum l of exp(s - m), output rescaled as m grows
         m = tl.full([BLOCK_M], float("-inf"), tl.float32)
         f = tl.zeros([BLOCK_M], tl.float32)
@@ -377,7 +441,7 @@ def attention_forward(Q, K, V, Out, Tau, Fsum, Support, Bmax, Mask, Params, U, W
             tl.store(gap + kb, tl.max(tl.where(top_s > float("-inf"), top_s - tl.where(top_s > float("-inf"), m, 0.0),
                                                float("-inf")), 0))
             if tl.max((top_s > tl.min(top, 1)).to(tl.int32), 0) > 0:  # (some row's largest kept scores change)
-                top = _keep_largest(top, s, BLOCK_M, BLOCK_N, KEEP)
+                top = keep_largest(top, s, BLOCK_M, BLOCK_N, KEEP)
         dead = m == float("-inf")
         m0 = tl.where(dead, 0.0, m)
         out_rows = dead | (offs_m >= L)
@@ -507,222 +571,11 @@ def attention_forward(Q, K, V, Out, Tau, Fsum, Support, Bmax, Mask, Params, U, W
 
 
 @triton.jit
-def _bounds(Upper, u_base, offs_m, start, L, S, su_l, su_s, BLOCK_N: tl.constexpr):
-    # the bounds of the query block on the keys start:start+BLOCK_N, as float32 (0 out of range)
-    offs_n = start + tl.arange(0, BLOCK_N)
-    return tl.load(Upper + u_base + offs_m[:, None] * su_l + offs_n[None, :] * su_s,
-                   mask=(offs_m[:, None] < L) & (offs_n[None, :] < S), other=0.0).to(tl.float32)
-
-
-@triton.jit
-def _box_totals(tau, q, scale, K, Mask, Upper, k_base, m_base, u_base, offs_m, n_keys, L, S, E, sk_s, sk_e, sm_l,
-                sm_s, su_l, su_s, ceiling, z_one, MAP: tl.constexpr, params, HAS_MASK: tl.constexpr,
-                MASK_BOOL: tl.constexpr, CAUSAL: tl.constexpr, BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr,
-                BLOCK_E: tl.constexpr, UPCAST: tl.constexpr):
-    # (sum_free g_+(s - tau), sum_saturated u) at the thresholds tau ([BLOCK_M, 1]), the entries classified as the
-    # output pass and the backward classify them (_box_at): one pass over the keys, which gives the free entries'
-    # scale before the output pass, so that it can cap them at their bounds
-    share = tl.zeros([BLOCK_M, 1], tl.float32)
-    fixed = tl.zeros([BLOCK_M, 1], tl.float32)
-    for start in range(0, n_keys, BLOCK_N):
-        s = _scores(q, scale, K, Mask, k_base, m_base, offs_m, start, L, S, E, sk_s, sk_e, sm_l, sm_s,
-                    HAS_MASK, MASK_BOOL, CAUSAL, BLOCK_N, BLOCK_E, UPCAST)
-        u = _bounds(Upper, u_base, offs_m, start, L, S, su_l, su_s, BLOCK_N)
-        p, free, saturated = _box_at(s, u, tau, ceiling, z_one, MAP, params)
-        share += tl.sum(tl.where(free, p, 0.0), 1, keep_dims=True)
-        fixed += tl.sum(tl.where(saturated, p, 0.0), 1, keep_dims=True)
-    return share, fixed
-
-
-@triton.jit
-def _box_output(tau, f, far, theta, blend, wrong, q, scale, K, V, Mask, Upper, Support, k_base, v_base, m_base,
-                u_base, offs_m, qb, bh, n_kblocks, n_keys, L, S, E, EV, sk_s, sk_e, sv_s, sv_e, sm_l, sm_s, su_l,
-                su_s, ceiling, z_one, MAP: tl.constexpr, params, HAS_MASK: tl.constexpr, MASK_BOOL: tl.constexpr,
-                CAUSAL: tl.constexpr, WEIGHTED: tl.constexpr, BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr,
-                BLOCK_E: tl.constexpr, BLOCK_EV: tl.constexpr, UPCAST: tl.constexpr):
-    # the bounded forward's output pass at the thresholds tau and the free entries' divisors f ([BLOCK_M]):
-    # (sum p v, sum_free w v, sum_free w) with the weights the backward reads (_box_weights_at: u on the saturated
-    # entries, min(u, g_+(s - tau) / f) on the free ones); on the rows `blend` ([BLOCK_M, 1]) p is blended by theta
-    # towards its weights at the thresholds `far`.  It marks the key blocks holding weight in Support
-    offs_v = tl.arange(0, BLOCK_EV)
-    acc = tl.zeros([BLOCK_M, BLOCK_EV], tl.float32)
-    wv = tl.zeros([BLOCK_M, BLOCK_EV], tl.float32)
-    wsum = tl.zeros([BLOCK_M, 1], tl.float32)
-    blending = tl.max(blend.to(tl.int32)) > 0
-    for start in range(0, n_keys, BLOCK_N):
-        s = _scores(q, scale, K, Mask, k_base, m_base, offs_m, start, L, S, E, sk_s, sk_e, sm_l, sm_s,
-                    HAS_MASK, MASK_BOOL, CAUSAL, BLOCK_N, BLOCK_E, UPCAST)
-        u = _bounds(Upper, u_base, offs_m, start, L, S, su_l, su_s, BLOCK_N)
-        p, w, _ = _box_weights_at(s, u, tau, f, ceiling, z_one, MAP, params)
-        if blending:
-            p_far, _, _ = _box_weights_at(s, u, far, f, ceiling, z_one, MAP, params)
-            p = tl.where(blend, p + theta * (p_far - p), p)
-        offs_n = start + tl.arange(0, BLOCK_N)
-        v = tl.load(V + v_base + offs_n[:, None] * sv_s + offs_v[None, :] * sv_e,
-                    mask=(offs_n[:, None] < S) & (offs_v[None, :] < EV), other=0.0)
-        acc += _mm(p.to(v.dtype), v, UPCAST)
-        if WEIGHTED:
-            wv += _mm(w.to(v.dtype), v, UPCAST)
-            wsum += tl.sum(w, 1, keep_dims=True)
-        # (a NaN row's blocks count: the backward passes its NaN on)
-        tl.store(Support + (bh * tl.num_programs(0) + qb) * n_kblocks + start // BLOCK_N,
-                 ((tl.max(tl.max(p, 1), 0) > 0) | (tl.max(tl.max(wrong, 1), 0) > 0)).to(tl.int8))
-    return acc, wv, wsum
-
-
-@triton.jit
-def attention_forward_box(Q, K, V, Out, Tau, Fsum, Support, Mask, Params, U, Wsum, Upper, Ceiling,
-                          H, L, S, E, EV, scale, n_kblocks, n_params,
-                          sq_b, sq_h, sq_l, sq_e, sk_b, sk_h, sk_s, sk_e, sv_b, sv_h, sv_s, sv_e,
-                          so_b, so_h, so_l, so_e, sm_b, sm_h, sm_l, sm_s, su_b, su_h, su_l, su_s,
-                          HAS_MASK: tl.constexpr, MASK_BOOL: tl.constexpr, CAUSAL: tl.constexpr,
-                          MAX_STEPS: tl.constexpr, WEIGHTED: tl.constexpr,
-                          BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_E: tl.constexpr, BLOCK_EV: tl.constexpr,
-                          UPCAST: tl.constexpr, MAP: tl.constexpr):
-    # attention_forward with bounds: p = min(u, g_+(s - tau)) with sum p = 1 (numeric.constraints.box.box_solve, whose
-    # pieces run traced on each key block: the rows' sums add up over the blocks).  A first pass finds each row's
-    # largest score m, its number of keys and the bracket's left end; each Newton round is one pass summing F
-    # and -F' (w over the free entries); one more pass sums the free entries' g and the saturated entries' bounds
-    # at the threshold found, which gives the free entries' scale (to 1 less the saturated ones, as box_solve
-    # scales them), and the output pass writes the weights scaled and capped at their bounds, as box_solve caps
-    # them (_box_weights_at).  Fsum holds the free entries' divisor (p = min(u, g_+(s - tau) / Fsum) on them; p = u
-    # on the saturated), U and Wsum the sums over the entries left free, which are those the backward's c runs
-    # over.  Passes over the keys: the first, one per round, the sums and the output pass (one more sums pass in
-    # a query block with a jump row, below).  Ceiling: omega'(inf) per batch and head
-    # (numeric.constraints.box.box_ceiling, from the host).  The rows here are [BLOCK_M, 1] (the traced pieces reduce
-    # keeping the axis).
-    qb, bh, b, h, offs_m, q, k_base, v_base, m_base, n_keys = _query_block(Q, H, L, S, E, sq_b, sq_h, sq_l, sq_e, sk_b,
-                                                                          sk_h, sv_b, sv_h, sm_b, sm_h, CAUSAL,
-                                                                          BLOCK_M, BLOCK_E)
-    params = MAP.params(Params, bh * n_params)
-    offs_v = tl.arange(0, BLOCK_EV)
-    u_base = b * su_b + h * su_h
-    row_live = offs_m < L
-    clip = MAP.clip(params)
-    # pass 1: the largest score m, the number of keys and the least s - omega'(min(u, 1)) of each row, and the
-    # rows that give NaN (as box_solve's): a NaN or +inf score, a NaN or negative bound (which the host refuses
-    # where it can read the bounds)
-    m = tl.full([BLOCK_M, 1], float("-inf"), tl.float32)
-    n = tl.zeros([BLOCK_M, 1], tl.float32)
-    low = tl.full([BLOCK_M, 1], float("inf"), tl.float32)
-    wrong = tl.zeros([BLOCK_M, 1], tl.int32)
-    for start in range(0, n_keys, BLOCK_N):
-        s = _scores(q, scale, K, Mask, k_base, m_base, offs_m, start, L, S, E, sk_s, sk_e, sm_l, sm_s,
-                    HAS_MASK, MASK_BOOL, CAUSAL, BLOCK_N, BLOCK_E, UPCAST)
-        u = _bounds(Upper, u_base, offs_m, start, L, S, su_l, su_s, BLOCK_N)
-        live = (s > float("-inf")) & (u > 0)
-        m = tl.maximum(m, tl.max(s, 1, keep_dims=True))
-        n += tl.sum((s > float("-inf")).to(tl.float32), 1, keep_dims=True)
-        low = tl.minimum(low, box_lowest(s, u, 1.0, live, MAP, params))
-        odd = (s != s) | (s == float("inf")) | (u != u) | (u < 0)
-        wrong = tl.maximum(wrong, tl.max(odd.to(tl.int32), 1, keep_dims=True))
-    bad = wrong > 0
-    dead = (m == float("-inf")) & (bad == 0)
-    m0 = tl.where(dead | bad, 0.0, m)
-    hi = box_high(1.0, n, MAP, params)
-    lo = low - m0
-    # (moved out by 4 resolutions of s - t, as box_solve's: where omega'(u_i) rounds to omega'(0+), F at the
-    # computed end may still be below 1)
-    lo = lo - 4 * 1.1920929e-07 * (1 + tl.abs(tl.where(tl.abs(lo) < float("inf"), lo, 0.0)))
-    lo = tl.where(lo < hi, lo, hi)
-    ceiling = tl.load(Ceiling + bh)
-    peak = tl.zeros([BLOCK_M, 1], tl.float32)
-    going = (dead == 0) & (bad == 0) & row_live[:, None]
-    solved = going
-    t = tl.where(going, (lo + hi) / 2, 0.0)
-    step = hi - lo
-    step_old = step
-    rounds = tl.zeros([], tl.int32)
-    while (tl.max(going.to(tl.int32)) > 0) & (rounds < MAX_STEPS):
-        f = tl.zeros([BLOCK_M, 1], tl.float32)
-        slope = tl.zeros([BLOCK_M, 1], tl.float32)
-        for start in range(0, n_keys, BLOCK_N):
-            s = _scores(q, scale, K, Mask, k_base, m_base, offs_m, start, L, S, E, sk_s, sk_e, sm_l, sm_s,
-                        HAS_MASK, MASK_BOOL, CAUSAL, BLOCK_N, BLOCK_E, UPCAST)
-            u = _bounds(Upper, u_base, offs_m, start, L, S, su_l, su_s, BLOCK_N)
-            live = (s > float("-inf")) & (u > 0)
-            _, f_block, w_block, _, _ = box_sums(s - m0, t, u, live, clip, ceiling, peak, MAP, params)
-            f += f_block
-            slope += w_block
-        t, lo, hi, step, step_old, going = box_round(t, lo, hi, step, step_old, going, f, slope, 1.0, 1.0)
-        rounds += 1
-    # the free entries' scale at the threshold as the backward reads it (_box_at): the sums of the free entries' g and
-    # of the saturated entries' bounds, one pass over the keys before the output pass
-    tau = tl.where(bad, float("nan"), tl.where(dead, float("inf"), m0 + t))
-    z_one = MAP.omega_prime(1.0, params)
-    share, fixed = _box_totals(tau, q, scale, K, Mask, Upper, k_base, m_base, u_base, offs_m, n_keys, L, S, E, sk_s,
-                               sk_e, sm_l, sm_s, su_l, su_s, ceiling, z_one, MAP, params, HAS_MASK, MASK_BOOL, CAUSAL,
-                               BLOCK_M, BLOCK_N, BLOCK_E, UPCAST)
-    rest = 1.0 - fixed
-    # rows where no entry is free at t but the saturated ones do not hold the total (numeric.constraints.box.box_solve's
-    # jump rows): F jumps across 1 between thresholds that s - t cannot tell apart, a link steeper than float32's
-    # resolution near its clip (entmax at alpha near 3).  They are read at the bracket's other end (lo where F(t) <
-    # 1, hi where F(t) > 1; one more pass over the keys, where a query block has such a row): the entries that move
-    # between its ends are free there, and the scaling below shares the rest among them, as box_between shares it.
-    # Where they reach their bounds there too (none free at either end) the output is blended between the ends so
-    # that sum p = 1 (box_between's last blend); such a row's threshold stays t.
-    # (a row whose F(t) is 1 to 4 eps is done, as box_between's bisection stops there: the bracket's other end
-    # may be far)
-    jump = solved & (share <= 0) & (tl.abs(rest) > 4 * 1.1920929e-07)
-    blend = jump & (jump == 0)
-    theta = tl.zeros([BLOCK_M, 1], tl.float32)
-    far = tau
-    if tl.max(jump.to(tl.int32)) > 0:
-        far = tl.where(jump, m0 + tl.where(rest < 0, hi, lo), tau)  # (the bracket's other end)
-        share2, fixed2 = _box_totals(far, q, scale, K, Mask, Upper, k_base, m_base, u_base, offs_m, n_keys, L, S, E,
-                                     sk_s, sk_e, sm_l, sm_s, su_l, su_s, ceiling, z_one, MAP, params, HAS_MASK,
-                                     MASK_BOOL, CAUSAL, BLOCK_M, BLOCK_N, BLOCK_E, UPCAST)
-        moved = jump & (share2 > 0)
-        blend = jump & (share2 <= 0)
-        gap = fixed2 - fixed
-        theta = tl.where(blend & (gap != 0), (1.0 - fixed) / tl.where(gap != 0, gap, 1.0), 0.0)
-        tau = tl.where(moved, far, tau)
-        share = tl.where(moved, share2, share)
-        fixed = tl.where(moved, fixed2, fixed)
-        rest = 1.0 - fixed
-    # the free entries' divisor: p = g / F with F = share / rest (inf where the bounds hold all the mass), the
-    # free entries scaled to sum to 1 less the saturated ones, as box_solve scales them; the output pass caps them
-    # at their bounds (as box_solve caps them: an entry just below its bound passes it by the rounding of F)
-    divides = (dead == 0) & (share > 0) & (rest > 0)
-    f = tl.where(divides, share / tl.where(divides, rest, 1.0), tl.where(dead | (share == 0), 1.0, float("inf")))
-    f = tl.where(bad, float("nan"), f)
-    tau = tl.reshape(tau, [BLOCK_M])
-    f = tl.reshape(f, [BLOCK_M])
-    out, wv, wsum = _box_output(
-        tau, f, tl.reshape(far, [BLOCK_M]), theta, blend, wrong, q, scale, K, V, Mask, Upper, Support, k_base, v_base,
-        m_base, u_base, offs_m, qb, bh, n_kblocks, n_keys, L, S, E, EV, sk_s, sk_e, sv_s, sv_e, sm_l, sm_s, su_l,
-        su_s, ceiling, z_one, MAP, params, HAS_MASK, MASK_BOOL, CAUSAL, WEIGHTED, BLOCK_M, BLOCK_N, BLOCK_E,
-        BLOCK_EV, UPCAST)
-    out = tl.where(bad, float("nan"), tl.where(dead, 0.0, out))
-    wv = tl.where(bad, float("nan"), wv)
-    wsum = tl.where(bad, float("nan"), wsum)
-    tl.store(Out + b * so_b + h * so_h + offs_m[:, None] * so_l + offs_v[None, :] * so_e,
-             out.to(Out.dtype.element_ty), mask=row_live[:, None] & (offs_v[None, :] < EV))
-    if WEIGHTED:
-        tl.store(U + (bh * L + offs_m[:, None]) * EV + offs_v[None, :], wv, mask=row_live[:, None] & (offs_v[None, :] < EV))
-        tl.store(Wsum + bh * L + offs_m, tl.reshape(wsum, [BLOCK_M]), mask=row_live)
-    tl.store(Tau + bh * L + offs_m, tau, mask=row_live)
-    tl.store(Fsum + bh * L + offs_m, f, mask=row_live)
-
-
-@triton.jit
 def _weights_at(s, tau, f, z_one, MAP: tl.constexpr, params):
     # (p, w): the weights of scores s at the forward's tau and F, and weight(p) on the support (0 off it)
     p = link_plus(s - tau[:, None], z_one, MAP, params) / f[:, None]
     w = _weight_plus(p, MAP, params)
     return p, w
-
-
-@triton.jit
-def _box_at(s, u, tau, ceiling, z_one, MAP: tl.constexpr, params):
-    # (min(u, g_+(s - tau)), free, saturated) for the scores s of a block of rows at their thresholds tau
-    # ([BLOCK_M, 1]; inf in a fully masked row, whose scores are all -inf; NaN in a NaN row, whose p is NaN):
-    # box_sums on the scores as they are.  The forward's output pass and the backward classify the entries with
-    # this one computation, so that the backward's weights are those the forward's sums U and Wsum ran over
-    live = (s > float("-inf")) & (u > 0)
-    t = tl.where(tau == float("inf"), 0.0, tau)
-    p, _, _, free, saturated = box_sums(s, t, u, live, MAP.clip(params), ceiling, t + z_one, MAP, params)
-    return tl.where(tau != tau, float("nan"), p), free, saturated
 
 
 @triton.jit
@@ -732,7 +585,7 @@ def _box_weights_at(s, u, tau, f, ceiling, z_one, MAP: tl.constexpr, params):
     # numeric.constraints.box.box_solve caps them; an entry the cap holds is saturated, as box_vjp reads p = u),
     # weight(p) on the entries left free (0 elsewhere).  The forward's output pass writes these weights, and the
     # backward reads them
-    p, free, saturated = _box_at(s, u, tau[:, None], ceiling, z_one, MAP, params)
+    p, free, saturated = box_at(s, u, tau[:, None], ceiling, z_one, MAP, params)
     scaled = p / f[:, None]
     capped = free & (scaled >= u)
     p = tl.where(free, tl.where(capped, u, scaled), p)
@@ -745,7 +598,7 @@ def _weights_of_block(s, Upper, u_base, offs_m, start, L, S, su_l, su_s, ceiling
     # (p, w, saturated) of the scores s of the query block against the keys start:start+BLOCK_N (_weights_at,
     # or _box_weights_at with the bounds; saturated: where p = u, nowhere without bounds)
     if BOX:
-        u = _bounds(Upper, u_base, offs_m, start, L, S, su_l, su_s, BLOCK_N)
+        u = bounds(Upper, u_base, offs_m, start, L, S, su_l, su_s, BLOCK_N)
         p, w, saturated = _box_weights_at(s, u, tau, f, ceiling, z_one, MAP, params)
     else:
         p, w = _weights_at(s, tau, f, z_one, MAP, params)
@@ -782,7 +635,7 @@ def _exit_gaps(q, scale, K, Mask, Upper, k_base, m_base, u_base, offs_m, start, 
     # (numeric.constraints.box.box_exits)
     s = _scores(q, scale, K, Mask, k_base, m_base, offs_m, start, L, S, E, sk_s, sk_e, sm_l, sm_s,
                 HAS_MASK, MASK_BOOL, CAUSAL, BLOCK_N, BLOCK_E, UPCAST)
-    u = _bounds(Upper, u_base, offs_m, start, L, S, su_l, su_s, BLOCK_N)
+    u = bounds(Upper, u_base, offs_m, start, L, S, su_l, su_s, BLOCK_N)
     _, _, saturated = _box_weights_at(s, u, tau, f, ceiling, z_one, MAP, params)
     gap = tl.where(saturated, s - MAP.omega_prime(tl.where(saturated, u, 1.0), params), float("inf"))
     return u, saturated, gap

@@ -231,15 +231,14 @@ class _Fused(torch.autograd.Function):
         flags = dict(HAS_MASK=mask is not None, MASK_BOOL=mask is None or mask.dtype == torch.bool, CAUSAL=causal,
                      MAX_STEPS=MAX_STEPS, WEIGHTED=weighted, BLOCK_M=block, BLOCK_N=block, BLOCK_E=be, BLOCK_EV=bev,
                      UPCAST=not q.is_cuda, MAP=fns, **_options(q))
-        common = (H, L, S, E, EV, float(scale), nk, params.shape[1], *q.stride(), *k.stride(), *v.stride(),
-                  *out.stride(), *ms)
-        if upper is None:
-            kt.attention_forward[(nq, B * H)](q, k, v, out, tau, fsum, support, bmax, m, params, u, wsum, *common,
-                                              EXP_LINK=exp_link, KEEP=KEEP["cuda" if q.is_cuda else "cpu"], **flags)
-        else:
-            ceiling = _ceiling(module, params)
-            kt.attention_forward_box[(nq, B * H)](q, k, v, out, tau, fsum, support, m, params, u, wsum, upper, ceiling,
-                                                  *common, *upper.stride(), **flags)
+        # the constraint set, SET: the simplex, or the box 0 <= p <= upper with its Ceiling (omega'(inf) per batch and
+        # head); the simplex's bounds and ceiling are placeholders the kernel does not read
+        ceiling = tau if upper is None else _ceiling(module, params)
+        bounds, us = (q, (0, 0, 0, 0)) if upper is None else (upper, tuple(upper.stride()))
+        kt.attention_forward[(nq, B * H)](q, k, v, out, tau, fsum, support, bmax, m, params, u, wsum, bounds, ceiling,
+                                          H, L, S, E, EV, float(scale), nk, params.shape[1], *q.stride(), *k.stride(),
+                                          *v.stride(), *out.stride(), *ms, *us, SET="simplex" if upper is None else "box",
+                                          EXP_LINK=exp_link, KEEP=KEEP["cuda" if q.is_cuda else "cpu"], **flags)
         ctx.save_for_backward(q, k, v, mask, upper, params, tau, fsum, support, u, wsum)
         ctx.ceiling = None if upper is None else ceiling  # (the backward reads the bounds at the same ceiling)
         ctx.args = (scale, causal, fns, shapes, block, be, bev)
