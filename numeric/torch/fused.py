@@ -4,8 +4,9 @@
 on CUDA tensors when Triton is installed): one forward kernel computes each query
 block's weights and output without writing the weights to memory, and two
 backward kernels recompute them from each row's threshold.  The kernels are the
-same for every map; the map's ``@triton.jit`` functions (its module's
-``TRITON_SOURCE``, :mod:`derive.codegen.triton`) are their ``MAP`` argument.  On CPU tensors the
+same for every map and constraint set; the map's ``@triton.jit`` functions (its module's
+``TRITON_SOURCE``, :mod:`derive.codegen.triton`) are their ``MAP`` argument, the set
+(the simplex, or the box with ``upper``) their ``SET`` and ``BOX``.  On CPU tensors the
 kernels run in Triton's interpreter, which needs ``TRITON_INTERPRET=1`` in the
 environment before Triton is first imported.
 
@@ -234,7 +235,7 @@ class _Fused(torch.autograd.Function):
         # the constraint set, SET: the simplex, or the box 0 <= p <= upper with its Ceiling (omega'(inf) per batch and
         # head); the simplex's bounds and ceiling are placeholders the kernel does not read
         ceiling = tau if upper is None else _ceiling(module, params)
-        bounds, us = (q, (0, 0, 0, 0)) if upper is None else (upper, tuple(upper.stride()))
+        bounds, us = _bounds_args(upper, q)
         kt.attention_forward[(nq, B * H)](q, k, v, out, tau, fsum, support, bmax, m, params, u, wsum, bounds, ceiling,
                                           H, L, S, E, EV, float(scale), nk, params.shape[1], *q.stride(), *k.stride(),
                                           *v.stride(), *out.stride(), *ms, *us, SET="simplex" if upper is None else "box",
@@ -258,7 +259,7 @@ class _Fused(torch.autograd.Function):
         upper_grad = upper is not None and ctx.needs_input_grad[4]
         # (the bounds' gradient: 0 where a block holds no weight, which the kernel skips)
         du = torch.zeros(B * H, L, S, dtype=torch.float32, device=q.device) if upper_grad else c
-        bounds, us = (q, (0, 0, 0, 0)) if upper is None else (upper, tuple(upper.stride()))
+        bounds, us = _bounds_args(upper, q)
         ceiling = tau if upper is None else ctx.ceiling
         flags = dict(HAS_MASK=mask is not None, MASK_BOOL=mask is None or mask.dtype == torch.bool, CAUSAL=causal,
                      BOX=upper is not None, BLOCK_M=block, BLOCK_N=block, BLOCK_E=be, BLOCK_EV=bev,
@@ -310,6 +311,14 @@ def _mask_args(mask, q):
         return q, (0, 0, 0, 0)
     m = mask.view(torch.uint8) if mask.dtype == torch.bool else mask
     return m, tuple(m.stride())
+
+
+def _bounds_args(upper, q):
+    """The bounds as the kernels read them and their four strides: ``q`` and zeros where there are none (the
+    simplex: a placeholder the kernels do not read)."""
+    if upper is None:
+        return q, (0, 0, 0, 0)
+    return upper, tuple(upper.stride())
 
 
 def fused_attention(query, key, value, attn_mask, is_causal: bool, scale: float, fn, batch: tuple, upper=None):
