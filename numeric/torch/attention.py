@@ -454,7 +454,7 @@ def attention(query, key, value, attn_mask=None, is_causal=False, scale=None, ma
         (fertility-bounded) attention; a query's bounds on the keys it may attend to (those of the mask and, with
         ``is_causal``, ``j <= i``) must sum to at least 1.  The fused kernels run the sets that have a hook
         (:attr:`~numeric.constraints.ConstraintSet.fused`: the box's bounds,
-        :func:`numeric.kernels.triton_attention.attention_forward_box`).
+        :func:`numeric.kernels.triton_attention.attention_forward` with ``SET='box'``).
 
     Returns
     -------
