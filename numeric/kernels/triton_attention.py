@@ -11,9 +11,9 @@ the map's ``@triton.jit`` functions: those of its module's ``TRITON_SOURCE`` (pr
 
 A ``tl.constexpr`` argument is part of a kernel's specialisation, and Triton keys it by the source of the functions
 it holds: each map gets its own compiled kernels, and a fix here is one edit for every map.  The constraint set is
-one too (:data:`SETS`, :attr:`numeric.constraints.ConstraintSet.fused`): the forward's ``SET``, ``"simplex"`` or
-``"box"`` (``0 <= p <= u``, ``sum p = 1``, the bounds ``u`` in ``Upper``), and the backward's ``BOX``; the box's
-bounds, sums and rounds enter through its hooks, :mod:`numeric.kernels.triton_box`.
+one too, every kernel's ``SET`` (:data:`SETS`, :attr:`numeric.constraints.ConstraintSet.fused`): ``"simplex"`` or
+``"box"`` (``0 <= p <= u``, ``sum p = 1``, the bounds ``u`` in ``Upper``), whose bounds, sums and rounds enter
+through its hooks, :mod:`numeric.kernels.triton_box`.
 
 * :func:`attention_forward`: one program per (batch x head, block of ``BLOCK_M`` queries).  On the simplex with an
   exponential link (``EXP_LINK``, softmax) it is FlashAttention's one pass with online rescaling.  Otherwise a pass
@@ -87,7 +87,7 @@ __all__ = ["MapFunctions", "KERNELS", "SETS", "FREE_STEPS", "TRUST", "F_TOLERANC
 
 #: The kernels, by name.
 KERNELS = ("attention_forward", "attention_backward_rows", "attention_backward_keys")
-#: The constraint sets the forward takes as ``SET`` (:attr:`numeric.constraints.ConstraintSet.fused`).
+#: The constraint sets the kernels take as ``SET`` (:attr:`numeric.constraints.ConstraintSet.fused`).
 SETS = ("simplex", "box")
 #: Steps of the passes over the keys whose point needs only lie in the bracket (``threshold_round``'s ``free``).
 FREE_STEPS = tl.constexpr(2)
@@ -594,10 +594,10 @@ def _box_weights_at(s, u, tau, f, ceiling, z_one, MAP: tl.constexpr, params):
 
 @triton.jit
 def _weights_of_block(s, Upper, u_base, offs_m, start, L, S, su_l, su_s, ceiling, tau, f, z_one, MAP: tl.constexpr,
-                      params, BOX: tl.constexpr, BLOCK_N: tl.constexpr):
+                      params, SET: tl.constexpr, BLOCK_N: tl.constexpr):
     # (p, w, saturated) of the scores s of the query block against the keys start:start+BLOCK_N (_weights_at,
     # or _box_weights_at with the bounds; saturated: where p = u, nowhere without bounds)
-    if BOX:
+    if SET == "box":
         u = bounds(Upper, u_base, offs_m, start, L, S, su_l, su_s, BLOCK_N)
         p, w, saturated = _box_weights_at(s, u, tau, f, ceiling, z_one, MAP, params)
     else:
@@ -609,14 +609,14 @@ def _weights_of_block(s, Upper, u_base, offs_m, start, L, S, su_l, su_s, ceiling
 @triton.jit
 def _weights_and_dp(q, scale, do, K, V, Mask, Upper, k_base, v_base, m_base, u_base, offs_m, start, L, S, E, EV,
                     sk_s, sk_e, sv_s, sv_e, sm_l, sm_s, su_l, su_s, ceiling, tau, f, z_one, MAP: tl.constexpr, params,
-                    HAS_MASK: tl.constexpr, MASK_BOOL: tl.constexpr, CAUSAL: tl.constexpr, BOX: tl.constexpr,
+                    HAS_MASK: tl.constexpr, MASK_BOOL: tl.constexpr, CAUSAL: tl.constexpr, SET: tl.constexpr,
                     BLOCK_N: tl.constexpr, BLOCK_E: tl.constexpr, BLOCK_EV: tl.constexpr, UPCAST: tl.constexpr):
     # (w, saturated, dP) of the query block against the keys start:start+BLOCK_N: weight(p) on the support (the
     # free entries with bounds), where p is at its bound, and dO v^T
     s = _scores(q, scale, K, Mask, k_base, m_base, offs_m, start, L, S, E, sk_s, sk_e, sm_l, sm_s,
                 HAS_MASK, MASK_BOOL, CAUSAL, BLOCK_N, BLOCK_E, UPCAST)
     _, w, saturated = _weights_of_block(s, Upper, u_base, offs_m, start, L, S, su_l, su_s, ceiling, tau, f, z_one,
-                                        MAP, params, BOX, BLOCK_N)
+                                        MAP, params, SET, BLOCK_N)
     offs_n = start + tl.arange(0, BLOCK_N)
     offs_v = tl.arange(0, BLOCK_EV)
     v = tl.load(V + v_base + offs_n[:, None] * sv_s + offs_v[None, :] * sv_e,
@@ -647,7 +647,7 @@ def attention_backward_rows(Q, K, V, DO, DQ, Tau, Fsum, C, Support, Mask, Params
                             sq_b, sq_h, sq_l, sq_e, sk_b, sk_h, sk_s, sk_e, sv_b, sv_h, sv_s, sv_e,
                             sd_b, sd_h, sd_l, sd_e, sm_b, sm_h, sm_l, sm_s, su_b, su_h, su_l, su_s,
                             HAS_MASK: tl.constexpr, MASK_BOOL: tl.constexpr, CAUSAL: tl.constexpr,
-                            BOX: tl.constexpr, UPPER_GRAD: tl.constexpr,
+                            SET: tl.constexpr, UPPER_GRAD: tl.constexpr,
                             BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_E: tl.constexpr,
                             BLOCK_EV: tl.constexpr, UPCAST: tl.constexpr, MAP: tl.constexpr):
     qb = tl.program_id(0)
@@ -681,7 +681,7 @@ def attention_backward_rows(Q, K, V, DO, DQ, Tau, Fsum, C, Support, Mask, Params
     c = tl.sum(do.to(tl.float32) * u, 1) / tl.where(wsum > 0, wsum, 1.0)
     tl.store(C + bh * L + offs_m, c, mask=row_live)
     u_base = b * su_b + h * su_h
-    ceiling = tl.load(Ceiling + bh) if BOX else 0.0
+    ceiling = tl.load(Ceiling + bh) if SET == "box" else 0.0
     # the bounds' gradient in a row with no free entry (numeric.constraints.box.box_exits): the one-sided derivative
     # on the side where tau rises, the saturated entries K with the least s_k - omega'(u_k) standing in for the
     # free ones with weights w_k = 1 / omega''(u_k): c_u = sum_K w_k dP_k / sum_K w_k, dU = dP - c_u on the
@@ -722,7 +722,7 @@ def attention_backward_rows(Q, K, V, DO, DQ, Tau, Fsum, C, Support, Mask, Params
         if tl.load(support + start // BLOCK_N) != 0:
             w, saturated, dp = _weights_and_dp(q, scale, do, K, V, Mask, Upper, k_base, v_base, m_base, u_base, offs_m,
                                                start, L, S, E, EV, sk_s, sk_e, sv_s, sv_e, sm_l, sm_s, su_l, su_s,
-                                               ceiling, tau, f, z_one, MAP, params, HAS_MASK, MASK_BOOL, CAUSAL, BOX,
+                                               ceiling, tau, f, z_one, MAP, params, HAS_MASK, MASK_BOOL, CAUSAL, SET,
                                                BLOCK_N, BLOCK_E, BLOCK_EV, UPCAST)
             offs_n = start + tl.arange(0, BLOCK_N)
             k = tl.load(K + k_base + offs_n[:, None] * sk_s + offs_e[None, :] * sk_e,
@@ -745,7 +745,7 @@ def attention_backward_keys(Q, K, V, DO, DK, DV, Tau, Fsum, C, Support, Mask, Pa
                             sq_b, sq_h, sq_l, sq_e, sk_b, sk_h, sk_s, sk_e, sv_b, sv_h, sv_s, sv_e,
                             sd_b, sd_h, sd_l, sd_e, sm_b, sm_h, sm_l, sm_s, su_b, su_h, su_l, su_s,
                             HAS_MASK: tl.constexpr, MASK_BOOL: tl.constexpr, CAUSAL: tl.constexpr,
-                            BOX: tl.constexpr, BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_E: tl.constexpr,
+                            SET: tl.constexpr, BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_E: tl.constexpr,
                             BLOCK_EV: tl.constexpr, UPCAST: tl.constexpr, MAP: tl.constexpr):
     kb = tl.program_id(0)
     bh = tl.program_id(1)
@@ -761,7 +761,7 @@ def attention_backward_keys(Q, K, V, DO, DK, DV, Tau, Fsum, C, Support, Mask, Pa
     v_base = b * sv_b + h * sv_h
     m_base = b * sm_b + h * sm_h
     u_base = b * su_b + h * su_h
-    ceiling = tl.load(Ceiling + bh) if BOX else 0.0
+    ceiling = tl.load(Ceiling + bh) if SET == "box" else 0.0
     v = tl.load(V + v_base + offs_n[:, None] * sv_s + offs_v[None, :] * sv_e,
                 mask=(offs_n[:, None] < S) & (offs_v[None, :] < EV), other=0.0)
     dk = tl.zeros([BLOCK_N, BLOCK_E], tl.float32)
@@ -784,7 +784,7 @@ def attention_backward_keys(Q, K, V, DO, DK, DV, Tau, Fsum, C, Support, Mask, Pa
             s = _scores(q, scale, K, Mask, k_base, m_base, offs_m, start, L, S, E, sk_s, sk_e, sm_l, sm_s,
                         HAS_MASK, MASK_BOOL, CAUSAL, BLOCK_N, BLOCK_E, UPCAST)
             p, w, _ = _weights_of_block(s, Upper, u_base, offs_m, start, L, S, su_l, su_s, ceiling, tau, f, z_one,
-                                        MAP, params, BOX, BLOCK_N)
+                                        MAP, params, SET, BLOCK_N)
             dv += _mm(tl.trans(p).to(do.dtype), do, UPCAST)
             ds = w * (_mm(do, tl.trans(v), UPCAST) - c[:, None])
             dk += _mm(tl.trans(ds).to(q.dtype), q, UPCAST)

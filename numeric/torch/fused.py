@@ -6,7 +6,7 @@ block's weights and output without writing the weights to memory, and two
 backward kernels recompute them from each row's threshold.  The kernels are the
 same for every map and constraint set; the map's ``@triton.jit`` functions (its module's
 ``TRITON_SOURCE``, :mod:`derive.codegen.triton`) are their ``MAP`` argument, the set
-(the simplex, or the box with ``upper``) their ``SET`` and ``BOX``.  On CPU tensors the
+(the simplex, or the box with ``upper``) their ``SET``.  On CPU tensors the
 kernels run in Triton's interpreter, which needs ``TRITON_INTERPRET=1`` in the
 environment before Triton is first imported.
 
@@ -262,7 +262,7 @@ class _Fused(torch.autograd.Function):
         bounds, us = _bounds_args(upper, q)
         ceiling = tau if upper is None else ctx.ceiling
         flags = dict(HAS_MASK=mask is not None, MASK_BOOL=mask is None or mask.dtype == torch.bool, CAUSAL=causal,
-                     BOX=upper is not None, BLOCK_M=block, BLOCK_N=block, BLOCK_E=be, BLOCK_EV=bev,
+                     SET="simplex" if upper is None else "box", BLOCK_M=block, BLOCK_N=block, BLOCK_E=be, BLOCK_EV=bev,
                      UPCAST=not q.is_cuda, MAP=fns, **_options(q))
         common = (H, L, S, E, EV, float(scale))
         strides = (*q.stride(), *k.stride(), *v.stride(), *do.stride(), *ms, *us)

@@ -37,7 +37,7 @@ module = family.resolve(mapping.module, mapping.params)  # (a family's kernels a
 constexprs = dict(MAP=fused.map_functions(module), HAS_MASK=True, MASK_BOOL=True, CAUSAL=True, MAX_STEPS=60, WEIGHTED=True, BLOCK_M=64, BLOCK_N=64, BLOCK_E=64,
                   BLOCK_EV=64, KEEP=fused.KEEP["cuda"], UPCAST=False, EXP_LINK=bool(module.TERM_IS_EXP) and module.LINK_FORM == "exp")
 out = {}
-# (each kernel with and without bounds: the forward's SET, the backward's BOX and UPPER_GRAD are constexpr branches)
+# (each kernel with and without bounds: SET and UPPER_GRAD are constexpr branches)
 for kernel, box in (("attention_forward", False), ("attention_forward", True), ("attention_backward_rows", False),
                     ("attention_backward_rows", True), ("attention_backward_keys", False),
                     ("attention_backward_keys", True)):
@@ -46,7 +46,7 @@ for kernel, box in (("attention_forward", False), ("attention_forward", True), (
     for i, p in enumerate(fn.params):
         if p.is_constexpr:
             signature[p.name] = "constexpr"
-            values[(i,)] = (box if p.name in ("BOX", "UPPER_GRAD") else ("box" if box else "simplex") if p.name == "SET"
+            values[(i,)] = (box if p.name == "UPPER_GRAD" else ("box" if box else "simplex") if p.name == "SET"
                             else constexprs[p.name])
         elif p.name in INPUTS:
             signature[p.name] = "*" + dtype
