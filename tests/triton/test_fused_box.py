@@ -1,7 +1,7 @@
 """The fused Triton attention with bounds (``upper=``), in Triton's interpreter, against NumPy's bounded attention
 in float64.
 
-``attention_forward_box`` solves ``p = min(u, g_+(s - tau))``, ``sum p = 1`` with the pieces of
+``attention_forward`` with ``SET = "box"`` solves ``p = min(u, g_+(s - tau))``, ``sum p = 1`` with the pieces of
 :func:`numeric.constraints.box.box_solve` traced, and the backward kernels give the gradients in the scores (through
 q and k), the values and the bounds.  The reference is :func:`numeric.attention` and
 :func:`numeric.attention_backward` (``param_grads=True``: ``grads["upper"]``) in float64 on the same (float32)
