@@ -25,8 +25,11 @@ fixed kernel without being generated again.
 * ``context.cuh``: the context kernel of a continuous map (``rg_rbf_context``)
   and its Gauss-Legendre branch;
 * :mod:`numeric.kernels.triton_attention`: the fused attention kernels, taking
-  the map's ``@triton.jit`` functions (a module's ``TRITON_SOURCE``) as a
-  ``tl.constexpr`` argument.
+  the map's ``@triton.jit`` functions (a module's ``TRITON_SOURCE``) and the
+  constraint set (``SET``: ``"simplex"`` or ``"box"``) as ``tl.constexpr``
+  arguments; :mod:`numeric.kernels.triton_box` holds the box's steps the
+  kernels call, :mod:`numeric.kernels.triton_sort` the sorting network that
+  keeps each row's largest scores.
 
 This package imports neither CuPy nor Triton (the Triton kernels are a
 submodule of their own).
