@@ -475,6 +475,8 @@ def attention(query, key, value, attn_mask=None, is_causal=False, scale=None, ma
         raise ValueError(f"block must be a positive integer or None, got {block!r}")
     fused.check_backend(backend)
     fn, is_map = resolve_mapping(mapping)
+    if is_map:
+        fn.values()  # (every parameter bound, else the map's own error, before either path reads them)
     cset, values = check_constraints(constraints, query, scores)
     if cset is not SIMPLEX and not is_map:
         raise TypeError(f"{'='.join(constraints)}= needs a regattn map (a name, a generated module or a TorchMap), "

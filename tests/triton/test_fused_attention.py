@@ -230,6 +230,15 @@ def test_one_alpha_per_head():
     _check("entmax", {"alpha": np.array([1.3, 1.7]).reshape(2, 1, 1)}, 21, 19, True, "bool")
 
 
+def test_a_map_missing_a_parameter_is_named_on_every_backend():
+    """A family with no alpha bound says so on the fused path as on the torch path (the fused path's grouping of
+    heads by case read the missing value and raised a TypeError about float(None))."""
+    q = torch.randn(1, 2, 4, 8)
+    for backend in ("triton", "torch"):
+        with pytest.raises(ValueError, match="needs a value for alpha"):
+            attention(q, q, q, mapping="entmax", backend=backend)
+
+
 def test_the_entmax_family_below_one_per_head():
     """The family entmax with every head below 1 runs its dense case's kernels (numeric.family.resolve): no
     fallback, within the float32 bounds."""
