@@ -42,14 +42,13 @@ from .backend import array_module
 from .constraints import SIMPLEX, choose
 from .maps import Map, get_map
 from .parallel import run_tasks
+from .plan import Plan, dense_rows, rows_within
 from .summaries import Dot, ScaledDot, score_function
 
 __all__ = ["attention", "attention_backward", "DENSE_LIMIT"]
 
 #: Above this many score entries per batch element (L * S) the blocked path is used.
 DENSE_LIMIT = 1 << 22
-#: Smallest query block of a causal call (smaller blocks cost more in overhead than they skip).
-CAUSAL_MIN_BLOCK = 128
 
 
 def _check_block(value, name: str):
@@ -99,9 +98,9 @@ def _check_constraints(xp, constraints: dict, scores: tuple) -> tuple:
     return cset, numbers_, arrays
 
 
-def _part(a, rows: slice, keys: int):
-    """A constraint array's part for the query rows ``rows`` and the first ``keys`` keys."""
-    return a[..., rows if a.shape[-2] != 1 else slice(None), :keys if a.shape[-1] != 1 else 1]
+def _part(a, rows: slice, keys: slice):
+    """A constraint array's part for the query rows ``rows`` and the keys ``keys``."""
+    return a[..., rows if a.shape[-2] != 1 else slice(None), keys if a.shape[-1] != 1 else slice(0, 1)]
 
 
 def _prepare(q, k, v, mapping, mask, causal, scale, scores=None):
@@ -216,14 +215,14 @@ def _present_matmul(xp, w, x0, xj, keep, cols):
     return xp.where(nan, xp.asarray(xp.nan, dtype=f), out)
 
 
-def _scores(xp, q, k, mask, causal, rows: slice, keys, bad=None, sf=None):
-    """Masked scores for queries ``rows`` against keys ``keys`` (a slice, or a count from 0).
+def _scores(xp, q, k, mask, plan: Plan, block, cols: slice, bad=None, sf=None):
+    """Masked scores for the queries of the plan's ``block`` against the keys ``cols``.
 
     ``q k^T`` (``q`` is scaled once by the caller: L x E work, not L x S), or the
-    score function ``sf`` on the block.  ``bad``: indices (relative to the keys
-    taken) of keys with non-finite rows, or None.
+    score function ``sf`` on the block; the keys the plan hides from a row (causal, window) are ``-inf``.
+    ``bad``: indices (relative to the keys taken) of keys with non-finite rows, or None.
     """
-    cols = keys if isinstance(keys, slice) else slice(0, keys)
+    rows = block.rows
     if sf is None:
         a = xp.matmul(q[..., rows, :], xp.swapaxes(k[..., cols, :], -1, -2))
     else:
@@ -240,16 +239,10 @@ def _scores(xp, q, k, mask, causal, rows: slice, keys, bad=None, sf=None):
                 with np.errstate(invalid="ignore"):
                     a = a + part
                 a[..., bad] = xp.where(part[..., bad] == -xp.inf, -xp.inf, a[..., bad])
-    if causal:  # only keys after the block's first query can be in the future: mask that corner in place
-        first = max(cols.start, rows.start + 1)
-        if first < cols.stop:
-            i = xp.arange(rows.start, rows.stop)[:, None]
-            j = xp.arange(first, cols.stop)[None, :]
-            xp.copyto(a[..., first - cols.start:], -xp.inf, where=j > i)
-    return a
+    return plan.hide(xp, a, block, cols)
 
 
-def _online_closed(xp, m, q, k, v, v0, mask, causal, rows, keys, key_block, bad, sf):
+def _online_closed(xp, m, q, k, v, v0, mask, plan, block, key_block, bad, sf):
     """One query block by an online, rescaled accumulation over key blocks (closed-threshold maps).
 
     For a closed threshold ``p_j = B(s_j - c) / sum_i B(s_i - c)`` for any shift
@@ -262,14 +255,13 @@ def _online_closed(xp, m, q, k, v, v0, mask, causal, rows, keys, key_block, bad,
     mod = m.module
     params = m.cast_params(q.dtype)
     b0 = mod.term(xp.zeros((), dtype=q.dtype), *params)
-    shape = q[..., rows, :].shape[:-1]
+    shape = q[..., block.rows, :].shape[:-1]
     top = xp.full(shape, -xp.inf, dtype=q.dtype)
     total = xp.zeros(shape, dtype=q.dtype)
     acc = xp.zeros(shape + (v.shape[-1],), dtype=q.dtype)
-    for start in range(0, keys, key_block):
-        cols = slice(start, min(keys, start + key_block))
+    for cols in plan.key_blocks(block, key_block):
         here = _local(xp, bad, cols)
-        a = _scores(xp, q, k, mask, causal, rows, cols, here, sf)
+        a = _scores(xp, q, k, mask, plan, block, cols, here, sf)
         keep = None if here is None else a[..., here] != -xp.inf
         new_top = xp.maximum(top, a.max(axis=-1))  # NaN and +inf propagate
         live = xp.isfinite(new_top)
@@ -289,17 +281,12 @@ def _online_closed(xp, m, q, k, v, v0, mask, causal, rows, keys, key_block, bad,
     return xp.where(broken[..., None], xp.asarray(xp.nan, dtype=out.dtype), out)
 
 
-def _blocks(L: int, S: int, block: int | None, causal: bool):
+def _plan(L: int, S: int, block: int | None, causal: bool) -> Plan:
+    """The call's :class:`~numeric.plan.Plan`: ``block`` rows at a time, or (``None``) every row in calls of at most
+    :data:`DENSE_LIMIT` scores (:func:`~numeric.plan.dense_rows`), and blocks of ``DENSE_LIMIT / 4`` scores above."""
     if block is None:
-        if L * S <= DENSE_LIMIT:
-            # causal: a few blocks skip most of the upper triangle (8 blocks skip 7/16 of it)
-            block = max(CAUSAL_MIN_BLOCK, -(-L // 8)) if causal else max(L, 1)
-        else:
-            block = max(1, min(L, DENSE_LIMIT // (4 * max(S, 1))))
-    for start in range(0, L, block):
-        stop = min(L, start + block)
-        keys = min(S, stop) if causal else S
-        yield slice(start, stop), keys
+        block = dense_rows(L, causal) if L * S <= DENSE_LIMIT else min(L, rows_within(DENSE_LIMIT // 4, S))
+    return Plan(L, S, block, causal=causal)
 
 
 def attention(q, k, v, *, mapping="softmax", mask=None, causal=False, scale=None, return_weights=False, block=None,
@@ -374,24 +361,26 @@ def attention(q, k, v, *, mapping="softmax", mask=None, causal=False, scale=None
     v0 = None if bad is None else _finite(xp, v)
 
     names = tuple(arrays)  # (an array goes with the tasks; a number is shared)
+    plan = _plan(L, S, block, causal)
 
     def core(q, k, v, v0, mask, table, *rest):
         *parts, out, weights = rest
-        for rows, keys in _blocks(L, S, block, causal):
+        for b in plan:
+            rows, cols = b.rows, b.keys
             if online:
-                out[..., rows, :] = _online_closed(xp, m, q, k, v, v0, mask, causal, rows, keys, key_block, bad, sf)
+                out[..., rows, :] = _online_closed(xp, m, q, k, v, v0, mask, plan, b, key_block, bad, sf)
                 continue
-            here = _local(xp, bad, slice(0, keys))
-            a = _scores(xp, q, k, mask, causal, rows, keys, here, sf)
+            here = _local(xp, bad, cols)
+            a = _scores(xp, q, k, mask, plan, b, cols, here, sf)
             keep = None if here is None else a[..., here] != -xp.inf
-            here_set = {**given, **{n: _part(b, rows, keys) for n, b in zip(names, parts)}}
+            here_set = {**given, **{n: _part(c, rows, cols) for n, c in zip(names, parts)}}
             p = _block_map(m, table, rows).forward(a, axis=-1, overwrite=True, **here_set)[0]
             if keep is None:
-                out[..., rows, :] = xp.matmul(p, v[..., :keys, :])
+                out[..., rows, :] = xp.matmul(p, v[..., cols, :])
             else:
-                out[..., rows, :] = _present_matmul(xp, p, v0[..., :keys, :], v[..., here, :], keep, here)
+                out[..., rows, :] = _present_matmul(xp, p, v0[..., cols, :], v[..., cols, :][..., here, :], keep, here)
             if weights is not None:
-                weights[..., rows, :keys] = p
+                weights[..., rows, cols] = p
 
     _run(xp, core, batch, (q, k, v, v0, mask, table, *arrays.values()), (out, weights), L * S)
     return (out, weights) if return_weights else out
@@ -436,24 +425,26 @@ def attention_backward(q, k, v, dout, *, mapping="softmax", mask=None, causal=Fa
         qs = q * q.dtype.type(scale) if sf is None else q
         bad = _nonfinite_keys(xp, k, v)
         k0 = None if bad is None else _finite(xp, k)
+        plan = _plan(L, S, block, causal)
 
         def core(q, qs, k, k0, v, dout, mask, table, *rest):
             parts, (dq, dk, dv, drows), dparts = rest[:len(names_set)], rest[len(names_set):][:4], \
                 rest[len(names_set) + 4:]
             sums = {}
-            for rows, keys in _blocks(L, S, block, causal):
-                here = _local(xp, bad, slice(0, keys))
-                a = _scores(xp, qs, k, mask, causal, rows, keys, here, sf)
+            for b in plan:
+                rows, cols = b.rows, b.keys
+                here = _local(xp, bad, cols)
+                a = _scores(xp, qs, k, mask, plan, b, cols, here, sf)
                 keep = None if here is None else a[..., here] != -xp.inf
                 mb = _block_map(m, table, rows)
-                here_set = {**given, **{n: _part(b, rows, keys) for n, b in zip(names_set, parts)}}
+                here_set = {**given, **{n: _part(c, rows, cols) for n, c in zip(names_set, parts)}}
                 # (the set's own gradients may need the scores: one-sided derivatives)
                 kept = a.copy() if dparts and cset.needs_scores else None
                 p = mb.forward(a, axis=-1, overwrite=True, **here_set)[0]
                 g = dout[..., rows, :]
-                dv[..., :keys, :] += xp.matmul(xp.swapaxes(p, -1, -2), g)
+                dv[..., cols, :] += xp.matmul(xp.swapaxes(p, -1, -2), g)
                 with np.errstate(invalid="ignore"):  # inf - inf only in columns of non-finite keys, set below
-                    dp = xp.matmul(g, xp.swapaxes(v[..., :keys, :], -1, -2))
+                    dp = xp.matmul(g, xp.swapaxes(v[..., cols, :], -1, -2))
                 if keep is not None:  # column j of dp is dout . v_j: absent keys' columns are 0
                     dp[..., here] = xp.where(keep, dp[..., here], 0)
                 da = mb.vjp(p, dp, axis=-1, **here_set)
@@ -461,25 +452,25 @@ def attention_backward(q, k, v, dout, *, mapping="softmax", mask=None, causal=Fa
                     own = mb.vjp_bounds(p, dp, axis=-1, x=kept, **here_set)
                     for name, d in zip(names_set, dparts):
                         g = own[name]
-                        d[..., rows, :keys if name in cset.per_score else 1] = \
+                        d[..., rows, cols if name in cset.per_score else slice(0, 1)] = \
                             g if name in cset.per_score else g[..., None]
                 if drows is not None:
                     per_row = mb.vjp_params(p, dp, axis=-1, **here_set)
                     for i, name in enumerate(names):
                         drows[..., rows, i] = per_row[name]
                 if sf is not None:  # absent keys have da = 0; their non-finite rows of k are read as 0
-                    dq_b, dk_b, dparams = sf.backward(q[..., rows, :], (k if k0 is None else k0)[..., :keys, :], da)
+                    dq_b, dk_b, dparams = sf.backward(q[..., rows, :], (k if k0 is None else k0)[..., cols, :], da)
                     dq[..., rows, :] = dq_b
-                    dk[..., :keys, :] += dk_b
+                    dk[..., cols, :] += dk_b
                     for name, value in dparams.items():
                         sums[name] = value if name not in sums else sums[name] + value
                     continue
                 da *= da.dtype.type(scale)
                 if keep is None:
-                    dq[..., rows, :] = xp.matmul(da, k[..., :keys, :])
+                    dq[..., rows, :] = xp.matmul(da, k[..., cols, :])
                 else:
-                    dq[..., rows, :] = _present_matmul(xp, da, k0[..., :keys, :], k[..., here, :], keep, here)
-                dk[..., :keys, :] += xp.matmul(xp.swapaxes(da, -1, -2), q[..., rows, :])
+                    dq[..., rows, :] = _present_matmul(xp, da, k0[..., cols, :], k[..., cols, :][..., here, :], keep, here)
+                dk[..., cols, :] += xp.matmul(xp.swapaxes(da, -1, -2), q[..., rows, :])
             return sums
 
         score_grads = _run(xp, core, batch, (q, qs, k, k0, v, dout, mask, table, *arrays.values()),

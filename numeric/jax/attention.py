@@ -75,6 +75,7 @@ from jax import lax
 
 from .. import front
 from ..constraints import SIMPLEX, choose
+from ..plan import Plan, rows_within
 from .maps import JaxMap, compute_dtype, get_map
 
 __all__ = ["attention", "BLOCK_ENTRIES"]
@@ -264,11 +265,12 @@ def attend(query, key, value, m: JaxMap, params: dict, *, is_causal: bool, scale
         out = jnp.einsum("bkgts,bskh->btkgh", p.reshape(B, K, G, tb, S), value)
         return out.reshape(B, tb, N, value.shape[-1])
 
-    tb = block_size or max(1, BLOCK_ENTRIES // max(1, B * N * S))
-    if tb >= T:
+    plan = Plan(T, S, block_size or rows_within(BLOCK_ENTRIES, B * N * S), causal=is_causal)
+    if len(plan) <= 1:
         return block(query, qpos, rowwise)
-    nb = -(-T // tb)
-    pad = nb * tb - T
+    # lax.map takes blocks of one size: every block sees every key, and causality is the comparison of positions
+    nb, pad = plan.padded()
+    tb = plan.block
 
     def blocks(a, axis, fill):
         """``a`` padded to ``nb * tb`` along ``axis`` and split into ``(nb, ..., tb, ...)``."""

@@ -73,6 +73,7 @@ from torch.utils.checkpoint import checkpoint
 
 from ..constraints import SIMPLEX, choose
 from . import fused
+from ..plan import Block, Plan, rows_within
 from .maps import TorchMap, get_map
 
 __all__ = ["attention", "BLOCK_ENTRIES"]
@@ -149,8 +150,12 @@ def query_rows(x, start: int, stop: int):
     return x[..., start:stop, :]
 
 
-def _mask_block(mask, start: int, stop: int, keys: int):
-    return None if mask is None else query_rows(mask, start, stop)[..., :keys]
+def _mask_block(mask, block):
+    """The part of ``mask`` (or of its gradient) for the :class:`~numeric.plan.Block` ``block``'s rows and keys."""
+    if mask is None:
+        return None
+    part = query_rows(mask, block.start, block.stop)
+    return part if part.shape[-1] == 1 else part[..., block.keys]
 
 
 def _folds(a, b) -> bool:
@@ -193,8 +198,9 @@ def _grad_shape(batch: tuple, x) -> tuple:
     return batch + tuple(x.shape[-2:])
 
 
-def block_scores(qs, key, mask, start: int, causal: bool):
-    """Masked scores ``qs key^T`` (+ mask) of one block of query rows starting at row ``start``."""
+def block_scores(qs, key, mask, cuts=(None, None)):
+    """Masked scores ``qs key^T`` (+ mask) of one block of query rows; ``cuts``: the block's ``(above, below)`` of
+    :meth:`numeric.plan.Plan.cuts`, the diagonals past which its scores are hidden (causal, window)."""
     a = matmul(qs, key.transpose(-2, -1))
     if mask is not None:
         wide = tuple(torch.broadcast_shapes(a.shape, mask.shape))
@@ -204,12 +210,23 @@ def block_scores(qs, key, mask, start: int, causal: bool):
             a = a.masked_fill_(mask.logical_not(), -math.inf)
         else:
             a = a.add_(mask)
-    if causal:
+    above, below = cuts
+    if above is not None or below is not None:
         rows, keys = a.shape[-2:]
-        if keys > start + 1:
-            future = torch.ones(rows, keys, dtype=torch.bool, device=a.device).triu_(start + 1)
-            a = a.masked_fill_(future, -math.inf)
+        hidden = None
+        if above is not None:
+            hidden = torch.ones(rows, keys, dtype=torch.bool, device=a.device).triu_(above + 1)
+        if below is not None:
+            before = torch.ones(rows, keys, dtype=torch.bool, device=a.device).tril_(below)
+            hidden = before if hidden is None else hidden.logical_or_(before)
+        a = a.masked_fill_(hidden, -math.inf)
     return a
+
+
+def plan_scores(qs, key, mask, plan, block):
+    """:func:`block_scores` of the :class:`~numeric.plan.Block` ``block`` of ``plan``: the rows ``qs`` and the keys
+    ``key`` are the whole ones, sliced here."""
+    return block_scores(qs[..., block.rows, :], key[..., block.keys, :], _mask_block(mask, block), plan.cuts(block))
 
 
 class MapSpec:
@@ -221,28 +238,23 @@ class MapSpec:
         # following the map's parameter tensors, in this order
         self.constraints = dict(constraints or {})
         self.causal, self.guard, self.dropout_p = causal, guard, dropout_p
-        self.block, self.L, self.S = block, L, S
+        self.L, self.S = L, S
         # causal: query row i sees the keys j <= i + offset (0: SDPA's top-left alignment)
-        self.offset = offset
+        self.plan = Plan(L, S, max(1, block), causal=causal, offset=offset)  # (block: L, which may be 0)
 
-    def blocks(self):
-        """``(start, stop, keys)``: each block's query rows and the keys it sees (a prefix when causal)."""
-        for start in range(0, self.L, self.block):
-            stop = min(self.L, start + self.block)
-            yield start, stop, (min(self.S, stop + self.offset) if self.causal else self.S)
-
-    def weights(self, a, params, start: int, stop: int, tau=None, keep_tau=False):
-        """The (dropped-out) weights of the scores ``a`` of rows ``start:stop``; ``params`` full-size tensors.
+    def weights(self, a, params, rows: slice, keys: slice, tau=None, keep_tau=False):
+        """The (dropped-out) weights of the scores ``a`` of the query rows ``rows`` against the keys ``keys``;
+        ``params`` full-size tensors.
 
         A map's weights can come from the thresholds ``tau`` it gave these scores before (one
         pass instead of a solve); ``keep_tau``: return ``(weights, tau)`` (``tau`` ``None`` where
         there is none to keep).
         """
-        kw = {n: query_rows(t, start, stop) for n, t in zip(self.names, params)}
+        kw = {n: query_rows(t, rows.start, rows.stop) for n, t in zip(self.names, params)}
         tensors = iter(params[len(self.names):])
         for name, value in self.constraints.items():  # (no thresholds kept: a constrained map solves each time)
-            u = query_rows(next(tensors), start, stop) if isinstance(value, str) else value
-            kw[name] = u[..., :a.shape[-1]] if isinstance(u, torch.Tensor) and u.shape[-1] > 1 else u
+            u = query_rows(next(tensors), rows.start, rows.stop) if isinstance(value, str) else value
+            kw[name] = u[..., keys] if isinstance(u, torch.Tensor) and u.shape[-1] > 1 else u
         kept = None
         if self.guard:  # a plain callable: rows with no key get weights 0 (and it sees finite scores there)
             dead = torch.isneginf(a).all(dim=-1, keepdim=True)
@@ -275,16 +287,15 @@ def blocked_forward(qs, key, value, mask, spec, params):
     batch = tuple(torch.broadcast_shapes(qs.shape[:-2], key.shape[:-2], value.shape[:-2]))
     out = qs.new_empty(batch + (spec.L, value.shape[-1]))
     taus = None
-    for start, stop, keys in spec.blocks():
-        a = block_scores(qs[..., start:stop, :], key[..., :keys, :], _mask_block(mask, start, stop, keys),
-                         start + spec.offset, spec.causal)
-        p, tau = spec.weights(a, params, start, stop, keep_tau=True)
+    for b in spec.plan:
+        a = plan_scores(qs, key, mask, spec.plan, b)
+        p, tau = spec.weights(a, params, b.rows, b.keys, keep_tau=True)
         if tau is not None:
             if taus is None:
                 taus = tau.new_empty(tau.shape[:-2] + (spec.L, 1))
-            taus[..., start:stop, :] = tau
+            taus[..., b.rows, :] = tau
         del a
-        out[..., start:stop, :] = matmul(p, value[..., :keys, :])
+        out[..., b.rows, :] = matmul(p, value[..., b.keys, :])
     return out, taus
 
 
@@ -316,15 +327,15 @@ def blocked_backward(dout, qs, key, value, mask, taus, params, spec, needs, rng=
                                enabled=rng is not None, device_type=qs.device.type):
         if rng is not None:
             _set_rng_state(rng, qs.device)
-        for start, stop, keys in spec.blocks():
-            q_b, k_b, v_b = qs[..., start:stop, :], key[..., :keys, :], value[..., :keys, :]
-            g = dout[..., start:stop, :]
-            a = block_scores(q_b, k_b, _mask_block(mask, start, stop, keys), start + spec.offset, spec.causal)
+        for b in spec.plan:
+            q_b, k_b, v_b = qs[..., b.rows, :], key[..., b.keys, :], value[..., b.keys, :]
+            g = dout[..., b.rows, :]
+            a = plan_scores(qs, key, mask, spec.plan, b)
             with torch.enable_grad():
                 a.requires_grad_()
-                w = spec.weights(a, leaves, start, stop, tau=None if taus is None else taus[..., start:stop, :])
+                w = spec.weights(a, leaves, b.rows, b.keys, tau=None if taus is None else taus[..., b.rows, :])
             if need_v:
-                dv[..., :keys, :] += matmul_t(w.detach(), g, dv.shape[-3] if dv.dim() >= 3 else 0)
+                dv[..., b.keys, :] += matmul_t(w.detach(), g, dv.shape[-3] if dv.dim() >= 3 else 0)
             if not (need_q or need_k or need_m or wanted):
                 continue
             dw = matmul(g, v_b.transpose(-2, -1))
@@ -333,11 +344,11 @@ def blocked_backward(dout, qs, key, value, mask, taus, params, spec, needs, rng=
             for d, grad in zip([d for d in dparams if d is not None], grads):
                 d += grad
             if need_q:
-                dq[..., start:stop, :] = matmul(da, k_b)
+                dq[..., b.rows, :] = matmul(da, k_b)
             if need_k:
-                dk[..., :keys, :] += matmul_t(da, q_b, dk.shape[-3] if dk.dim() >= 3 else 0)
+                dk[..., b.keys, :] += matmul_t(da, q_b, dk.shape[-3] if dk.dim() >= 3 else 0)
             if need_m:
-                view = _mask_block(dm, start, stop, keys)
+                view = _mask_block(dm, b)
                 view += da.sum_to_size(view.shape)
     return (None if dq is None else dq.sum_to_size(qs.shape), None if dk is None else dk.sum_to_size(key.shape),
             None if dv is None else dv.sum_to_size(value.shape), dm, *dparams)
@@ -369,18 +380,18 @@ class _BlockedAttention(torch.autograd.Function):
         return dq, dk, dv, dm, None, *dparams
 
 
-def _block(qs, key, value, mask, start: int, spec, params, stop: int):
-    """``weights(qs key^T + mask) value`` for the rows ``start:stop`` with plain autograd (one block, or a checkpoint)."""
-    a = block_scores(qs, key, mask, start, spec.causal)
-    return matmul(spec.weights(a, params, start, stop), value)
+def _block(qs, key, value, mask, spec, params, b):
+    """``weights(qs key^T + mask) value`` for the plan's :class:`~numeric.plan.Block` ``b`` with plain autograd (one
+    block, or a checkpoint); ``qs``, ``key``, ``value`` and ``mask`` whole."""
+    return matmul(spec.weights(plan_scores(qs, key, mask, spec.plan, b), params, b.rows, b.keys), value[..., b.keys, :])
 
 
 def _closure_grads(spec, qs, key, mask) -> bool:
     """Whether a plain callable's weights depend on tensors of its own that require grad (probed on one query row)."""
-    a = block_scores(qs[..., :1, :], key[..., :min(spec.S, 1) if spec.causal else spec.S, :],
-                _mask_block(mask, 0, 1, spec.S if not spec.causal else 1), 0, spec.causal)
+    b = Block(0, 1, *spec.plan.keys(0))
+    a = block_scores(qs[..., :1, :], key[..., b.keys, :], _mask_block(mask, b), spec.plan.cuts(b))
     with torch.enable_grad():
-        return spec.weights(a.detach(), (), 0, 1).requires_grad
+        return spec.weights(a.detach(), (), b.rows, b.keys).requires_grad
 def check_constraints(constraints: dict, query, scores: tuple) -> tuple:
     """``(set, values)`` of :func:`attention`'s constraint keywords (:func:`numeric.constraints.choose`), each a
     number or a real tensor on the query's device broadcasting to the scores (adding no batch dimensions); their
@@ -503,28 +514,23 @@ def attention(query, key, value, attn_mask=None, is_causal=False, scale=None, ma
     if L == 0 or S == 0:  # no queries, or no keys: the output is 0 (empty sums), still attached to the inputs
         return torch.matmul(torch.matmul(qs, key.transpose(-2, -1)), value)
     n = math.prod(batch)
-    if block is None:
-        block = max(1, BLOCK_ENTRIES // (n * S))
-    block = min(block, L)
+    block = min(L, rows_within(BLOCK_ENTRIES, n * S) if block is None else block)
     spec = MapSpec(fn, is_map, names, is_causal, not is_map and attn_mask is not None, float(dropout_p), block, L, S,
                    given)
     if block == L:  # one block: plain autograd, the weights are kept for the backward pass
-        return _block(qs, key, value, attn_mask, 0, spec, params, L)
+        return _block(qs, key, value, attn_mask, spec, params, next(iter(spec.plan)))
     if torch.compiler.is_compiling() and torch.is_grad_enabled():
         # traced by torch.compile, which can trace neither the Function's backward (it calls autograd.grad)
         # nor a checkpoint of a map's solve (torch.cond): the blocks with plain autograd, whose weights are
         # kept for the backward pass
-        return torch.cat([_block(qs[..., start:stop, :], key[..., :keys, :], value[..., :keys, :],
-                                 _mask_block(attn_mask, start, stop, keys), start, spec, params, stop)
-                          for start, stop, keys in spec.blocks()], dim=-2)
+        return torch.cat([_block(qs, key, value, attn_mask, spec, params, b) for b in spec.plan], dim=-2)
     own = torch.is_grad_enabled() and not is_map and _closure_grads(spec, qs, key, attn_mask)
     if not (own or torch.is_grad_enabled() and any(t is not None and t.requires_grad for t in (qs, key, value, attn_mask, *params))):
         with torch.no_grad():
             return blocked_forward(qs, key, value, attn_mask, spec, params)[0]
     if own:
         # the callable's own tensors need gradients that only autograd can route: checkpoint each block
-        outs = [checkpoint(_block, qs[..., start:stop, :], key[..., :keys, :], value[..., :keys, :],
-                           _mask_block(attn_mask, start, stop, keys), start, spec, params, stop, use_reentrant=False,
-                           preserve_rng_state=dropout_p > 0) for start, stop, keys in spec.blocks()]
+        outs = [checkpoint(_block, qs, key, value, attn_mask, spec, params, b, use_reentrant=False,
+                           preserve_rng_state=dropout_p > 0) for b in spec.plan]
         return torch.cat(outs, dim=-2)
     return _BlockedAttention.apply(qs, key, value, attn_mask, spec, *params)

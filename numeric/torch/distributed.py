@@ -165,7 +165,7 @@ def _reduce_scatter(xs, group, world: int, runs: list) -> list:
     return outs
 
 
-class _Plan:
+class _Runs:
     """What the passes of one call share: the group, the ranks' runs of rows, and the blocked kernel's specs."""
 
     def __init__(self, group, rank, world, layout, causal, fn, is_map, names, guard, L, S, block):
@@ -174,9 +174,10 @@ class _Plan:
         self.key_runs = [(r, *run) for r in range(world) for run in chunks(S, r, world, layout)]
         self.runs = []
         for start, stop, p in chunks(L, rank, world, layout):
-            keys = p + stop - start if causal else S * world  # causal: a run sees a prefix of the keys
-            self.runs.append((start, stop, MapSpec(fn, is_map, names, causal, guard, 0.0, block, stop - start, keys,
-                                                   offset=p if causal else 0)))
+            # a run of rows is the plan of its own rows against every gathered key, the first at the position p
+            # (causal: the plan takes each block's keys up to its last row's position)
+            self.runs.append((start, stop, MapSpec(fn, is_map, names, causal, guard, 0.0, block, stop - start,
+                                                   S * world, offset=p if causal else 0)))
 
     def gather(self, key, value):
         return _all_gather((key, value), self.group, self.world, self.key_runs)
@@ -190,7 +191,7 @@ def _forward(qs, K, V, plan, params):
     outs, taus = [], []
     for start, stop, spec in plan.runs:
         ps = tuple(query_rows(t, start, stop) for t in params)
-        out, tau = blocked_forward(qs[..., start:stop, :], K[..., :spec.S, :], V[..., :spec.S, :], None, spec, ps)
+        out, tau = blocked_forward(qs[..., start:stop, :], K, V, None, spec, ps)
         outs.append(out)
         taus.append(tau)
     out = torch.cat(outs, dim=-2) if len(outs) > 1 else outs[0]
@@ -224,10 +225,9 @@ class _ContextParallelAttention(torch.autograd.Function):
         for start, stop, spec in plan.runs:
             ps = tuple(query_rows(t, start, stop) for t in params)
             tau = None if taus is None else taus[..., start:stop, :]
-            views = (None if dq is None else dq[..., start:stop, :], None if dK is None else dK[..., :spec.S, :],
-                     None if dV is None else dV[..., :spec.S, :])
+            views = (None if dq is None else dq[..., start:stop, :], dK, dV)
             grads = blocked_backward(
-                dout[..., start:stop, :], qs[..., start:stop, :], K[..., :spec.S, :], V[..., :spec.S, :], None, tau,
+                dout[..., start:stop, :], qs[..., start:stop, :], K, V, None, tau,
                 ps, spec, (need_q, need_k, need_v, False, *need_p), into=views)
             for d, g in zip(views, grads[:3]):
                 if d is not None and g.data_ptr() != d.data_ptr():  # (not accumulated in place: broadcast batch)
@@ -452,7 +452,7 @@ def context_parallel_attention(query, key, value, *, group=None, is_causal=False
         scale = 1.0 / math.sqrt(query.shape[-1]) if query.shape[-1] else 1.0
     if block is None:
         block = max(1, BLOCK_ENTRIES // (math.prod(batch) * S or 1))
-    plan = _Plan(group, rank, world, layout, is_causal, fn, is_map, names, not is_map, n, m, block)
+    plan = _Runs(group, rank, world, layout, is_causal, fn, is_map, names, not is_map, n, m, block)
     qs = query * scale
     if torch.is_grad_enabled() and any(t.requires_grad for t in (qs, key, value, *params)):
         return _ContextParallelAttention.apply(qs, key, value, plan, *params)

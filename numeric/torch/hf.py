@@ -62,6 +62,7 @@ from transformers import AttentionInterface
 from transformers.masking_utils import AttentionMaskInterface, sdpa_mask
 
 from .. import front
+from ..plan import Block, Plan
 from . import fused
 from .attention import attention, block_scores
 from .layers import in_range
@@ -222,7 +223,8 @@ def attention_forward(module, query, key, value, attention_mask, dropout: float 
         mask = mask.to(compute)
     if kwargs.get("output_attentions"):
         scale = D ** -0.5 if scaling is None else scaling
-        scores = block_scores(q * scale, k, mask, 0, causal)
+        cuts = Plan(T, k.shape[-2], causal=causal).cuts(Block(0, T, 0, k.shape[-2]))
+        scores = block_scores(q * scale, k, mask, cuts)
         weights = tm(scores, dim=-1)
         if dropout > 0:
             weights = F.dropout(weights, dropout, training=True)

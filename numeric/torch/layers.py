@@ -315,8 +315,9 @@ class MultiheadAttention(nn.MultiheadAttention):
                            float(dropout_p), L, L, k.shape[2], given)
             if mask is not None and tuple(torch.broadcast_shapes(mask.shape, (N, H, L, k.shape[2]))) != (N, H, L, k.shape[2]):
                 raise ValueError(f"the masks do not broadcast to the weights' shape {(N, H, L, k.shape[2])}")
-            a = block_scores(q * (1.0 / math.sqrt(D)), k, mask, 0, False)
-            weights = spec.weights(a, tuple(mapping.params[n] for n in names) + tensors, 0, L)
+            a = block_scores(q * (1.0 / math.sqrt(D)), k, mask)
+            weights = spec.weights(a, tuple(mapping.params[n] for n in names) + tensors, slice(0, L),
+                                   slice(0, k.shape[2]))
             heads = torch.matmul(weights, v)
             if average_attn_weights:
                 weights = weights.mean(dim=1)
