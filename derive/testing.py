@@ -183,14 +183,16 @@ def rows(draw, dtype="float64", *, min_size: int = 1, max_size: int = 16, masked
 
 def _module(mapping) -> ModuleType:
     """The generated module of a map given as a name, a module or a map object (numeric, torch or JAX)."""
+    from numeric.families import FAMILIES, Family
+    from numeric.maps import import_map_module
+
+    if (isinstance(mapping, str) and mapping in FAMILIES) or isinstance(getattr(mapping, "family", None), Family):
+        name = mapping if isinstance(mapping, str) else mapping.name
+        raise TypeError(f"{name!r} is a map family (numeric.families), not one generated from a separable regularizer")
     module = getattr(mapping, "module", None)
     if isinstance(module, ModuleType):
         mapping = module
     if isinstance(mapping, str):
-        from numeric.maps import CLASSES, import_map_module
-
-        if mapping in CLASSES:
-            raise TypeError(f"{mapping!r} is a map of its own class, not one generated from a separable regularizer")
         mapping = import_map_module(mapping)
     if not isinstance(mapping, ModuleType):
         raise TypeError(f"a map is a name, a generated module or a map of numeric.get_map, got {type(mapping).__name__}")

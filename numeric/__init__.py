@@ -15,13 +15,13 @@ derivations in :mod:`derive`.
 from .attention import attention, attention_backward
 from .continuous import ContinuousAttention, GaussianBasis, continuous_attention, continuous_attention_backward, get_continuous_map
 from .layers import MultiHeadAttention, SelfAttention, sinusoidal_encoding
-from .maps import Map, entmax, entmax15, get_map, softmax, sparsemax
-from .normmax import NormmaxMap, normmax
+from .maps import FAMILY_FUNCTIONS, Map, entmax, entmax15, get_map, softmax, sparsemax
 from .heap import apply_environment as _heap_from_environment
 from .heap import get_heap_reserve, set_heap_reserve
 from .parallel import get_num_threads, set_num_threads
 
 _heap_from_environment()  # (only where REGATTN_HEAP_RESERVE asks: numeric.heap)
+globals().update(FAMILY_FUNCTIONS)  # the map families' functions (numeric.families)
 
 __all__ = [
     "Map",
@@ -30,8 +30,7 @@ __all__ = [
     "sparsemax",
     "entmax15",
     "entmax",
-    "normmax",
-    "NormmaxMap",
+    *FAMILY_FUNCTIONS,
     "attention",
     "attention_backward",
     "SelfAttention",

@@ -30,11 +30,12 @@ from . import contract, family, front, trust
 from .constraints import SIMPLEX, choose
 from .core.array_ops import ArrayOps
 from .core.ops import Routines
+from .families import FAMILIES, Family, family_of, functions
 from .front import NUMPY, check_axis
 from .backend import array_module, to_compute_dtype
 from .backends import backend_for
 
-__all__ = ["Map", "get_map", "softmax", "sparsemax", "entmax15", "entmax", "REQUIRED"]
+__all__ = ["Map", "get_map", "softmax", "sparsemax", "entmax15", "entmax", "REQUIRED", "FAMILY_FUNCTIONS"]
 
 #: What a module must define to serve as a map (the contract, :mod:`numeric.contract`).
 REQUIRED = contract.required_names()
@@ -59,23 +60,33 @@ class Map:
     Parameters
     ----------
     module:
-        A generated module (see :data:`REQUIRED`).
+        A generated module (see :data:`REQUIRED`), or a map family (:class:`numeric.families.base.Family`: ``p``
+        follows from its inner generated map's, through the family's hooks; ``module`` is then that map's module).
     threshold:
         ``"auto"`` (the module's own kind), or force ``"sort"``/``"root"``
-        (``"root"`` applies to every map; ``"sort"`` only to sort maps).
+        (``"root"`` applies to every map; ``"sort"`` only to sort maps); a family's: its inner map's.
     **params:
-        Values of the module's parameters, e.g. ``alpha=1.5``.
+        Values of the module's parameters, e.g. ``alpha=1.5`` (a family's: its own, each with its default).
     """
 
-    def __init__(self, module: ModuleType, threshold: str = "auto", **params: float):
+    def __init__(self, module: ModuleType | Family, threshold: str = "auto", **params: float):
+        self.family = module if isinstance(module, Family) else None
+        declared = module
+        if self.family is not None:
+            params = {**self.family.parameters, **params}
+            module = import_map_module(self.family.inner)
         contract.check_map_module(module)
         front.check_threshold(module, threshold)
-        front.check_names(module, params, complete=True)
+        front.check_names(declared, params, complete=True)
         self.module = module
-        # (a family's "auto" is each case's own rule)
-        self.threshold = module.THRESHOLD if threshold == "auto" and not family.is_family(module) else threshold
+        # (a family's "auto" is each case's own rule; a map family's, its inner map's)
+        self.threshold = module.THRESHOLD if threshold == "auto" and not family.is_family(module) \
+            and self.family is None else threshold
         self._auto = threshold == "auto"
-        self.params = {name: front.check_param(module, name, params[name], NUMPY) for name in module.PARAMETERS}
+        if self.family is None:
+            self.params = {name: front.check_param(module, name, params[name], NUMPY) for name in module.PARAMETERS}
+        else:
+            self.params = {name: self.family.check(name, params[name], NUMPY) for name in self.family.parameters}
         self._set_values()
 
     def _set_values(self):
@@ -87,6 +98,7 @@ class Map:
         (a case of this family), the threshold its own where this map's is ``"auto"``."""
         m = object.__new__(type(self))
         m.module, m.threshold, m._auto, m.params = self.module, self.threshold, self._auto, dict(values)
+        m.family = self.family
         if module is not None:
             m.module = module
             m.threshold = module.THRESHOLD if self._auto else self.threshold
@@ -110,11 +122,13 @@ class Map:
     # ---------------------------------------------------------------- info
     @property
     def name(self) -> str:
-        return self.module.NAME
+        return self.module.NAME if self.family is None else self.family.name
 
     @property
     def sparse(self) -> bool | None:
         """Whether the map is sparse (``None`` for a family with values in cases of both kinds)."""
+        if self.family is not None:
+            return self.family.sparse
         if family.is_family(self.module) and not self.per_row:
             return self._case(host=False).sparse
         return self.module.SPARSE
@@ -192,6 +206,8 @@ class Map:
         copies made here (a cast, a moved axis) are used as scratch anyway.
         ``constraints``: a constraint set's keywords (:meth:`__call__`).
         """
+        if self.family is not None:
+            return self._family_forward(x, axis, constraints)
         cset, values = choose(constraints)
         backend = backend_for(x)
         given = x
@@ -220,6 +236,21 @@ class Map:
         batch = x.shape[:axis] + x.shape[axis + 1:]
         return restore(p).astype(out_dtype, copy=False), tau.reshape(batch)
 
+    def _family_forward(self, x, axis: int, constraints: dict):
+        """:meth:`forward` of a map family's map: its inner map at the scaled scores, then the family's ``p``."""
+        fam = self.family
+        fam.check_set(constraints)
+        xp = array_module(x)
+        x, out_dtype = to_compute_dtype(x, xp)
+        axis = check_axis(x.shape, axis)
+        inner = Map(self.module, self.threshold, **fam.inner_params(*self.params.values()))
+        with np.errstate(invalid="ignore"):  # (-inf times a positive scale stays -inf; NaN rows stay NaN)
+            r, tau = inner.forward(x * fam.scale(*self._values_like(x, axis, xp)), axis, overwrite=True)
+        rows, restore = to_rows(r, axis)
+        with np.errstate(divide="ignore", invalid="ignore"):
+            p = fam.output(ArrayOps(xp, x.dtype), rows, *self._row_values(x.shape, axis, x.dtype, xp))
+        return restore(p).astype(out_dtype, copy=False), tau
+
     # --------------------------------------------------------- derivatives
     def on_support(self, fn, y, xp, off=0.0, values=None):
         """``fn(y, *values)`` where ``y > 0``, ``off`` elsewhere; ``fn`` is evaluated at 1 off the support.
@@ -235,6 +266,11 @@ class Map:
         set's keywords: the set's, :meth:`numeric.constraints.ConstraintSet.vjp`; ``J`` is symmetric)."""
         cset, values = choose(constraints)
         backend, xp, y, out_dtype, axis, fy, fd, restore = tangent_rows(y, dx, axis, "tangent")
+        if self.family is not None:  # (a map family's own product, from p)
+            self.family.check_set(constraints)
+            with np.errstate(divide="ignore", invalid="ignore", over="ignore"):
+                out = self.family.vjp(ArrayOps(xp, y.dtype), fy, fd, *self._row_values(y.shape, axis, y.dtype, xp))
+            return restore(out).astype(out_dtype, copy=False)
         if cset is not SIMPLEX:
             js, _ = self._constrained_vjp(backend, cset, values, y, fy, fd, axis, None)
             return restore(js).astype(out_dtype, copy=False)
@@ -261,6 +297,9 @@ class Map:
         (:func:`numeric.constraints.box.box_exits`); that needs the scores ``x``, and such a row without them raises
         :class:`ValueError`."""
         cset, values = choose(constraints)
+        if self.family is not None:  # (a map family runs on the simplex, which has no arrays)
+            self.family.check_set(constraints)
+            return {}
         fx = None if x is None else tangent_rows(y, x, axis, "score")[6]
         backend, xp, y, out_dtype, axis, fy, fd, restore = tangent_rows(y, dy, axis, "cotangent")
         _, grads = self._constrained_vjp(backend, cset, values, y, fy, fd, axis, fx, own=True)
@@ -299,8 +338,11 @@ class Map:
         ``alpha = 1`` in float32).  ``reduce=True`` sums each over the rows that
         share a value: a float for a parameter given as a number, an array of the
         parameter's shape for one given per row.  ``constraints``: at the constrained map's ``y`` (the box's: ``J`` the
-        Jacobian on the free entries (the saturated ones do not move).
+        Jacobian on the free entries (the saturated ones do not move).  A map family without gradients in its
+        parameters raises :class:`NotImplementedError`.
         """
+        if self.family is not None:
+            raise NotImplementedError(self.family.no_gradient)
         xp = array_module(y, dy)
         y64 = xp.asarray(y).astype(np.float64)
         dy64 = xp.asarray(dy).astype(np.float64)
@@ -362,7 +404,11 @@ class Map:
         (:meth:`numeric.constraints.ConstraintSet.loss_gradients`), reduced as the gradient in the scores: the
         box's ``{"upper": mu, "total": tau}``, the multipliers ``[s_i - tau - omega'(u_i)]_+`` of the saturated
         bounds (the scores' shape) and the threshold ``tau`` (the batch shape); the simplex has none (``{}``).
+
+        A map family's loss is its own (:meth:`numeric.families.base.Family.loss`), with the same gradient.
         """
+        if self.family is not None:
+            self.family.check_set(constraints)
         front.check_reduction(reduction)
         xp = array_module(x, target)
         x, out_dtype = to_compute_dtype(x, xp)
@@ -374,10 +420,11 @@ class Map:
         p, tau = self.forward(x, axis=axis, **constraints)
         p = p.astype(x.dtype, copy=False)
         rows = [to_rows(a, axis)[0] for a in (x, p, y)]
-        r = self._routines(x.shape, axis, x.dtype, xp)
+        r = None if self.family is not None else self._routines(x.shape, axis, x.dtype, xp)
         ops = ArrayOps(xp, x.dtype)
         with np.errstate(over="ignore", invalid="ignore", divide="ignore", under="ignore"):
-            value = front.loss_rows(ops, r, *rows)
+            value = front.loss_rows(ops, r, *rows) if r is not None else \
+                self.family.loss(ops, *rows, *self._row_values(x.shape, axis, x.dtype, xp))
         value = value.reshape(x.shape[:axis] + x.shape[axis + 1:])
         scale = 1.0 / max(1, value.size) if reduction == "mean" else 1.0
         grad = (p - y) * scale if scale != 1.0 else p - y
@@ -391,15 +438,17 @@ class Map:
         return (*out, {name: ((restore(g) if name in cset.per_score else g.reshape(batch)) * scale).astype(out_dtype)
                        for name, g in zip(cset.keywords, grads)})
 
+    def _row_values(self, shape: tuple, axis: int, dtype, xp) -> tuple:
+        """The parameters as scalars of ``dtype``, or one value per row of scores of ``shape`` along ``axis``
+        (``(rows, 1)``)."""
+        if not self.per_row:
+            return self.cast_params(dtype)
+        table = self._param_rows(shape, axis)
+        return tuple(xp.asarray(table[:, i:i + 1], dtype=dtype) for i in range(table.shape[1]))
+
     def _routines(self, shape: tuple, axis: int, dtype, xp) -> Routines:
-        """The module's NumPy routines bound to the parameters: scalars of ``dtype``, or one value per row of scores
-        of ``shape`` along ``axis`` (``(rows, 1)``)."""
-        if self.per_row:
-            table = self._param_rows(shape, axis)
-            params = tuple(xp.asarray(table[:, i:i + 1], dtype=dtype) for i in range(table.shape[1]))
-        else:
-            params = self.cast_params(dtype)
-        return Routines(self.module, contract.module_routines(self.module), params)
+        """The module's NumPy routines bound to the parameters (:meth:`_row_values`)."""
+        return Routines(self.module, contract.module_routines(self.module), self._row_values(shape, axis, dtype, xp))
 
 
 def tangent_rows(y, d, axis, word: str):
@@ -418,47 +467,61 @@ def tangent_rows(y, d, axis, word: str):
 
 class FrameworkMap:
     """What the torch and JAX maps (:class:`numeric.torch.TorchMap`, :class:`numeric.jax.JaxMap`) share: the
-    ``module``, its name, the threshold, and parameters checked by :func:`numeric.front.check_param` on the
+    ``module``, the map ``family`` (``None``: the module's own map), the name, the threshold, and parameters checked
+    by :func:`numeric.front.check_param` (a family's: :meth:`numeric.families.base.Family.check`) on the
     framework's :class:`numeric.front.Arrays` (``arrays``)."""
 
     module: ModuleType
+    family: Family | None
     arrays: front.Arrays
 
     def _bind(self, mapping, threshold: str, params: dict) -> None:
-        """Sets ``module``, ``threshold`` and ``params`` (those of ``mapping`` if it is a map of this class,
-        updated with ``params``), checked."""
-        module = module_of(mapping, type(self), check=True)
+        """Sets ``family``, ``module``, ``threshold`` and ``params`` (those of ``mapping`` if it is a map of this
+        class, updated with ``params``; a family's defaults first), checked."""
+        self.family = family_of(mapping, type(self))
+        if self.family is None:
+            module = module_of(mapping, type(self), check=True)
+        else:
+            module = mapping.module if isinstance(mapping, type(self)) else import_map_module(self.family.inner)
         self.module = module
         self.threshold = front.check_threshold(module, threshold)
-        bound = dict(mapping.params) if isinstance(mapping, type(self)) else {}
+        bound = dict(mapping.params) if isinstance(mapping, type(self)) else \
+            dict(self.family.parameters) if self.family is not None else {}
         self.params = {**bound, **self._checked(params)}
 
+    @property
+    def declared(self):
+        """What declares the map's parameters: its family, else its module (``PARAMETERS``, ``PARAMETER_DOMAINS``)."""
+        return self.module if self.family is None else self.family
+
     def _checked(self, params: dict) -> dict:
-        front.check_names(self.module, params, complete=False)
+        front.check_names(self.declared, params, complete=False)
+        if self.family is not None:
+            return {name: self.family.check(name, value, self.arrays) for name, value in params.items()}
         return {name: front.check_param(self.module, name, value, self.arrays) for name, value in params.items()}
 
     def values(self, params: dict | None = None) -> dict:
-        """The bound parameter values updated with ``params`` (checked), all of the module's parameters present."""
+        """The bound parameter values updated with ``params`` (checked), all of the map's parameters present."""
         values = {**self.params, **self._checked(params)} if params else self.params
-        front.check_names(self.module, values, complete=True)
+        front.check_names(self.declared, values, complete=True)
         return values
 
     @property
     def name(self) -> str:
-        return self.module.NAME
+        return self.module.NAME if self.family is None else self.family.name
 
 
 def import_map_module(name: str) -> ModuleType:
     """The generated module for a built-in or a top-level module name, its header checked before it runs.
 
     A name that is neither is a :class:`ValueError` naming the closest built-in (by :mod:`difflib`) and listing
-    them all (the generated built-ins and the maps of :data:`CLASSES`)."""
+    them all (the generated built-ins and the map families of :data:`numeric.families.table.FAMILIES`)."""
     from ._generated import BUILTINS
 
     full = f"numeric._generated.{name}" if name in BUILTINS else name
 
     def unknown():
-        builtins = (*BUILTINS, *(n for n in CLASSES if n not in BUILTINS))
+        builtins = (*BUILTINS, *(n for n in FAMILIES if n not in BUILTINS))
         closest = difflib.get_close_matches(name, builtins, n=1)
         hint = f" (did you mean {closest[0]!r}?)" if closest else ""
         return f"no map named {name!r}{hint}: built-ins are {', '.join(builtins)}"
@@ -491,13 +554,9 @@ def module_of(mapping, own: type, check: bool = False) -> ModuleType:
     return module
 
 
-#: Maps of a class of their own rather than of a generated module, by name (``numeric.normmax`` registers
-#: ``"normmax"`` on import, which ``import numeric`` does).
-CLASSES: dict = {}
-
-
 def get_map(name, *, threshold: str = "auto", **params) -> Map:
-    """The :class:`Map` for a built-in name, an importable generated module's name, or the module itself.
+    """The :class:`Map` for a built-in name, an importable generated module's name, or the module itself; or for
+    a map family (:data:`numeric.families.table.FAMILIES`), by name or as the family.
 
     A module found by name is checked before it runs: its header must be
     ``regattn generate``'s and its content hash must match its body, else
@@ -513,11 +572,10 @@ def get_map(name, *, threshold: str = "auto", **params) -> Map:
     if isinstance(name, Map):
         if not params and threshold == "auto":
             return name
-        if type(name) is not Map:  # (a map of its own class, normmax: rebound by its class)
-            return type(name)(**{**name.params, **params})
-        return Map(name.module, threshold, **{**name.params, **params})
-    if isinstance(name, str) and name in CLASSES:
-        return CLASSES[name](**params)
+        return Map(name.module if name.family is None else name.family, threshold, **{**name.params, **params})
+    fam = family_of(name, Map)
+    if fam is not None:
+        return Map(fam, threshold, **params)
     return Map(module_of(name, Map), threshold, **params)
 
 
@@ -545,3 +603,8 @@ def entmax(x, alpha: float, axis: int = -1, **constraints):
     ``alpha``: a number or an array broadcasting to ``x`` with size 1 along ``axis`` (values on either side of 1
     at once)."""
     return get_map("entmax", alpha=alpha)(x, axis=axis, **constraints)
+
+
+#: The map families' functions, ``NAME(x, *values, axis=-1)`` (:func:`numeric.families.table.functions`), which
+#: ``numeric`` exports beside the named maps above.
+FAMILY_FUNCTIONS = functions(get_map, "axis", "numeric")

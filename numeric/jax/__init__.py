@@ -20,8 +20,9 @@ except ModuleNotFoundError as exc:  # pragma: no cover - depends on the environm
 
 from .attention import attention  # the function (the submodule of the same name is numeric.jax.attention)
 from .distributed import context_parallel_attention, shard_layout, unshard_layout
-from .maps import JaxMap, entmax, entmax15, fenchel_young_loss, get_map, softmax, sparsemax
-from .normmax import JaxNormmax, normmax
+from .maps import FAMILY_FUNCTIONS, JaxMap, entmax, entmax15, fenchel_young_loss, get_map, softmax, sparsemax
 
-__all__ = ["JaxMap", "JaxNormmax", "get_map", "softmax", "sparsemax", "entmax15", "entmax", "normmax",
-           "fenchel_young_loss", "attention", "context_parallel_attention", "shard_layout", "unshard_layout"]
+globals().update(FAMILY_FUNCTIONS)  # the map families' functions (numeric.families)
+
+__all__ = ["JaxMap", "get_map", "softmax", "sparsemax", "entmax15", "entmax", *FAMILY_FUNCTIONS, "fenchel_young_loss",
+           "attention", "context_parallel_attention", "shard_layout", "unshard_layout"]

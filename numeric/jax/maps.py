@@ -66,13 +66,14 @@ import numpy as np
 from jax.custom_derivatives import SymbolicZero
 
 from .. import contract, family, front
-from ..constraints import SIMPLEX, choose, simplex_only, split
+from ..constraints import SIMPLEX, choose, split
 from ..core import derivatives, rules
 from ..core.ops import Routines
+from ..families import functions
 from ..maps import FrameworkMap
 from ._ops import ops_for
 
-__all__ = ["JaxMap", "get_map", "softmax", "sparsemax", "entmax15", "entmax", "fenchel_young_loss"]
+__all__ = ["JaxMap", "get_map", "softmax", "sparsemax", "entmax15", "entmax", "fenchel_young_loss", "FAMILY_FUNCTIONS"]
 
 _HALF = (jnp.dtype(jnp.float16), jnp.dtype(jnp.bfloat16))
 
@@ -234,6 +235,33 @@ def _constrained_map(solver, cset, x, arrays, params):
 _constrained_map_jit = jax.jit(_constrained_map, static_argnums=(0, 1))
 
 
+def _inner_rows(solver, fam, x, values):
+    """The inner map's ``r`` of a map family at the scaled rows ``x`` (:meth:`numeric.families.base.Family.scale`)."""
+    inner = fam.inner_params(*values)
+    return map_rows(solver, x * fam.scale(*values), tuple(inner[n] for n in solver.names))
+
+
+@partial(jax.custom_jvp, nondiff_argnums=(0, 1))
+def _family_rows(solver: _Solver, fam, x, values: tuple):
+    """A map family's ``p`` on rows ``x`` (2-D), its parameters of shape ``()`` or ``(rows, 1)``; ``solver``: its
+    inner map's.  The JVP is the family's product from ``p`` (:meth:`numeric.families.base.Family.vjp`, symmetric:
+    reverse mode transposes it); a tangent of the parameters raises (no gradient in them)."""
+    return fam.output(ops_for(x.dtype), _inner_rows(solver, fam, x, values), *values)
+
+
+@partial(_family_rows.defjvp, symbolic_zeros=True)
+def _family_rows_jvp(solver, fam, primals, tangents):
+    x, values = primals
+    dx, dvalues = tangents
+    if not all(_zero(d) for d in dvalues):
+        raise ValueError(fam.no_gradient)
+    p = _family_rows(solver, fam, x, values)
+    return p, jnp.zeros_like(p) if _zero(dx) else fam.vjp(ops_for(p.dtype), p, dx, *values)
+
+
+_family_rows_jit = jax.jit(_family_rows, static_argnums=(0, 1))
+
+
 @partial(jax.tree_util.register_pytree_node_class)
 class JaxMap(FrameworkMap):
     """A regularized-argmax map on JAX arrays, from a generated module, with bound parameter values.
@@ -263,12 +291,12 @@ class JaxMap(FrameworkMap):
     # pytree: the parameter values are the children
     def tree_flatten(self):
         names = tuple(self.params)
-        return tuple(self.params[n] for n in names), (self.module, self.threshold, names)
+        return tuple(self.params[n] for n in names), (self.module, self.threshold, names, self.family)
 
     @classmethod
     def tree_unflatten(cls, aux, children):
         m = object.__new__(cls)
-        m.module, m.threshold, names = aux
+        m.module, m.threshold, names, m.family = aux
         m.params = dict(zip(names, children))
         return m
 
@@ -288,6 +316,11 @@ class JaxMap(FrameworkMap):
         trace cannot read take the family's)."""
         return _solver(family.resolve(self.module, values, ARRAYS.readable), self.threshold)
 
+    def _family_solver(self, values: dict) -> _Solver:
+        """A map family's inner solver for its parameters' ``values`` (:meth:`solver_for` of the inner map's)."""
+        given = (v if isinstance(v, float) else jnp.asarray(v) for v in (values[n] for n in self.family.parameters))
+        return self.solver_for(self.family.inner_params(*given))
+
     def __call__(self, x, axis: int = -1, **kwargs):
         """``p*(x)`` along ``axis``: same shape and dtype as ``x``.
 
@@ -304,6 +337,8 @@ class JaxMap(FrameworkMap):
         Array([1., 1., 0., 0.], dtype=float32)
         """
         constraints, params = split(kwargs)
+        if self.family is not None:
+            self.family.check_set(constraints)
         cset, own = choose(constraints)
         x = as_scores(x)
         axis = front.check_axis(x.shape, axis)
@@ -312,18 +347,15 @@ class JaxMap(FrameworkMap):
         xc = x.astype(dtype)
         moved = jnp.moveaxis(xc, axis, -1)
         flat = moved.reshape(-1, x.shape[axis])
-        tensors = tuple(self.param_rows(n, values[n], tuple(x.shape), axis, dtype) for n in self.module.PARAMETERS)
-        if cset is not SIMPLEX:
+        tensors = tuple(self.param_rows(n, values[n], tuple(x.shape), axis, dtype) for n in self.declared.PARAMETERS)
+        if self.family is not None:
+            p = _family_rows_jit(self._family_solver(values), self.family, flat, tensors)
+        elif cset is not SIMPLEX:
             arrays = cset.rows(jnp, ARRAYS, xc, own, axis)
             p = _constrained_map_jit(self.solver_for(values), cset, flat, arrays, tensors)
         else:
             p = _map_rows_jit(self.solver_for(values), flat, tensors)
         return jnp.moveaxis(p.reshape(moved.shape), -1, axis).astype(x.dtype)
-
-
-#: Maps of a class of their own, by name (``numeric.jax.normmax`` registers ``"normmax"`` on import, which
-#: ``import numeric.jax`` does).
-CLASSES: dict = {}
 
 
 def get_map(mapping, *, threshold: str = "auto", **params) -> JaxMap:
@@ -335,10 +367,6 @@ def get_map(mapping, *, threshold: str = "auto", **params) -> JaxMap:
     """
     if isinstance(mapping, JaxMap) and not params and threshold == "auto":
         return mapping
-    if isinstance(mapping, JaxMap) and type(mapping) is not JaxMap:  # (a map of its own class: normmax)
-        return type(mapping)(**{**mapping.params, **params})
-    if isinstance(mapping, str) and mapping in CLASSES:
-        return CLASSES[mapping](**params)
     if isinstance(mapping, JaxMap) and threshold == "auto":
         threshold = mapping.threshold
     return JaxMap(mapping, threshold=threshold, **params)
@@ -473,6 +501,27 @@ def _constrained_loss_rows_jvp(solver, cset, primals, tangents):
 _constrained_loss_rows_jit = jax.jit(_constrained_loss_rows, static_argnums=(0, 1))
 
 
+@partial(jax.custom_jvp, nondiff_argnums=(0, 1))
+def _family_loss_rows(solver: _Solver, fam, x, y, values: tuple):
+    """A map family's Fenchel-Young loss of each row of ``x`` (2-D) against ``y`` (:func:`_family_rows`' layout,
+    :meth:`numeric.families.base.Family.loss`); its JVP ``(p - y).dx``, a tangent of the parameters raises."""
+    return fam.loss(ops_for(x.dtype), x, _family_rows(solver, fam, x, values), y, *values)[..., 0]
+
+
+@partial(_family_loss_rows.defjvp, symbolic_zeros=True)
+def _family_loss_rows_jvp(solver, fam, primals, tangents):
+    x, y, values = primals
+    dx, _, dvalues = tangents  # (the target is a constant)
+    if not all(_zero(d) for d in dvalues):
+        raise ValueError(fam.no_gradient)
+    p = _family_rows(solver, fam, x, values)
+    value = fam.loss(ops_for(x.dtype), x, p, y, *values)[..., 0]
+    return value, jnp.zeros_like(value) if _zero(dx) else jnp.sum((p - y) * dx, axis=-1)
+
+
+_family_loss_rows_jit = jax.jit(_family_loss_rows, static_argnums=(0, 1))
+
+
 def fenchel_young_loss(scores, target, mapping="softmax", reduction: str = "mean", axis: int = -1, **constraints):
     """The Fenchel-Young loss ``Omega*(s) + Omega(y) - <s, y>`` of ``mapping`` (a name, a generated module or a
     :class:`JaxMap` with its parameters bound, traced or not).
@@ -506,20 +555,24 @@ def fenchel_young_loss(scores, target, mapping="softmax", reduction: str = "mean
     m.values()
     dtype = compute_dtype(x.dtype)
     xc = x.astype(dtype)
-    if hasattr(m, "loss_rows"):  # (a map of its own class with its own loss: normmax)
-        simplex_only(constraints, m.name)
-        y = jax.lax.stop_gradient(front.check_target(
-            xc, jnp.asarray(target) if isinstance(target, (list, tuple)) else target, axis, ARRAYS))
-        return front.reduce(m.loss_rows(xc, y, axis), reduction).astype(x.dtype)
+    if m.family is not None:
+        m.family.check_set(constraints)
     cset, own = choose(constraints)
     arrays = cset.rows(jnp, ARRAYS, xc, own, axis)
     y = jax.lax.stop_gradient(front.check_target(xc, jnp.asarray(target) if isinstance(target, (list, tuple)) else target,
                                                  axis, ARRAYS, constraint=(cset, arrays)))
     n = x.shape[axis]
     rows = lambda a: jnp.moveaxis(a, axis, -1).reshape(-1, n)  # noqa: E731
-    params = tuple(m.param_rows(name, m.params[name], tuple(x.shape), axis, dtype) for name in m.module.PARAMETERS)
-    if cset is SIMPLEX:
+    params = tuple(m.param_rows(name, m.params[name], tuple(x.shape), axis, dtype) for name in m.declared.PARAMETERS)
+    if m.family is not None:  # (a map family's own loss)
+        value = _family_loss_rows_jit(m._family_solver(m.params), m.family, rows(xc), rows(y), params)
+    elif cset is SIMPLEX:
         value = _loss_rows_jit(m.solver_for(m.params), rows(xc), rows(y), params)
     else:
         value = _constrained_loss_rows_jit(m.solver_for(m.params), cset, rows(xc), rows(y), arrays, params)
     return front.reduce(value.reshape(x.shape[:axis] + x.shape[axis + 1:]), reduction).astype(x.dtype)
+
+
+#: The map families' functions, ``NAME(x, *values, axis=-1)`` (:func:`numeric.families.table.functions`), which
+#: ``numeric.jax`` exports beside the named maps above.
+FAMILY_FUNCTIONS = functions(get_map, "axis", "numeric.jax")

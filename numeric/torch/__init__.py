@@ -22,7 +22,9 @@ except ModuleNotFoundError as exc:  # pragma: no cover - depends on the environm
 from .attention import attention  # the function (the submodule of the same name is numeric.torch.attention)
 from .layers import MultiheadAttention
 from .losses import FenchelYoungLoss, fenchel_young_loss
-from .maps import TorchMap, TorchNormmax, entmax, entmax15, get_map, normmax, softmax, sparsemax
+from .maps import FAMILY_FUNCTIONS, TorchMap, entmax, entmax15, get_map, softmax, sparsemax
 
-__all__ = ["TorchMap", "TorchNormmax", "get_map", "softmax", "sparsemax", "entmax15", "entmax", "normmax",
+globals().update(FAMILY_FUNCTIONS)  # the map families' functions (numeric.families)
+
+__all__ = ["TorchMap", "get_map", "softmax", "sparsemax", "entmax15", "entmax", *FAMILY_FUNCTIONS,
            "fenchel_young_loss", "FenchelYoungLoss", "attention", "MultiheadAttention"]

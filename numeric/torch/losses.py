@@ -18,9 +18,8 @@ from __future__ import annotations
 import torch
 
 from .. import front
-from ..constraints import SIMPLEX, choose, simplex_only
+from ..constraints import SIMPLEX, choose
 from ..core.ops import Routines
-from ..families.normmax import normmax_loss
 from ._ops import ops_for
 from .maps import ARRAYS, TorchMap, check_dim, get_map, routine_table
 
@@ -74,22 +73,24 @@ class _LossFunction(torch.autograd.Function):
         return (*out, *grads)
 
 
-class _NormmaxLossFunction(torch.autograd.Function):
-    """normmax's loss per row of rows ``x`` from ``p = normmax(x)`` (in the graph), ``y`` and ``alpha``
-    (:func:`numeric.families.normmax.normmax_loss`); the gradient ``p - y`` in the scores."""
+class _FamilyLossFunction(torch.autograd.Function):
+    """A map family's loss per row of rows ``x`` from ``p`` (the family's map of ``x``, in the graph), ``y`` and the
+    family's parameters (:meth:`numeric.families.base.Family.loss`); the gradient ``p - y`` in the scores."""
 
     @staticmethod
-    def forward(ctx, x, p, y, alpha):
+    def forward(ctx, x, p, y, fam, *values):
+        ctx.family = fam
         ctx.save_for_backward(p, y)
         with torch.no_grad():
-            return normmax_loss(ops_for(x.dtype), x, p, y, alpha)[..., 0]
+            return fam.loss(ops_for(x.dtype), x, p, y, *values)[..., 0]
 
     @staticmethod
     def backward(ctx, grad):
         p, y = ctx.saved_tensors
-        if ctx.needs_input_grad[3]:
-            raise RuntimeError("normmax has no gradient in alpha (only in the scores)")
-        return grad.unsqueeze(-1) * (p - y) if ctx.needs_input_grad[0] else None, None, None, None
+        if any(ctx.needs_input_grad[4:]):
+            raise RuntimeError(ctx.family.no_gradient)
+        return (grad.unsqueeze(-1) * (p - y) if ctx.needs_input_grad[0] else None, None, None, None,
+                *(None for _ in ctx.needs_input_grad[4:]))
 
 
 def fenchel_young_loss(scores, target, mapping="softmax", reduction: str = "mean", dim: int = -1, **constraints):
@@ -127,11 +128,11 @@ def fenchel_young_loss(scores, target, mapping="softmax", reduction: str = "mean
         raise ValueError(f"target is on {target.device}, the scores on {x.device}")
     n = x.shape[dim]
     rows = lambda a: a.movedim(dim, -1).reshape(-1, n)  # noqa: E731
-    if m.name == "normmax":
-        simplex_only(constraints, "normmax")
+    if m.family is not None:  # (a map family's own loss)
+        m.family.check_set(constraints)
         y = front.check_target(x, target, dim, ARRAYS, "dim").detach()
-        (alpha,) = (m._param_rows(name, m.params[name], x, dim, dtype) for name in m.module.PARAMETERS)
-        value = _NormmaxLossFunction.apply(rows(x), rows(m(x, dim=dim)), rows(y), alpha)
+        values = tuple(m._param_rows(name, m.params[name], x, dim, dtype) for name in m.family.parameters)
+        value = _FamilyLossFunction.apply(rows(x), rows(m(x, dim=dim)), rows(y), m.family, *values)
         value = front.reduce(value.reshape(x.shape[:dim] + x.shape[dim + 1:]), reduction)
         return value if value.dtype == scores.dtype else value.to(scores.dtype)
     cset, values = choose(constraints)

@@ -35,14 +35,14 @@ from types import ModuleType
 import torch
 
 from .. import contract, family, front
-from ..constraints import SIMPLEX, choose, simplex_only, split
+from ..constraints import SIMPLEX, choose, split
 from ..core import derivatives, rules
 from ..core.ops import Routines
-from ..families.normmax import normmax_from, normmax_vjp
+from ..families import functions
 from ..maps import FrameworkMap
 from ._ops import ops_for
 
-__all__ = ["TorchMap", "TorchNormmax", "get_map", "softmax", "sparsemax", "entmax15", "entmax", "normmax"]
+__all__ = ["TorchMap", "get_map", "softmax", "sparsemax", "entmax15", "entmax", "FAMILY_FUNCTIONS"]
 
 _HALF = (torch.float16, torch.bfloat16)
 
@@ -245,16 +245,39 @@ class _ConstrainedFunction(torch.autograd.Function):
         return tuple(out)
 
 
+class _FamilyFunction(torch.autograd.Function):
+    """A map family's ``p`` from its inner map's ``r`` on rows (:meth:`numeric.families.base.Family.output`), the
+    family's parameters of shape ``(rows, 1)`` or ``()``; the backward in the scores ``x`` is the family's product
+    from ``p`` (:meth:`~numeric.families.base.Family.vjp`, differentiable again)."""
+
+    @staticmethod
+    def forward(ctx, x, fam, r, *values):
+        p = fam.output(ops_for(r.dtype), r, *values)
+        p = p.clone() if p is r else p  # (an input returned as the output would not carry this graph to backward)
+        ctx.family = fam
+        ctx.save_for_backward(p, *values)
+        return p
+
+    @staticmethod
+    def backward(ctx, grad):
+        p, *values = ctx.saved_tensors
+        if any(ctx.needs_input_grad[3:]):
+            raise RuntimeError(ctx.family.no_gradient)
+        jg = ctx.family.vjp(ops_for(p.dtype), p, grad, *(v.detach() for v in values))
+        return (jg, None, None, *(None for _ in values))
+
+
 class TorchMap(FrameworkMap):
     """A regularized-argmax map on torch tensors, from a generated module, with bound parameter values.
 
     ``mapping``: a built-in name (``"softmax"``, ``"sparsemax"``, ``"entmax15"``,
-    ``"entmax"``), the name of an importable generated module, the module itself, or
-    a :class:`TorchMap`.  ``threshold``: ``"auto"`` (the module's rule), ``"sort"``
+    ``"entmax"``), the name of an importable generated module, the module itself, a
+    map family (:mod:`numeric.families`: ``"normmax"``) or a :class:`TorchMap`.
+    ``threshold``: ``"auto"`` (the module's rule), ``"sort"``
     (a sort map's rule on fully sorted rows) or ``"root"`` (the root rule, for any
     map).  ``params``: values of the module's parameters, Python numbers or tensors
     (a tensor that requires grad gets a gradient); those not bound here are given at
-    the call.
+    the call (a family's have defaults).
 
     >>> import torch
     >>> m = TorchMap("entmax", alpha=1.5)
@@ -270,6 +293,10 @@ class TorchMap(FrameworkMap):
         self._bind(mapping, threshold, params)
         # (a rebound TorchMap shares its solver: building one evaluates NumPy, which torch.compile cannot trace)
         same = isinstance(mapping, TorchMap) and mapping.threshold == threshold
+        if self.family is not None:  # the inner map, which solves (a built-in's shared, for the same reason)
+            self._inner = mapping._inner if same else get_map(self.family.inner, threshold=threshold)
+            self._solver, self._cases = self._inner._solver, self._inner._cases
+            return
         self._solver = mapping._solver if same else _Solver(self.module, threshold)
         # a family's cases: the solver of the case all values lie in (numeric.family.resolve), built here too
         self._cases = (mapping._cases if same else
@@ -306,6 +333,9 @@ class TorchMap(FrameworkMap):
         that require them.
         """
         constraints, params = split(kwargs)
+        if self.family is not None:
+            self.family.check_set(constraints)
+            return self._run_family(x, dim, params)
         cset, values = choose(constraints)
         if cset is not SIMPLEX:
             return self.run_constrained(x, dim, params, cset, values)
@@ -320,7 +350,8 @@ class TorchMap(FrameworkMap):
 
     def _layout(self, x, dim, params):
         """``(values, dtype, moved, flat, tensors, solver)`` for a call: the parameter values checked, the compute
-        dtype, the scores with ``dim`` last and as rows, the parameters as rows, the solver."""
+        dtype, the scores with ``dim`` last and as rows, the parameters as rows, the solver (``None`` for a map
+        family, whose inner map solves)."""
         for name, value in params.items():  # (before the domain check, which reads the values)
             if isinstance(value, torch.Tensor) and value.device != x.device:
                 raise ValueError(f"parameter {name} is on {value.device}, the scores on {x.device}")
@@ -329,12 +360,14 @@ class TorchMap(FrameworkMap):
         xc = x.to(dtype)
         moved = xc if dim == x.ndim - 1 else xc.movedim(dim, -1)
         flat = moved.reshape(-1, x.shape[dim])
-        tensors = tuple(self._param_rows(n, values[n], x, dim, dtype) for n in self.module.PARAMETERS)
-        return values, dtype, moved, flat, tensors, self.solver_for(values)
+        tensors = tuple(self._param_rows(n, values[n], x, dim, dtype) for n in self.declared.PARAMETERS)
+        return values, dtype, moved, flat, tensors, None if self.family is not None else self.solver_for(values)
 
     def run_constrained(self, x, dim, params, cset, values: dict, keep_tau=False):
         """``p`` over the constraint set ``cset`` with its keywords' ``values`` (:meth:`__call__`); ``keep_tau``:
         ``(p, tau)``, the threshold of each row with size 1 along ``dim`` (no gradient)."""
+        if self.family is not None:
+            self.family.check_set(values)
         dim = self._checked_scores(x, dim)
         for name, b in values.items():
             if isinstance(b, torch.Tensor) and b.device != x.device:
@@ -357,7 +390,10 @@ class TorchMap(FrameworkMap):
     def run(self, x, dim, params, tau=None, keep_tau=False):
         """``p``, or ``(p, tau)`` with ``keep_tau`` (``tau`` of size 1 along ``dim``, the threshold less the row's
         maximum, or ``None`` where the map cannot use it), or ``p`` from a ``tau`` kept before: one pass instead
-        of a solve, the same gradient."""
+        of a solve, the same gradient.  A map family keeps no thresholds: ``(p, None)``, ``tau`` not used."""
+        if self.family is not None:
+            p = self._run_family(x, dim, params)
+            return (p, None) if keep_tau else p
         dim = self._checked_scores(x, dim)
         if self._solver.softmax and not params and tau is None:
             # torch.softmax along dim, its own autograd (its backward p * (v - p.v) is the derived JVP with
@@ -406,93 +442,22 @@ class TorchMap(FrameworkMap):
             kept = kept if last else kept.movedim(-1, dim)
         return p, kept
 
-
-class _NormmaxFunction(torch.autograd.Function):
-    """normmax's ``p`` from ``r = entmax_a(s / (a - 1))`` on rows (:func:`numeric.families.normmax.normmax_from`), with
-    the derived backward in the scores ``x`` (:func:`~numeric.families.normmax.normmax_vjp`, from ``p``)."""
-
-    @staticmethod
-    def forward(ctx, x, alpha, r):
-        p = normmax_from(ops_for(r.dtype), r, alpha)
-        ctx.save_for_backward(p, alpha)
-        return p
-
-    @staticmethod
-    def backward(ctx, grad):
-        p, alpha = ctx.saved_tensors
-        if ctx.needs_input_grad[1]:
-            raise RuntimeError("normmax has no gradient in alpha (only in the scores)")
-        return normmax_vjp(ops_for(p.dtype), p, grad, alpha.detach()), None, None
-
-
-class TorchNormmax(TorchMap):
-    """normmax, ``argmax_{p in simplex} <p, s> - ||p||_alpha`` (``alpha > 1``), on torch tensors: the entmax family's
-    threshold at ``a = (2 alpha - 1) / alpha`` on the scores ``s / (a - 1)``, then ``p = r^(1/alpha)`` normalised
-    (:mod:`numeric.normmax`, :mod:`derive.normmax`), with the derived backward in the scores; ``alpha`` a number or a
-    tensor with size 1 along ``dim`` (no gradient in it); no box constraints.
-
-    >>> import torch
-    >>> TorchNormmax(alpha=2.0)(torch.tensor([1.0, 0.5, -1.0, 0.2]))
-    tensor([0.6382, 0.2864, 0.0000, 0.0753])
-    """
-
-    def __init__(self, alpha=2.0):
-        family_map = _BUILTIN["entmax"]  # (its solvers shared: a map built under torch.compile cannot build its own)
-        self.module, self.threshold = family_map.module, family_map.threshold
-        self._solver, self._cases = family_map._solver, family_map._cases
-        self._check_alpha_first(alpha)
-        self.params = self._checked({"alpha": alpha})
-
-    @property
-    def name(self) -> str:
-        return "normmax"
-
-    def __repr__(self) -> str:
-        a = self.params["alpha"]
-        return f"TorchNormmax(alpha={a!r})" if not isinstance(a, torch.Tensor) else \
-            f"TorchNormmax(alpha=<tensor {tuple(a.shape)}>)"
-
-    @staticmethod
-    def _check_alpha(alpha):
-        from ..normmax import check_normmax_alpha
-
-        value = ARRAYS.readable(alpha) if isinstance(alpha, torch.Tensor) else alpha
-        if value is not None:
-            check_normmax_alpha(value.cpu().double().numpy() if isinstance(value, torch.Tensor) else value)
-
-    @staticmethod
-    def _check_alpha_first(alpha):
-        from ..normmax import check_normmax_alpha_first
-
-        def values(a):  # (a tensor's values where they can be read; an array of another kind: not a torch value)
-            v = ARRAYS.readable(a) if isinstance(a, torch.Tensor) else None
-            return None if v is None else v.cpu().double().numpy()
-
-        check_normmax_alpha_first(alpha, values)
-
-    def __call__(self, x, dim: int = -1, **kwargs):
-        constraints, params = split(kwargs)
-        simplex_only(constraints, "normmax")
-        return self.run(x, dim, params)
-
-    def run(self, x, dim, params, tau=None, keep_tau=False):
-        """``p`` (``(p, None)`` with ``keep_tau``: no thresholds are kept; ``tau`` is not used)."""
+    def _run_family(self, x, dim, params):
+        """``p`` of a map family: its inner map at the scaled scores (no graph), then the family's ``p``, with its
+        backward in the scores (:class:`_FamilyFunction`)."""
+        fam = self.family
         dim = self._checked_scores(x, dim)
-        if "alpha" in params:
-            self._check_alpha_first(params["alpha"])
-        values, dtype, moved, flat, (alpha,), _ = self._layout(x, dim, params)
-        self._check_alpha(alpha)
+        _, _, moved, flat, tensors, _ = self._layout(x, dim, params)
+        values = tuple(t.detach() for t in tensors)
         with torch.no_grad():
-            a = alpha.detach()
-            r = _BUILTIN["entmax"].run(flat.detach() * (a / (a - 1)), -1, {"alpha": (2 * a - 1) / a})
-        if torch.is_grad_enabled() and (flat.requires_grad or alpha.requires_grad):
-            p = _NormmaxFunction.apply(flat, alpha, r)
+            r = self._inner.run(flat.detach() * fam.scale(*values), -1, fam.inner_params(*values))
+        if torch.is_grad_enabled() and (flat.requires_grad or any(t.requires_grad for t in tensors)):
+            p = _FamilyFunction.apply(flat, fam, r, *tensors)
         else:
-            p = normmax_from(ops_for(r.dtype), r, a)
+            p = fam.output(ops_for(r.dtype), r, *values)
         p = p.reshape(moved.shape)
         p = p if dim == x.ndim - 1 else p.movedim(-1, dim)
-        p = p if p.dtype == x.dtype else p.to(x.dtype)
-        return (p, None) if keep_tau else p
+        return p if p.dtype == x.dtype else p.to(x.dtype)
 
 
 def get_map(mapping, *, threshold: str = "auto", **params) -> TorchMap:
@@ -504,9 +469,6 @@ def get_map(mapping, *, threshold: str = "auto", **params) -> TorchMap:
     """
     if isinstance(mapping, TorchMap) and not params and threshold == "auto":
         return mapping
-    if isinstance(mapping, TorchNormmax) or mapping == "normmax":
-        return TorchNormmax(**({"alpha": mapping.params["alpha"]} if isinstance(mapping, TorchNormmax) else {}),
-                            **params)
     if isinstance(mapping, str) and mapping in _BUILTIN and threshold == "auto":
         # the built-in maps are built on import (a map built inside a function torch.compile traces breaks its graph)
         return _BUILTIN[mapping] if not params else TorchMap(_BUILTIN[mapping], **params)
@@ -544,16 +506,6 @@ def entmax15(x, dim: int = -1, **constraints):
     return _builtin("entmax15")(x, dim=dim, **constraints)
 
 
-def normmax(x, alpha=2.0, dim: int = -1):
-    """normmax ``argmax_{p in simplex} <p, s> - ||p||_alpha`` along ``dim`` (:class:`TorchNormmax`).
-
-    >>> import torch
-    >>> normmax(torch.tensor([[1.0, 0.5, -1.0, 0.2]]), alpha=3.0)
-    tensor([[0.5313, 0.3407, 0.0000, 0.1280]])
-    """
-    return TorchNormmax(alpha=alpha)(x, dim=dim)
-
-
 def entmax(x, alpha, dim: int = -1, **constraints):
     """alpha-entmax ``p = [(alpha - 1) s - tau]_+**(1/(alpha - 1))`` for any alpha > 0 (sparse above 1, softmax
     at 1, dense below): a number or a tensor broadcasting to ``x`` with size 1 along ``dim`` (learnable; the map
@@ -580,3 +532,8 @@ _BUILTIN = {name: TorchMap(name) for name in ("softmax", "sparsemax", "entmax15"
 def _builtin(name: str) -> TorchMap:
     return _BUILTIN[name]
 
+
+
+#: The map families' functions, ``NAME(x, *values, dim=-1)`` (:func:`numeric.families.table.functions`), which
+#: ``numeric.torch`` exports beside the named maps above.
+FAMILY_FUNCTIONS = functions(get_map, "dim", "numeric.torch")

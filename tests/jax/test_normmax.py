@@ -1,6 +1,6 @@
-"""normmax on JAX (:class:`numeric.jax.JaxNormmax`) against the NumPy map (itself checked against
-:mod:`derive.normmax`): values, jit, the derived JVP by ``check_grads`` (first and second order), the loss,
-attention with alpha per head, and errors by name."""
+"""normmax on JAX (``get_map("normmax")``, a :class:`numeric.jax.JaxMap` of the family :mod:`numeric.families.normmax`)
+against the NumPy map (itself checked against :mod:`derive.normmax`): values, jit, the derived JVP by ``check_grads``
+(first and second order), the loss, attention with alpha per head, and errors by name."""
 
 from __future__ import annotations
 

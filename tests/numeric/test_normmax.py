@@ -1,5 +1,6 @@
-"""normmax on NumPy (:class:`numeric.normmax.NormmaxMap`) against its mpmath reference (:mod:`derive.normmax`):
-values, the Jacobian and the loss; the map's properties (simplex, permutation invariance) by hypothesis."""
+"""normmax on NumPy (``get_map("normmax")``, a :class:`numeric.Map` of the family :mod:`numeric.families.normmax`)
+against its mpmath reference (:mod:`derive.normmax`): values, the Jacobian and the loss; the map's properties
+(simplex, permutation invariance) by hypothesis."""
 
 from __future__ import annotations
 
@@ -112,7 +113,7 @@ def test_errors_by_name():
         nm.get_map("normmax")(np.zeros(3), upper=0.5)
     with pytest.raises(NotImplementedError, match="no gradient in alpha"):
         nm.get_map("normmax").vjp_params(np.full(3, 1 / 3), np.ones(3))
-    assert repr(nm.get_map("normmax", alpha=3.0)) == "NormmaxMap(alpha=3.0)"
+    assert repr(nm.get_map("normmax", alpha=3.0)) == "Map('normmax', threshold='auto', alpha=3.0)"
     assert nm.get_map(nm.get_map("normmax", alpha=3.0), alpha=2.0).params["alpha"] == 2.0
 
 

@@ -1,4 +1,5 @@
-"""normmax on torch (:class:`numeric.torch.TorchNormmax`): values against the NumPy map (itself checked against
+"""normmax on torch (``get_map("normmax")``, a :class:`numeric.torch.TorchMap` of the family
+:mod:`numeric.families.normmax`): values against the NumPy map (itself checked against
 :mod:`derive.normmax`), gradcheck (scores; twice), the loss, attention with alpha per head, and the entmax
 package's ``normmax_bisect`` as a peer."""
 
