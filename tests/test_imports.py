@@ -208,3 +208,74 @@ def test_no_hand_written_module_is_over_800_lines():
     assert len(lengths) > 50 and "derive/codegen/trace_rows.py" in lengths  # (the walk found them)
     over = {path: n for path, n in sorted(lengths.items()) if n > MAX_LINES and path not in LONG_MODULES}
     assert not over, f"over {MAX_LINES} lines: " + ", ".join(f"{path} ({n})" for path, n in over.items())
+
+
+def _docstrings(tree: ast.AST) -> set[int]:
+    """The ids of the docstring nodes of a module, its classes and functions."""
+    out = set()
+    for node in ast.walk(tree):
+        if isinstance(node, (ast.Module, ast.ClassDef, ast.FunctionDef, ast.AsyncFunctionDef)) and node.body:
+            first = node.body[0]
+            if isinstance(first, ast.Expr) and isinstance(first.value, ast.Constant) and isinstance(first.value.value, str):
+                out.add(id(first.value))
+    return out
+
+
+def _namings(path: Path, word: str) -> int:
+    """How often ``path``'s code names ``word`` (case-insensitive): identifiers, attribute and keyword names, names
+    of functions, classes, arguments and imports, and string constants that are not docstrings (comments and
+    docstrings do not count)."""
+    tree = ast.parse(path.read_text(), filename=str(path))
+    docstrings = _docstrings(tree)
+    count = 0
+    for node in ast.walk(tree):
+        if isinstance(node, ast.Name):
+            names = [node.id]
+        elif isinstance(node, ast.Attribute):
+            names = [node.attr]
+        elif isinstance(node, (ast.keyword, ast.arg)):
+            names = [node.arg or ""]
+        elif isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef)):
+            names = [node.name]
+        elif isinstance(node, ast.alias):
+            names = [node.name, node.asname or ""]
+        elif isinstance(node, ast.ImportFrom):
+            names = [node.module or ""]
+        elif isinstance(node, ast.Constant) and isinstance(node.value, str) and id(node) not in docstrings:
+            names = [node.value]
+        else:
+            continue
+        count += sum(word in name.lower() for name in names)
+    return count
+
+
+def _files_naming(word: str) -> dict[str, int]:
+    """``{path: count}`` for the hand-written modules of ``numeric`` (``numeric/_generated`` aside) naming ``word``."""
+    counts = {path.relative_to(ROOT).as_posix(): _namings(path, word) for name, path in sorted(MODULES.items())
+              if name.split(".")[0] == "numeric" and not name.startswith("numeric._generated")}
+    return {path: n for path, n in counts.items() if n}
+
+
+#: The most modules of ``numeric`` that may name a map family (issue 44, "map families, one axis"): its own module
+#: (numeric/families/normmax.py), the package's import of it (numeric/families/__init__.py), and the fused attention's
+#: check (numeric/torch/fused.py), which reads the family's ``fused`` hook once that check names no family.
+MAX_FAMILY_FILES = 3
+
+
+def test_a_map_family_is_named_in_its_own_module_alone():
+    """No front end names normmax: the maps, losses and functions of every front end reach it through the table of
+    families (numeric.families), as they reach the constraint sets through theirs; and it has one class."""
+    files = _files_naming("normmax")
+    assert "numeric/families/normmax.py" in files  # (the walk found it)
+    assert len(files) <= MAX_FAMILY_FILES, files
+    classes = [f"{path.relative_to(ROOT).as_posix()}:{node.name}" for name, path in sorted(MODULES.items())
+               if name.split(".")[0] == "numeric" for node in ast.walk(ast.parse(path.read_text()))
+               if isinstance(node, ast.ClassDef) and "normmax" in node.name.lower()]
+    assert classes == ["numeric/families/normmax.py:Normmax"]
+
+
+def test_a_naming_in_code_would_be_counted(tmp_path):
+    path = tmp_path / "m.py"
+    path.write_text('"""normmax in a docstring."""\n# normmax in a comment\nimport numeric.normmax as nx\n'
+                    'def f(normmax_alpha=2):\n    """normmax."""\n    return g(name="normmax", x=nx.normmax_from)\n')
+    assert _namings(path, "normmax") == 4  # the import, the argument, the string constant, the attribute

@@ -4,9 +4,10 @@ Each test does what a contributor following the recipe would: a new
 regularizer (from text, generated into a folder of its own, loaded by name),
 a new backend (a module defining a :class:`numeric.backend.Backend` for an
 array type of its own, registered, then used by every map through the same
-front end), and a new score function (a module defining a
+front end), a new score function (a module defining a
 :class:`numeric.summaries.ScoreFunction`, used by attention and a layer, its
-parameter's gradient checked by finite differences).
+parameter's gradient checked by finite differences), a new constraint set and a
+new map family (a class each, registered in its table, run by every front end).
 """
 
 from __future__ import annotations
@@ -23,6 +24,7 @@ from derive import derive_map
 from derive.cli import main
 from numeric import backends as B
 from numeric.constraints import ConstraintSet
+from numeric.families import Family
 
 
 def test_recipe_a_new_regularizer(tmp_path, monkeypatch, capsys):
@@ -415,3 +417,137 @@ def test_recipe_a_new_constraint_set_in_attention(lower_bound, name):
         fd = ((nm.attention(q, k, v, mapping=name, lower=lower + e)
                - nm.attention(q, k, v, mapping=name, lower=lower - e)) * dout).sum() / (2 * h)
         assert abs(grads["lower"][index] - fd) < 1e-6
+
+
+class ScaledSoftmax(Family):
+    """A toy map family, ``p = softmax(c s)`` (``c > 0``), written as the recipe "add a family" says: one class on
+    the row operations, registered in :data:`numeric.families.table.FAMILIES`.
+
+    Its inner map is softmax at the scores ``c s``, and ``p`` is softmax's own; ``Omega(p) = (1/c) sum p log p``,
+    so ``J = c (diag(p) - p p^T)`` and the Fenchel-Young loss is ``(1/c) (log sum exp(c s) + sum y log y) - <s, y>``.
+    """
+
+    name = "scaled_softmax"
+    inner = "softmax"
+    parameters = {"c": 1.0}
+    domains = {"c": (0.0, np.inf)}
+    summary = "softmax of the scores times ``c > 0``"
+    sparse = False
+
+    def scale(self, c):
+        return c
+
+    def output(self, ops, r, c):
+        return r
+
+    def vjp(self, ops, p, v, c):
+        return c * (p * v - p * ops.row_sum(p * v))
+
+    def loss(self, ops, x, p, y, c):
+        s = x - ops.row_max(x)
+        entropy = ops.row_sum(ops.where(y > 0, y * ops.log(ops.where(y > 0, y, 1)), 0))
+        return (ops.log(ops.row_sum(ops.exp(c * s))) + entropy) / c - ops.row_sum(y * s)
+
+
+@pytest.fixture
+def scaled_softmax(monkeypatch):
+    """The toy family registered for one test (the table restored after it)."""
+    from numeric.families import table
+
+    monkeypatch.setattr(table, "FAMILIES", dict(table.FAMILIES))
+    return table.register(ScaledSoftmax())
+
+
+def _scaled_softmax_direct(x, c):
+    e = np.exp(c * (x - x.max(-1, keepdims=True)))
+    return e / e.sum(-1, keepdims=True)
+
+
+def test_recipe_a_new_family(scaled_softmax):
+    """A family added in one class (:class:`ScaledSoftmax`) runs on NumPy's, torch's and JAX's maps, by name, with
+    its JVP/VJP and its loss, against a direct computation and finite differences, and in NumPy's attention."""
+    from numeric.families import functions
+
+    rng = np.random.default_rng(7)
+    x = rng.normal(size=(4, 6)) * 2
+    c = np.array([[0.5], [1.0], [2.0], [3.5]])
+    want = _scaled_softmax_direct(x, c)
+    y = rng.dirichlet(np.ones(6), size=4)
+    dy = rng.normal(size=x.shape)
+
+    # NumPy: values (one c and one per row), the VJP against central differences, the loss against its closed form
+    m = nm.get_map("scaled_softmax", c=c)
+    assert (m.name, m.sparse, repr(nm.get_map("scaled_softmax"))) == \
+        ("scaled_softmax", False, "Map('scaled_softmax', threshold='auto', c=1.0)")
+    p = m(x)
+    np.testing.assert_allclose(p, want, rtol=0, atol=1e-15)
+    np.testing.assert_allclose(nm.get_map("scaled_softmax", c=2.0)(x.T, axis=0), _scaled_softmax_direct(x, 2.0).T,
+                               rtol=0, atol=1e-15)
+    np.testing.assert_array_equal(functions(nm.get_map, "axis", "numeric")["scaled_softmax"](x, c), p)
+    h = 1e-6
+    fd = np.zeros_like(x)
+    for idx in np.ndindex(x.shape):
+        e = np.zeros_like(x)
+        e[idx] = h
+        fd[idx] = ((m(x + e) - m(x - e)) * dy).sum() / (2 * h)
+    np.testing.assert_allclose(m.vjp(p, dy), fd, rtol=0, atol=1e-9)
+    np.testing.assert_allclose(m.jvp(p, dy), m.vjp(p, dy), rtol=0, atol=0)
+    value, grad = m.loss_and_grad(x, y, reduction="none")
+    lse = np.log(np.exp(c * x).sum(-1, keepdims=True)) / c
+    np.testing.assert_allclose(value, (lse + (y * np.log(y)).sum(-1, keepdims=True) / c - (y * x).sum(-1, keepdims=True))[:, 0],
+                               rtol=0, atol=1e-12)
+    np.testing.assert_allclose(grad, p - y, rtol=0, atol=0)
+    with pytest.raises(ValueError, match=r"scaled_softmax needs c > 0 \(finite\), got -1.0"):
+        nm.get_map("scaled_softmax", c=-1.0)
+    with pytest.raises(NotImplementedError, match="scaled_softmax has no gradient in c"):
+        m.vjp_params(p, dy)
+    with pytest.raises(ValueError, match="scaled_softmax takes no box constraints"):
+        m(x, upper=0.5)
+    q, k, v = rng.normal(size=(2, 5, 3)), rng.normal(size=(2, 6, 3)), rng.normal(size=(2, 6, 2))
+    s = q @ k.transpose(0, 2, 1) / np.sqrt(3)
+    np.testing.assert_allclose(nm.attention(q, k, v, mapping=nm.get_map("scaled_softmax", c=2.0), block=2),
+                               _scaled_softmax_direct(s, 2.0) @ v, rtol=0, atol=1e-14)
+
+    # torch: the same values, autograd's gradient in the scores against NumPy's VJP (and gradcheck), the loss
+    torch = pytest.importorskip("torch")
+    import numeric.torch as nt
+
+    tx = torch.tensor(x, requires_grad=True)
+    tc = torch.tensor(c)
+    tm = nt.get_map("scaled_softmax", c=tc)
+    tp = tm(tx)
+    np.testing.assert_allclose(tp.detach().numpy(), want, rtol=0, atol=1e-15)
+    (gx,) = torch.autograd.grad((tp * torch.tensor(dy)).sum(), tx)
+    np.testing.assert_allclose(gx.numpy(), m.vjp(p, dy), rtol=0, atol=1e-14)
+    assert torch.autograd.gradcheck(lambda z: tm(z), (tx,))
+    assert torch.autograd.gradgradcheck(lambda z: tm(z), (tx,))
+    loss = nt.fenchel_young_loss(tx, torch.tensor(y), tm, reduction="none")
+    np.testing.assert_allclose(loss.detach().numpy(), value, rtol=0, atol=1e-12)
+    (gl,) = torch.autograd.grad(loss.sum(), tx)
+    np.testing.assert_allclose(gl.numpy(), grad, rtol=0, atol=1e-15)
+    with pytest.raises(RuntimeError, match="scaled_softmax has no gradient in c"):
+        nt.get_map("scaled_softmax", c=tc.clone().requires_grad_())(tx).sum().backward()
+    tq = torch.tensor(q, requires_grad=True)
+    out = nt.attention(tq, torch.tensor(k), torch.tensor(v), mapping=nt.get_map("scaled_softmax", c=2.0), block=2)
+    np.testing.assert_allclose(out.detach().numpy(), _scaled_softmax_direct(s, 2.0) @ v, rtol=0, atol=1e-14)
+    dout = rng.normal(size=out.shape)
+    (gq,) = torch.autograd.grad((out * torch.tensor(dout)).sum(), tq)
+    dq, _, _ = nm.attention_backward(q, k, v, dout, mapping=nm.get_map("scaled_softmax", c=2.0))
+    np.testing.assert_allclose(gq.numpy(), dq, rtol=0, atol=1e-13)
+
+    # JAX: the values, jit, the JVP's transpose against NumPy's VJP, the loss's gradient p - y
+    jax = pytest.importorskip("jax")
+    import jax.numpy as jnp
+    import numeric.jax as nj
+
+    with jax.enable_x64(True):
+        jm = nj.get_map("scaled_softmax", c=jnp.asarray(c))
+        np.testing.assert_allclose(np.asarray(jax.jit(lambda mm, z: mm(z))(jm, jnp.asarray(x))), want, rtol=0, atol=1e-15)
+        g = jax.grad(lambda z: jnp.sum(jm(z) * jnp.asarray(dy)))(jnp.asarray(x))
+        np.testing.assert_allclose(np.asarray(g), m.vjp(p, dy), rtol=0, atol=1e-14)
+        jl = nj.fenchel_young_loss(jnp.asarray(x), jnp.asarray(y), jm, reduction="none")
+        np.testing.assert_allclose(np.asarray(jl), value, rtol=0, atol=1e-12)
+        g = jax.grad(lambda z: nj.fenchel_young_loss(z, jnp.asarray(y), jm, reduction="sum"))(jnp.asarray(x))
+        np.testing.assert_allclose(np.asarray(g), grad, rtol=0, atol=1e-15)
+        with pytest.raises(ValueError, match="scaled_softmax has no gradient in c"):
+            jax.grad(lambda a: nj.get_map("scaled_softmax", c=a)(jnp.asarray(x)).sum())(2.0)
