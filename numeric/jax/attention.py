@@ -181,10 +181,7 @@ def attention(query, key, value, mask=None, is_causal: bool = False, scale=None,
     m = resolve_mapping(mapping)
     mask = None if mask is None else _scores_shaped(mask, "mask", shape, boolean=True)
     bias = None if bias is None else _scores_shaped(bias, "bias", shape, boolean=False)
-    cset, values = choose(constraints)
-    given = {} if cset is SIMPLEX else {
-        n: v if v is None or front.is_number(v) else _scores_shaped(v, n, shape, boolean=False)
-        for n, v in values.items()}
+    given = check_constraints(constraints, shape)
     check_block_size(block_size)
     out_dtype = query.dtype
     dtype = compute_dtype(out_dtype)
@@ -194,6 +191,16 @@ def attention(query, key, value, mask=None, is_causal: bool = False, scale=None,
                  constraints=given, block_size=block_size)
     out = out.astype(out_dtype)
     return out[0] if unbatched else out
+
+
+def check_constraints(constraints: dict, shape: tuple) -> dict:
+    """A constraint set's keywords (:func:`numeric.constraints.choose`) as :func:`attend` takes them: ``{}`` for
+    the simplex, else every keyword of the set, numbers as they are and arrays made 4-dimensional and checked
+    against the scores' ``shape`` (B, N, T, S)."""
+    cset, values = choose(constraints)
+    return {} if cset is SIMPLEX else {
+        n: v if v is None or front.is_number(v) else _scores_shaped(v, n, shape, boolean=False)
+        for n, v in values.items()}
 
 
 def check_block_size(block_size) -> None:

@@ -57,7 +57,8 @@ from jax.sharding import Mesh
 from jax.sharding import PartitionSpec as P
 
 from ..layouts import LAYOUTS, check_layout, chunks, layout_positions
-from .attention import attend, check_block_size, check_inputs, param_values, resolve_mapping
+from .. import front
+from .attention import attend, check_block_size, check_constraints, check_inputs, param_values, resolve_mapping
 from .maps import compute_dtype
 
 __all__ = ["context_parallel_attention", "shard_layout", "unshard_layout", "LAYOUTS"]
@@ -170,7 +171,8 @@ def unshard_layout(x, parts: int, layout: str, axis: int = 1):
 
 
 def context_parallel_attention(query, key, value, *, mesh, axis_name, is_causal: bool = False, scale=None,
-                               mapping="softmax", layout: str = "contiguous", block_size: int | None = None):
+                               mapping="softmax", layout: str = "contiguous", block_size: int | None = None,
+                               **constraints):
     """Self-attention of one sequence sharded along its length over the devices of ``mesh``'s axis ``axis_name``.
 
     The module's description gives the maths, the layouts and the communication.  The result equals
@@ -207,6 +209,12 @@ def context_parallel_attention(query, key, value, *, mesh, axis_name, is_causal:
         How the positions lie over the devices (the module's **Layouts**).
     block_size : int, optional
         Query rows a block on each device, as :func:`numeric.jax.attention`'s.
+    **constraints
+        A constraint set's keywords (:mod:`numeric.constraints`; the box's ``upper=`` and ``total=``), as
+        :func:`numeric.jax.attention` takes them: numbers, or arrays broadcastable to the scores ``(B, N, T, T)``
+        whose query and key axes are in ``layout``'s order, as ``query`` and ``key`` are (an array with ``T``
+        rows is sharded with the queries; its key axis, size ``T`` or 1, is whole on every device).  Gradients
+        flow to the arrays.
 
     Returns
     -------
@@ -255,13 +263,17 @@ def context_parallel_attention(query, key, value, *, mesh, axis_name, is_causal:
     m = resolve_mapping(mapping)
     dtype = compute_dtype(query.dtype)
     params = param_values(m, (B, N, T, T), dtype)  # (checked against the global scores' shape)
+    given = check_constraints(constraints, (B, N, T, T))
+    numbers = {n: v for n, v in given.items() if v is None or front.is_number(v)}
+    bounds = {n: v.astype(dtype) for n, v in given.items() if n not in numbers}
     floats = {n: v for n, v in params.items() if isinstance(v, float)}
     arrays = {n: v for n, v in params.items() if not isinstance(v, float)}
     # a parameter per query row is sharded with the queries, any other replicated (its gradient summed over the axis)
     param_specs = {n: P(None, None, axis_name) if v.shape[2] > 1 else P() for n, v in arrays.items()}
+    bound_specs = {n: P(None, None, axis_name) if v.shape[2] > 1 else P() for n, v in bounds.items()}
     seq = P(axis_name) if unbatched else P(None, axis_name)
 
-    def local(q, k, v, local_arrays):
+    def local(q, k, v, local_arrays, local_bounds):
         """One device's output rows: its queries (B, T/P, N, H) against the gathered keys and values (B, T, K, .)."""
         if unbatched:
             q, k, v = q[None], k[None], v[None]
@@ -276,14 +288,14 @@ def context_parallel_attention(query, key, value, *, mesh, axis_name, is_causal:
             positions = (jnp.concatenate(runs(lax.axis_index(axis_name))),
                          jnp.concatenate([x for r in range(parts) for x in runs(r)]))  # (the gathered keys')
         out = attend(q.astype(dtype), k, v, m, {**floats, **local_arrays}, is_causal=is_causal, scale=scale,
-                      block_size=block_size, positions=positions)
+                     block_size=block_size, positions=positions, constraints={**numbers, **local_bounds})
         out = out.astype(query.dtype)
         return out[0] if unbatched else out
 
     # the gathered keys and values (O(T) on each device) are recomputed by the backward pass, not kept (the
     # module's **Memory**)
     local = jax.checkpoint(local, policy=jax.checkpoint_policies.save_any_names_but_these(*_GATHERED))
-    sharded = _shard_map(local, mesh=mesh, in_specs=(seq, seq, seq, param_specs), out_specs=seq)
+    sharded = _shard_map(local, mesh=mesh, in_specs=(seq, seq, seq, param_specs, bound_specs), out_specs=seq)
     if unbatched:
         query, key, value = query[0], key[0], value[0]
-    return sharded(query, key, value, arrays)
+    return sharded(query, key, value, arrays, bounds)

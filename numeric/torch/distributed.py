@@ -70,8 +70,11 @@ import torch
 import torch.distributed as dist
 from torch.autograd.function import once_differentiable
 
+from ..constraints import SIMPLEX, choose
 from ..layouts import LAYOUTS, check_layout, chunks
-from .attention import BLOCK_ENTRIES, MapSpec, check_inputs, resolve_mapping, query_rows, blocked_backward, blocked_forward
+from ..plan import rows_within
+from .attention import (BLOCK_ENTRIES, MapSpec, blocked_backward, blocked_forward, check_constraints, check_inputs,
+                        query_rows, resolve_mapping, spec_constraints)
 
 __all__ = ["context_parallel_attention", "shard", "unshard", "positions", "LAYOUTS"]
 
@@ -168,7 +171,7 @@ def _reduce_scatter(xs, group, world: int, runs: list) -> list:
 class _Runs:
     """What the passes of one call share: the group, the ranks' runs of rows, and the blocked kernel's specs."""
 
-    def __init__(self, group, rank, world, layout, causal, fn, is_map, names, guard, L, S, block):
+    def __init__(self, group, rank, world, layout, causal, fn, is_map, names, guard, L, S, block, given):
         self.group, self.world, self.layout, self.causal = group, world, layout, causal
         # (rank, start, stop, position) of every rank's runs of keys: the gathered keys are in global order
         self.key_runs = [(r, *run) for r in range(world) for run in chunks(S, r, world, layout)]
@@ -177,7 +180,7 @@ class _Runs:
             # a run of rows is the plan of its own rows against every gathered key, the first at the position p
             # (causal: the plan takes each block's keys up to its last row's position)
             self.runs.append((start, stop, MapSpec(fn, is_map, names, causal, guard, 0.0, block, stop - start,
-                                                   S * world, offset=p if causal else 0)))
+                                                   S * world, given, offset=p if causal else 0)))
 
     def gather(self, key, value):
         return _all_gather((key, value), self.group, self.world, self.key_runs)
@@ -298,7 +301,14 @@ def _shape(ints) -> str:
     return str(tuple(tail[_DIMS - ndim:])) if ndim <= _DIMS else f"(..., {', '.join(map(str, tail))})"
 
 
-def _fields(query, key, value, is_causal, layout, scale, fn, error):
+def _constraints_text(constraints: dict) -> str:
+    """The constraint keywords of a call as the ranks must agree on them: each name with its number, or the shape
+    and dtype of its tensor (each rank's own values)."""
+    return "none" if not constraints else ", ".join(f"{k}=<tensor {tuple(v.shape)} {str(v.dtype).removeprefix('torch.')}>"
+                     if isinstance(v, torch.Tensor) else f"{k}={_plain(v)}" for k, v in sorted(constraints.items()))
+
+
+def _fields(query, key, value, is_causal, layout, scale, fn, error, constraints=None):
     """``[(what, int64s, show)]``: every argument of a call the ranks must agree on, as numbers, and how to show
     them (``show(int64s)``) in the error."""
     fields = []
@@ -316,6 +326,7 @@ def _fields(query, key, value, is_causal, layout, scale, fn, error):
     for what, v in (("is_causal", is_causal), ("layout", layout), ("scale", scale)):
         fields.append((what, _encode("the default" if what == "scale" and v is None else _plain(v), 16), _decode))
     fields.append(("mapping", _encode(_map_text(fn)), _decode))
+    fields.append(("the constraint keywords", _encode(_constraints_text(constraints or {})), _decode))
     grad = torch.is_grad_enabled()
     needs = tuple(bool(grad and isinstance(x, torch.Tensor) and x.requires_grad) for x in (query, key, value))
     fields.append(("which of query, key, value need gradients", [int(n) for n in needs],
@@ -328,15 +339,15 @@ def _ranks(ranks: list) -> str:
     return f"rank {ranks[0]}" if len(ranks) == 1 else f"ranks {', '.join(map(str, ranks))}"
 
 
-def _agree(group, query, key, value, is_causal, layout, scale, fn, error):
+def _agree(group, query, key, value, is_causal, layout, scale, fn, error, constraints=None):
     """Raise the same ValueError on every rank of ``group`` unless all called with the same arguments.
 
     One all-gather of a small int64 descriptor per rank (:func:`_fields`: the local shapes and dtypes, the device
-    type, causality, layout, scale, the map, which inputs need gradients, and whether the arguments passed the local
-    checks), before any collective that moves the keys: a rank with other shapes or dtypes would otherwise send
+    type, causality, layout, scale, the map, the constraint keywords, which inputs need gradients, and whether the
+    arguments passed the local checks), before any collective that moves the keys: a rank with other shapes or dtypes would otherwise send
     buffers of another size into the same collective, which gloo and NCCL answer by aborting the processes.
     """
-    fields = _fields(query, key, value, is_causal, layout, scale, fn, error)
+    fields = _fields(query, key, value, is_causal, layout, scale, fn, error, constraints)
     row = [i for _, code, _ in fields for i in code]
     device = query.device if isinstance(query, torch.Tensor) else torch.device("cpu")
     mine = torch.tensor(row, dtype=torch.int64, device=device)
@@ -360,8 +371,9 @@ def _agree(group, query, key, value, is_causal, layout, scale, fn, error):
                          + "; ".join(differ)) from error
 
 
-def _check_call(query, key, value, is_causal, scale, mapping, layout, block):
-    """One rank's checks of a call's arguments (as one process's); ``(batch, fn, is_map, scale)``."""
+def _check_call(query, key, value, is_causal, scale, mapping, layout, block, constraints, world):
+    """One rank's checks of a call's arguments (as one process's); ``(batch, fn, is_map, scale, set, values)``.
+    ``world``: the number of ranks (``None``: not known, and the constraint arrays' shapes not checked)."""
     batch = check_inputs(query, key, value)
     n, m = query.shape[-2], key.shape[-2]
     if not isinstance(is_causal, bool):
@@ -382,11 +394,21 @@ def _check_call(query, key, value, is_causal, scale, mapping, layout, block):
             if fn(torch.zeros(1, 2, dtype=query.dtype, device=query.device), dim=-1).requires_grad:
                 raise TypeError("a callable mapping whose weights depend on tensors of its own that need gradients "
                                 "cannot run context-parallel: pass its parameters through a TorchMap")
-    return batch, fn, is_map, scale
+    else:
+        fn.values()  # (every parameter bound, else the map's own error)
+    # this rank's rows against every key of the sequence, in position order (the gathered keys' order)
+    if world is None:  # (not initialised: that is the error, once the ranks' arguments are known to agree)
+        cset, values = choose(constraints)
+    else:
+        cset, values = check_constraints(constraints, query, batch + (n, m * world))
+    if cset is not SIMPLEX and not is_map:
+        raise TypeError(f"{'='.join(constraints)}= needs a regattn map (a name, a generated module or a TorchMap), "
+                        f"not a callable")
+    return batch, fn, is_map, scale, cset, values
 
 
 def context_parallel_attention(query, key, value, *, group=None, is_causal=False, scale=None, mapping="softmax",
-                               layout="contiguous", block=None):
+                               layout="contiguous", block=None, **constraints):
     """This rank's output of attention over a sequence sharded across the ranks of ``group`` (module docstring).
 
     Parameters
@@ -410,6 +432,12 @@ def context_parallel_attention(query, key, value, *, group=None, is_causal=False
     block:
         Query rows per block of the blocked kernel (``None``: as many as keep a block within
         :data:`~numeric.torch.attention.BLOCK_ENTRIES` scores).
+    constraints:
+        A constraint set's keywords (:mod:`numeric.constraints`; the box's ``upper=`` and ``total=``), as
+        :func:`numeric.torch.attention.attention` takes them, for this rank's scores ``(..., n, L)``: a number, or a
+        tensor broadcasting to them whose rows are this rank's queries (in its layout's order) and whose columns
+        are every key of the sequence in position order (size 1 there: one value per row).  Tensors get
+        gradients, this rank's part.
 
     Returns
     -------
@@ -426,8 +454,11 @@ def context_parallel_attention(query, key, value, *, group=None, is_causal=False
     RuntimeError
         If ``torch.distributed`` is not initialised.
     """
+    initialised = dist.is_available() and dist.is_initialized()
+    world = dist.get_world_size(group) if initialised else None
     try:
-        batch, fn, is_map, scale = _check_call(query, key, value, is_causal, scale, mapping, layout, block)
+        batch, fn, is_map, scale, cset, values = _check_call(query, key, value, is_causal, scale, mapping, layout,
+                                                             block, constraints, world)
         error = None
     except (TypeError, ValueError) as exc:
         fn, error = mapping, exc
@@ -435,9 +466,8 @@ def context_parallel_attention(query, key, value, *, group=None, is_causal=False
             fn = resolve_mapping(mapping)[0]
         except (TypeError, ValueError, ImportError):
             pass
-    initialised = dist.is_available() and dist.is_initialized()
     if initialised:
-        _agree(group, query, key, value, is_causal, layout, scale, fn, error)
+        _agree(group, query, key, value, is_causal, layout, scale, fn, error, constraints)
     if error is not None:
         raise error
     if not initialised:
@@ -446,13 +476,14 @@ def context_parallel_attention(query, key, value, *, group=None, is_causal=False
     n, m = query.shape[-2], key.shape[-2]
     world, rank = dist.get_world_size(group), dist.get_rank(group)
     names = tuple(k for k in fn.params if isinstance(fn.params[k], torch.Tensor)) if is_map else ()
-    params = tuple(fn.params[k] for k in names)
+    given, tensors = spec_constraints(cset, values)
+    params = tuple(fn.params[k] for k in names) + tensors
     S = m * world
     if scale is None:
         scale = 1.0 / math.sqrt(query.shape[-1]) if query.shape[-1] else 1.0
     if block is None:
-        block = max(1, BLOCK_ENTRIES // (math.prod(batch) * S or 1))
-    plan = _Runs(group, rank, world, layout, is_causal, fn, is_map, names, not is_map, n, m, block)
+        block = rows_within(BLOCK_ENTRIES, math.prod(batch) * S)
+    plan = _Runs(group, rank, world, layout, is_causal, fn, is_map, names, not is_map, n, m, block, given)
     qs = query * scale
     if torch.is_grad_enabled() and any(t.requires_grad for t in (qs, key, value, *params)):
         return _ContextParallelAttention.apply(qs, key, value, plan, *params)

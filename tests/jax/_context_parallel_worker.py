@@ -13,9 +13,10 @@ and the output's sharding; then the per-device shapes of the residuals the backw
 
 from __future__ import annotations
 
-#: name: (mapping, is_causal, layout, block_size); mapping "entmax_alpha" is entmax with alpha per head (N, 1, 1)
-#: differentiated, "cp_gini_log1p" the generated module.  Block size 4 with T / P = 6 query rows a device runs the
-#: blocked loop with a padded last block; None runs one block.
+#: name: (mapping, is_causal, layout, block_size[, box]); mapping "entmax_alpha" is entmax with alpha per head
+#: (N, 1, 1) differentiated, "cp_gini_log1p" the generated module.  Block size 4 with T / P = 6 query rows a device
+#: runs the blocked loop with a padded last block; None runs one block.  box: the box constraint with a bound per
+#: score (B, N, T, T), differentiated, and total 0.9.
 CASES = {
     "softmax-causal-zigzag": ("softmax", True, "zigzag", 4),
     "softmax-contiguous-one-block": ("softmax", False, "contiguous", None),
@@ -25,6 +26,9 @@ CASES = {
     "entmax-alpha-contiguous-one-block": ("entmax_alpha", False, "contiguous", None),
     "gini-log1p-causal-contiguous": ("cp_gini_log1p", True, "contiguous", 4),
     "gini-log1p-causal-zigzag": ("cp_gini_log1p", True, "zigzag", 4),
+    "sparsemax-box-zigzag": ("sparsemax", False, "zigzag", 4, True),
+    "entmax15-box-causal-zigzag": ("entmax15", True, "zigzag", 4, True),
+    "entmax-alpha-box-causal-contiguous-one-block": ("entmax_alpha", True, "contiguous", None, True),
 }
 
 #: (B, T, N, K, H, Hv) of every case: grouped heads (K < N), T = 12 over P = 2 devices (zigzag chunks of 3).
@@ -50,36 +54,40 @@ def run_case(name, mesh, arrays, references: dict) -> dict:
 
     import numeric.jax as rj
 
-    mapping, causal, layout, block_size = CASES[name]
-    q, k, v, w, alpha = arrays
+    mapping, causal, layout, block_size, *box = CASES[name]
+    q, k, v, w, alpha, upper = arrays
     learned = mapping == "entmax_alpha"
+    box = bool(box and box[0])
 
     def the_map(a):
         if learned:
             return rj.JaxMap("entmax", alpha=a)
         return importlib.import_module(mapping) if mapping.startswith("cp_") else mapping
 
-    def reference(q, k, v, a):
-        out = rj.attention(q, k, v, is_causal=causal, mapping=the_map(a))
+    def reference(q, k, v, a, u):
+        out = rj.attention(q, k, v, is_causal=causal, mapping=the_map(a), **({"upper": u, "total": 0.9} if box else {}))
         return jnp.sum(out * w), out
 
-    def parallel(q, k, v, a):
-        lay = lambda x: rj.shard_layout(x, DEVICES, layout)  # noqa: E731
+    def parallel(q, k, v, a, u):
+        lay = lambda x, axis=1: rj.shard_layout(x, DEVICES, layout, axis)  # noqa: E731
+        # the bounds' query and key axes in the layout's order, as the queries' and keys' are
+        kw = {"upper": lay(lay(u, 2), 3), "total": 0.9} if box else {}
         out = rj.context_parallel_attention(lay(q), lay(k), lay(v), mesh=mesh, axis_name=AXIS, is_causal=causal,
-                                            mapping=the_map(a), layout=layout, block_size=block_size)
+                                            mapping=the_map(a), layout=layout, block_size=block_size, **kw)
         return jnp.sum(rj.unshard_layout(out, DEVICES, layout) * w), out  # (out: laid out, as it comes)
 
-    argnums = (0, 1, 2, 3) if learned else (0, 1, 2)
-    if (mapping, causal) not in references:
-        references[mapping, causal] = jax.jit(jax.value_and_grad(reference, argnums, has_aux=True))(q, k, v, alpha)
-    (_, ref_out), ref_grads = references[mapping, causal]
-    (_, out), grads = jax.jit(jax.value_and_grad(parallel, argnums, has_aux=True))(q, k, v, alpha)
+    argnums = (0, 1, 2) + ((3,) if learned else ()) + ((4,) if box else ())
+    if (mapping, causal, box) not in references:
+        references[mapping, causal, box] = jax.jit(jax.value_and_grad(reference, argnums, has_aux=True))(
+            q, k, v, alpha, upper)
+    (_, ref_out), ref_grads = references[mapping, causal, box]
+    (_, out), grads = jax.jit(jax.value_and_grad(parallel, argnums, has_aux=True))(q, k, v, alpha, upper)
     spec = out.sharding.spec if isinstance(out.sharding, jax.sharding.NamedSharding) else None
     result = {"case": name, "out": _error(rj.unshard_layout(out, DEVICES, layout), ref_out),
               "sharding": None if spec is None else [None if s is None else str(s) for s in spec],
               "shards": sorted({tuple(s.data.shape) for s in out.addressable_shards}),
               "finite": bool(np.all(np.isfinite(np.asarray(out))))}
-    for g, r, n in zip(grads, ref_grads, ("dq", "dk", "dv", "dalpha")):
+    for g, r, n in zip(grads, ref_grads, ("dq", "dk", "dv") + (("dalpha",) if learned else ()) + (("dupper",) if box else ())):
         result[n] = _error(g, r)
     return result
 
@@ -93,7 +101,7 @@ def residuals(mesh, arrays) -> dict:
 
     import numeric.jax as rj
 
-    q, k, v, _, alpha = arrays
+    q, k, v, _, alpha, _ = arrays
     q, k, v = (jax.device_put(x, NamedSharding(mesh, P(None, AXIS))) for x in (q, k, v))
     shapes = {}
     for block_size in (4, None):
@@ -138,7 +146,9 @@ def main(folder: str) -> None:
     with jax.enable_x64(True):
         rng = np.random.default_rng(26)
         arrays = (rng.normal(size=(B, T, N, H)), rng.normal(size=(B, T, K, H)), rng.normal(size=(B, T, K, Hv)),
-                  rng.normal(size=(B, T, N, Hv)), 1.1 + 0.8 * rng.random((N, 1, 1)))
+                  rng.normal(size=(B, T, N, Hv)), 1.1 + 0.8 * rng.random((N, 1, 1)),
+                  # bounds per score whose visible ones sum past 1 in every row (the diagonal's is over 1)
+                  0.15 + 0.5 * rng.random((B, N, T, T)) + np.eye(T))
         arrays = tuple(jax.numpy.asarray(a, jax.numpy.float64) for a in arrays)
         references = {}
         for name in CASES:

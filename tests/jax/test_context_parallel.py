@@ -5,7 +5,7 @@ context-parallel attention over 2 devices equal numeric.jax.attention's on one d
 largest magnitude, for softmax, sparsemax, entmax15, entmax with alpha per head and a generated map with no
 closed-form link (``p**2/2 + p*log(1 + p)``, Newton's), causal or not, in both layouts, with grouped heads
 (K < N) and T / P = 6 query rows a device in blocks of 4 (the blocked loop with a padded last block) or one
-block; the output is sharded along T; the backward pass keeps no array of the whole length T on a device (the
+block, and with the box (a bound per score, its query and key axes in the layout's order, with its gradient); the output is sharded along T; the backward pass keeps no array of the whole length T on a device (the
 gathered keys and values are gathered again).  The number of host devices
 (``XLA_FLAGS=--xla_force_host_platform_device_count=2``) is read once, when JAX starts, so those checks run in a
 subprocess, every case in one (tests/jax/_context_parallel_worker.py: JAX's start and the compilations
@@ -58,10 +58,12 @@ def test_two_devices_equal_one_in_float64(lines, case):
     line = lines[case]
     B, T, N, K, H, Hv = SHAPE
     learned = CASES[case][0] == "entmax_alpha"
+    box = CASES[case][4:] == (True,)
     assert line["finite"], line
-    for name in ("out", "dq", "dk", "dv", *(("dalpha",) if learned else ())):
+    for name in ("out", "dq", "dk", "dv", *(("dalpha",) if learned else ()), *(("dupper",) if box else ())):
         assert line[name] <= TOLERANCE, (name, line)
     assert ("dalpha" in line) == learned, line
+    assert ("dupper" in line) == box, line
     assert line["sharding"] == [None, AXIS], line  # NamedSharding(mesh, P(None, AXIS))
     assert line["shards"] == [[B, T // DEVICES, N, Hv]], line
 

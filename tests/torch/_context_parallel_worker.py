@@ -28,7 +28,10 @@ CASES = [(f"{m}-{'causal' if c else 'full'}-{lay}", m, c, lay, False)
          for m in MAPPINGS for c in (False, True) for lay in ("contiguous", "zigzag")]
 CASES += [("entmax15-causal-zigzag-grouped", "entmax15", True, "zigzag", True),
           ("callable-causal-contiguous", "callable", True, "contiguous", False),
-          ("entmax_alpha_per_head-causal-zigzag-one-block", "entmax_alpha_per_head", True, "zigzag", False)]
+          ("entmax_alpha_per_head-causal-zigzag-one-block", "entmax_alpha_per_head", True, "zigzag", False),
+          ("sparsemax-full-zigzag-box", "sparsemax", False, "zigzag", False),
+          ("entmax15-causal-zigzag-box", "entmax15", True, "zigzag", False),
+          ("entmax_alpha_per_head-causal-contiguous-box", "entmax_alpha_per_head", True, "contiguous", False)]
 #: whole sequence of 28 positions: 14 a rank, zigzag runs of 7; blocks of 4 rows (neither divides the other)
 B, H, L, E, EV, BLOCK = 2, 4, 28, 5, 3, 4
 
@@ -49,7 +52,7 @@ def _rel(a, b) -> float:
     return float((a - b).abs().max() / b.abs().max().clamp_min(1.0))
 
 
-def _case(rank, mapping_name, causal, layout, grouped, typed, one_block):
+def _case(rank, mapping_name, causal, layout, grouped, typed, one_block, box):
     from numeric.torch import attention
     from numeric.torch.distributed import context_parallel_attention, shard
 
@@ -64,13 +67,26 @@ def _case(rank, mapping_name, causal, layout, grouped, typed, one_block):
     learn = mapping_name == "entmax_alpha_per_head" and not grouped
     mapping = _mapping(mapping_name, alpha, typed)
 
+    # the box: a bound per score (rows the queries, columns every key in position order), each row's bounds of the
+    # keys it sees summing past 1 (the diagonal's bound is 1 or more), and a total per row below 1
+    upper = total = None
+    if box:
+        upper = 0.15 + 0.5 * torch.rand(B, H, L, L, dtype=torch.float64, generator=gen) + torch.eye(L, dtype=torch.float64)
+        upper.requires_grad_()
+        total = 0.9
+    kw = {} if upper is None else {"upper": upper, "total": total}
+
     Q, K, V = (x.clone().requires_grad_() for x in (q, k, v))
-    ref = attention(Q, K, V, is_causal=causal, mapping=mapping)
+    ref = attention(Q, K, V, is_causal=causal, mapping=mapping, **kw)
     dout = torch.randn(ref.shape, dtype=torch.float64, generator=gen)
-    wrt = [Q, K, V] + ([alpha] if learn else [])
+    wrt = [Q, K, V] + ([alpha] if learn else []) + ([upper] if box else [])
     grads = torch.autograd.grad(ref, wrt, dout)
 
     local = [shard(x, rank, WORLD, layout).detach().requires_grad_() for x in (q, k, v)]
+    local_kw = {}
+    if box:
+        local_upper = shard(upper.detach(), rank, WORLD, layout).requires_grad_()
+        local_kw = {"upper": local_upper, "total": total}
     saved = []
 
     def pack(t):
@@ -79,10 +95,12 @@ def _case(rank, mapping_name, causal, layout, grouped, typed, one_block):
 
     with torch.autograd.graph.saved_tensors_hooks(pack, lambda t: t):
         out = context_parallel_attention(*local, is_causal=causal, mapping=mapping, layout=layout,
-                                         block=None if one_block else BLOCK)
-    mine = torch.autograd.grad(out, local + ([alpha] if learn else []), shard(dout, rank, WORLD, layout))
+                                         block=None if one_block else BLOCK, **local_kw)
+    mine = torch.autograd.grad(out, local + ([alpha] if learn else []) + ([local_upper] if box else []),
+                               shard(dout, rank, WORLD, layout))
     with torch.no_grad():
-        out_ng = context_parallel_attention(*local, is_causal=causal, mapping=mapping, layout=layout, block=BLOCK)
+        out_ng = context_parallel_attention(*local, is_causal=causal, mapping=mapping, layout=layout, block=BLOCK,
+                                            **local_kw)
     errors = {"output": _rel(out, shard(ref, rank, WORLD, layout)), "output_no_grad": _rel(out_ng, out)}
     for name, a, b in zip(("dq", "dk", "dv"), mine[:3], grads[:3]):
         errors[name] = _rel(a, shard(b, rank, WORLD, layout))
@@ -90,14 +108,16 @@ def _case(rank, mapping_name, causal, layout, grouped, typed, one_block):
         d = mine[3].clone()
         dist.all_reduce(d)
         errors["dalpha"] = _rel(d, grads[3])
+    if box:  # this rank's rows of the bounds' gradient
+        errors["dupper"] = _rel(mine[-1], shard(grads[-1], rank, WORLD, layout))
     # memory: nothing kept for the backward pass is larger than the local inputs (no gathered sequence)
-    errors["saved_over_local"] = max(saved) / max(t.numel() for t in local)
+    errors["saved_over_local"] = max(saved) / max(t.numel() for t in local + list(local_kw.values())[:1])
     return errors
 
 
 #: (name, rank 0's arguments, rank 1's arguments) of calls that must raise the same error on both ranks
 _SAME = {"n": 4, "dtype": torch.float64, "is_causal": False, "layout": "contiguous", "mapping": "entmax15",
-         "grad": (True, True, True)}
+         "grad": (True, True, True), "constraints": {}}
 DISAGREE = [("lengths", {}, {"n": 6}),
             ("dtypes", {}, {"dtype": torch.float32}),
             ("causality", {}, {"is_causal": True}),
@@ -107,7 +127,8 @@ DISAGREE = [("lengths", {}, {"n": 6}),
             ("gradients", {}, {"grad": (True, False, True)}),
             ("zigzag-odd-on-one-rank", {"n": 5, "layout": "zigzag"}, {"n": 6, "layout": "zigzag"}),
             ("zigzag-odd-on-both", {"n": 5, "layout": "zigzag"}, {"n": 5, "layout": "zigzag"}),
-            ("invalid-on-one-rank", {}, {"mapping": "no_such_map"})]
+            ("invalid-on-one-rank", {}, {"mapping": "no_such_map"}),
+            ("constraint-keywords", {}, {"constraints": {"upper": 0.9}})]
 
 
 def _disagree_call(rank, mine):
@@ -118,7 +139,8 @@ def _disagree_call(rank, mine):
     mapping = get_map(a["mapping"][0], alpha=a["mapping"][1]) if isinstance(a["mapping"], tuple) else a["mapping"]
     gen = torch.Generator().manual_seed(rank)
     q, k, v = (torch.randn(2, 3, a["n"], 4, dtype=a["dtype"], generator=gen).requires_grad_(g) for g in a["grad"])
-    out = context_parallel_attention(q, k, v, is_causal=a["is_causal"], layout=a["layout"], mapping=mapping)
+    out = context_parallel_attention(q, k, v, is_causal=a["is_causal"], layout=a["layout"], mapping=mapping,
+                                     **a["constraints"])
     out.sum().backward()
     return out
 
@@ -150,7 +172,8 @@ def _run(rank, init, out, folder, module):
     typed = __import__(module)
     results = {}
     for name, mapping_name, causal, layout, grouped in CASES:
-        errors = _case(rank, mapping_name, causal, layout, grouped, typed, name.endswith("one-block"))
+        errors = _case(rank, mapping_name, causal, layout, grouped, typed, name.endswith("one-block"),
+                       name.endswith("-box"))
         both = [None] * WORLD
         dist.all_gather_object(both, errors)
         results[name] = {k: max(e[k] for e in both) for k in errors}

@@ -4,7 +4,9 @@ The cases run once, in one subprocess (tests/torch/_context_parallel_worker.py s
 reads its case's largest relative errors: the output shard, and the gradients of the local queries, keys and
 values (each key's gradient reduce-scattered to its owner) and of an alpha per head (summed over the ranks) all
 equal one process's :func:`numeric.torch.attention` on the whole sequence to 1e-12.  Maps: the built-ins, alpha
-per head, a typed map with no closed-form link, a plain callable; causal or not; both layouts; grouped keys.
+per head, a typed map with no closed-form link, a plain callable; causal or not; both layouts; grouped keys; the
+box (``upper=`` per score, this rank's rows against every key in position order, and ``total=``), with the bounds'
+gradient.
 """
 
 from __future__ import annotations
@@ -47,6 +49,8 @@ def test_shards_equal_one_process(errors, case):
     assert {"dq", "dk", "dv"} <= set(grads)
     if case.startswith("entmax_alpha_per_head"):
         assert "dalpha" in grads
+    if case.endswith("-box"):  # the box: a bound per score, this rank's rows against every key, with its gradient
+        assert "dupper" in grads
     assert e["output"] <= 1e-12, e
     assert e["output_no_grad"] <= 1e-12, e
     assert max(grads.values()) <= 1e-12, e
@@ -77,7 +81,8 @@ def test_ranks_that_disagree_raise_the_same_error_on_every_rank(tmp_path):
               "gradients": ["which of query, key, value need gradients: (True, True, True) on rank 0, "
                             "(True, False, True) on rank 1"],
               "zigzag-odd-on-one-rank": ["the local shape of query: (2, 3, 5, 4) on rank 0, (2, 3, 6, 4) on rank 1"],
-              "invalid-on-one-rank": ["valid arguments: yes on rank 0, no on rank 1"]}
+              "invalid-on-one-rank": ["valid arguments: yes on rank 0, no on rank 1"],
+              "constraint-keywords": ["the constraint keywords: none on rank 0, upper=0.9 on rank 1"]}
     for name, *_ in DISAGREE:
         ranks = got[name]
         assert ranks[0] == ranks[1], (name, ranks)  # the same exception, the same message
