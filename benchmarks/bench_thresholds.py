@@ -1,4 +1,4 @@
-"""Sort-map thresholds on NumPy (numeric.core on numeric.numpy_ops.NumpyRowOps): the sort rule on whole
+"""Sort-map thresholds on NumPy (numeric.core on numeric.numpy.ops.NumpyRowOps): the sort rule on whole
 sorted rows against the partial selection of each row's largest scores, the sort-free support rule, and the
 root rule.
 
@@ -33,7 +33,7 @@ import numpy as np
 from numeric import contract
 from numeric.core import rules
 from numeric.core.ops import Routines
-from numeric.numpy_ops import NumpyRowOps, ops_for
+from numeric.numpy.ops import NumpyRowOps, ops_for
 from _timing import median_seconds
 
 

@@ -10,7 +10,7 @@ front end (argument checks, parameters, axes, dtypes, the loss and
 continuous map (:class:`numeric.continuous.ContinuousMap`) hands its checked
 ``mu`` and ``sigma2`` to the backend the same way for the basis expectations.
 
-NumPy (:mod:`numeric.numpy_backend`) and CuPy (:mod:`numeric.cupy_backend`)
+NumPy (:mod:`numeric.numpy.backend`) and CuPy (:mod:`numeric.cupy.backend`)
 are registered in :mod:`numeric.backends`; another library registers its own
 with :func:`numeric.backends.register_backend`.  Everything in :mod:`numeric` returns the kind of
 array it was given; CuPy is imported only when a CuPy array is seen.

@@ -12,8 +12,8 @@ import threading
 import numpy as np
 
 from .backend import Backend
-from .cupy_backend import CupyBackend
-from .numpy_backend import NumpyBackend
+from .cupy.backend import CupyBackend
+from .numpy.backend import NumpyBackend
 
 __all__ = ["backend_for", "register_backend", "backends"]
 

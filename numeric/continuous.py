@@ -119,14 +119,14 @@ class ContinuousMap:
     of the basis size.  The backend of the arrays
     (:func:`numeric.backends.backend_for`) computes the expectations: NumPy
     evaluates the generated closed forms in float64
-    (:meth:`numeric.numpy_backend.NumpyBackend.rbf_expectation`); CuPy runs the
+    (:meth:`numeric.numpy.backend.NumpyBackend.rbf_expectation`); CuPy runs the
     generated ``rbf_context`` kernel, which makes the same choices.
 
     For a truncated polynomial ``p(u) = P(u / a) / a`` the closed form cancels
     where the support is narrow next to a basis function (relative to ``1 / s``,
     an error of about ``eps ((8 s + a) / a)^D (s / a) / 2`` for ``P`` of degree
     ``D``); where ``a < QUADRATURE_BELOW s`` the expectation and its derivatives
-    are Gauss-Legendre sums over the support instead (``numeric.numpy_backend._quadrature``), with
+    are Gauss-Legendre sums over the support instead (``numeric.numpy.backend._quadrature``), with
     the number of nodes the module's error bound asks for given
     ``gamma = (a |c - mu| + a^2 / 2) / s^2``, how far ``log psi`` bends across the support.
     """

@@ -27,7 +27,7 @@ from typing import Any, Callable
 
 import numpy as np
 
-from .rows import scalar, select
+from .numpy.rows import scalar, select
 
 __all__ = ["invert_link", "safeguarded_point", "Ops", "NumpyOps", "ScalarOps", "numpy_invert_link", "WIDEN_STEPS",
            "NEWTON_STEPS", "POLISH_STEPS"]

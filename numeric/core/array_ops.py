@@ -4,7 +4,7 @@
 share (``xp.where``, ``xp.sort``, ``xp.take_along_axis``, ...), every operation a new array and every loop a
 Python loop that stops when no row is still going.  It runs every rule and constraint set of
 :mod:`numeric.core` and :mod:`numeric.constraints` on arrays of either library, on the host or on the device,
-with no speed device of its own: NumPy's maps take :class:`numeric.numpy_ops.NumpyRowOps`, which overrides
+with no speed device of its own: NumPy's maps take :class:`numeric.numpy.ops.NumpyRowOps`, which overrides
 some of its steps with NumPy's faster forms; CuPy's maps run their generated kernels, and this class serves
 the computations that have none (the constraint sets' solves and derivatives, the loss's terms).
 """

@@ -7,7 +7,7 @@ framework's arrays, :func:`numeric.contract.routines_on`) and 2-D arrays of scor
 axis.  They are functional (no array is written in place), keep shapes static (masks are ``where``, never
 boolean indexing) and branch on values only through the operations ``repeat`` (a loop with a fixed budget that
 may stop early when no row is still going) and ``branch`` (a computation needed only when some row asks for
-it), so one text serves NumPy (:mod:`numeric.numpy_ops`), PyTorch (:mod:`numeric.torch`) and a JAX backend
+it), so one text serves NumPy (:mod:`numeric.numpy.ops`), PyTorch (:mod:`numeric.torch`) and a JAX backend
 (``lax.while_loop`` and ``lax.cond``), and traces into CUDA and Triton (:mod:`derive.codegen.trace_rows`,
 :mod:`derive.codegen.trace`).
 

@@ -19,7 +19,7 @@ from derive.codegen.compilers import host_library
 from derive.codegen.files import load_module
 from derive.reference import compiled
 from numeric import newton
-from numeric.numpy_ops import ops_for
+from numeric.numpy.ops import ops_for
 
 from .test_kernels_host import CACHE
 

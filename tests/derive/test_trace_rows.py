@@ -27,7 +27,7 @@ from derive.codegen.files import load_module
 from numeric.core import rules
 from numeric.core.ops import Routines
 from numeric.contract import module_routines
-from numeric.numpy_ops import NumpyRowOps
+from numeric.numpy.ops import NumpyRowOps
 
 from .test_codegen import ALL_MAPS, module_for
 from .test_kernels_host import PARAMS, _kernel, _ptr

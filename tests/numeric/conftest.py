@@ -112,7 +112,7 @@ def hard_rows(x):
 
 def numpy_routines(module, params=(), **replaced):
     """``module``'s routines bound to ``params`` as :func:`numeric.core.rules.solve` takes them on NumPy arrays
-    (the table of :mod:`numeric.numpy_backend`); ``replaced``: routines to swap in (``None`` hides one, e.g.
+    (the table of :mod:`numeric.numpy.backend`); ``replaced``: routines to swap in (``None`` hides one, e.g.
     ``link_scale=None`` makes a power-form link take the rules' generic path)."""
     from numeric import contract
     from numeric.core.ops import Routines
@@ -123,10 +123,10 @@ def numpy_routines(module, params=(), **replaced):
 
 
 def counting_ops(dtype):
-    """NumPy's row operations (:class:`numeric.numpy_ops.NumpyRowOps`) that record the rounds of each
+    """NumPy's row operations (:class:`numeric.numpy.ops.NumpyRowOps`) that record the rounds of each
     ``repeat_rows`` loop (those of its slowest row) in ``.rounds``, the rows still going before each round and
     after the last in ``.live`` (a list per loop), and the rows each ``sort_desc`` sorts in ``.sorted_rows``."""
-    from numeric.numpy_ops import NumpyRowOps
+    from numeric.numpy.ops import NumpyRowOps
 
     class Counting(NumpyRowOps):
         def __init__(self, dtype):

@@ -15,7 +15,7 @@ import numeric as nm
 from numeric import family
 from derive.box import box_jacobians, solve_box
 from numeric.constraints.box import box_jvp, box_solve, box_vjp
-from numeric.numpy_ops import ops_for
+from numeric.numpy.ops import ops_for
 
 from .conftest import case_derivation, numpy_routines
 

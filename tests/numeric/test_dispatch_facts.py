@@ -14,8 +14,8 @@ import numeric.continuous as nc
 from derive import Regularizer, derive_map, generate_module
 from derive.codegen.files import load_module
 from numeric.core import rules
-from numeric.numpy_backend import NumpyBackend
-from numeric.numpy_ops import ops_for
+from numeric.numpy.backend import NumpyBackend
+from numeric.numpy.ops import ops_for
 
 from .conftest import USER, numpy_routines
 

@@ -1,4 +1,4 @@
-"""Fast paths of the one solver (numeric.core on NumPy's operations, numeric.numpy_ops) against its
+"""Fast paths of the one solver (numeric.core on NumPy's operations, numeric.numpy.ops) against its
 plain forms and the 50-digit reference.
 
 The sort-free support rule (Michelot's algorithm for links of degree 1) against the
@@ -27,8 +27,8 @@ from derive import Regularizer, derive_map, generate_module
 from derive import reference as R
 from derive.codegen.files import load_module
 from numeric.core import halley, rules
-from numeric.numpy_ops import ops_for
-from numeric.rows import SELECT_FROM, row_max, row_sum, select
+from numeric.numpy.ops import ops_for
+from numeric.numpy.rows import SELECT_FROM, row_max, row_sum, select
 
 from .conftest import counting_ops, derivation, numpy_routines, reference
 
@@ -318,7 +318,7 @@ def test_unshifted_softmax_and_its_fallback_rows(dtype):
 
 @pytest.mark.parametrize("name", ["softmax", "sparsemax", "entmax15", "entmax"])
 def test_two_threads_give_the_rows_of_one(name, monkeypatch):
-    from numeric import numpy_backend as maps  # where NumPy rows are cut into chunks
+    from numeric.numpy import backend as maps  # where NumPy rows are cut into chunks
 
     rng = np.random.default_rng(3)
     x = rng.standard_normal((2**17 // 64 + 3, 64)).astype(np.float32)
@@ -347,7 +347,7 @@ def test_two_threads_give_the_rows_of_one(name, monkeypatch):
 
 def test_threads_do_not_read_the_machine_load(monkeypatch):
     """Whether rows go to a second thread depends on the sizes and the thread count only, never on /proc/loadavg."""
-    from numeric import numpy_backend as maps  # where NumPy rows are cut into chunks
+    from numeric.numpy import backend as maps  # where NumPy rows are cut into chunks
 
     real_open = open
     read = []

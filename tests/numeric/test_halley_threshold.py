@@ -13,7 +13,7 @@ from hypothesis import strategies as st
 
 from numeric.core import halley
 from numeric.newton import invert_link
-from numeric.numpy_ops import ops_for
+from numeric.numpy.ops import ops_for
 
 from .conftest import PARAMS, numpy_routines, reference
 

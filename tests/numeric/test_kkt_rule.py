@@ -21,7 +21,7 @@ from derive import Regularizer, derive_map, generate_module
 from numeric import contract
 from numeric.core import halley, kkt, rules
 from numeric.core.ops import Routines
-from numeric.numpy_ops import ops_for
+from numeric.numpy.ops import ops_for
 
 from .conftest import USER, reference
 

@@ -17,7 +17,7 @@ from hypothesis.extra import numpy as hnp
 import numeric as nm
 from derive import reference as R
 from numeric.core import rules
-from numeric.numpy_ops import NumpyRowOps, ops_for
+from numeric.numpy.ops import NumpyRowOps, ops_for
 
 from .conftest import PARAMS, USER, case_derivation, counting_ops, derivation, numpy_routines, reference
 
@@ -376,7 +376,7 @@ def test_user_module_by_name_and_object():
 
 def test_numeric_never_imports_sympy():
     code = (
-        "import sys, numpy as np, numeric as nm, numeric.core.rules, numeric.constraints.box, numeric.families.normmax, numeric.numpy_ops, numeric.backend;"
+        "import sys, numpy as np, numeric as nm, numeric.core.rules, numeric.constraints.box, numeric.families.normmax, numeric.numpy.ops, numeric.backend;"
         "import numeric._generated.softmax, numeric._generated.sparsemax, numeric._generated.entmax15, numeric._generated.entmax;"
         "nm.entmax(np.arange(5.0), 1.3); assert 'sympy' not in sys.modules, 'sympy imported'"
     )

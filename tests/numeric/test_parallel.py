@@ -14,7 +14,7 @@ import numeric as nm
 from numeric import parallel
 
 A = importlib.import_module("numeric.attention")  # the package exports a function of that name
-M = importlib.import_module("numeric.numpy_backend")  # where NumPy rows are cut into chunks
+M = importlib.import_module("numeric.numpy.backend")  # where NumPy rows are cut into chunks
 
 
 @pytest.fixture(autouse=True)

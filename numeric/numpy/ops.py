@@ -14,10 +14,10 @@ from functools import lru_cache
 
 import numpy as np
 
-from .newton import NumpyOps
+from ..core.ops import CompactRows, TensorOps
+from ..newton import NumpyOps
 from .rows import row_max as _row_max
 from .rows import row_sum as _row_sum
-from .core.ops import CompactRows, TensorOps
 
 __all__ = ["NumpyRowOps", "ops_for"]
 

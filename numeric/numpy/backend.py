@@ -1,7 +1,7 @@
 """The NumPy backend: maps on NumPy arrays, row by row.
 
 Rows are solved by :func:`numeric.core.rules.solve`, the text torch and JAX
-run, on :class:`numeric.numpy_ops.NumpyRowOps` (whose operations take NumPy's
+run, on :class:`numeric.numpy.ops.NumpyRowOps` (whose operations take NumPy's
 shortcuts: no shift for a closed threshold where none is needed, sort
 thresholds from the largest scores, writes into the output).  Large
 inputs are cut into chunks of rows solved side by side (:func:`_on_two_threads`).
@@ -20,11 +20,12 @@ from functools import lru_cache
 
 import numpy as np
 
-from . import contract, numpy_ops
-from .core import derivatives, rules
-from .core.ops import Routines
-from .backend import Backend, at_zero
-from .parallel import run_tasks
+from .. import contract
+from ..backend import Backend, at_zero
+from ..core import derivatives, rules
+from ..core.ops import Routines
+from ..parallel import run_tasks
+from .ops import ops_for
 
 __all__ = ["NumpyBackend", "THREADS_FROM", "CHUNKS"]
 
@@ -82,8 +83,8 @@ class NumpyBackend(Backend):
 
     def _forward_block(self, module, kind: str, x: np.ndarray, out: np.ndarray, tau: np.ndarray, params: tuple):
         """``p`` of the rows ``x`` into ``out`` (which may be ``x`` itself) and their thresholds into ``tau``:
-        :func:`numeric.core.rules.solve` on :class:`numeric.numpy_ops.NumpyRowOps`."""
-        ops = numpy_ops.ops_for(x.dtype)
+        :func:`numeric.core.rules.solve` on :class:`numeric.numpy.ops.NumpyRowOps`."""
+        ops = ops_for(x.dtype)
         routines = Routines(module, contract.module_routines(module), params)
         method = "auto" if kind == module.THRESHOLD else kind
         with np.errstate(all="ignore"):  # off-support branches are evaluated and masked
@@ -94,15 +95,15 @@ class NumpyBackend(Backend):
 
     def jvp(self, mapping, y: np.ndarray, dx: np.ndarray) -> np.ndarray:
         """``J dx`` along the last axis at ``y = m(x)``: :func:`numeric.core.derivatives.jvp` on
-        :class:`numeric.numpy_ops.NumpyRowOps`, ``w*dx - w (w.dx) / sum(w)``, ``w = w(y)`` on the support."""
+        :class:`numeric.numpy.ops.NumpyRowOps`, ``w*dx - w (w.dx) / sum(w)``, ``w = w(y)`` on the support."""
         module = mapping.module
         routines = Routines(module, contract.module_routines(module), mapping.cast_params(y.dtype))
         with np.errstate(all="ignore"):  # off-support branches are evaluated and masked
-            return derivatives.jvp(numpy_ops.ops_for(y.dtype), routines, y, dx, at_zero(module))
+            return derivatives.jvp(ops_for(y.dtype), routines, y, dx, at_zero(module))
 
     def row_ops(self, dtype):
-        """:class:`numeric.numpy_ops.NumpyRowOps`: the generic operations with NumPy's faster forms of some steps."""
-        return numpy_ops.ops_for(dtype)
+        """:class:`numeric.numpy.ops.NumpyRowOps`: the generic operations with NumPy's faster forms of some steps."""
+        return ops_for(dtype)
 
     def rbf_expectation(self, cmap, mu: np.ndarray, sigma2: np.ndarray, basis, grad: bool):
         """``(r, dr/dmu, dr/dsigma2)`` (the derivatives ``None`` when ``grad=False``) for float64 ``mu``, ``sigma2``

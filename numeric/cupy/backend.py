@@ -11,8 +11,8 @@ from __future__ import annotations
 
 import numpy as np
 
-from .backend import Backend, is_cupy, kernels
-from .contract import CUDA_THREADS
+from ..backend import Backend, is_cupy, kernels
+from ..contract import CUDA_THREADS
 
 __all__ = ["CupyBackend"]
 

@@ -1,4 +1,4 @@
-"""Row operations on 2-D NumPy arrays: the row sums and maxima of :class:`numeric.numpy_ops.NumpyRowOps`.
+"""Row operations on 2-D NumPy arrays: the row sums and maxima of :class:`numeric.numpy.ops.NumpyRowOps`.
 
 :func:`row_sum` sums along the last axis with einsum, in the calling thread;
 :func:`row_max` takes the maxima of short rows through transposed blocks;
