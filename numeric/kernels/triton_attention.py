@@ -232,10 +232,11 @@ def _solve_kept(top, tau, lo, hi, tail, rate, eta, m0, fixed, MAP: tl.constexpr,
 
 
 @triton.jit
-def _query_block(Q, H, L, S, E, sq_b, sq_h, sq_l, sq_e, sk_b, sk_h, sv_b, sv_h, sm_b, sm_h, CAUSAL: tl.constexpr,
-                 BLOCK_M: tl.constexpr, BLOCK_E: tl.constexpr):
-    # a forward program's query block: (block, batch x head, batch, head, its rows, its queries, the bases of the
-    # keys, values and mask of its batch and head, the keys it sees)
+def _query_block(Q, H, L, S, E, sq_b, sq_h, sq_l, sq_e, sk_b, sk_h, sv_b, sv_h, sm_b, sm_h, Params, n_params,
+                 CAUSAL: tl.constexpr, BLOCK_M: tl.constexpr, BLOCK_E: tl.constexpr, MAP: tl.constexpr):
+    # a program's query block (the forward's and the backward's rows): (block, batch x head, batch, head, its rows,
+    # its queries, the bases of the keys, values and mask of its batch and head, the keys it sees, the map's
+    # parameters of its head, omega'(1))
     qb = tl.program_id(0)
     bh = tl.program_id(1)
     b = bh // H
@@ -248,7 +249,9 @@ def _query_block(Q, H, L, S, E, sq_b, sq_h, sq_l, sq_e, sk_b, sk_h, sv_b, sv_h, 
         n_keys = tl.minimum(S, (qb + 1) * BLOCK_M)
     else:
         n_keys = S
-    return qb, bh, b, h, offs_m, q, b * sk_b + h * sk_h, b * sv_b + h * sv_h, b * sm_b + h * sm_h, n_keys
+    params = MAP.params(Params, bh * n_params)
+    return (qb, bh, b, h, offs_m, q, b * sk_b + h * sk_h, b * sv_b + h * sv_h, b * sm_b + h * sm_h, n_keys, params,
+            MAP.omega_prime(1.0, params))
 
 
 @triton.jit
@@ -316,13 +319,11 @@ def attention_forward(Q, K, V, Out, Tau, Fsum, Support, Bmax, Mask, Params, U, W
                       EXP_LINK: tl.constexpr, MAX_STEPS: tl.constexpr, WEIGHTED: tl.constexpr,
                       BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_E: tl.constexpr, BLOCK_EV: tl.constexpr,
                       KEEP: tl.constexpr, UPCAST: tl.constexpr, MAP: tl.constexpr):
-    qb, bh, b, h, offs_m, q, k_base, v_base, m_base, n_keys = _query_block(Q, H, L, S, E, sq_b, sq_h, sq_l, sq_e, sk_b,
-                                                                          sk_h, sv_b, sv_h, sm_b, sm_h, CAUSAL,
-                                                                          BLOCK_M, BLOCK_E)
-    params = MAP.params(Params, bh * n_params)
+    qb, bh, b, h, offs_m, q, k_base, v_base, m_base, n_keys, params, z_one = _query_block(
+        Q, H, L, S, E, sq_b, sq_h, sq_l, sq_e, sk_b, sk_h, sv_b, sv_h, sm_b, sm_h, Params, n_params, CAUSAL, BLOCK_M,
+        BLOCK_E, MAP)
     offs_v = tl.arange(0, BLOCK_EV)
     row_live = offs_m < L
-    z_one = MAP.omega_prime(1.0, params)
     if SET == "box":
         # p = min(u, g_+(s - tau)) with sum p = 1 (numeric.constraints.box.box_solve, whose pieces run traced on each
         # key block through the box's hooks, numeric.kernels.triton_box); the rows are [BLOCK_M, 1].  Passes over
@@ -650,29 +651,16 @@ def attention_backward_rows(Q, K, V, DO, DQ, Tau, Fsum, C, Support, Mask, Params
                             SET: tl.constexpr, UPPER_GRAD: tl.constexpr,
                             BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_E: tl.constexpr,
                             BLOCK_EV: tl.constexpr, UPCAST: tl.constexpr, MAP: tl.constexpr):
-    qb = tl.program_id(0)
-    bh = tl.program_id(1)
-    b = bh // H
-    h = bh % H
-    params = MAP.params(Params, bh * n_params)
-    z_one = MAP.omega_prime(1.0, params)
-    offs_m = qb * BLOCK_M + tl.arange(0, BLOCK_M)
+    qb, bh, b, h, offs_m, q, k_base, v_base, m_base, n_keys, params, z_one = _query_block(
+        Q, H, L, S, E, sq_b, sq_h, sq_l, sq_e, sk_b, sk_h, sv_b, sv_h, sm_b, sm_h, Params, n_params, CAUSAL, BLOCK_M,
+        BLOCK_E, MAP)
     offs_e = tl.arange(0, BLOCK_E)
     offs_v = tl.arange(0, BLOCK_EV)
     row_live = offs_m < L
-    q = tl.load(Q + b * sq_b + h * sq_h + offs_m[:, None] * sq_l + offs_e[None, :] * sq_e,
-                mask=row_live[:, None] & (offs_e[None, :] < E), other=0.0)
     do = tl.load(DO + b * sd_b + h * sd_h + offs_m[:, None] * sd_l + offs_v[None, :] * sd_e,
                  mask=row_live[:, None] & (offs_v[None, :] < EV), other=0.0)
     tau = tl.load(Tau + bh * L + offs_m, mask=row_live, other=float("inf"))
     f = tl.load(Fsum + bh * L + offs_m, mask=row_live, other=1.0)
-    k_base = b * sk_b + h * sk_h
-    v_base = b * sv_b + h * sv_h
-    m_base = b * sm_b + h * sm_h
-    if CAUSAL:
-        n_keys = tl.minimum(S, (qb + 1) * BLOCK_M)
-    else:
-        n_keys = S
     support = Support + (bh * tl.num_programs(0) + qb) * n_kblocks
     # c = sum_j w_j dP_j / sum_j w_j = dO . U / sum_j w_j, with U = sum_j w_j v_j from the forward
     u = tl.load(U + (bh * L + offs_m[:, None]) * EV + offs_v[None, :], mask=row_live[:, None] & (offs_v[None, :] < EV),
