@@ -146,7 +146,7 @@ def resolve_mapping(mapping) -> JaxMap:
         m = get_map(mapping)
     else:
         raise TypeError(f"mapping must be a map name, a generated map module or a JaxMap, got {mapping!r}")
-    missing = [n for n in m.module.PARAMETERS if n not in m.params]
+    missing = [n for n in m.declared.PARAMETERS if n not in m.params]
     if missing:
         raise ValueError(f"map {m.name!r} needs a value for {', '.join(missing)}: bind it, e.g. "
                          f"get_map({m.name!r}, {missing[0]}=jnp.full((N, 1, 1), ...))")
@@ -212,7 +212,7 @@ def param_values(m: JaxMap, shape: tuple, dtype) -> dict:
     """The map's parameter values for the scores ``shape`` = (B, N, T, S): Python floats as they are, arrays given 4
     dimensions and checked against ``shape``."""
     params = {}
-    for name in m.module.PARAMETERS:
+    for name in m.declared.PARAMETERS:
         v = m.params[name]
         if not isinstance(v, float):
             v = jnp.asarray(v)
@@ -302,7 +302,7 @@ def attend(query, key, value, m: JaxMap, params: dict, *, is_causal: bool, scale
 
 def _padding_value(m: JaxMap, name: str) -> float:
     """A value inside the parameter's domain, for the padding rows of a last query block."""
-    lo, hi = m.module.PARAMETER_DOMAINS[name]
+    lo, hi = m.declared.PARAMETER_DOMAINS[name]
     if math.isinf(lo) and math.isinf(hi):
         return 0.0
     if math.isinf(hi):

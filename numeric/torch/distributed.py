@@ -269,7 +269,7 @@ def _map_text(mapping) -> str:
                   else f"{k}={v!r}" for k, v in sorted(mapping.params.items())]
         if mapping.threshold != "auto":
             params.append(f"threshold={mapping.threshold!r}")
-        name = mapping.module.__name__.removeprefix("numeric._generated.")
+        name = mapping.name if mapping.family is not None else mapping.module.__name__.removeprefix("numeric._generated.")
         return name + (f"({', '.join(params)})" if params else "")
     if isinstance(mapping, str):
         return mapping

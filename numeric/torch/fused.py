@@ -80,8 +80,8 @@ def unsupported(query, attn_mask, fn, is_map: bool, dropout_p: float) -> str | N
         return "Triton is not installed (pip install triton)"
     if not is_map:
         return "the mapping is a plain callable: the kernels need a generated map"
-    if fn.name == "normmax":
-        return "normmax has no fused kernels (its regularizer is not separable)"
+    if fn.family is not None and fn.family.fused is None:
+        return f"{fn.name} has no fused kernels (its regularizer is not separable)"
     if query.device.type == "cpu" and not triton.knobs.runtime.interpret:
         return "CPU tensors need Triton's interpreter: set TRITON_INTERPRET=1 before Triton is imported"
     if query.device.type not in ("cpu", "cuda"):
