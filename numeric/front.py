@@ -94,6 +94,27 @@ NUMPY = Arrays()
 
 
 # ------------------------------------------------------------------ the map
+class Solver:
+    """A generated module's constants and one framework's routines (``table``) for a threshold rule: :meth:`routines`
+    binds them to parameter values, ``ops_for(dtype)`` gives the framework's row operations, and :meth:`constrained`
+    solves over a constraint set.  torch's and JAX's solvers add their own passes."""
+
+    def __init__(self, module: ModuleType, threshold: str, table: dict, ops_for):
+        self.module = module
+        self.table = table
+        self.names = tuple(module.PARAMETERS)
+        self.method = threshold
+        self.ops_for = ops_for
+
+    def routines(self, params) -> Routines:
+        return Routines(self.module, self.table, params)
+
+    def constrained(self, cset, x, arrays, params):
+        """``(p, tau)`` over the constraint set ``cset`` (its ``arrays`` laid out as rows) for the rows of the 2-D
+        ``x``, ``tau`` the threshold (``(rows, 1)``)."""
+        return cset.solve(self.ops_for(x.dtype), self.routines(params), x, *arrays)
+
+
 def check_threshold(module: ModuleType, threshold) -> str:
     """``threshold`` checked against :data:`THRESHOLDS` and the module's rule."""
     if threshold not in THRESHOLDS:

@@ -133,27 +133,16 @@ def compute_dtype(dtype):
     return jnp.dtype(jnp.float32) if jnp.dtype(dtype) in _HALF else jnp.dtype(dtype)
 
 
-class _Solver:
+class _Solver(front.Solver):
     """A module's constants and JAX routines for one threshold rule (static under jit: hashed by identity)."""
 
     def __init__(self, module: ModuleType, threshold: str):
-        self.module = module
-        self.table = routine_table(module)
-        self.names = tuple(module.PARAMETERS)
-        self.method = threshold
-
-    def routines(self, params) -> Routines:
-        return Routines(self.module, self.table, params)
+        super().__init__(module, threshold, routine_table(module), ops_for)
 
     def forward(self, x, params):
         """``p`` for the rows of the 2-D ``x``."""
         p, _ = rules.solve(ops_for(x.dtype), self.routines(params), x, method=self.method)
         return p
-
-    def constrained(self, cset, x, arrays, params):
-        """``(p, tau)`` over the constraint set ``cset`` (its ``arrays`` laid out as rows) for the rows of the 2-D
-        ``x`` (``tau`` unshifted, ``(rows, 1)``)."""
-        return cset.solve(ops_for(x.dtype), self.routines(params), x, *arrays)
 
     def direction(self, p, params, name):
         """``c = omega_prime_d_name(p)`` on the support, 0 elsewhere (in float64 for float32 ``p`` where JAX has it)."""

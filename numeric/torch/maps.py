@@ -37,7 +37,6 @@ import torch
 from .. import contract, family, front
 from ..constraints import SIMPLEX, choose, split
 from ..core import derivatives, rules
-from ..core.ops import Routines
 from ..families import functions
 from ..maps import FrameworkMap
 from ._ops import ops_for
@@ -120,21 +119,16 @@ def check_dim(x, dim) -> int:
     return front.check_axis(x.shape, dim, "dim")
 
 
-class _Solver:
-    """A module's constants and torch routines; ``routines(params)`` binds them to parameter tensors."""
+class _Solver(front.Solver):
+    """A module's constants and torch routines; ``routines(params)`` binds them to parameter tensors (outside a
+    graph: the passes here make none)."""
 
     def __init__(self, module: ModuleType, threshold: str):
-        self.module = module
-        self.table = routine_table(module)
-        self.names = tuple(module.PARAMETERS)
-        self.method = threshold
+        super().__init__(module, threshold, routine_table(module), ops_for)
         self.softmax = bool(module.TERM_IS_EXP) and not self.names and threshold in ("auto", "closed")
         # weight(0) of a map without parameters (the module's NumPy weight: a torch tensor read back would break a
         # torch.compile graph that builds the first map of a module)
         self.at_zero = derivatives.weight_at_zero(module)
-
-    def routines(self, params) -> Routines:
-        return Routines(self.module, self.table, params)
 
     def forward(self, x, params):
         """``p`` for the rows of the 2-D ``x`` (no graph)."""
@@ -157,11 +151,6 @@ class _Solver:
     def at(self, x, tau, params):
         """``p`` for the rows of the 2-D ``x`` from the ``t`` of :meth:`solve` (no graph)."""
         return rules.at_threshold(ops_for(x.dtype), self.routines(params), x, tau)
-
-    def constrained(self, cset, x, arrays, params):
-        """``(p, tau)`` over the constraint set ``cset`` (its ``arrays`` laid out as rows) for the rows of the 2-D
-        ``x`` (no graph), ``tau`` the threshold (``(rows, 1)``)."""
-        return cset.solve(ops_for(x.dtype), self.routines(params), x, *arrays)
 
     def constrained_vjp(self, cset, p, grad, arrays, params, graph: bool, x=None):
         """``(J^T g, (the set's arrays' VJPs), {name: dp/dq^T g})`` of the map over ``cset`` at ``p``, the
