@@ -139,11 +139,14 @@ class Plan:
         if above is None and below is None:
             return a
         rows, cols = a.shape[-2:]
-        d = xp.arange(cols)[None, :] - xp.arange(rows)[:, None]
-        hidden = d > above if above is not None else None
-        if below is not None:
-            hidden = d <= below if hidden is None else hidden | (d <= below)
-        xp.copyto(a, -xp.inf if fill is None else fill, where=hidden)
+        fill = -xp.inf if fill is None else fill
+        r = xp.arange(rows)[:, None]
+        if above is not None:  # (only the columns past above can hold the future: c - r > above)
+            first = max(0, above + 1)
+            xp.copyto(a[..., first:], fill, where=xp.arange(first, cols)[None, :] - r > above)
+        if below is not None:  # (only the columns up to below + rows - 1 can be before the window)
+            last = max(0, min(cols, below + rows))
+            xp.copyto(a[..., :last], fill, where=xp.arange(last)[None, :] - r <= below)
         return a
 
     def padded(self) -> tuple:
