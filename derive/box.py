@@ -57,6 +57,8 @@ if TYPE_CHECKING:
 __all__ = ["BoxSolution", "solve_box", "box_jacobians", "box_loss", "box_loss_gradients"]
 
 _MAX_STEPS = 4000
+#: The most digits :func:`solve_box` takes, doubling them from the caller's while its sum misses the total.
+_MAX_DIGITS = 800
 
 
 @dataclass(frozen=True)
@@ -149,6 +151,14 @@ def _solve_box(dv, scores, upper, total, digits, params) -> BoxSolution:
     out = list(zeros)
     for i in live:
         out[i] = p[i]
+    if abs(mpmath.fsum(out) - c) > tol:
+        # a link too steep for the working precision: F's values at the bracket's ends were computed with
+        # cancellation (entmax at alpha = 100: g_+(z) = (99 z + 1/100)^(1/99) of 1/6 needs 77 digits of z), so
+        # the bracket was not one; solve again with twice the digits, up to _MAX_DIGITS, or raise
+        if digits >= _MAX_DIGITS:
+            raise DerivationError(f"the bounded reference of {dv.name} did not reach the total at {digits} digits")
+        with mpmath.workdps(2 * digits + GUARD_DIGITS):
+            return _solve_box(dv, scores, upper, total, 2 * digits, params)
     saturated = [i for i in live if p[i] == u[i]]
     return BoxSolution(out, t + top, saturated)
 

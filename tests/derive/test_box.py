@@ -162,3 +162,17 @@ def test_loss_gradients_are_the_derivatives_of_the_loss(name):
         assert abs(grad["total"] + d1(y[3]) - s[3] - fd_c) < 1e-20
         assert grad["upper"][0] > 0  # the saturated entry's multiplier
         assert abs(at_p) < 1e-40
+
+
+def test_a_link_steeper_than_the_digits_is_solved_with_more():
+    """entmax at alpha = 100, bounds 1/3 and 1/6 summing (as floats, exactly) to just under 0.5, the total the
+    bounds' sum: the only feasible p is the bounds themselves.  g_+ of 1/6 needs about 77 digits of s - tau
+    (``(99 z + 1/100)^(1/99)``), more than the default 50: the reference used to return [1/3, 0], summing to 1/3."""
+    dv = derive_map(tsallis(sp.Integer(100)))
+    upper = [1 / 3, 1 / 6]
+    with mpmath.workdps(60):
+        room = mpmath.fsum(mpmath.mpf(v) for v in upper)
+    sol = solve_box(dv, [1.0, 0.0], upper=upper, total=room)
+    with mpmath.workdps(60):
+        assert abs(mpmath.fsum(sol.p) - room) < mpmath.mpf(10) ** -45
+        assert all(abs(p - mpmath.mpf(u)) < mpmath.mpf(10) ** -45 for p, u in zip(sol.p, upper))
