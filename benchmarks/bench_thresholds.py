@@ -1,6 +1,6 @@
-"""Sort-map thresholds on NumPy (numeric.core on numeric.numpy.ops.NumpyRowOps): the sort rule on whole
-sorted rows against the partial selection of each row's largest scores, the sort-free support rule, and the
-root rule.
+"""Sort-map thresholds on NumPy (numeric.core and numeric.numpy.steps on numeric.numpy.ops.NumpyRowOps): the sort
+rule on whole sorted rows against the partial selection of each row's largest scores, the sort-free support rule
+(the shared text and NumPy's rounds over one buffer), and the root rule.
 
 Run: python benchmarks/bench_thresholds.py [--quick] [--out benchmarks/results]
 Float32 rows, about 2**20 scores per case, median of 5 runs (``--quick``: n = 64, 1024
@@ -9,16 +9,16 @@ and 2**18 scores, 3 runs); two score scales: N(0, 1) (small supports) and N(0, 0
 the timings (every rule takes shifted rows):
 
 * ``full``: :func:`~numeric.core.rules.sort_rule` (a full sort, O(n log n));
-* ``partial``: :func:`~numeric.core.rules.sort_threshold` from each row's ``K`` largest
-  scores (``NumpyRowOps.largest``: ``numpy.partition``, O(n)), on operations whose
-  ``support_below`` is 0 so that sparsemax takes it too;
+* ``partial``: :func:`~numeric.numpy.steps.largest_threshold` from each row's ``K`` largest
+  scores (``numpy.partition``, O(n)), for sparsemax too;
 * ``support``: :func:`~numeric.core.rules.support_rule` (Newton on the support, no sort;
-  Michelot's algorithm for sparsemax);
+  Michelot's algorithm for sparsemax), and for sparsemax ``rounds``, NumPy's form of it
+  (:func:`~numeric.numpy.steps.support_rounds`);
 * ``root``: :func:`~numeric.core.rules.root_rule` (what ``threshold="root"`` runs).
 
-The figures decide ``NumpyRowOps.partial_from`` (rows from which a sort map selects
-before sorting) and ``NumpyRowOps.support_below`` (rows of a link of degree 1 shorter
-than this take the support rule); results go to ``--out``/thresholds.json.
+The figures decide :data:`numeric.numpy.steps.PARTIAL_FROM` (rows from which a sort map selects
+before sorting) and :data:`numeric.numpy.steps.SUPPORT_BELOW` (rows of a link of degree 1 shorter
+than this take the support rounds); results go to ``--out``/thresholds.json.
 """
 
 from __future__ import annotations
@@ -33,15 +33,9 @@ import numpy as np
 from numeric import contract
 from numeric.core import rules
 from numeric.core.ops import Routines
-from numeric.numpy.ops import NumpyRowOps, ops_for
+from numeric.numpy import steps
+from numeric.numpy.ops import ops_for
 from _timing import median_seconds
-
-
-class PartialOps(NumpyRowOps):
-    """NumPy's row operations with the partial selection for every sort map and row length."""
-
-    partial_from = 1
-    support_below = 0
 
 
 def routines(module) -> Routines:
@@ -58,7 +52,7 @@ def main() -> None:
     sizes = (64, 1024) if args.quick else (64, 128, 256, 1024, 4096, 16384)
     scores = 2**18 if args.quick else 2**20
     repeat = 3 if args.quick else 5
-    ops, partial_ops = ops_for(np.float32), PartialOps(np.float32)
+    ops = ops_for(np.float32)
     rows = []
     for name in ("sparsemax", "entmax15"):
         r = routines(importlib.import_module(f"numeric._generated.{name}"))
@@ -68,17 +62,20 @@ def main() -> None:
                 y = x - x.max(axis=-1, keepdims=True)
                 with np.errstate(all="ignore"):
                     full = median_seconds(lambda: rules.sort_rule(ops, r, y), repeat=repeat)
-                    partial = median_seconds(lambda: rules.sort_threshold(partial_ops, r, y), repeat=repeat)
+                    k = min(64, max(8, n // 4))
+                    partial = median_seconds(lambda: steps.largest_threshold(ops, r, y, k), repeat=repeat)
                     support = median_seconds(lambda: rules.support_rule(ops, r, y), repeat=repeat)
+                    rounds = (median_seconds(lambda: steps.support_rounds(ops, r, y), repeat=repeat)
+                              if name == "sparsemax" else float("nan"))
                     root = median_seconds(lambda: rules.root_rule(ops, r, y), repeat=min(repeat, 3))
                     t_full = rules.sort_rule(ops, r, y)
-                    diff = float(np.abs(t_full - rules.sort_threshold(partial_ops, r, y)).max())
+                    diff = float(np.abs(t_full - steps.largest_threshold(ops, r, y, k)).max())
                     diff_support = float(np.abs(t_full - rules.support_rule(ops, r, y)).max())
                 row = dict(map=name, scale=scale, n=n, full_ms=full * 1e3, partial_ms=partial * 1e3, support_ms=support * 1e3,
-                           root_ms=root * 1e3, max_diff=diff, max_diff_support=diff_support)
+                           rounds_ms=rounds * 1e3, root_ms=root * 1e3, max_diff=diff, max_diff_support=diff_support)
                 rows.append(row)
                 print(f"{name:9s} scale {scale:<5} n {n:6d}: full {full*1e3:7.2f} ms  partial {partial*1e3:7.2f} ms "
-                      f"({full/partial:5.1f}x)  support {support*1e3:7.2f} ms  root {root*1e3:7.2f} ms  "
+                      f"({full/partial:5.1f}x)  support {support*1e3:7.2f} ms  rounds {rounds*1e3:7.2f} ms  root {root*1e3:7.2f} ms  "
                       f"|full - partial| = {diff:.1e}  |full - support| = {diff_support:.1e}")
     args.out.mkdir(parents=True, exist_ok=True)
     (args.out / "thresholds.json").write_text(json.dumps(rows, indent=2) + "\n")

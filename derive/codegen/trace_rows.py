@@ -103,9 +103,7 @@ class RowTracer(CudaTracer, TensorOps):
     """
 
     sorts = False
-    partial_from = None
     candidates_from = math.inf
-    shift_free = False
 
     def __init__(self, indent: str = "    ", out: str = "pr"):
         super().__init__(indent)

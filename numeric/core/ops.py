@@ -140,47 +140,11 @@ class TensorOps(Ops):
         """
         return self.branch(pred, fn, otherwise)
 
-    #: Whether :func:`~numeric.core.rules.solve` takes a closed threshold from the unshifted scores where that is exact
-    #: (:func:`~numeric.core.rules.closed_unshifted`; a target whose results must not move by rounding leaves it off).
-    shift_free = False
-
     #: The shortest rows on which :func:`~numeric.core.kkt.kkt_rule` solves a sparse map's candidates first: where ``top(x, k)``
     #: costs more than a few passes over ``x`` (XLA's ``top_k`` on the CPU: 0.8 ms on 512 x 64 float32
     #: scores, 2.2 ms on 512 x 1024, as long as a whole entmax15), only on rows long enough that the
     #: rounds on whole rows cost more.
     candidates_from = 0
-
-    def sub_rows(self, x, c, out=None):
-        """``x - c`` for ``(R, n)`` ``x`` and ``(R, 1)`` ``c``; a target may write it into ``out`` (``None``: none given)."""
-        return x - c
-
-    def div_rows(self, b, total, out=None):
-        """``b / total`` for ``(R, n)`` ``b`` and ``(R, 1)`` ``total``; a target may write it into ``b``, which
-        the rules no longer read, or into ``out`` (``None``: none given)."""
-        return b / total
-
-    def exp_into(self, x, out=None):
-        """``exp(x)``; a target may write it into ``out`` where that is not ``x``'s memory."""
-        return self.exp(x)
-
-    def pos_part_into(self, x, out=None):
-        """``pos_part(x)``; a target may write it into ``x`` (which the rules no longer read) or ``out``."""
-        return self.pos_part(x)
-
-    def square_into(self, x):
-        """``x * x``; a target may write it into ``x``, which the rules no longer read."""
-        return x * x
-
-    #: Row length from which a sort map's threshold comes from each row's largest scores, selected and
-    #: sorted (:func:`~numeric.core.rules.sort_threshold`); ``None``: never (then
-    #: :func:`~numeric.core.rules.support_rule`, no sort).
-    partial_from = None
-    #: With :attr:`partial_from`: rows shorter than this of a link of degree 1 take :func:`~numeric.core.rules.support_rule`.
-    support_below = 0
-
-    def largest(self, x, k: int):
-        """The ``k`` largest entries of each row, in decreasing order."""
-        return self.sort_desc(self.top(x, k)[0])
 
     def support_sums(self, y, c, squares: bool, y_max=None):
         """``(count, sum, sum of squares or None)`` per row of ``u = (y - c)_+`` over ``u > 0``.

@@ -30,71 +30,40 @@ from .halley import LOG_STEPS, ROOT_STEPS, power_link, reach_one, root_halley
 from .kkt import kkt_rule
 from .ops import Routines, TensorOps, log_of, row_length, uncat
 
-__all__ = ["SUPPORT_STEPS", "solve", "closed_unshifted", "recomputable", "at_threshold", "closed_rule", "sort_link",
-           "sort_threshold", "sort_rule", "support_rule", "root_rule"]
+__all__ = ["SUPPORT_STEPS", "solve", "recomputable", "at_threshold", "closed_rule", "small_power", "sort_link",
+           "sort_rule", "support_rule", "root_rule"]
 
 #: Newton steps of :func:`support_rule` before its remaining rows take the sort rule.
 SUPPORT_STEPS = 12
 
 
-def solve(ops: TensorOps, r: Routines, x, *, method: str = "auto", relative: bool = False, out=None):
+def solve(ops: TensorOps, r: Routines, x, *, method: str = "auto", relative: bool = False):
     """``(p, tau)`` for the rows of ``x`` (2-D), ``tau`` of shape ``(rows, 1)``.
 
-    ``method``: ``"auto"`` (the module's rule; a sort map takes :func:`sort_threshold`),
+    ``method``: ``"auto"`` (the module's rule; a sort map takes :func:`support_rule`),
     or ``"sort"`` / ``"root"`` to force one (``"root"`` applies to every map).
     ``relative``: ``tau`` less each row's maximum score, as the rules find it (the
     absolute ``tau`` rounds at the scale of the scores, which may be far larger than
     their spread); ``inf`` for a fully masked row and NaN for a NaN one either way.
-    ``out``: an array of ``x``'s shape (it may be ``x``) that a target may use for
-    ``p`` and as scratch (see :meth:`~numeric.core.ops.TensorOps.sub_rows`); ``p`` is returned either way.
     """
     kind = r.module.THRESHOLD if method == "auto" else method
-    if kind == "closed" and ops.shift_free and not relative:
-        return closed_unshifted(ops, r, x, out)
-    return _solve_shifted(ops, r, x, method, kind, relative, out)
+    return _solve_shifted(ops, r, x, method, kind, relative)
 
 
-def closed_unshifted(ops: TensorOps, r: Routines, x, out=None):
-    """:func:`solve` for a closed map, with no shift where none is needed: ``p_i = B(s_i) / S``, ``S = sum_j B(s_j)``.
-
-    For a closed threshold ``B`` is an exponential, ``b e^{c s}``.  Unshifted, a row
-    is as accurate as shifted by its maximum (more: ``s - m`` rounds, ``s`` does not)
-    when ``S`` is finite and ``S >= 1``: then ``p_i <= B(s_i)``, so where ``B(s_i)``
-    leaves the normal range ``p_i`` is below it too.  That saves the row maximum and
-    the shift (two passes of three).  The other rows (NaN, fully masked,
-    overflowing, or all scores far below 0) are solved shifted.
-    """
-    b = ops.exp_into(x, out) if getattr(r.module, "TERM_IS_EXP", False) else r.term(x)
-    total = ops.row_sum(b)
-    ok = (total >= 1) & (total < float("inf"))  # False for NaN
-    n = x.shape[-1]
-
-    def shifted():
-        def rows(x, *params):
-            return ops.cat(*_solve_shifted(ops, Routines(r.module, r.table, params), x, "auto", "closed", False))
-
-        both = ops.on_rows(ops.not_(ok), rows, (x, *r.params), ops.cat(b, total))  # (reads x before out is written)
-        safe = ops.where(ok, total, 1)
-        p = ops.div_rows(b, safe, out)
-        return ops.where(ok, p, both[..., :n]), ops.where(ok, r.tau_from_sum(safe), both[..., n:])
-
-    return ops.branch(ops.not_(ok), shifted, lambda: (ops.div_rows(b, total, out), r.tau_from_sum(total)))
-
-
-def _solve_shifted(ops, r, x, method, kind, relative, out=None):
+def _solve_shifted(ops, r, x, method, kind, relative):
     """:func:`solve` with every row shifted by its maximum."""
     m = ops.row_max(x)  # NaN with a NaN in the row, -inf when fully masked, +inf with a +inf score
     bad = ops.not_(ops.isfinite(m))
     m0 = ops.where(bad, 0, m)
     # bad rows are solved as zeros and overwritten below (full-size masks only where there are some)
-    y = ops.branch(bad, lambda: ops.where(bad, 0, x - m0), lambda: ops.sub_rows(x, m0, out))
+    y = ops.branch(bad, lambda: ops.where(bad, 0, x - m0), lambda: x - m0)
     if kind == "closed":
-        p, t = closed_rule(ops, r, y, out)
+        p, t = closed_rule(ops, r, y)
     elif kind == "root":
         p, t = root_rule(ops, r, y)
     else:
-        t = sort_rule(ops, r, y) if method == "sort" else sort_threshold(ops, r, y)
-        p = sort_link(ops, r, ops.sub_rows(y, t, out), out)
+        t = sort_rule(ops, r, y) if method == "sort" else support_rule(ops, r, y)
+        p = sort_link(ops, r, y - t)
     tau = t if relative else m0 + t
 
     def overwrite():
@@ -130,7 +99,7 @@ def at_threshold(ops: TensorOps, r: Routines, x, t):
     m = ops.row_max(x)
     z = x - ops.where(ops.isfinite(m), m, 0) - t
     power = r.module.LINK_FORM == "power" and r.has("link_scale")
-    if power and _small_power(r) is None:
+    if power and small_power(r) is None:
         g, _, _ = power_link(ops, r.link_exponent(), r.link_scale() * (z - r.clip()))
     else:  # the clipped link, as the sort rule evaluates it
         g = sort_link(ops, r, z)
@@ -155,14 +124,14 @@ def at_threshold(ops: TensorOps, r: Routines, x, t):
     return ops.on_rows(redo, again, (x, *r.params), p)
 
 
-def closed_rule(ops: TensorOps, r: Routines, y, out=None):
+def closed_rule(ops: TensorOps, r: Routines, y):
     """``(p, tau - m)`` for shifted rows ``y`` (maximum 0) of a map with a closed threshold."""
     b = r.term(y)
     total = ops.row_sum(b)
-    return ops.div_rows(b, total, out), r.tau_from_sum(total)
+    return b / total, r.tau_from_sum(total)
 
 
-def _small_power(r):
+def small_power(r):
     """``(a, k)`` where a map's link is derived to be ``(a (z - clip))**k`` with a number ``k`` of 1 or 2, else ``None``."""
     if r.module.LINK_FORM != "power" or not r.has("link_scale"):
         return None
@@ -170,63 +139,24 @@ def _small_power(r):
     return (r.link_scale(), k) if isinstance(k, (int, float)) and k in (1, 2) else None
 
 
-def sort_link(ops: TensorOps, r: Routines, z, out=None):
+def sort_link(ops: TensorOps, r: Routines, z):
     """``g_+(z)`` of a sort map (degree 1 or 2), or of any map with a printed link: the link where ``z > clip``,
     else 0.
 
     A link of the power form ``(a (z - clip))**k``, ``k`` 1 or 2, is evaluated as
     ``u = max(a (z - clip), 0)`` (``max(z, 0)`` where ``a = 1`` and ``clip = 0``), ``u`` or ``u * u``;
-    other links are the printed ones.  ``z`` is not read afterwards: a target may write ``g`` over
-    it or into ``out`` (see :meth:`~numeric.core.ops.TensorOps.pos_part_into`).
+    other links are the printed ones.
     """
     clip = r.clip()
-    power = _small_power(r)
+    power = small_power(r)
     if power is not None:
         a, k = power
         u = z if isinstance(clip, (int, float)) and clip == 0 else z - clip
-        u = ops.pos_part_into(u if isinstance(a, (int, float)) and a == 1 else a * u, out)
-        return u if k == 1 else ops.square_into(u)
+        u = ops.pos_part(u if isinstance(a, (int, float)) and a == 1 else a * u)
+        return u if k == 1 else u * u
     live = z > clip
     g = r.link(ops.where(live, z, clip))
     return ops.where(live & (g > 0), g, 0)
-
-
-def sort_threshold(ops: TensorOps, r: Routines, y):
-    """``tau - m`` for shifted rows ``y`` of a sort map, by the target's choice
-    (:attr:`~numeric.core.ops.TensorOps.partial_from`).
-
-    Without one, :func:`support_rule`.  With one, rows shorter than it take :func:`sort_rule`
-    (a link of degree 1 on rows shorter than :attr:`~numeric.core.ops.TensorOps.support_below` :func:`support_rule`),
-    longer ones :func:`sort_rule` on their ``K = min(64, max(8, n // 4))`` largest scores: the support
-    being a prefix of the sorted scores, the answer is exact where the support ends before ``K``;
-    rows where it does not are solved again with ``4 K``, and so on up to whole rows.
-    """
-    start = ops.partial_from
-    n = y.shape[-1]
-    if start is None:
-        return support_rule(ops, r, y)
-    power = _small_power(r)
-    if power is not None and power[1] == 1 and n < ops.support_below:
-        return support_rule(ops, r, y)
-    if n < start:
-        return sort_rule(ops, r, y)
-    return _sort_largest(ops, r, y, min(64, max(8, n // 4)))
-
-
-def _sort_largest(ops, r, y, k):
-    """:func:`sort_threshold` from each row's ``k`` largest scores, then ``4 k`` on the rows whose support fills them."""
-    n = y.shape[-1]
-    if k >= n:
-        return sort_rule(ops, r, y)
-    ys = ops.largest(y, k)
-    t = sort_rule(ops, r, ys, ordered=True)
-    # the smallest of the k off the support: so is every score left out
-    full = ys[..., k - 1:] - t > r.clip()
-
-    def more(y, *params):
-        return _sort_largest(ops, Routines(r.module, r.table, params), y, 4 * k)
-
-    return ops.on_rows(full, more, (y, *r.params), t)
 
 
 def sort_rule(ops: TensorOps, r: Routines, y, ordered: bool = False):
@@ -265,7 +195,7 @@ def support_rule(ops: TensorOps, r: Routines, y, steps: int = SUPPORT_STEPS):
     ``tau_S`` itself (Michelot's algorithm).  Rows still open after ``steps`` steps
     take :func:`sort_rule` (on a target that cannot sort, :func:`_support_at_root`).
     """
-    power = _small_power(r)
+    power = small_power(r)
     n = y.shape[-1]
     lo = -reach_one(ops, r, y[..., :1])
     # Jensen: F(t) >= n g(mean(y) - t); -inf where a score is masked (then -omega'(1) alone)

@@ -1,9 +1,10 @@
 """The NumPy backend: maps on NumPy arrays, row by row.
 
 Rows are solved by :func:`numeric.core.rules.solve`, the text torch and JAX
-run, on :class:`numeric.numpy.ops.NumpyRowOps` (whose operations take NumPy's
-shortcuts: no shift for a closed threshold where none is needed, sort
-thresholds from the largest scores, writes into the output).  Large
+run, on :class:`numeric.numpy.ops.NumpyRowOps`, with NumPy's own forms of whole
+steps (:mod:`numeric.numpy.steps`: no shift for a closed threshold where none is
+needed, sort thresholds from the largest scores or over one scratch buffer,
+writes into the output).  Large
 inputs are cut into chunks of rows solved side by side (:func:`_on_two_threads`).
 The JVP is ``w*v - w (w.v)/sum(w)`` with ``w = w(p)`` on the support.
 
@@ -22,9 +23,10 @@ import numpy as np
 
 from .. import contract
 from ..backend import Backend, at_zero
-from ..core import derivatives, rules
+from ..core import derivatives
 from ..core.ops import Routines
 from ..parallel import run_tasks
+from . import steps
 from .ops import ops_for
 
 __all__ = ["NumpyBackend", "THREADS_FROM", "CHUNKS"]
@@ -83,12 +85,13 @@ class NumpyBackend(Backend):
 
     def _forward_block(self, module, kind: str, x: np.ndarray, out: np.ndarray, tau: np.ndarray, params: tuple):
         """``p`` of the rows ``x`` into ``out`` (which may be ``x`` itself) and their thresholds into ``tau``:
-        :func:`numeric.core.rules.solve` on :class:`numeric.numpy.ops.NumpyRowOps`."""
+        :func:`numeric.numpy.steps.solve` (:func:`numeric.core.rules.solve` with NumPy's own steps) on
+        :class:`numeric.numpy.ops.NumpyRowOps`."""
         ops = ops_for(x.dtype)
         routines = Routines(module, contract.module_routines(module), params)
         method = "auto" if kind == module.THRESHOLD else kind
         with np.errstate(all="ignore"):  # off-support branches are evaluated and masked
-            p, t = rules.solve(ops, routines, x, method=method, out=out)
+            p, t = steps.solve(ops, routines, x, method=method, out=out)
             if p is not out:
                 np.copyto(out, p)
             tau[...] = t[:, 0]

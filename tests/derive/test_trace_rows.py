@@ -204,7 +204,6 @@ class UnsortedOps(NumpyRowOps):
     """NumPy without sorting, as device code: the sort maps' open rows take the support at the root rule's tau."""
 
     sorts = False
-    partial_from = None
 
 
 @pytest.mark.parametrize("name", ["sparsemax", "entmax15"])

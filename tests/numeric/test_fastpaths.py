@@ -27,6 +27,7 @@ from derive import Regularizer, derive_map, generate_module
 from derive import reference as R
 from derive.codegen.files import load_module
 from numeric.core import halley, rules
+from numeric.numpy import steps
 from numeric.numpy.ops import ops_for
 from numeric.numpy.rows import SELECT_FROM, row_max, row_sum, select
 
@@ -123,7 +124,7 @@ def test_solve_takes_the_support_rule_and_agrees_with_the_sort_rule(linear_maps,
 @pytest.mark.parametrize("n", [1, 2, 64, 255, 1024])
 def test_support_rule_rounds_on_random_rows(scale, n):
     """Few rounds on random rows (a regression guard for speed; the bound proved is n + 1), no row left to the
-    sort rule, and the support rule is what sort_threshold takes on NumPy below ``support_below`` (2048: rows of
+    sort rule, and NumPy's sort_threshold gives the support rule's tau bit for bit below ``SUPPORT_BELOW`` (2048: rows of
     1024 scores are not sorted).  The degree-1 rule starts from the middle of ``[-omega'(1), -omega'(0+)]`` where
     Jensen's bound is below it (not a lower bound: the first step lands on one), so rows of N(0, 1) scores take
     at most 3.1 rounds a row on average (3.3 at n = 64 and 4.2 at n = 1024 from ``-omega'(1)``)."""
@@ -135,9 +136,9 @@ def test_support_rule_rounds_on_random_rows(scale, n):
     with np.errstate(all="ignore"):
         tau = rules.support_rule(ops, r, y)
         full = rules.sort_rule(ops_for(np.float32), r, y)
-        if n < ops.support_below:
+        if n < steps.SUPPORT_BELOW:
             chosen = counting_ops(np.float32)
-            np.testing.assert_array_equal(tau, rules.sort_threshold(chosen, r, y))
+            np.testing.assert_array_equal(tau, steps.sort_threshold(chosen, r, y))
             assert chosen.sorted_rows == []
     assert ops.rounds[0] <= min(n + 1, 12), ops.rounds
     if scale == 1.0 and n >= 64:
@@ -207,7 +208,8 @@ def test_row_sum_accuracy(dtype, n):
 @pytest.mark.parametrize("dtype", [np.float64, np.float32])
 def test_clipped_affine_link_equals_masked_link(linear_maps, name, dtype):
     """sort_link's one-pass clipped link of degree 1 (``max(a (z - clip), 0)``) is the printed link where
-    ``z > clip`` and 0 elsewhere, bit for bit, whether it writes over ``z`` or into ``out``."""
+    ``z > clip`` and 0 elsewhere, bit for bit, and so is NumPy's form of it written over the scores
+    (:func:`numeric.numpy.steps.link_into`)."""
     mod = linear_maps[name]
     clip = mod.clip()
     z = (np.random.default_rng(0).standard_normal((50, 40)) * 3 + clip).astype(dtype)
@@ -216,13 +218,16 @@ def test_clipped_affine_link_equals_masked_link(linear_maps, name, dtype):
     z[:, 6] = np.nextafter(dtype(clip), dtype(np.inf))
     ops = ops_for(dtype)
     r = numpy_routines(mod)
-    got = rules.sort_link(ops, r, z.copy())  # (z is scratch: sort_link may write g over it)
+    got = rules.sort_link(ops, r, z)
     with np.errstate(invalid="ignore"):
         want = np.where(z > clip, mod.link(z), 0).astype(dtype)
     np.testing.assert_array_equal(got, want)
     assert got.dtype == dtype and (got >= 0).all()
-    out = np.empty_like(z)
-    np.testing.assert_array_equal(rules.sort_link(ops, r, z.copy(), out), want)
+    zero = np.zeros((z.shape[0], 1), dtype=dtype)
+    y = z.copy()
+    got = steps.link_into(ops, r, y, zero)  # NumPy's form: over y, in place
+    assert got is y
+    np.testing.assert_array_equal(got, want)
 
 
 # ------------------------------------------------------- whole maps on long batches

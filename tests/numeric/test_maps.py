@@ -17,7 +17,6 @@ from hypothesis.extra import numpy as hnp
 import numeric as nm
 from derive import reference as R
 from numeric.core import rules
-from numeric.numpy.ops import NumpyRowOps, ops_for
 
 from .conftest import PARAMS, USER, case_derivation, counting_ops, derivation, numpy_routines, reference
 
@@ -389,39 +388,6 @@ def test_derive_never_imports_cupy():
         "assert not any(m.split('.')[0] == 'cupy' for m in sys.modules), 'cupy imported'"
     )
     subprocess.run([sys.executable, "-c", code], check=True, timeout=120)
-
-
-class _Partial(NumpyRowOps):
-    """NumPy's row operations with the partial selection for every sort map (sparsemax's rows shorter than
-    ``support_below`` would take the support rule), recording the ``k`` of each selection."""
-
-    support_below = 0
-
-    def __init__(self, dtype):
-        super().__init__(dtype)
-        self.selected = []
-
-    def largest(self, x, k):
-        self.selected.append(k)
-        return super().largest(x, k)
-
-
-@pytest.mark.parametrize("name", ["sparsemax", "entmax15"])
-@given(n=st.integers(65, 700), scale=st.sampled_from([1e-3, 0.1, 1.0, 30.0]), seed=st.integers(0, 2**16))
-def test_partial_sort_equals_full_sort(name, n, scale, seed):
-    """sort_threshold from each row's largest scores (then 4 times as many where the support fills them) equals
-    sort_rule on the whole sorted rows bit for bit: prefix sums of the sorted scores are sequential."""
-    mod = importlib.import_module(f"numeric._generated.{name}")
-    x = np.random.default_rng(seed).standard_normal((3, n)) * scale
-    x[1, ::3] = -np.inf
-    y = x - x.max(axis=-1, keepdims=True)
-    ops = _Partial(np.float64)
-    r = numpy_routines(mod)
-    with np.errstate(all="ignore"):
-        full = rules.sort_rule(ops_for(np.float64), r, y)
-        partial = rules.sort_threshold(ops, r, y)
-    assert ops.selected and ops.selected[0] < n  # the partial selection ran
-    np.testing.assert_array_equal(full, partial)
 
 
 @pytest.mark.parametrize("alpha", [1.1, 1.3, 1.7, 2.5, 4.0])
