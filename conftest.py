@@ -93,3 +93,14 @@ def _jax_executables_within_the_map_limit():
     jax = sys.modules.get("jax")
     if jax is not None and map_limit.LIMIT is not None and _tests_run[0] % 16 == 0:
         map_limit.kept_below(map_limit.LIMIT // 2, jax)
+
+
+@pytest.fixture
+def backend(request):
+    """The backend a test is parametrised with (``indirect=True``; ``tests.backends.backend_params``), inside its
+    context (JAX: 64-bit); skipped where its framework is not installed."""
+    from tests.backends import BACKENDS
+
+    b = BACKENDS[request.param]()
+    with b.context():
+        yield b

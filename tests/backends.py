@@ -1,0 +1,176 @@
+"""The array backends as a parametrisation of the tests: a property written once runs on every backend that has
+the feature it needs.
+
+:data:`BACKENDS` names each backend's :class:`Backend`; :func:`backend_params` gives them as pytest parameters
+(``pytest.param(name, marks=...)``) for the features a test needs, and the ``backend`` fixture
+(``tests/conftest.py``) builds the one a test is parametrised with, skipping it where its framework is not
+installed.  Every backend works in float64 (JAX with ``jax_enable_x64`` inside :meth:`Backend.context`) and
+in the layout ``(batch, heads, length, dim)`` for attention (JAX's own is ``(batch, length, heads, dim)``: its
+backend transposes).
+
+Features: ``"autodiff"`` (gradients of any composition: torch's autograd, ``jax.grad``), ``"jit"`` (a traced
+call that compiles in a fraction of a second: ``jax.jit``; ``torch.compile`` has tests of its own).  NumPy has
+neither (its maps have ``vjp`` and ``loss_and_grad``).  ``xp`` is the backend's array namespace (``numpy``,
+``torch``, ``jax.numpy``) for the few operations a test composes itself.
+"""
+
+from __future__ import annotations
+
+import contextlib
+
+import numpy as np
+import pytest
+
+import numeric as nm
+
+
+class Backend:
+    """One array backend's maps, losses and attention behind one set of calls (see the module)."""
+
+    name = ""
+    features: frozenset = frozenset()
+
+    def context(self):
+        return contextlib.nullcontext()
+
+    def array(self, a, dtype=np.float64):
+        raise NotImplementedError
+
+    def numpy(self, a) -> np.ndarray:
+        return np.asarray(a)
+
+    def get_map(self, name, **params):
+        raise NotImplementedError
+
+    def call(self, m, x, axis=-1, **constraints):
+        return m(x, axis=axis, **constraints)
+
+    def loss(self, m, x, target, axis=-1, reduction="mean"):
+        raise NotImplementedError
+
+    def attention(self, q, k, v, mapping, is_causal=False):
+        """``(batch, heads, length, dim)`` arrays in and out."""
+        raise NotImplementedError
+
+    def grad(self, fn, x) -> np.ndarray:
+        """The gradient of the scalar ``fn(x)`` at ``x`` (``"autodiff"``)."""
+        raise NotImplementedError
+
+    def check_grads(self, fn, x, order: int = 2) -> None:
+        """``fn``'s derivatives at ``x`` against finite differences, to ``order`` (``"autodiff"``)."""
+        raise NotImplementedError
+
+    def jit(self, fn):
+        """``fn`` traced and compiled (``"jit"``)."""
+        raise NotImplementedError
+
+
+class NumpyBackend(Backend):
+    name = "numpy"
+    xp = np
+
+    def array(self, a, dtype=np.float64):
+        return np.asarray(a, dtype=dtype) if np.asarray(a).dtype.kind == "f" else np.asarray(a)
+
+    def get_map(self, name, **params):
+        return nm.get_map(name, **params)
+
+    def loss(self, m, x, target, axis=-1, reduction="mean"):
+        return m.loss(x, target, axis=axis, reduction=reduction)
+
+    def attention(self, q, k, v, mapping, is_causal=False):
+        return nm.attention(q, k, v, mapping=mapping, is_causal=is_causal)
+
+
+class TorchBackend(Backend):
+    name = "torch"
+    features = frozenset({"autodiff"})
+
+    def __init__(self):
+        self.torch = self.xp = pytest.importorskip("torch")
+        import numeric.torch as rt
+
+        self.rt = rt
+
+    def array(self, a, dtype=np.float64):
+        a = np.asarray(a)
+        if a.dtype.kind == "f":
+            a = a.astype(dtype)
+        return self.torch.from_numpy(np.ascontiguousarray(a))
+
+    def numpy(self, a):
+        return a.detach().numpy() if isinstance(a, self.torch.Tensor) else np.asarray(a)
+
+    def get_map(self, name, **params):
+        return self.rt.get_map(name, **params)
+
+    def call(self, m, x, axis=-1, **constraints):
+        return m(x, dim=axis, **constraints)
+
+    def loss(self, m, x, target, axis=-1, reduction="mean"):
+        return self.rt.fenchel_young_loss(x, target, m, reduction, dim=axis)
+
+    def attention(self, q, k, v, mapping, is_causal=False):
+        return self.rt.attention(q, k, v, mapping=mapping, is_causal=is_causal)
+
+    def grad(self, fn, x):
+        x = x.detach().clone().requires_grad_()
+        (g,) = self.torch.autograd.grad(fn(x), x)
+        return g.numpy()
+
+    def check_grads(self, fn, x, order=2):
+        x = x.detach().clone().requires_grad_()
+        assert self.torch.autograd.gradcheck(fn, (x,))
+        if order >= 2:
+            assert self.torch.autograd.gradgradcheck(fn, (x,))
+
+
+class JaxBackend(Backend):
+    name = "jax"
+    features = frozenset({"autodiff", "jit"})
+
+    def __init__(self):
+        self.jax = pytest.importorskip("jax")
+        import jax.numpy as jnp
+
+        import numeric.jax as rj
+
+        self.jnp = self.xp = jnp
+        self.rj = rj
+
+    def context(self):
+        return self.jax.enable_x64(True)
+
+    def array(self, a, dtype=np.float64):
+        a = np.asarray(a)
+        return self.jnp.asarray(a.astype(dtype) if a.dtype.kind == "f" else a)
+
+    def get_map(self, name, **params):
+        return self.rj.get_map(name, **params)
+
+    def loss(self, m, x, target, axis=-1, reduction="mean"):
+        return self.rj.fenchel_young_loss(x, target, m, reduction, axis=axis)
+
+    def attention(self, q, k, v, mapping, is_causal=False):
+        t = (lambda a: self.jnp.swapaxes(a, 1, 2))
+        return t(self.rj.attention(t(q), t(k), t(v), mapping=mapping, is_causal=is_causal))
+
+    def grad(self, fn, x):
+        return np.asarray(self.jax.grad(fn)(x))
+
+    def jit(self, fn):
+        return self.jax.jit(fn)
+
+    def check_grads(self, fn, x, order=2):
+        from jax.test_util import check_grads
+
+        check_grads(fn, (x,), order=order, modes=["fwd", "rev"])
+
+
+BACKENDS = {"numpy": NumpyBackend, "torch": TorchBackend, "jax": JaxBackend}
+
+
+def backend_params(*features: str, only=None):
+    """The backends (names, as pytest parameters) that have every one of ``features``, of ``only`` where given."""
+    names = [name for name, cls in BACKENDS.items() if set(features) <= cls.features and (only is None or name in only)]
+    return [pytest.param(name, id=name) for name in names]
