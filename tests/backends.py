@@ -42,8 +42,8 @@ class Backend:
     def get_map(self, name, **params):
         raise NotImplementedError
 
-    def call(self, m, x, axis=-1, **constraints):
-        return m(x, axis=axis, **constraints)
+    def call(self, m, x, axis=-1, **keywords):
+        return m(x, axis=axis, **keywords)
 
     def loss(self, m, x, target, axis=-1, reduction="mean"):
         raise NotImplementedError
@@ -104,8 +104,8 @@ class TorchBackend(Backend):
     def get_map(self, name, **params):
         return self.rt.get_map(name, **params)
 
-    def call(self, m, x, axis=-1, **constraints):
-        return m(x, dim=axis, **constraints)
+    def call(self, m, x, axis=-1, **keywords):
+        return m(x, dim=axis, **keywords)
 
     def loss(self, m, x, target, axis=-1, reduction="mean"):
         return self.rt.fenchel_young_loss(x, target, m, reduction, dim=axis)
