@@ -56,8 +56,9 @@ class Backend:
         """The gradient of the scalar ``fn(x)`` at ``x`` (``"autodiff"``)."""
         raise NotImplementedError
 
-    def check_grads(self, fn, x, order: int = 2) -> None:
-        """``fn``'s derivatives at ``x`` against finite differences, to ``order`` (``"autodiff"``)."""
+    def check_grads(self, fn, *args, order: int = 2, atol=None) -> None:
+        """``fn``'s derivatives at ``args`` (in every one of them) against finite differences, to ``order``
+        (``"autodiff"``); ``atol``: the framework's default where ``None``."""
         raise NotImplementedError
 
     def jit(self, fn):
@@ -118,11 +119,12 @@ class TorchBackend(Backend):
         (g,) = self.torch.autograd.grad(fn(x), x)
         return g.numpy()
 
-    def check_grads(self, fn, x, order=2):
-        x = x.detach().clone().requires_grad_()
-        assert self.torch.autograd.gradcheck(fn, (x,))
+    def check_grads(self, fn, *args, order=2, atol=None):
+        args = tuple(a.detach().clone().requires_grad_() for a in args)
+        tol = {} if atol is None else {"atol": atol}
+        assert self.torch.autograd.gradcheck(fn, args, **tol)
         if order >= 2:
-            assert self.torch.autograd.gradgradcheck(fn, (x,))
+            assert self.torch.autograd.gradgradcheck(fn, args, **tol)
 
 
 class JaxBackend(Backend):
@@ -161,10 +163,10 @@ class JaxBackend(Backend):
     def jit(self, fn):
         return self.jax.jit(fn)
 
-    def check_grads(self, fn, x, order=2):
+    def check_grads(self, fn, *args, order=2, atol=None):
         from jax.test_util import check_grads
 
-        check_grads(fn, (x,), order=order, modes=["fwd", "rev"])
+        check_grads(fn, args, order=order, modes=["fwd", "rev"], atol=atol)
 
 
 BACKENDS = {"numpy": NumpyBackend, "torch": TorchBackend, "jax": JaxBackend}

@@ -1,8 +1,11 @@
 """alpha-entmax for every alpha > 0: the family ``entmax`` (:mod:`derive.family`, :mod:`numeric.family`).
 
-Dense below 1, softmax at 1, sparse above; checked against the 50-digit reference of each case's derivation
+Dense below 1, softmax at 1, sparse above; NumPy checked against the 50-digit reference of each case's derivation
 (:mod:`derive.reference`), the KKT conditions, finite differences for the gradients in alpha (through 1, where
 the point case's first-order terms carry it), and a user's family with no closed-form link of its own kind.
+torch and JAX against NumPy, each property written once (:mod:`tests.backends`): values per row across 1 (eager
+and jit), gradients in the scores and in alpha against finite differences and NumPy's VJP, the loss's, attention
+with one alpha per head; torch's learned alpha crossing 1 and torch.compile stay torch's.
 """
 
 from __future__ import annotations
@@ -21,8 +24,8 @@ from derive import DerivationError, alpha, derive_map, p, tsallis
 from derive import reference
 from derive.family import derive_family, split_points
 from numeric import family
-
-from .conftest import importable_map
+from tests.backends import backend_params
+from tests.numeric.conftest import importable_map
 
 ENTMAX = nm.get_map("entmax", alpha=1.5).module
 
@@ -211,3 +214,136 @@ def test_the_entmax_package_agrees_below_and_above_one():
         theirs = entmax.entmax_bisect(torch.tensor(x), alpha=a, n_iter=200).numpy()
         np.testing.assert_allclose(nm.entmax(x, alpha=a), theirs, atol=1e-12)
     assert not math.isnan(nm.entmax(x, alpha=1e-3).sum())
+
+
+# ------------------------------------------------------------------ every backend against NumPy
+AUTODIFF = backend_params("autodiff")
+ACROSS = np.array([0.4, 0.9, 1.0, 1.0 + 1e-6, 1.3, 2.5])[:, None]
+
+
+def _x(seed=0, n=7):
+    return np.random.default_rng(seed).normal(size=(len(ACROSS), n)) * 3
+
+
+@pytest.mark.parametrize("backend", AUTODIFF, indirect=True)
+def test_values_per_row_across_one_equal_numpy(backend):
+    """One alpha per row, on both sides of 1 and at 1 (the family's routines; under jit too), and each alpha as
+    a number (the case's own rules)."""
+    x = _x()
+    want = nm.get_map("entmax", alpha=ACROSS)(x)
+    m = backend.get_map("entmax")
+    np.testing.assert_allclose(backend.numpy(backend.call(m, backend.array(x), alpha=backend.array(ACROSS))), want,
+                               rtol=0, atol=1e-15)
+    if "jit" in backend.features:
+        got = backend.jit(lambda s, a: backend.call(m, s, alpha=a))(backend.array(x), backend.array(ACROSS))
+        np.testing.assert_allclose(backend.numpy(got), want, rtol=0, atol=1e-15)
+    for i, a in enumerate(ACROSS[:, 0]):
+        np.testing.assert_allclose(backend.numpy(backend.call(m, backend.array(x[i]), alpha=float(a))), want[i],
+                                   rtol=0, atol=1e-15)
+
+
+@pytest.mark.parametrize("backend", AUTODIFF, indirect=True)
+def test_gradients_in_the_scores_and_alpha_across_one(backend):
+    """Against finite differences (in both at once), and in alpha against NumPy's VJP: within 1e-6 of 1 the printed
+    d omega'/d alpha of the sparse case is a difference that cancels (its terms ~ 1/(alpha - 1)**2 apart from the
+    sum), where the backends' roundings and NumPy's differ by 1e-11 relative."""
+    x = _x(1, 5)
+    m = backend.get_map("entmax")
+    backend.check_grads(lambda s, a: backend.call(m, s, alpha=a), backend.array(x), backend.array(ACROSS), order=1,
+                        atol=1e-7)
+    dy = np.random.default_rng(1).normal(size=x.shape)
+    ref = nm.get_map("entmax", alpha=ACROSS)
+    want = ref.vjp_params(ref(x), dy)["alpha"]
+    got = backend.grad(lambda a: (backend.call(m, backend.array(x), alpha=a) * backend.array(dy)).sum(),
+                       backend.array(ACROSS))[:, 0]
+    near = np.abs(ACROSS[:, 0] - 1) < 1e-4
+    np.testing.assert_allclose(got[~near], want[~near], rtol=1e-12, atol=1e-14)
+    np.testing.assert_allclose(got[near], want[near], rtol=1e-9, atol=1e-14)
+
+
+@pytest.mark.parametrize("backend", AUTODIFF, indirect=True)
+def test_the_loss_and_its_gradients_across_one(backend):
+    """The loss per row equals NumPy's; its gradients in the scores and alpha against finite differences, and in
+    alpha against central differences of NumPy's loss."""
+    x = _x(2, 5)
+    labels = np.array([0, 1, 2, 3, 4, 0])
+    lab = backend.array(labels)
+
+    def loss(s, a, reduction="none"):
+        return backend.loss(backend.get_map("entmax", alpha=a), s, lab, reduction=reduction)
+
+    want = nm.get_map("entmax", alpha=ACROSS).loss(x, labels, reduction="none")
+    np.testing.assert_allclose(backend.numpy(loss(backend.array(x), backend.array(ACROSS))), want, rtol=1e-13,
+                               atol=1e-15)
+    backend.check_grads(loss, backend.array(x), backend.array(ACROSS), order=1, atol=1e-7)
+    got = backend.grad(lambda a: loss(backend.array(x), a, "sum"), backend.array(ACROSS))[:, 0]
+    h = 1e-6
+    for i in range(len(ACROSS)):
+        up, down = ACROSS.copy(), ACROSS.copy()
+        up[i] += h
+        down[i] -= h
+        fd = (nm.get_map("entmax", alpha=up).loss(x, labels, reduction="sum")
+              - nm.get_map("entmax", alpha=down).loss(x, labels, reduction="sum")) / (2 * h)
+        assert got[i] == pytest.approx(fd, abs=1e-7)
+
+
+@pytest.mark.parametrize("backend", AUTODIFF, indirect=True)
+def test_attention_with_one_alpha_per_head_across_one(backend):
+    rng = np.random.default_rng(3)
+    q, k, v = (backend.array(rng.normal(size=(2, 3, 6, 4))) for _ in range(3))
+    a = np.array([0.6, 1.0, 1.8]).reshape(3, 1, 1)
+    out = backend.numpy(backend.attention(q, k, v, backend.get_map("entmax", alpha=backend.array(a)), is_causal=True))
+    for h in range(3):
+        one = backend.attention(q[:, h:h + 1], k[:, h:h + 1], v[:, h:h + 1],
+                                backend.get_map("entmax", alpha=float(a[h, 0, 0])), is_causal=True)
+        np.testing.assert_allclose(out[:, h:h + 1], backend.numpy(one), rtol=0, atol=1e-14)
+
+
+@pytest.mark.parametrize("backend", AUTODIFF, indirect=True)
+def test_a_negative_alpha_is_refused_and_a_tiny_one_is_finite(backend):
+    m = backend.get_map("entmax")
+    with pytest.raises(ValueError, match="outside"):
+        backend.call(m, backend.array(np.zeros(3)), alpha=-0.5)
+    x = np.random.default_rng(0).normal(size=(3, 40))
+    assert np.isfinite(backend.numpy(backend.call(m, backend.array(x), alpha=0.01))).all()
+
+
+def test_torch_a_learned_alpha_crosses_one():
+    """The family's range from 1.5 is (0, 3): logits put the heads below, at and above 1; the layer's weights are
+    the map's with those alphas, and its gradient in the logits passes gradcheck."""
+    torch = pytest.importorskip("torch")
+    import numeric.torch as rt
+    from numeric.torch.layers import MultiheadAttention
+
+    f64 = torch.float64
+    torch.manual_seed(4)
+    layer = MultiheadAttention(6, 3, dtype=f64, mapping=rt.get_map("entmax", alpha=1.5), learn=("alpha",),
+                               batch_first=True)
+    assert layer.ranges == {"alpha": (0.0, 3.0)}
+    logits = torch.tensor([-1.0, 0.0, 1.0], dtype=f64)  # alpha = 3 sigmoid(logit): 0.807, 1.5, 2.19
+    with torch.no_grad():
+        layer.alpha_logit.copy_(torch.log(torch.tensor([1 / 2, 1.0, 2.0], dtype=f64)))  # alpha = 1, 1.5, 2
+    torch.testing.assert_close(layer.learned["alpha"].detach(), torch.tensor([1.0, 1.5, 2.0], dtype=f64))
+    x = torch.randn(2, 4, 6, dtype=f64)
+    params = dict(layer.named_parameters())
+
+    def f(x, logit):
+        out, w = torch.func.functional_call(layer, {**params, "alpha_logit": logit}, (x, x, x),
+                                            dict(need_weights=True, average_attn_weights=False))
+        return out, w
+
+    assert torch.autograd.gradcheck(f, (x.requires_grad_(), logits.clone().requires_grad_()))
+    # a step that takes a head across 1 leaves everything finite
+    out, _ = f(x, torch.tensor([-8.0, 0.0, 8.0], dtype=f64))
+    assert torch.isfinite(out).all()
+
+
+def test_torch_under_compile_with_alpha_across_one():
+    """Traced alpha (values the trace cannot read) runs the family's routines."""
+    torch = pytest.importorskip("torch")
+    import numeric.torch as rt
+
+    x = torch.randn(4, 6, dtype=torch.float64, generator=torch.Generator().manual_seed(5))
+    a = torch.tensor([0.5, 1.0, 1.5, 2.0], dtype=torch.float64)[:, None]
+    compiled = torch.compile(lambda s, al: rt.entmax(s, al), backend="eager", fullgraph=True)
+    torch.testing.assert_close(compiled(x, a), rt.entmax(x, a), rtol=0, atol=1e-15)
