@@ -37,8 +37,8 @@ demo: setup
 	$(BIN)/regattn verify --expr "p*log(p) + p**2/2" --name shannon_gini
 	$(BIN)/regattn verify gini --continuous
 
+# (that the generated files are current is tests/derive/test_cli.py::test_generate_check_is_current)
 test: setup
-	$(BIN)/regattn generate --check
 	$(BIN)/ruff check derive numeric tests benchmarks examples
 	XLA_FLAGS="$(strip $(XLA_FLAGS) $(XLA_TEST_FLAGS_$(PROFILE)))" \
 		$(BIN)/python -m pytest --hypothesis-profile=$(PROFILE) -q -rs -n $(JOBS) --dist worksteal --durations=30
