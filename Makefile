@@ -37,7 +37,7 @@ demo: setup
 	$(BIN)/regattn verify --expr "p*log(p) + p**2/2" --name shannon_gini
 	$(BIN)/regattn verify gini --continuous
 
-# (that the generated files are current is tests/derive/test_cli.py::test_generate_check_is_current)
+# (that the generated files are current is tests/derive/test_cli.py::test_generate_writes_and_checks_a_folder_and_the_committed_files_are_current)
 test: setup
 	$(BIN)/ruff check derive numeric tests benchmarks examples
 	XLA_FLAGS="$(strip $(XLA_FLAGS) $(XLA_TEST_FLAGS_$(PROFILE)))" \

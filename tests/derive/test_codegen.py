@@ -322,7 +322,7 @@ def test_an_old_package_file_is_refused_with_the_fix(old, tmp_path, monkeypatch)
 
 def test_generation_is_deterministic_across_hash_seeds(tmp_path):
     """The built-ins generated under two hash seeds are the same text: the committed files (which
-    ``regattn generate --check`` keeps current, test_cli's test_generate_check_is_current) and a generation under
+    ``regattn generate --check`` keeps current, test_cli's test_generate_writes_and_checks_a_folder_and_the_committed_files_are_current) and a generation under
     each seed, which names the files that differ."""
     from numeric import _generated
 
