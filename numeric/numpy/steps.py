@@ -105,8 +105,9 @@ def _shifted_solve(ops, r, x, method, kind, relative, out):
         t = rules.sort_rule(ops, r, y) if method == "sort" else sort_threshold(ops, r, y)
         p = link_into(ops, r, y, t)
     else:
-        p, t = rules.closed_rule(ops, r, y) if kind == "closed" else rules.root_rule(ops, r, y)
-        p = np.copyto(y, p) or y
+        g, t = rules.closed_rule(ops, r, y) if kind == "closed" else rules.root_rule(ops, r, y)
+        np.copyto(y, g)
+        p = y
     tau = t if relative else m + t
     if redo is not None:
         p[redo] = p_redo
