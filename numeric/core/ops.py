@@ -205,7 +205,7 @@ class CompactRows:
                 keep = self.row_index(going)
                 done = self._put_all(done, where, state)
                 where = keep if where is None else where[keep]
-                state, rows, going = self._take_all(state, keep, count), self._take_all(rows, keep, count), going[keep]
+                state, rows, going = self.take_all(state, keep, count), self.take_all(rows, keep, count), going[keep]
             state, going = body(tuple(state), rows)
         return tuple(self._put_all(done, where, state))
 
@@ -215,17 +215,17 @@ class CompactRows:
             return otherwise
         if len(keep) == mask.shape[0]:
             return fn(*rows)
-        return self.put_rows(otherwise, keep, fn(*self._take_all(rows, keep, mask.shape[0])))
+        return self.put_rows(otherwise, keep, fn(*self.take_all(rows, keep, mask.shape[0])))
 
     def in_blocks(self, size: int, fn: Callable, rows: tuple):
         count = rows[0].shape[0]
         size = max(1, size // rows[0].shape[-1])
         if size >= count:
             return fn(*rows)
-        parts = [fn(*self._take_all(rows, slice(lo, lo + size), count)) for lo in range(0, count, size)]
+        parts = [fn(*self.take_all(rows, slice(lo, lo + size), count)) for lo in range(0, count, size)]
         return self.cat_rows(parts)
 
-    def _take_all(self, values, keep, count):
+    def take_all(self, values, keep, count):
         """The rows ``keep`` of each array with ``count`` rows; other values (numbers, 0-d arrays) as they are."""
         return tuple(self.take_rows(v, keep) if getattr(v, "ndim", 0) and v.shape[0] == count else v for v in values)
 

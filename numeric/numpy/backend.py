@@ -91,9 +91,7 @@ class NumpyBackend(Backend):
         routines = Routines(module, contract.module_routines(module), params)
         method = "auto" if kind == module.THRESHOLD else kind
         with np.errstate(all="ignore"):  # off-support branches are evaluated and masked
-            p, t = steps.solve(ops, routines, x, method=method, out=out)
-            if p is not out:
-                np.copyto(out, p)
+            _, t = steps.solve(ops, routines, x, method=method, out=out)  # (p in out)
             tau[...] = t[:, 0]
 
     def jvp(self, mapping, y: np.ndarray, dx: np.ndarray) -> np.ndarray:

@@ -50,9 +50,9 @@ class NumpyRowOps(CompactRows, NumpyOps, TensorOps):
     def pos_part(self, x):
         return np.maximum(x, self.zeros_row(x))  # (an array of zeros: a scalar 0 takes a loop 3x slower)
 
-    def support_sums(self, y, c, squares, y_max=None):
-        # one temporary, written over: u, then its support's indicator
-        u = np.subtract(y, c)
+    def support_sums(self, y, c, squares, y_max=None, out=None):
+        # one temporary (or out, NumPy's own steps' scratch of y's shape), written over: u, then its support's indicator
+        u = np.subtract(y, c, out=out)
         np.maximum(u, self.zeros_row(u), out=u)
         total = _row_sum(u)[:, None]
         sq = np.einsum("ij,ij->i", u, u)[:, None] if squares else None

@@ -23,7 +23,6 @@ import numpy as np
 from ..core import rules
 from ..core.halley import reach_one
 from ..core.ops import Routines
-from .rows import row_sum
 
 __all__ = ["solve", "closed_unshifted", "link_into", "sort_threshold", "support_rounds", "largest_threshold",
            "PARTIAL_FROM", "SUPPORT_BELOW"]
@@ -44,18 +43,13 @@ def solve(ops, r: Routines, x, *, method: str = "auto", relative: bool = False, 
     return _shifted_solve(ops, r, x, method, kind, relative, out)
 
 
-def _take(values, index, count):
-    """The rows ``index`` of each array of ``values`` with ``count`` rows; other values (numbers) as they are."""
-    return tuple(v[index] if np.ndim(v) and v.shape[0] == count else v for v in values)
-
-
 def _on(r: Routines, params) -> Routines:
     return Routines(r.module, r.table, params)
 
 
 def _shared_rows(ops, r, x, index, **options):
     """The shared :func:`~numeric.core.rules.solve` of the rows ``index`` of ``x``."""
-    return rules.solve(ops, _on(r, _take(r.params, index, x.shape[0])), x[index], **options)
+    return rules.solve(ops, _on(r, ops.take_all(r.params, index, x.shape[0])), x[index], **options)
 
 
 def closed_unshifted(ops, r: Routines, x, out=None):
@@ -158,14 +152,14 @@ def largest_threshold(ops, r: Routines, y, k: int):
     if not full.any():
         return t
     again = np.flatnonzero(full[:, 0])
-    t[again] = largest_threshold(ops, _on(r, _take(r.params, again, y.shape[0])), y[again], 4 * k)
+    t[again] = largest_threshold(ops, _on(r, ops.take_all(r.params, again, y.shape[0])), y[again], 4 * k)
     return t
 
 
 def support_rounds(ops, r: Routines, y, steps: int = rules.SUPPORT_STEPS):
     """:func:`~numeric.core.rules.support_rule` for a link of degree 1 (Michelot's rounds), bit for bit, in one
-    loop over a scratch buffer: each round writes ``(y - t - clip)_+`` and its support's indicator over the
-    buffer; the rows still going are gathered once they are at most half of the round before (the scores
+    loop over a scratch buffer: each round's :meth:`~numeric.numpy.ops.NumpyRowOps.support_sums` writes
+    ``(y - t - clip)_+`` and its support's indicator over the buffer; the rows still going are gathered once they are at most half of the round before (the scores
     and the parameters; the thresholds of the rows that stopped are written as they stop).  Rows still
     open after ``steps + 1`` rounds take the sort rule."""
     rows, n = y.shape
@@ -185,7 +179,6 @@ def support_rounds(ops, r: Routines, y, steps: int = rules.SUPPORT_STEPS):
     where = None  # the rows of y in the rounds (None: all, in order)
     ya = y
     scratch = np.empty(y.size, dtype=y.dtype)
-    zeros = ops.zeros_row(y)
     for _ in range(steps + 1):
         count = going.shape[0]
         live = int(np.count_nonzero(going))
@@ -195,21 +188,13 @@ def support_rounds(ops, r: Routines, y, steps: int = rules.SUPPORT_STEPS):
             keep = np.flatnonzero(going)
             ya, t, below, size, going = ya.take(keep, axis=0), t[keep], below[keep], size[keep], going[keep]
             if per_row:
-                rr = _on(r, _take(rr.params, keep, count))
+                rr = _on(r, ops.take_all(rr.params, keep, count))
                 clip = rr.clip()
             where = keep if where is None else where[keep]
             count = live
         c = t + clip  # the support at t: y > c
-        u = scratch[: count * n].reshape(count, n)
-        np.subtract(ya, c[:, None], out=u)
-        np.maximum(u, zeros, out=u)
-        su = row_sum(u)
-        # the support's indicator written over u: ceil(u) where every u is at most -c <= 1, else u > 0 as 0 and 1
-        if np.minimum.reduce(c, axis=None) >= -1:
-            np.ceil(u, out=u)
-        else:
-            np.greater(u, 0, out=u, casting="unsafe")
-        kk = row_sum(u)
+        kk, su, _ = ops.support_sums(ya, c[:, None], False, 0, out=scratch[: count * n].reshape(count, n))
+        kk, su = kk[:, 0], su[:, 0]
         cand = rr.tau_candidate(kk, su + kk * c, 0 * kk)
         exact = kk == size
         stop = going & exact
@@ -224,5 +209,5 @@ def support_rounds(ops, r: Routines, y, steps: int = rules.SUPPORT_STEPS):
     if going.any():
         open_ = np.flatnonzero(going)
         index = open_ if where is None else where[open_]
-        result[index] = rules.sort_rule(ops, _on(r, _take(r.params, index, rows)), y[index])
+        result[index] = rules.sort_rule(ops, _on(r, ops.take_all(r.params, index, rows)), y[index])
     return result
