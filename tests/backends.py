@@ -94,10 +94,8 @@ class TorchBackend(Backend):
         self.rt = rt
 
     def array(self, a, dtype=np.float64):
-        a = np.asarray(a)
-        if a.dtype.kind == "f":
-            a = a.astype(dtype)
-        return self.torch.from_numpy(np.ascontiguousarray(a))
+        a = np.array(a)  # (a copy, 0-d kept)
+        return self.torch.from_numpy(a.astype(dtype) if a.dtype.kind == "f" else a)
 
     def numpy(self, a):
         return a.detach().numpy() if isinstance(a, self.torch.Tensor) else np.asarray(a)

@@ -7,54 +7,33 @@ read as ``axis`` and torch's dtype names read as NumPy's.
 
 from __future__ import annotations
 
-import contextlib
 import re
 
 import numpy as np
 import pytest
 
 import numeric as nm
+from tests.backends import BACKENDS as ALL_BACKENDS
 
 
-def _numpy():
-    return dict(
-        context=contextlib.nullcontext,
-        array=lambda a: a,
-        map=lambda name, threshold="auto", **params: nm.get_map(name, threshold=threshold, **params),
-        call=lambda m, x, axis=-1: m(x, axis=axis),
-        loss=lambda m, x, target, axis=-1, reduction="mean": m.loss(x, target, axis=axis, reduction=reduction),
-    )
+class _Calls:
+    """A backend of :mod:`tests.backends` as the cases call it: ``b["map"]``, ``b["call"]``, ... (errors are compared
+    as each front end raises them)."""
+
+    def __init__(self, backend):
+        self.b = backend
+
+    def __getitem__(self, key):
+        b = self.b
+        return {"context": b.context, "array": b.array,
+                "map": lambda name, threshold="auto", **params: b.get_map(name, threshold=threshold, **params),
+                "call": lambda m, x, axis=-1: b.call(m, x, axis=axis),
+                "loss": lambda m, x, target, axis=-1, reduction="mean": b.loss(m, x, target, axis=axis,
+                                                                              reduction=reduction)}[key]
 
 
-def _torch():
-    torch = pytest.importorskip("torch")
-    import numeric.torch as rt
-
-    return dict(
-        context=contextlib.nullcontext,
-        array=lambda a: torch.from_numpy(np.asarray(a)),
-        map=lambda name, threshold="auto", **params: rt.get_map(name, threshold=threshold, **params),
-        call=lambda m, x, axis=-1: m(x, dim=axis),
-        loss=lambda m, x, target, axis=-1, reduction="mean": rt.fenchel_young_loss(x, target, m, reduction, dim=axis),
-    )
-
-
-def _jax():
-    jax = pytest.importorskip("jax")
-    import jax.numpy as jnp
-
-    import numeric.jax as rj
-
-    return dict(
-        context=lambda: jax.enable_x64(True),  # (float64, as NumPy's)
-        array=lambda a: jnp.asarray(a),
-        map=lambda name, threshold="auto", **params: rj.get_map(name, threshold=threshold, **params),
-        call=lambda m, x, axis=-1: m(x, axis=axis),
-        loss=lambda m, x, target, axis=-1, reduction="mean": rj.fenchel_young_loss(x, target, m, reduction, axis=axis),
-    )
-
-
-BACKENDS = {"numpy": _numpy, "torch": _torch, "jax": _jax}
+BACKENDS = {name: (lambda cls=cls: _Calls(cls())) for name, cls in ALL_BACKENDS.items()}
+_numpy = BACKENDS["numpy"]
 
 
 def _outcome(fn):
