@@ -101,6 +101,15 @@ def test_largest_threshold_is_the_full_sort_bit_for_bit(name, n, scale, seed):
     np.testing.assert_array_equal(full, partial)
 
 
+@pytest.fixture(scope="module")
+def plogp_cube(tmp_path_factory):
+    """``p log p + p**3``: a typed map whose link has no closed form (the KKT solve)."""
+    path = tmp_path_factory.mktemp("steps") / "plogp_cube.py"
+    path.write_text(generate_module(derive_map(Regularizer.from_string("p*log(p) + p**3", name="plogp_cube")),
+                                    "plogp_cube"))
+    return load_module(path)
+
+
 def _bad_rows(x):
     """``x`` with a NaN row, a fully masked row and a row holding +inf (where it has rows enough)."""
     x = x.copy()
@@ -112,14 +121,15 @@ def _bad_rows(x):
 
 
 @pytest.mark.parametrize("name, params", [("softmax", ()), ("sparsemax", ()), ("entmax15", ()), ("entmax", (1.3,)),
-                                          ("scaled_gini", (0.7,))])
+                                          ("scaled_gini", (0.7,)), ("plogp_cube", ())])
 @pytest.mark.parametrize("relative", [False, True])
 @given(x=shifted_rows(), shift=st.sampled_from([0.0, 3.0, -40.0, 1e4]), bad=st.booleans())
-def test_solve_is_the_shared_solve(scaled_gini, name, params, relative, x, shift, bad):
+def test_solve_is_the_shared_solve(scaled_gini, plogp_cube, name, params, relative, x, shift, bad):
     """NumPy's solve gives the shared solve's ``(p, tau)``: bit for bit for a sort map of degree 1, to rounding for
     a closed one (solved unshifted) and for degree 2 (NumPy sorts short rows where the shared text iterates); rows whose maximum is not finite (NaN, fully masked, +inf) get the shared text's values;
     ``out`` holds ``p``, also where it is ``x`` itself."""
-    module = scaled_gini if name == "scaled_gini" else importlib.import_module(f"numeric._generated.{name}")
+    typed = {"scaled_gini": scaled_gini, "plogp_cube": plogp_cube}
+    module = typed[name] if name in typed else importlib.import_module(f"numeric._generated.{name}")
     r = numpy_routines(module, params=tuple(np.float64(v) for v in params))
     x = x + shift
     if bad:
