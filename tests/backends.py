@@ -29,6 +29,8 @@ class Backend:
 
     name = ""
     features: frozenset = frozenset()
+    #: the backend's name for the axis a map runs along, as its messages say it
+    axis_word = "axis"
 
     def context(self):
         return contextlib.nullcontext()
@@ -45,15 +47,18 @@ class Backend:
     def call(self, m, x, axis=-1, **keywords):
         return m(x, axis=axis, **keywords)
 
-    def loss(self, m, x, target, axis=-1, reduction="mean"):
+    def loss(self, m, x, target, axis=-1, reduction="mean", **constraints):
         raise NotImplementedError
 
-    def attention(self, q, k, v, mapping, is_causal=False):
-        """``(batch, heads, length, dim)`` arrays in and out."""
+    def attention(self, q, k, v, mapping, is_causal=False, mask=None, block=None, **keywords):
+        """``(batch, heads, length, dim)`` arrays in and out; ``mask`` (``True``: kept) and ``keywords`` (a
+        constraint set's, ``upper=``) broadcast to the scores ``(batch, heads, queries, keys)``; ``block``: the
+        queries per block (the backend's keyword for it)."""
         raise NotImplementedError
 
-    def grad(self, fn, x) -> np.ndarray:
-        """The gradient of the scalar ``fn(x)`` at ``x`` (``"autodiff"``)."""
+    def grad(self, fn, *args):
+        """The gradient of the scalar ``fn(*args)`` in each of ``args``, as NumPy arrays: one array for one
+        argument, a tuple for several (``"autodiff"``)."""
         raise NotImplementedError
 
     def check_grads(self, fn, *args, order: int = 2, atol=None) -> None:
@@ -76,16 +81,17 @@ class NumpyBackend(Backend):
     def get_map(self, name, **params):
         return nm.get_map(name, **params)
 
-    def loss(self, m, x, target, axis=-1, reduction="mean"):
-        return m.loss(x, target, axis=axis, reduction=reduction)
+    def loss(self, m, x, target, axis=-1, reduction="mean", **constraints):
+        return m.loss(x, target, axis=axis, reduction=reduction, **constraints)
 
-    def attention(self, q, k, v, mapping, is_causal=False):
-        return nm.attention(q, k, v, mapping=mapping, is_causal=is_causal)
+    def attention(self, q, k, v, mapping, is_causal=False, mask=None, block=None, **keywords):
+        return nm.attention(q, k, v, mapping=mapping, causal=is_causal, mask=mask, block=block, **keywords)
 
 
 class TorchBackend(Backend):
     name = "torch"
     features = frozenset({"autodiff"})
+    axis_word = "dim"
 
     def __init__(self):
         self.torch = self.xp = pytest.importorskip("torch")
@@ -106,16 +112,16 @@ class TorchBackend(Backend):
     def call(self, m, x, axis=-1, **keywords):
         return m(x, dim=axis, **keywords)
 
-    def loss(self, m, x, target, axis=-1, reduction="mean"):
-        return self.rt.fenchel_young_loss(x, target, m, reduction, dim=axis)
+    def loss(self, m, x, target, axis=-1, reduction="mean", **constraints):
+        return self.rt.fenchel_young_loss(x, target, m, reduction, dim=axis, **constraints)
 
-    def attention(self, q, k, v, mapping, is_causal=False):
-        return self.rt.attention(q, k, v, mapping=mapping, is_causal=is_causal)
+    def attention(self, q, k, v, mapping, is_causal=False, mask=None, block=None, **keywords):
+        return self.rt.attention(q, k, v, mask, mapping=mapping, is_causal=is_causal, block=block, **keywords)
 
-    def grad(self, fn, x):
-        x = x.detach().clone().requires_grad_()
-        (g,) = self.torch.autograd.grad(fn(x), x)
-        return g.numpy()
+    def grad(self, fn, *args):
+        args = tuple(a.detach().clone().requires_grad_() for a in args)
+        grads = tuple(g.numpy() for g in self.torch.autograd.grad(fn(*args), args))
+        return grads[0] if len(args) == 1 else grads
 
     def check_grads(self, fn, *args, order=2, atol=None):
         args = tuple(a.detach().clone().requires_grad_() for a in args)
@@ -148,15 +154,17 @@ class JaxBackend(Backend):
     def get_map(self, name, **params):
         return self.rj.get_map(name, **params)
 
-    def loss(self, m, x, target, axis=-1, reduction="mean"):
-        return self.rj.fenchel_young_loss(x, target, m, reduction, axis=axis)
+    def loss(self, m, x, target, axis=-1, reduction="mean", **constraints):
+        return self.rj.fenchel_young_loss(x, target, m, reduction, axis=axis, **constraints)
 
-    def attention(self, q, k, v, mapping, is_causal=False):
+    def attention(self, q, k, v, mapping, is_causal=False, mask=None, block=None, **keywords):
         t = (lambda a: self.jnp.swapaxes(a, 1, 2))
-        return t(self.rj.attention(t(q), t(k), t(v), mapping=mapping, is_causal=is_causal))
+        return t(self.rj.attention(t(q), t(k), t(v), mask=mask, mapping=mapping, is_causal=is_causal,
+                                   block_size=block, **keywords))
 
-    def grad(self, fn, x):
-        return np.asarray(self.jax.grad(fn)(x))
+    def grad(self, fn, *args):
+        grads = self.jax.grad(fn, argnums=tuple(range(len(args))))(*args)
+        return np.asarray(grads[0]) if len(args) == 1 else tuple(np.asarray(g) for g in grads)
 
     def jit(self, fn):
         return self.jax.jit(fn)

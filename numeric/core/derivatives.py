@@ -2,6 +2,7 @@
 
 * :func:`jvp`: ``J v = w*v - w (w.v) / sum(w)``, ``w = weight(p)`` on the support (:func:`weights`);
 * :func:`param_vjp`: ``sum_i u_i dp_i/dq = -(J u) . c`` with ``c = omega_prime_d_q(p)``;
+* :func:`threshold_weights`: the threshold ``tau`` of a constrained map as a differentiable expression of ``p``;
 * :func:`omega_terms`: the loss ``sum_i [omega(y_i) - omega(p_i)] - (y_i - p_i) s_i`` per row.
 """
 
@@ -11,7 +12,7 @@ import math
 
 from .ops import Routines, TensorOps
 
-__all__ = ["weights", "centred", "jvp", "param_vjp", "omega_terms", "weight_at_zero"]
+__all__ = ["weights", "centred", "jvp", "param_vjp", "threshold_weights", "omega_terms", "weight_at_zero"]
 
 
 def weights(ops, r: Routines, p, at_zero=None):
@@ -64,6 +65,21 @@ def param_vjp(ops: TensorOps, r: Routines, p, u, name: str, ju=None):
     c = getattr(r, f"omega_prime_d_{name}")(p + (1 - pos)) * pos
     ju = jvp(ops, r, p, u) if ju is None else ju
     return -ops.row_sum(ju * c)
+
+
+def threshold_weights(ops: TensorOps, r: Routines, cset, p, *rows):
+    """``(free, a)`` at ``p`` over the constraint set ``cset`` (its arrays laid out as ``rows``): where ``p`` moves
+    with the scores, and weights ``a = w / sum w`` there (0 elsewhere, and in a row where nothing moves).
+
+    On an entry that moves ``omega'(p_i) = s_i - tau``, so ``tau = sum_i a_i (s_i - omega'(p_i))`` for any weights
+    summing to 1 over those entries.  With ``a`` held constant (no gradient) that expression's derivative in the
+    scores, the set's arrays and the map's parameters, through ``p``, is the threshold's: ``sum_i a_i (v_i -
+    omega''(p_i) dp_i)``, the ``dtau`` that keeps the set's sums (``v``: the scores' tangent less the parameters'
+    ``c dq``).  A row where nothing moves (every entry at 0 or at its bound) has one-sided derivatives: 0 here."""
+    free = cset.moving(ops, p, *rows)
+    w = ops.where(free, weights(ops, r, p), 0)
+    total = ops.row_sum(w)
+    return free, w / ops.where(total > 0, total, 1)
 
 
 def omega_terms(ops: TensorOps, r: Routines, x, p, y):

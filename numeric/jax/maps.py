@@ -209,10 +209,8 @@ def _constrained_rows_jvp(solver, cset, primals, tangents):
             v = v - solver.direction(p, params, name) * dq  # dp/dq = -J c, as the plain map's
     still = all(_zero(d) for d in darrays)
     dp = cset.jvp(ops, r, p, v, tuple(0 if _zero(d) else d for d in darrays), *arrays, x=None if still else x)
-    free = cset.moving(ops, p, *arrays)
-    w = jax.lax.stop_gradient(jnp.where(free, derivatives.weights(ops, r, p), 0))
-    total = ops.row_sum(w)
-    a = w / jnp.where(total > 0, total, 1)  # 0 in a row where none moves
+    free, a = derivatives.threshold_weights(ops, r, cset, p, *arrays)
+    a = jax.lax.stop_gradient(a)
     _, curve = jax.jvp(lambda q: r.omega_prime(jnp.where(free, q, 1)), (p,), (dp,))  # omega''(p) dp
     return (p, tau), (dp, ops.row_sum(jnp.where(free, a * (v - curve), 0)))
 

@@ -56,7 +56,7 @@ class _LossFunction(torch.autograd.Function):
         need = ctx.needs_input_grad
         out = [g * (p - y) if need[0] else None, None, None, None, None, None, None]
         if any(need[7:7 + ctx.count]):  # the gradients in the set's arrays (the box: its multipliers, tau)
-            r = Routines(ctx.module, routine_table(ctx.module), tuple(q.detach() for q in params))
+            r = Routines(ctx.module, routine_table(ctx.module), tuple(params))
             own = ctx.cset.loss_gradients(ops_for(x.dtype), r, x, tau, *arrays)
             out += [g * a if need[7 + i] else None for i, a in enumerate(own)]
         else:

@@ -206,8 +206,10 @@ class _MapFunction(torch.autograd.Function):
 
 class _ConstrainedFunction(torch.autograd.Function):
     """``p = m(x)`` over a constraint set on rows ``x`` (2-D), the set's ``count`` arrays laid out as rows, then
-    parameter tensors of shape ``(rows, 1)`` or ``()``: ``(p, tau)``, the threshold without a gradient; the
-    backward :meth:`numeric.constraints.ConstraintSet.vjp` in the scores and the set's arrays."""
+    parameter tensors of shape ``(rows, 1)`` or ``()``: ``(p, tau)``, ``tau`` the threshold per row; the backward
+    :meth:`numeric.constraints.ConstraintSet.vjp` in the scores and the set's arrays, and the threshold's as the
+    derivative of ``sum_i a_i (s_i - omega'(p_i))`` (:func:`numeric.core.derivatives.threshold_weights`; the
+    loss's gradients in the set's arrays are functions of ``tau``, so its second derivatives need it)."""
 
     @staticmethod
     def forward(ctx, x, solver, cset, count, *tensors):
@@ -217,20 +219,38 @@ class _ConstrainedFunction(torch.autograd.Function):
         # (the scores only where the set's own gradients need them: one-sided derivatives)
         ctx.scores = cset.needs_scores and any(ctx.needs_input_grad[4:4 + count])
         ctx.save_for_backward(p, *arrays, *((x,) if ctx.scores else ()), *params)
-        ctx.mark_non_differentiable(tau)
+        ctx.set_materialize_grads(False)  # (an output not used gets None: tau's, mostly)
         return p, tau
 
     @staticmethod
-    def backward(ctx, grad, _):
+    def backward(ctx, grad, grad_tau):
         p, *rest = ctx.saved_tensors
         arrays, rest = rest[:ctx.count], rest[ctx.count:]
         x = rest.pop(0) if ctx.scores else None
+        grad = torch.zeros_like(p) if grad is None else grad
+        direct, by_tau = None, [None] * len(rest)
+        if grad_tau is not None:
+            # tau = sum_i a_i (s_i - omega'(p_i)), a constant: a g in the scores, -a omega''(p) g in p (added to
+            # the cotangent before p's backward), -a d omega'(p)/dq g in each parameter
+            with torch.enable_grad():
+                leaves = [p.detach().requires_grad_(), *(q.detach().requires_grad_() for q in rest)]
+                ops, r = ops_for(p.dtype), ctx.solver.routines(tuple(leaves[1:]))
+                free, a = derivatives.threshold_weights(ops, r, ctx.cset, p.detach(), *arrays)
+                a = a.detach()
+                omega = (a * torch.where(free, r.omega_prime(torch.where(free, leaves[0], 1)), 0)).sum(-1, keepdim=True)
+                got = torch.autograd.grad(-omega, leaves, grad_tau, allow_unused=True)
+            grad = grad + got[0]
+            direct = a * grad_tau
+            by_tau = list(got[1:])
         js, own, by_name = ctx.solver.constrained_vjp(ctx.cset, p, grad, arrays, rest, torch.is_grad_enabled(), x)
         need = ctx.needs_input_grad
-        out = [js if need[0] else None, None, None, None]
+        out = [(js if direct is None else js + direct) if need[0] else None, None, None, None]
         out += [g if need[4 + i] else None for i, g in enumerate(own)]
         for i, (name, q) in enumerate(zip(ctx.solver.names, rest)):
-            out.append((by_name[name] if q.ndim else by_name[name].sum()) if need[4 + ctx.count + i] else None)
+            g = by_name[name] if q.ndim else by_name[name].sum()
+            if by_tau[i] is not None:
+                g = g + by_tau[i].to(g.dtype)
+            out.append(g if need[4 + ctx.count + i] else None)
         return tuple(out)
 
 
@@ -354,7 +374,7 @@ class TorchMap(FrameworkMap):
 
     def run_constrained(self, x, dim, params, cset, values: dict, keep_tau=False):
         """``p`` over the constraint set ``cset`` with its keywords' ``values`` (:meth:`__call__`); ``keep_tau``:
-        ``(p, tau)``, the threshold of each row with size 1 along ``dim`` (no gradient)."""
+        ``(p, tau)``, the threshold of each row with size 1 along ``dim`` (with its gradient)."""
         if self.family is not None:
             self.family.check_set(values)
         dim = self._checked_scores(x, dim)

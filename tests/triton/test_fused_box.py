@@ -356,7 +356,7 @@ def _weights_of_rows(name, x, upper, dy):
 
 def _assert_bounded_weights(name, x, upper, dy):
     """``0 <= p <= u`` with no allowance and ``|sum p - 1| <= 2 n eps`` (float32), the bounds
-    numeric.constraints.box.box_solve is held to (tests/numeric/test_box_defects.py::
+    numeric.constraints.box.box_solve is held to (tests/constraints/test_box_defects.py::
     test_float32_keeps_the_bounds), and ``p`` and the gradients within ``TOL`` of NumPy's in float64.
 
     No allowance on ``p <= u``: the output is ``p`` exactly (each entry one product by 1, the others by 0, in

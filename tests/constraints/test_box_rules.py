@@ -17,7 +17,7 @@ from derive.box import box_jacobians, solve_box
 from numeric.constraints.box import box_jvp, box_solve, box_vjp
 from numeric.numpy.ops import ops_for
 
-from .conftest import case_derivation, numpy_routines
+from tests.numeric.conftest import case_derivation, numpy_routines
 
 BOX_MAPS = [("softmax", {}), ("sparsemax", {}), ("entmax15", {}), ("entmax", {"alpha": 1.3}),
             ("entmax", {"alpha": 0.6}), ("shannon_gini", {}), ("gini_log1p", {})]

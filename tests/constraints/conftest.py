@@ -1,0 +1,3 @@
+"""The constraint sets' tests: the user maps of tests/numeric generated and importable (``shannon_gini``)."""
+
+from tests.numeric.conftest import user_modules  # noqa: F401 (a session fixture, used automatically)
