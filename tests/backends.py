@@ -41,6 +41,10 @@ class Backend:
     def numpy(self, a) -> np.ndarray:
         return np.asarray(a)
 
+    def astype(self, a, dtype):
+        """``a`` in the backend's ``dtype`` (``xp.float16``, ``torch.bfloat16``, ...)."""
+        return a.astype(dtype)
+
     def get_map(self, name, **params):
         raise NotImplementedError
 
@@ -69,6 +73,14 @@ class Backend:
 
     def jit(self, fn):
         """``fn`` traced and compiled (``"jit"``)."""
+        raise NotImplementedError
+
+    def hessian(self, fn, x) -> np.ndarray:
+        """The Hessian of the scalar ``fn`` at the 1-D ``x`` (``"autodiff"``)."""
+        raise NotImplementedError
+
+    def jacobian(self, fn, x) -> np.ndarray:
+        """The Jacobian of ``fn`` at the 1-D ``x``, ``d fn_i / d x_j`` (``"autodiff"``)."""
         raise NotImplementedError
 
 
@@ -107,6 +119,9 @@ class TorchBackend(Backend):
     def numpy(self, a):
         return a.detach().numpy() if isinstance(a, self.torch.Tensor) else np.asarray(a)
 
+    def astype(self, a, dtype):
+        return a.to(dtype)
+
     def get_map(self, name, **params):
         return self.rt.get_map(name, **params)
 
@@ -130,6 +145,13 @@ class TorchBackend(Backend):
         assert self.torch.autograd.gradcheck(fn, args, **tol)
         if order >= 2:
             assert self.torch.autograd.gradgradcheck(fn, args, **tol)
+
+
+    def hessian(self, fn, x):
+        return self.torch.autograd.functional.hessian(fn, x).numpy()
+
+    def jacobian(self, fn, x):
+        return self.torch.autograd.functional.jacobian(fn, x).numpy()
 
 
 class JaxBackend(Backend):
@@ -169,6 +191,12 @@ class JaxBackend(Backend):
 
     def jit(self, fn):
         return self.jax.jit(fn)
+
+    def hessian(self, fn, x):
+        return np.asarray(self.jax.hessian(fn)(x))
+
+    def jacobian(self, fn, x):
+        return np.asarray(self.jax.jacobian(fn)(x))
 
     def check_grads(self, fn, *args, order=2, atol=None, reverse_only=False):
         from jax.test_util import check_grads

@@ -63,13 +63,16 @@ class _LossFunction(torch.autograd.Function):
             out += [None] * ctx.count
         need = [i for i in range(len(params)) if ctx.needs_input_grad[7 + ctx.count + i]]
         grads = [None] * len(params)
-        if need:
+        if need and torch.is_grad_enabled():  # (double backward: through p, which moves with the parameters too)
+            got = torch.autograd.grad(_omega_terms(ctx.module, x, p, y, params), [params[i] for i in need],
+                                      grad_outputs=grad, allow_unused=True, create_graph=True)
+        elif need:
             with torch.enable_grad():
                 free = [q.detach().requires_grad_(i in need) for i, q in enumerate(params)]
                 value = _omega_terms(ctx.module, x.detach(), p.detach(), y.detach(), free)
                 got = torch.autograd.grad(value, [free[i] for i in need], grad_outputs=grad.detach(), allow_unused=True)
-            for i, gi in zip(need, got):
-                grads[i] = torch.zeros_like(params[i]) if gi is None else gi
+        for i, gi in zip(need, got if need else ()):
+            grads[i] = torch.zeros_like(params[i]) if gi is None else gi
         return (*out, *grads)
 
 
