@@ -55,9 +55,9 @@ class Backend:
         raise NotImplementedError
 
     def attention(self, q, k, v, mapping, is_causal=False, mask=None, block=None, **keywords):
-        """``(batch, heads, length, dim)`` arrays in and out; ``mask`` (``True``: kept) and ``keywords`` (a
-        constraint set's, ``upper=``) broadcast to the scores ``(batch, heads, queries, keys)``; ``block``: the
-        queries per block (the backend's keyword for it)."""
+        """``(batch, heads, length, dim)`` arrays in and out; ``mask`` (boolean, ``True``: kept, or additive: 0 or
+        ``-inf``) and ``keywords`` (a constraint set's, ``upper=``) broadcast to the scores ``(batch, heads, queries,
+        keys)``; ``block``: the queries per block (the backend's keyword for it)."""
         raise NotImplementedError
 
     def grad(self, fn, *args):
@@ -182,6 +182,8 @@ class JaxBackend(Backend):
 
     def attention(self, q, k, v, mapping, is_causal=False, mask=None, block=None, **keywords):
         t = (lambda a: self.jnp.swapaxes(a, 1, 2))
+        if mask is not None and mask.dtype != bool:  # (JAX's additive mask is its bias)
+            keywords["bias"], mask = mask, None
         return t(self.rj.attention(t(q), t(k), t(v), mask=mask, mapping=mapping, is_causal=is_causal,
                                    block_size=block, **keywords))
 
