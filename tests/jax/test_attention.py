@@ -1,6 +1,6 @@
-"""numeric.jax.attention: softmax equals jax.nn.dot_product_attention, every map equals numeric.attention (NumPy) to 1e-12
-in float64, finite differences (masks, causal, T != S, grouped heads, fully masked rows, per-head alpha), blocks = one block,
-jit / vmap, properties and errors."""
+"""numeric.jax.attention: softmax equals jax.nn.dot_product_attention, finite differences (masks, causal, T != S,
+grouped heads, fully masked rows, per-head alpha), blocks = one block, jit / vmap, properties and errors.  Every map
+against numeric.attention (NumPy), as torch's: tests/attention/test_against_numpy.py."""
 
 from __future__ import annotations
 
@@ -17,7 +17,6 @@ from jax.test_util import check_grads as _check_grads  # noqa: E402
 import numeric as nm  # noqa: E402
 from numeric.jax import attention, get_map  # noqa: E402
 
-from .conftest import IDS, MAPS  # noqa: E402
 
 
 
@@ -86,21 +85,6 @@ def test_softmax_equals_jax_nn_formula_in_float64():
     s = jnp.einsum("btnh,bsnh->bnts", q, k) / np.sqrt(3)
     ref = jnp.einsum("bnts,bsnh->btnh", jax.nn.softmax(jnp.where(mask, s, -jnp.inf), axis=-1), v)
     np.testing.assert_allclose(attention(q, k, v, mask=jnp.asarray(mask)), ref, rtol=0, atol=1e-12)
-
-
-@pytest.mark.parametrize(("name", "params"), MAPS, ids=IDS)
-@pytest.mark.parametrize("causal", [False, True])
-def test_every_map_equals_numpy_attention(name, params, causal):
-    q, k, v = _qkv(5, T=6, S=4, Hv=2)
-    mask = _mask(6, (2, 4, 6, 4))
-    mask[1, 2, 3] = False  # a fully masked row
-    out = attention(q, k, v, mask=jnp.asarray(mask), is_causal=causal, mapping=get_map(name, **params), scale=0.7)
-    ref = _numpy_attention(q, k, v, nm.get_map(name, **params), mask=mask, causal=causal, scale=0.7)
-    np.testing.assert_allclose(out, ref, rtol=0, atol=1e-12)
-    assert np.all(np.asarray(out)[1, 3, 2] == 0)
-    blocked = attention(q, k, v, mask=jnp.asarray(mask), is_causal=causal, mapping=get_map(name, **params), scale=0.7,
-                        block_size=4)
-    np.testing.assert_allclose(blocked, ref, rtol=0, atol=1e-12)
 
 
 def test_per_head_alpha_equals_numpy_and_has_its_gradient():

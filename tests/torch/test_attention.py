@@ -1,4 +1,5 @@
-"""numeric.torch.attention against SDPA, numeric's NumPy attention, gradcheck, and its blocked path's memory."""
+"""numeric.torch.attention against SDPA, gradcheck, and its blocked path's memory.  Every map against numeric's NumPy
+attention, as JAX's: tests/attention/test_against_numpy.py."""
 
 from __future__ import annotations
 
@@ -126,32 +127,6 @@ def test_softmax_equals_sdpa_property(seed, L, S, E, batch, kind, causal, block,
     torch.testing.assert_close(got, want, rtol=0, atol=1e-13)
     for a, b in zip(_grads(got, [q, k, v]), _grads(want, [q, k, v])):
         torch.testing.assert_close(a, b, rtol=0, atol=1e-12)
-
-
-# ------------------------------------------------------------------ NumPy's attention
-@pytest.mark.parametrize("block", [None, 2])
-@pytest.mark.parametrize("case", ["plain", "bool", "float", "causal", "causal-long-L"])
-@pytest.mark.parametrize("name", ["entmax15", "sparsemax", "entmax"])
-def test_equals_numpy_attention(name, case, block):
-    L, S = (7, 4) if case == "causal-long-L" else (5, 6)
-    q, k, v = _qkv(10, L=L, S=S, E=4, Ev=3, grad=False)
-    kw, np_kw = {}, {}
-    if case == "bool":
-        m = _bool_mask(11, (3, L, S), dead_row=1)
-        kw["attn_mask"], np_kw["mask"] = m, m.numpy()
-    elif case == "float":
-        m = torch.randn(L, S, generator=_gen(12), dtype=F64).masked_fill(_bool_mask(13, (L, S), p=0.7), -INF)
-        kw["attn_mask"], np_kw["mask"] = m, m.numpy()
-    elif case.startswith("causal"):
-        kw["is_causal"], np_kw["causal"] = True, True
-    if name == "entmax":
-        alpha = np.array([1.25, 1.5, 1.75]).reshape(3, 1, 1)
-        mapping, np_mapping = get_map("entmax", alpha=torch.tensor(alpha)), nm.get_map("entmax", alpha=alpha)
-    else:
-        mapping, np_mapping = name, name
-    got = attention(q, k, v, mapping=mapping, block=block, **kw)
-    want = nm.attention(q.numpy(), k.numpy(), v.numpy(), mapping=np_mapping, **np_kw)
-    np.testing.assert_allclose(got.numpy(), want, rtol=0, atol=1e-12)
 
 
 def test_rows_whose_threshold_underflows_backward():
