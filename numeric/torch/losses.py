@@ -9,7 +9,10 @@ map parameter ``q`` it is, by the envelope theorem (``p`` maximises
 ``<p, s> - Omega(p)``), ``sum_i d omega(y_i)/dq - d omega(p_i)/dq`` at fixed
 ``p``, taken by autograd through the printed ``omega``.  The gradient ``p - y``
 is computed from the map's output, so the loss's Hessian in the scores is the
-map's Jacobian (double backward).
+map's Jacobian (double backward).  Under double backward the gradient in a
+parameter is taken through ``p`` too, and a constraint set's gradients (the
+box's multipliers) through the map's threshold, which carries its gradient: the
+loss is twice differentiable in the scores, the parameters and the set's arrays.
 """
 
 from __future__ import annotations
