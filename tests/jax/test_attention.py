@@ -1,6 +1,7 @@
 """numeric.jax.attention: softmax equals jax.nn.dot_product_attention, finite differences (masks, causal, T != S,
-grouped heads, fully masked rows, per-head alpha), blocks = one block, jit / vmap, properties and errors.  Every map
-against numeric.attention (NumPy), as torch's: tests/attention/test_against_numpy.py."""
+grouped heads, fully masked rows, per-head alpha), blocks = one block, jit / vmap and errors.  Every map against
+numeric.attention (NumPy), as torch's: tests/attention/test_against_numpy.py; the properties (masked key = absent
+key, permutations, the simplex, causality) on every backend: tests/attention/test_properties.py."""
 
 from __future__ import annotations
 
@@ -10,8 +11,6 @@ import pytest
 jax = pytest.importorskip("jax")
 
 import jax.numpy as jnp  # noqa: E402
-from hypothesis import given  # noqa: E402
-from hypothesis import strategies as st  # noqa: E402
 from jax.test_util import check_grads as _check_grads  # noqa: E402
 
 import numeric as nm  # noqa: E402
@@ -156,24 +155,6 @@ def test_blocked_backward_does_not_keep_the_scores():
     _, vjp = jax.vjp(f, q)
     leaves = jax.tree_util.tree_leaves(vjp)
     assert all(getattr(a, "size", 0) < 64 * 64 for a in leaves)
-
-
-@given(seed=st.integers(0, 2**16), name=st.sampled_from(["softmax", "sparsemax", "entmax15"]))
-def test_properties(seed, name):
-    q, k, v = _qkv(seed, B=1, T=3, S=5, N=2, K=2)
-    rng = np.random.default_rng(seed)
-    out = attention(q, k, v, mapping=name)
-    # a masked key is an absent key
-    mask = np.ones((1, 1, 3, 5), bool)
-    mask[..., 2] = False
-    keep = [0, 1, 3, 4]
-    np.testing.assert_allclose(attention(q, k, v, mask=jnp.asarray(mask), mapping=name),
-                               attention(q, k[:, keep], v[:, keep], mapping=name), rtol=0, atol=1e-12)
-    # a permutation of the keys (with their values) changes nothing
-    perm = rng.permutation(5)
-    np.testing.assert_allclose(attention(q, k[:, perm], v[:, perm], mapping=name), out, rtol=0, atol=1e-12)
-    # weights on the simplex: value rows of ones give ones
-    np.testing.assert_allclose(attention(q, k, jnp.ones_like(v), mapping=name), 1, rtol=0, atol=1e-12)
 
 
 def test_errors():

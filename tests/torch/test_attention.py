@@ -1,5 +1,6 @@
 """numeric.torch.attention against SDPA, gradcheck, and its blocked path's memory.  Every map against numeric's NumPy
-attention, as JAX's: tests/attention/test_against_numpy.py."""
+attention, as JAX's: tests/attention/test_against_numpy.py; the properties on every backend:
+tests/attention/test_properties.py."""
 
 from __future__ import annotations
 
@@ -242,51 +243,6 @@ def test_no_queries_or_no_keys():
     assert out.shape == (2, 3, 4, 2) and bool((out == 0).all())
     dq, dk, dv = torch.autograd.grad(out.sum(), (q, k, v))
     assert bool((dq == 0).all()) and dk.shape == k.shape and dv.shape == v.shape
-
-
-# ------------------------------------------------------------------ properties
-_PROPERTY_MAPS = ["softmax", "sparsemax", "entmax15", "entmax"]
-
-
-@given(seed=st.integers(0, 2**31 - 1), L=st.integers(1, 6), S=st.integers(2, 7), name=st.sampled_from(_PROPERTY_MAPS),
-       block=st.sampled_from([None, 1, 3]))
-def test_a_masked_key_is_an_absent_key(seed, L, S, name, block):
-    q, k, v = _qkv(seed, batch=(2, 3), L=L, S=S, grad=False)
-    j = seed % S
-    mask = _bool_mask(seed, (3, L, S), p=0.2)
-    mask[..., j] = False
-    keep = [i for i in range(S) if i != j]
-    m = _map(name)
-    got = attention(q, k, v, attn_mask=mask, mapping=m, block=block)
-    want = attention(q, k[..., keep, :], v[..., keep, :], attn_mask=mask[..., keep], mapping=m, block=block)
-    torch.testing.assert_close(got, want, rtol=0, atol=1e-12)
-
-
-@given(seed=st.integers(0, 2**31 - 1), L=st.integers(1, 6), S=st.integers(1, 7), name=st.sampled_from(_PROPERTY_MAPS),
-       masked=st.booleans(), block=st.sampled_from([None, 2]))
-def test_permuting_keys_and_values(seed, L, S, name, masked, block):
-    q, k, v = _qkv(seed, batch=(2, 3), L=L, S=S, grad=False)
-    perm = torch.randperm(S, generator=_gen(seed))
-    mask = _bool_mask(seed, (L, S)) if masked else None
-    m = _map(name)
-    got = attention(q, k[..., perm, :], v[..., perm, :], attn_mask=None if mask is None else mask[:, perm], mapping=m,
-                    block=block)
-    torch.testing.assert_close(got, attention(q, k, v, attn_mask=mask, mapping=m, block=block), rtol=0, atol=1e-12)
-
-
-@given(seed=st.integers(0, 2**31 - 1), L=st.integers(1, 6), S=st.integers(1, 7), name=st.sampled_from(_PROPERTY_MAPS),
-       causal=st.booleans(), block=st.sampled_from([None, 2]))
-def test_weights_on_the_simplex(seed, L, S, name, causal, block):
-    """value = the identity: the output rows are the weights; they are >= 0 and sum to 1 (0 for a row with no key)."""
-    q, k, _ = _qkv(seed, batch=(2, 3), L=L, S=S, grad=False)
-    mask = _bool_mask(seed, (L, S), p=0.4)
-    w = attention(q, k, torch.eye(S, dtype=F64), attn_mask=mask, is_causal=causal, mapping=_map(name), block=block)
-    allowed = mask & torch.ones(L, S, dtype=torch.bool).tril() if causal else mask
-    assert bool((w >= 0).all()) and bool((w[..., ~allowed] == 0).all())
-    sums = w.sum(-1)
-    live = allowed.any(-1).expand_as(sums)
-    torch.testing.assert_close(sums[live], torch.ones_like(sums[live]), rtol=0, atol=1e-13)
-    assert bool((sums[~live] == 0).all())
 
 
 # ------------------------------------------------------------------ memory: the blocks
