@@ -236,18 +236,20 @@ def test_fully_masked_and_nan_rows_with_bounds(backend):
 
 
 # ----------------------------------------------------------------------------------------- derivatives
+def _derivative_cases():
+    """``(axis, x, upper, total, dy)``: ``_rows`` along the last axis and ``_along_axis`` along axis 1, each with a
+    cotangent drawn from one generator."""
+    rng = np.random.default_rng(4)
+    return [(axis, x, upper, total, rng.standard_normal(x.shape))
+            for axis, (x, upper, total) in ((-1, _rows()[:3]), (1, _along_axis()))]
+
+
 @lru_cache(maxsize=None)
 def _map_central(name: str, items: tuple, case: int):
     """Central differences of ``<m(x, upper=, total=), dy>`` (the NumPy map) in the scores, the finite bounds and
-    the total, for case 0 (``_rows``, along the last axis) or 1 (``_along_axis``, along axis 1), ``dy`` drawn as
-    :func:`test_derivatives_are_central_differences_of_the_map` draws it (computed once for every backend)."""
+    the total, for case 0 or 1 of :func:`_derivative_cases` (computed once for every backend)."""
     m = nm.get_map(name, **dict(items))
-    rng = np.random.default_rng(4)
-    cases = ((-1, _rows()[:3]), (1, _along_axis()))
-    for k, (axis, (x, upper, total)) in enumerate(cases):
-        dy = rng.standard_normal(x.shape)
-        if k == case:
-            break
+    axis, x, upper, total, dy = _derivative_cases()[case]
     finite = np.isfinite(upper) & np.isfinite(x)
     return (_central(lambda a: m(a, axis=axis, upper=upper, total=total), x, dy, where=np.isfinite(x)),
             _central(lambda a: m(x, axis=axis, upper=np.where(finite, a, upper), total=total),
@@ -261,10 +263,7 @@ def test_derivatives_are_central_differences_of_the_map(backend, name, params):
     """The gradients of ``<p, dy>`` in the scores, the finite bounds and the total, in rows and along an axis,
     against central differences of the NumPy map; the other backends' against NumPy's ``vjp`` and
     ``vjp_bounds``."""
-    x, upper, total, _ = _rows()
-    rng = np.random.default_rng(4)
-    for case, axis, (x, upper, total) in ((0, -1, (x, upper, total)), (1, 1, _along_axis())):
-        dy = rng.standard_normal(x.shape)
+    for case, (axis, x, upper, total, dy) in enumerate(_derivative_cases()):
         gx, gu, gc = _map_grads(backend, name, params, x, upper, total, dy, axis)
         finite = np.isfinite(upper) & np.isfinite(x)
         fd_x, fd_u, fd_c = _map_central(name, tuple(params.items()), case)
@@ -275,7 +274,8 @@ def test_derivatives_are_central_differences_of_the_map(backend, name, params):
             want = _map_grads(NumpyBackend(), name, params, x, upper, total, dy, axis)
             for got, w in zip((gx, gu, gc), want):
                 np.testing.assert_allclose(got, w, rtol=0, atol=1e-12)
-    gx, gu, gc = _map_grads(backend, name, params, *_rows()[:3], np.random.default_rng(4).standard_normal((2, 5)))
+    _, x, upper, total, dy = _derivative_cases()[0]
+    gx, gu, gc = _map_grads(backend, name, params, x, upper, total, dy)
     assert np.all(gu[:, 0] != 0)  # entry 0 saturates in both rows: its bound has a gradient
     gx, gu, gc = _map_grads(backend, name, params, *_rows()[:3], np.ones((2, 5)))  # sum p = total, whatever moves
     np.testing.assert_allclose(gx, 0, rtol=0, atol=1e-14)

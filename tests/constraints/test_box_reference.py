@@ -115,15 +115,19 @@ def _fd(fn, x, h):
     return [[cols[b][a] for b in range(len(x))] for a in range(len(cols[0]))]
 
 
+def _derivative_case():
+    """``(scores, upper, total, h)`` of the derivative tests, in the working precision: entry 0 saturated, away from
+    kinks; ``h`` the central differences' step."""
+    return ([mpmath.mpf(v) for v in (1.6, 0.3, 0.2, -0.4)], [mpmath.mpf(v) for v in ("0.35", "0.3", 1, 1)],
+            mpmath.mpf("0.9"), mpmath.mpf(10) ** -25)
+
+
 @pytest.mark.parametrize("name", NAMES)
 def test_jacobians_are_the_derivatives_of_the_solve(name):
     """dp/ds, dp/du and dp/dc of :func:`box_jacobians` against central differences of the solve at 60 digits."""
     dv = derivation(name)
     with mpmath.workdps(80):
-        s = [mpmath.mpf(v) for v in (1.6, 0.3, 0.2, -0.4)]
-        u = [mpmath.mpf(v) for v in ("0.35", "0.3", 1, 1)]
-        c = mpmath.mpf("0.9")
-        h = mpmath.mpf(10) ** -25
+        s, u, c, h = _derivative_case()
         jac = box_jacobians(dv, s, upper=u, total=c, digits=60)
         fd_s = _fd(lambda x: solve_box(dv, x, upper=u, total=c, digits=60).p, s, h)
         fd_u = _fd(lambda x: solve_box(dv, s, upper=x, total=c, digits=60).p, u, h)
@@ -140,11 +144,8 @@ def test_loss_gradients_are_the_derivatives_of_the_loss(name):
     """p - y, mu and tau against central differences of :func:`box_loss` at 60 digits; the loss is 0 at y = p."""
     dv = derivation(name)
     with mpmath.workdps(80):
-        s = [mpmath.mpf(v) for v in (1.6, 0.3, 0.2, -0.4)]
-        u = [mpmath.mpf(v) for v in ("0.35", "0.3", 1, 1)]
-        c = mpmath.mpf("0.9")
+        s, u, c, h = _derivative_case()
         y = [mpmath.mpf(v) for v in ("0.3", "0.3", "0.2", "0.1")]
-        h = mpmath.mpf(10) ** -25
         grad = box_loss_gradients(dv, s, y, upper=u, total=c, digits=60)
         fd_s = _fd(lambda x: [box_loss(dv, x, y, upper=u, total=c, digits=60)], s, h)[0]
         # the target stays in the box: u moves only where y is below it, c with y moved on a free entry
