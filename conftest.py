@@ -29,6 +29,15 @@ def _requested_profile(argv):
 import os  # noqa: E402
 import sys  # noqa: E402
 
+# Each of xdist's workers is one of several processes sharing the cores: OpenMP's threads (torch's intra-op pool,
+# inductor's kernels) in every worker oversubscribe them, and their spin-waits take the other workers' time.  So a
+# worker gets its share of the cores (the user's OMP_NUM_THREADS wins).  On 2 cores with 2 workers, measured:
+# tests/attention/test_gradients.py 52 -> 40 s wall; a mix of a generate test, tests/torch/test_compile_maps.py and
+# tests/jax/test_attention.py 130 -> 119 s with inductor's cache cold, 110 -> 92 s warm (docs/benchmarks.md).
+_workers = int(os.environ.get("PYTEST_XDIST_WORKER_COUNT", "1") or 1)
+if _workers > 1 and "OMP_NUM_THREADS" not in os.environ:
+    os.environ["OMP_NUM_THREADS"] = str(max(1, (os.cpu_count() or 1) // _workers))
+
 _PROFILE_ENV = "REGATTN_HYPOTHESIS_PROFILE"
 _requested = _requested_profile(sys.argv[1:]) or os.environ.get(_PROFILE_ENV)
 if _requested in ("ci", "dev", "thorough"):
