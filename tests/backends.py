@@ -8,9 +8,10 @@ installed.  Every backend works in float64 (JAX with ``jax_enable_x64`` inside :
 in the layout ``(batch, heads, length, dim)`` for attention (JAX's own is ``(batch, length, heads, dim)``: its
 backend transposes).
 
-Features: ``"autodiff"`` (gradients of any composition: torch's autograd, ``jax.grad``), ``"jit"`` (a traced
-call that compiles in a fraction of a second: ``jax.jit``; ``torch.compile`` has tests of its own).  NumPy has
-neither (its maps have ``vjp`` and ``loss_and_grad``).  ``xp`` is the backend's array namespace (``numpy``,
+Features: ``"autodiff"`` (gradients of any composition: torch's autograd, ``jax.grad``), ``"forward"``
+(forward-mode derivatives of any composition: ``jax.jvp``), ``"jit"`` (a traced call that compiles in a fraction of
+a second: ``jax.jit``; ``torch.compile`` has tests of its own).  NumPy has none of them (its maps have ``vjp``,
+``jvp`` and ``loss_and_grad``).  ``xp`` is the backend's array namespace (``numpy``,
 ``torch``, ``jax.numpy``) for the few operations a test composes itself.
 """
 
@@ -60,15 +61,20 @@ class Backend:
         keys)``; ``block``: the queries per block (the backend's keyword for it)."""
         raise NotImplementedError
 
-    def grad(self, fn, *args):
-        """The gradient of the scalar ``fn(*args)`` in each of ``args``, as NumPy arrays: one array for one
-        argument, a tuple for several (``"autodiff"``)."""
+    def grad(self, fn, *args, native: bool = False):
+        """The gradient of the scalar ``fn(*args)`` in each of ``args``, as NumPy arrays (``native``: the backend's
+        arrays, dtype kept): one array for one argument, a tuple for several (``"autodiff"``)."""
         raise NotImplementedError
 
-    def check_grads(self, fn, *args, order: int = 2, atol=None, reverse_only: bool = False) -> None:
+    def jvp(self, fn, x, t):
+        """``(fn(x), d fn(x) [t])`` as NumPy arrays (``"forward"``: forward-mode derivatives)."""
+        raise NotImplementedError
+
+    def check_grads(self, fn, *args, order: int = 2, atol=None, reverse_only: bool = False, eps=None) -> None:
         """``fn``'s derivatives at ``args`` (in every one of them) against finite differences, to ``order``
         (``"autodiff"``); ``atol``: the framework's default where ``None``; ``reverse_only``: the reverse mode
-        alone where the framework has both (JAX: forward mode is checked elsewhere, and each mode compiles)."""
+        alone where the framework has both (JAX: forward mode is checked elsewhere, and each mode compiles);
+        ``eps``: the differences' step, the framework's default (torch 1e-6, JAX 1e-4) where ``None``."""
         raise NotImplementedError
 
     def jit(self, fn):
@@ -134,18 +140,17 @@ class TorchBackend(Backend):
     def attention(self, q, k, v, mapping, is_causal=False, mask=None, block=None, **keywords):
         return self.rt.attention(q, k, v, mask, mapping=mapping, is_causal=is_causal, block=block, **keywords)
 
-    def grad(self, fn, *args):
+    def grad(self, fn, *args, native=False):
         args = tuple(a.detach().clone().requires_grad_() for a in args)
-        grads = tuple(g.numpy() for g in self.torch.autograd.grad(fn(*args), args))
+        grads = tuple(g if native else g.numpy() for g in self.torch.autograd.grad(fn(*args), args))
         return grads[0] if len(args) == 1 else grads
 
-    def check_grads(self, fn, *args, order=2, atol=None, reverse_only=False):
+    def check_grads(self, fn, *args, order=2, atol=None, reverse_only=False, eps=None):
         args = tuple(a.detach().clone().requires_grad_() for a in args)
-        tol = {} if atol is None else {"atol": atol}
+        tol = {k: v for k, v in (("atol", atol), ("eps", eps)) if v is not None}
         assert self.torch.autograd.gradcheck(fn, args, **tol)
         if order >= 2:
             assert self.torch.autograd.gradgradcheck(fn, args, **tol)
-
 
     def hessian(self, fn, x):
         return self.torch.autograd.functional.hessian(fn, x).numpy()
@@ -156,7 +161,7 @@ class TorchBackend(Backend):
 
 class JaxBackend(Backend):
     name = "jax"
-    features = frozenset({"autodiff", "jit"})
+    features = frozenset({"autodiff", "jit", "forward"})
 
     def __init__(self):
         self.jax = pytest.importorskip("jax")
@@ -187,9 +192,14 @@ class JaxBackend(Backend):
         return t(self.rj.attention(t(q), t(k), t(v), mask=mask, mapping=mapping, is_causal=is_causal,
                                    block_size=block, **keywords))
 
-    def grad(self, fn, *args):
+    def grad(self, fn, *args, native=False):
         grads = self.jax.grad(fn, argnums=tuple(range(len(args))))(*args)
-        return np.asarray(grads[0]) if len(args) == 1 else tuple(np.asarray(g) for g in grads)
+        grads = grads if native else tuple(np.asarray(g) for g in grads)
+        return grads[0] if len(args) == 1 else tuple(grads)
+
+    def jvp(self, fn, x, t):
+        p, dp = self.jax.jvp(fn, (x,), (t,))
+        return np.asarray(p), np.asarray(dp)
 
     def jit(self, fn):
         return self.jax.jit(fn)
@@ -200,10 +210,10 @@ class JaxBackend(Backend):
     def jacobian(self, fn, x):
         return np.asarray(self.jax.jacobian(fn)(x))
 
-    def check_grads(self, fn, *args, order=2, atol=None, reverse_only=False):
+    def check_grads(self, fn, *args, order=2, atol=None, reverse_only=False, eps=None):
         from jax.test_util import check_grads
 
-        check_grads(fn, args, order=order, modes=["rev"] if reverse_only else ["fwd", "rev"], atol=atol)
+        check_grads(fn, args, order=order, modes=["rev"] if reverse_only else ["fwd", "rev"], atol=atol, eps=eps)
 
 
 BACKENDS = {"numpy": NumpyBackend, "torch": TorchBackend, "jax": JaxBackend}

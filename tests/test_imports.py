@@ -1,5 +1,6 @@
 """The import graph of ``derive`` and ``numeric``: no cycles, and ``numeric`` depends on neither SymPy nor ``derive``;
-and no hand-written module of theirs is longer than :data:`MAX_LINES` lines.
+and no hand-written module of theirs is longer than :data:`MAX_LINES` lines.  In a fresh interpreter, importing and
+running ``numeric`` loads no SymPy, and importing ``derive`` loads no CuPy.
 
 Every ``import`` statement counts, at module level or inside a function (a lazy
 import is still a dependency), except those under ``if TYPE_CHECKING:``, which
@@ -10,6 +11,8 @@ never run.  ``from package import name`` is an edge to the submodule
 from __future__ import annotations
 
 import ast
+import subprocess
+import sys
 from pathlib import Path
 
 import pytest
@@ -279,3 +282,20 @@ def test_a_naming_in_code_would_be_counted(tmp_path):
     path.write_text('"""normmax in a docstring."""\n# normmax in a comment\nimport numeric.normmax as nx\n'
                     'def f(normmax_alpha=2):\n    """normmax."""\n    return g(name="normmax", x=nx.normmax_from)\n')
     assert _namings(path, "normmax") == 4  # the import, the argument, the string constant, the attribute
+
+
+def test_numeric_never_imports_sympy():
+    code = (
+        "import sys, numpy as np, numeric as nm, numeric.core.rules, numeric.constraints.box, numeric.families.normmax, numeric.numpy.ops, numeric.backend;"
+        "import numeric._generated.softmax, numeric._generated.sparsemax, numeric._generated.entmax15, numeric._generated.entmax;"
+        "nm.entmax(np.arange(5.0), 1.3); assert 'sympy' not in sys.modules, 'sympy imported'"
+    )
+    subprocess.run([sys.executable, "-c", code], check=True, timeout=120)
+
+
+def test_derive_never_imports_cupy():
+    code = (
+        "import sys, derive, derive.cli, derive.codegen, derive.codegen.compilers, derive.codegen.verify;"
+        "assert not any(m.split('.')[0] == 'cupy' for m in sys.modules), 'cupy imported'"
+    )
+    subprocess.run([sys.executable, "-c", code], check=True, timeout=120)

@@ -1,5 +1,6 @@
-"""numeric.jax.attention: softmax equals jax.nn.dot_product_attention, finite differences (masks, causal, T != S,
-grouped heads, fully masked rows, per-head alpha), blocks = one block, jit / vmap and errors.  Every map against
+"""numeric.jax.attention: softmax equals jax.nn.dot_product_attention, finite differences in a per-head alpha and a
+bias, blocks = one block, jit / vmap and errors.  Gradient checks of masks, causal rows, T != S, grouped heads and
+fully masked rows on every framework: tests/attention/test_gradients.py.  Every map against
 numeric.attention (NumPy), as torch's: tests/attention/test_against_numpy.py; the properties (masked key = absent
 key, permutations, the simplex, causality) on every backend: tests/attention/test_properties.py."""
 
@@ -107,24 +108,6 @@ def test_per_head_alpha_equals_numpy_and_has_its_gradient():
     ref_rows = _numpy_attention(q, k, v, nm.get_map("entmax", alpha=np.asarray(rows)))
     np.testing.assert_allclose(attention(q, k, v, mapping=get_map("entmax", alpha=rows), block_size=4), ref_rows,
                                rtol=0, atol=1e-12)
-
-
-@pytest.mark.parametrize("mapping", ["softmax", "sparsemax", "entmax15"])
-@pytest.mark.parametrize("block", [None, 2])
-def test_check_grads_with_masks_causal_and_dead_rows(mapping, block):
-    q, k, v = _qkv(8, T=5, S=3)
-    mask = _mask(9, (2, 1, 5, 3))
-    mask[0, 0, 4] = False  # a fully masked row
-    bias = jnp.asarray(np.random.default_rng(10).normal(size=(1, 4, 5, 3)))
-
-    def f(q, k, v, bias):
-        return attention(q, k, v, mask=jnp.asarray(mask), is_causal=True, mapping=mapping, bias=bias, block_size=block)
-
-    check_grads(f, (q, k, v, bias), order=1, modes=["fwd", "rev"])
-    if block is None:
-        check_grads(f, (q, k, v, bias), order=2, modes=["rev"])
-    gq = jax.grad(lambda q: f(q, k, v, bias)[0, 4].sum())(q)
-    assert bool(jnp.all(gq == 0))  # the dead row's output is 0 whatever q is
 
 
 def test_blocks_equal_one_block_jit_vmap_and_unbatched():

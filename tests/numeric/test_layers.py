@@ -49,8 +49,7 @@ def test_learned_alpha_per_head_gradient_by_finite_differences(seed, causal, log
     _check_grads(layer, x, dy, ["alpha_logit", "q_weight", "v_bias"])
 
 
-def test_learned_alpha_is_the_map_with_that_alpha_head_by_head():
-    rng = np.random.default_rng(2)
+def test_learned_alpha_starts_at_the_map_and_lies_in_its_range():
     layer = _entmax_layer()
     assert layer.params["alpha_logit"].shape == (2,)
     np.testing.assert_allclose(layer.map_params()["alpha"], [1.5, 1.5], rtol=1e-15)  # starts at the map's value
@@ -59,15 +58,7 @@ def test_learned_alpha_is_the_map_with_that_alpha_head_by_head():
     alphas = 3 / (1 + np.exp(-layer.params["alpha_logit"]))
     assert alphas[0] < 1 < alphas[1]
     np.testing.assert_allclose(layer.map_params()["alpha"], alphas, rtol=1e-15)
-    x = rng.standard_normal((3, 4, 8))
-    y = layer.forward(x, need_weights=True)
-    heads = []
-    for h, alpha in enumerate(alphas):
-        plain = nm.MultiHeadAttention(8, 2, mapping=nm.get_map("entmax", alpha=float(alpha)), dtype="float64", seed=1)
-        plain.forward(x, need_weights=True)
-        heads.append(plain.attention_weights[:, h])
-    np.testing.assert_allclose(layer.attention_weights, np.stack(heads, axis=1), atol=1e-14)
-    assert y.shape == x.shape
+    # (the layer is the map at those alphas head by head: tests/layers/test_properties.py, NumPy's and torch's)
 
 
 def test_a_few_steps_on_alpha_lower_the_loss():

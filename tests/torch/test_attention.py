@@ -1,6 +1,7 @@
-"""numeric.torch.attention against SDPA, gradcheck, and its blocked path's memory.  Every map against numeric's NumPy
-attention, as JAX's: tests/attention/test_against_numpy.py; the properties on every backend:
-tests/attention/test_properties.py."""
+"""numeric.torch.attention against SDPA, gradcheck of what is torch's own (a callable's own tensor, dropout), and its
+blocked path's memory.  Every map against numeric's NumPy attention, as JAX's: tests/attention/test_against_numpy.py;
+gradient checks of the masks, causal rows and blocks on every framework: tests/attention/test_gradients.py; the
+properties on every backend: tests/attention/test_properties.py."""
 
 from __future__ import annotations
 
@@ -148,38 +149,6 @@ def test_rows_whose_threshold_underflows_backward():
 
 
 # ------------------------------------------------------------------ gradcheck
-@pytest.mark.parametrize("block", [None, 2])
-@pytest.mark.parametrize("case", ["bool", "float", "causal", "L<S", "L>S-causal", "dead-rows"])
-@pytest.mark.parametrize("name", MAPPINGS)
-def test_gradcheck(name, case, block):
-    L, S = {"L<S": (3, 5), "L>S-causal": (5, 3)}.get(case, (4, 4))
-    q, k, v = _qkv(20, batch=(3,), L=L, S=S, E=2)
-    mapping = _map(name)
-    alpha = [mapping.params["alpha"]] if name == "entmax" else []
-    mask, causal = None, case in ("causal", "L>S-causal")
-    if case == "bool":
-        mask = _bool_mask(21, (L, S))
-    elif case == "float":
-        mask = torch.randn(3, L, S, generator=_gen(22), dtype=F64)
-        mask[1, 0, 2] = -INF
-        mask.requires_grad_()
-    elif case == "dead-rows":
-        mask = _bool_mask(23, (3, L, S), dead_row=1)
-    inputs = [q, k, v] + ([mask] if mask is not None and mask.requires_grad else []) + alpha
-
-    def f(q, k, v, *rest):
-        m = rest[0] if mask is not None and mask.requires_grad else mask
-        mp = get_map(mapping, alpha=rest[-1]) if alpha else mapping
-        return attention(q, k, v, attn_mask=m, is_causal=causal, mapping=mp, block=block)
-
-    assert torch.autograd.gradcheck(f, inputs)
-    if case == "dead-rows":  # the fully masked row: output 0, no gradient through it, nothing NaN
-        out = f(*inputs)
-        assert bool((out[..., 1, :] == 0).all())
-        dq, dk, dv, *_ = _grads(out, inputs)
-        assert bool((dq[..., 1, :] == 0).all()) and all(bool(torch.isfinite(d).all()) for d in (dq, dk, dv))
-
-
 def test_gradcheck_callable_with_its_own_parameter():
     """A callable using a tensor of its own that requires grad: its gradient arrives (the checkpointed blocks)."""
     q, k, v = _qkv(30, batch=(3,), L=5, S=4)

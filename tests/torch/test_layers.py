@@ -210,19 +210,6 @@ def test_gradcheck_layer_with_alpha_logits(need_weights):
     assert torch.autograd.gradcheck(f, (x, *values))
 
 
-def test_per_head_alpha_matches_a_map_with_those_alphas():
-    torch.manual_seed(41)
-    layer = MultiheadAttention(6, 3, dtype=F64, mapping="entmax", learn_alpha=True)
-    with torch.no_grad():
-        layer.alpha_logit.copy_(torch.tensor([-1.0, 0.0, 2.0]))
-    fixed = MultiheadAttention(6, 3, dtype=F64, mapping=get_map("entmax", alpha=layer.alpha.detach().reshape(3, 1, 1)))
-    fixed.load_state_dict(layer.state_dict(), strict=False)
-    x = torch.randn(4, 2, 6, dtype=F64)
-    for need_weights in (True, False):
-        a, b = layer(x, x, x, need_weights=need_weights), fixed(x, x, x, need_weights=need_weights)
-        torch.testing.assert_close(a[0], b[0], rtol=0, atol=1e-14)
-
-
 # ------------------------------------------------------------------ other maps, long sequences
 def test_without_weights_the_layer_attends_in_blocks():
     from numeric.torch.attention import BLOCK_ENTRIES
@@ -238,28 +225,6 @@ def test_without_weights_the_layer_attends_in_blocks():
     forward = len(rec.calls)
     out.sum().backward()
     assert len(rec.calls) > forward and max(shape[-2] for shape in rec.calls) == rows
-
-
-@pytest.mark.parametrize("name", ["entmax15", "sparsemax"])
-def test_sparse_maps_give_sparse_weights(name):
-    torch.manual_seed(50)
-    layer = MultiheadAttention(E, H, mapping=name)
-    x = 4 * torch.randn(7, 2, E)
-    out, w = layer(x, x, x, average_attn_weights=False)
-    assert w.shape == (2, H, 7, 7) and bool((w == 0).any())
-    torch.testing.assert_close(w.sum(-1), torch.ones(2, H, 7))
-    out2, _ = layer(x, x, x, need_weights=False)
-    torch.testing.assert_close(out2, out, rtol=0, atol=1e-6)
-
-
-def test_fully_masked_query_gives_zero_attention():
-    layer = MultiheadAttention(E, H, dtype=F64, mapping="entmax15", batch_first=True)
-    x = torch.randn(1, 3, E, dtype=F64)
-    mask = torch.tensor([[False, False, False], [True, True, True], [False, True, False]])
-    for need_weights in (True, False):
-        out, _ = layer(x, x, x, attn_mask=mask, need_weights=need_weights)
-        torch.testing.assert_close(out[0, 1], layer.out_proj.bias, rtol=0, atol=0)
-        assert bool(torch.isfinite(out).all())
 
 
 # ------------------------------------------------------------------ errors
