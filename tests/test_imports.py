@@ -277,6 +277,20 @@ def test_a_map_family_is_named_in_its_own_module_alone():
     assert classes == ["numeric/families/normmax.py:Normmax"]
 
 
+#: The most modules of ``numeric`` that may name a constraint set's keyword (issue 44, "constraint sets, one axis"):
+#: today the box's ``upper`` is named by its set (numeric/constraints/box.py) and by the fused Triton kernels, which
+#: take the set as a compile-time hook (numeric/kernels/triton_attention.py, triton_box.py, numeric/torch/fused.py)
+MAX_SET_FILES = 6
+
+
+def test_a_constraint_sets_keyword_is_named_in_few_modules():
+    """The front ends, losses, attention, layers and context parallelism take a set's keywords through the table of
+    sets (numeric.constraints), not by name."""
+    files = _files_naming("upper")
+    assert "numeric/constraints/box.py" in files  # (the walk found it)
+    assert len(files) <= MAX_SET_FILES, files
+
+
 def test_a_naming_in_code_would_be_counted(tmp_path):
     path = tmp_path / "m.py"
     path.write_text('"""normmax in a docstring."""\n# normmax in a comment\nimport numeric.normmax as nx\n'
