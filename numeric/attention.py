@@ -76,7 +76,8 @@ def _score_choice(scores, scale):
 def _check_constraints(xp, constraints: dict, scores: tuple) -> tuple:
     """``(set, numbers, arrays)`` for :func:`attention`'s constraint keywords (:func:`numeric.constraints.choose`):
     the set, its keywords given as numbers (or left out), and those given as arrays, each broadcasting to the
-    scores (no batch dimensions added) and made at least 2-D; their values are checked by the map (the set's
+    scores (no batch dimensions added) and made at least 2-D (a keyword of one value per row given as a 1-D array
+    holds one value per head, ``(H,)`` read as ``(H, 1, 1)``); their values are checked by the map (the set's
     :meth:`~numeric.constraints.ConstraintSet.rows`)."""
     cset, values = choose(constraints)
     numbers_, arrays = {}, {}
@@ -87,6 +88,8 @@ def _check_constraints(xp, constraints: dict, scores: tuple) -> tuple:
         a = xp.asarray(value)
         if a.dtype.kind not in "fiu":
             raise TypeError(f"{name} must be a real number or a real array, got dtype {a.dtype}")
+        if a.ndim == 1 and name not in cset.per_score and len(scores) >= 3:
+            a = a.reshape(-1, 1, 1)  # (one value per row given per head: (H,) is (H, 1, 1))
         try:
             shape = np.broadcast_shapes(a.shape, scores)
         except ValueError:
@@ -438,8 +441,8 @@ def attention_backward(q, k, v, dout, *, mapping="softmax", mask=None, causal=Fa
                 keep = None if here is None else a[..., here] != -xp.inf
                 mb = _block_map(m, table, rows)
                 here_set = {**given, **{n: _part(c, rows, cols) for n, c in zip(names_set, parts)}}
-                # (the set's own gradients may need the scores: one-sided derivatives)
-                kept = a.copy() if dparts and cset.needs_scores else None
+                # (the derivatives may need the scores: a sink's weight, the box's one-sided derivatives)
+                kept = a.copy() if cset.jacobian_scores or dparts and cset.needs_scores else None
                 p = mb.forward(a, axis=-1, overwrite=True, **here_set)[0]
                 g = dout[..., rows, :]
                 dv[..., cols, :] += xp.matmul(xp.swapaxes(p, -1, -2), g)
@@ -447,7 +450,7 @@ def attention_backward(q, k, v, dout, *, mapping="softmax", mask=None, causal=Fa
                     dp = xp.matmul(g, xp.swapaxes(v[..., cols, :], -1, -2))
                 if keep is not None:  # column j of dp is dout . v_j: absent keys' columns are 0
                     dp[..., here] = xp.where(keep, dp[..., here], 0)
-                da = mb.vjp(p, dp, axis=-1, **here_set)
+                da = mb.vjp(p, dp, axis=-1, x=kept if cset.jacobian_scores else None, **here_set)
                 if dparts:
                     own = mb.vjp_bounds(p, dp, axis=-1, x=kept, **here_set)
                     for name, d in zip(names_set, dparts):
@@ -455,7 +458,7 @@ def attention_backward(q, k, v, dout, *, mapping="softmax", mask=None, causal=Fa
                         d[..., rows, cols if name in cset.per_score else slice(0, 1)] = \
                             g if name in cset.per_score else g[..., None]
                 if drows is not None:
-                    per_row = mb.vjp_params(p, dp, axis=-1, **here_set)
+                    per_row = mb.vjp_params(p, dp, axis=-1, x=kept if cset.jacobian_scores else None, **here_set)
                     for i, name in enumerate(names):
                         drows[..., rows, i] = per_row[name]
                 if sf is not None:  # absent keys have da = 0; their non-finite rows of k are read as 0

@@ -10,7 +10,6 @@ backend; only the arrays differ.  This module holds that part:
 * the layout of a parameter given per row: a shape broadcasting to the scores with
   size 1 along the map's axis (:func:`param_shape`), as an array of one value per row
   of the flattened scores (:func:`param_rows`);
-* the loss's terms per row (:func:`loss_rows`, on :func:`numeric.core.derivatives.omega_terms`).
 
 A front end describes its arrays by an :class:`Arrays` (how to tell one, read its
 values where they can be read, make a range of integers like it), and keeps its
@@ -25,12 +24,11 @@ from types import ModuleType
 
 import numpy as np
 
-from .core import derivatives
 from .core.ops import Routines
 
 __all__ = ["THRESHOLDS", "REDUCTIONS", "Arrays", "check_threshold", "check_names", "check_param", "check_axis",
            "is_number", "param_shape", "param_rows", "check_learned", "learned_range", "check_target", "check_reduction", "reduce",
-           "loss_rows", "simplex_target"]
+           "simplex_target"]
 
 #: The thresholds every map takes: the module's own rule, or one forced (``"closed"`` and ``"sort"`` where the
 #: module's rule is that one; ``"root"`` for every map).
@@ -328,10 +326,3 @@ def simplex_target(target, slack: float, word: str, axis: int) -> str | None:
         return (f"target must be a distribution along {word} {axis} (non-negative, summing to 1 within "
                 f"{slack:.1e}); it has {what}")
     return None
-
-
-def loss_rows(ops, r: Routines, x, p, y):
-    """The Fenchel-Young loss of each row of the 2-D scores ``x`` against the distributions ``y``, with ``p`` the
-    map's output: ``sum_i [omega(y_i) - omega(p_i)] - (y_i - p_i) s_i`` (:func:`numeric.core.derivatives.omega_terms`),
-    shape ``(rows,)``."""
-    return derivatives.omega_terms(ops, r, x, p, y)[..., 0]

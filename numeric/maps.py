@@ -267,10 +267,14 @@ class Map:
         value = xp.asarray(fn(y + ~pos, *(self.cast_params(y.dtype) if values is None else values)))
         return (value * pos + off * ~pos if off else value * pos).astype(y.dtype, copy=False)
 
-    def jvp(self, y, dx, axis: int = -1, **constraints):
+    def jvp(self, y, dx, axis: int = -1, *, x=None, **constraints):
         """``J dx`` at ``y = m(x)``: ``w*dx - w (w.dx) / sum(w)``, ``w = w(y)`` on the support (with a constraint
-        set's keywords: the set's, :meth:`numeric.constraints.ConstraintSet.vjp`; ``J`` is symmetric)."""
+        set's keywords: the set's, :meth:`numeric.constraints.ConstraintSet.vjp`; ``J`` is symmetric).  ``x``: the
+        scores, which a set whose Jacobian needs them requires (a sink's weight,
+        :attr:`numeric.constraints.ConstraintSet.jacobian_scores`)."""
         cset, values = choose(constraints)
+        if cset.jacobian_scores and x is None:
+            raise ValueError(f"the {cset.name} set's derivatives need the scores: pass x=")
         backend, xp, y, out_dtype, axis, fy, fd, restore = tangent_rows(y, dx, axis, "tangent")
         if self.family is not None:  # (a map family's own product, from p)
             self.family.check_set(constraints)
@@ -278,7 +282,8 @@ class Map:
                 out = self.family.vjp(ArrayOps(xp, y.dtype), fy, fd, *self._row_values(y.shape, axis, y.dtype, xp))
             return restore(out).astype(out_dtype, copy=False)
         if cset is not SIMPLEX:
-            js, _ = self._constrained_vjp(backend, cset, values, y, fy, fd, axis, None)
+            fx = None if x is None else tangent_rows(y, x, axis, "score")[6]
+            js, _ = self._constrained_vjp(backend, cset, values, y, fy, fd, axis, fx)
             return restore(js).astype(out_dtype, copy=False)
         groups = self._groups(y.shape, axis, xp)
         if groups[0][1] is None:
@@ -288,9 +293,9 @@ class Map:
             out[rows] = backend.jvp(m, fy[rows], fd[rows])
         return restore(out).astype(out_dtype, copy=False)
 
-    def vjp(self, y, dy, axis: int = -1, **constraints):
+    def vjp(self, y, dy, axis: int = -1, *, x=None, **constraints):
         """``J^T dy`` at ``y = m(x)``; ``J`` is symmetric, so this equals :meth:`jvp`."""
-        return self.jvp(y, dy, axis=axis, **constraints)
+        return self.jvp(y, dy, axis=axis, x=x, **constraints)
 
     def vjp_bounds(self, y, dy, axis: int = -1, *, x=None, **constraints) -> dict:
         """``{"upper": sum_i dy_i dp_i/du, "total": sum_i dy_i dp_i/dc}`` at ``y = m(x, upper=upper, total=total)``:
@@ -336,7 +341,7 @@ class Map:
                 g[rows] = v
         return js, grads
 
-    def vjp_params(self, y, dy, axis: int = -1, *, reduce: bool = False, **constraints) -> dict:
+    def vjp_params(self, y, dy, axis: int = -1, *, reduce: bool = False, x=None, **constraints) -> dict:
         """``{name: sum_i dy_i dp_i/dq}`` per row (batch shape), for each parameter ``q``.
 
         From the KKT system, ``dp/dq = -J c`` with ``c_i = d omega'(p_i)/dq`` on the
@@ -344,8 +349,8 @@ class Map:
         ``alpha = 1`` in float32).  ``reduce=True`` sums each over the rows that
         share a value: a float for a parameter given as a number, an array of the
         parameter's shape for one given per row.  ``constraints``: at the constrained map's ``y`` (the box's: ``J`` the
-        Jacobian on the free entries (the saturated ones do not move).  A map family without gradients in its
-        parameters raises :class:`NotImplementedError`.
+        Jacobian on the free entries (the saturated ones do not move); a sink's: the sink moves too, and ``x``, the
+        scores, are needed).  A map family without gradients in its parameters raises :class:`NotImplementedError`.
         """
         if self.family is not None:
             raise NotImplementedError(self.family.no_gradient)
@@ -355,12 +360,28 @@ class Map:
         if dy64.shape != y64.shape:
             raise ValueError(f"cotangent of shape {dy64.shape} does not match the output shape {y64.shape}")
         axis = check_axis(y64.shape, axis)
-        jdy = self.jvp(y64, dy64, axis=axis, **constraints)
+        cset, set_values = choose(constraints)
         values = self._values_like(y64, axis, xp)
+        if cset is SIMPLEX:
+            jdy, more = self.jvp(y64, dy64, axis=axis), {}
+        else:  # (the set's arrays that a parameter moves, param_directions, with their VJPs)
+            backend, xp, y64, _, axis, fy, fd, restore = tangent_rows(y64, dy64, axis, "cotangent")
+            fx = None if x is None else tangent_rows(y64, x, axis, "score")[6]
+            js, grads = self._constrained_vjp(backend, cset, set_values, y64, fy, fd, axis, fx)
+            jdy = restore(js)
+            arrays = cset.rows(xp, front.Arrays(xp), y64, set_values, axis)
+            ops = backend.row_ops(np.float64)
+            r = self._routines(y64.shape, axis, np.float64, xp)
+            with np.errstate(all="ignore"):
+                more = {name: sum(-(g * c).sum(axis=-1) for g, c in
+                                  zip(grads, cset.param_directions(ops, r, fy, name, *arrays, x=fx)))
+                        for name in self.params}
         out = {}
         for name in self.params:
             c = self.on_support(getattr(self.module, f"omega_prime_d_{name}"), y64, xp, values=values)
             out[name] = -(jdy * c).sum(axis=axis)
+            if isinstance(more.get(name), np.ndarray):
+                out[name] = out[name] + more[name].reshape(out[name].shape)
         return self.reduce_to_params(out, y64.shape, axis) if reduce else out
 
     def reduce_to_params(self, grads: dict, shape: tuple, axis: int = -1) -> dict:
@@ -429,7 +450,7 @@ class Map:
         r = None if self.family is not None else self._routines(x.shape, axis, x.dtype, xp)
         ops = ArrayOps(xp, x.dtype)
         with np.errstate(over="ignore", invalid="ignore", divide="ignore", under="ignore"):
-            value = front.loss_rows(ops, r, *rows) if r is not None else \
+            value = cset.loss_terms(ops, r, *rows, *own)[..., 0] if r is not None else \
                 self.family.loss(ops, *rows, *self._row_values(x.shape, axis, x.dtype, xp))
         value = value.reshape(x.shape[:axis] + x.shape[axis + 1:])
         scale = 1.0 / max(1, value.size) if reduction == "mean" else 1.0
@@ -438,7 +459,7 @@ class Map:
         if not bounds:
             return out
         with np.errstate(invalid="ignore", divide="ignore"):
-            grads = cset.loss_gradients(ops, r, rows[0], tau.reshape(-1, 1), *own)
+            grads = cset.loss_gradients(ops, r, rows[0], tau.reshape(-1, 1), *own, p=rows[1], y=rows[2])
         restore = to_rows(x, axis)[1]
         batch = tau.shape
         return (*out, {name: ((restore(g) if name in cset.per_score else g.reshape(batch)) * scale).astype(out_dtype)

@@ -14,8 +14,8 @@ import numpy as np
 from ..core.derivatives import centred, weights
 from ..core.halley import LOG_STEPS, ROOT_STEPS, clipped_link, narrow_bracket, threshold_round
 from ..core.ops import Routines, TensorOps
-from ..front import is_number, param_shape
-from .base import ConstraintSet, left_out
+from ..front import is_number
+from .base import ConstraintSet, lay_out, left_out
 from .table import register
 
 __all__ = ["Box", "BOX", "box_rows", "box_solve", "box_between", "box_short", "box_high", "box_lowest", "box_ceiling", "box_sums", "box_round",
@@ -308,25 +308,8 @@ def box_rows(xp, arrays, x, upper, total, axis: int, word: str = "axis"):
     """
     shape, n = tuple(x.shape), x.shape[axis]
     rows = math.prod(shape) // n
-
-    def layout(value, name, along):
-        if is_number(value):
-            return arrays.full((rows, n if along else 1), float(value), x)
-        if not arrays.is_array(value) or arrays.kind(value) not in "fiub":
-            raise TypeError(f"{name} must be a real number or a real array, got {type(value).__name__}")
-        value = arrays.astype(value, x.dtype)
-        if along:
-            if len(value.shape) > len(shape) or any(v not in (1, m) for v, m in
-                                                       zip((1,) * (len(shape) - len(value.shape)) + tuple(value.shape), shape)):
-                raise ValueError(f"{name} of shape {tuple(value.shape)} does not broadcast to the scores {shape}")
-            full = xp.broadcast_to(value.reshape((1,) * (len(shape) - len(value.shape)) + tuple(value.shape)), shape)
-            return xp.moveaxis(full, axis, -1).reshape(rows, n)
-        padded = param_shape(name, value.shape, shape, axis, word)
-        each = tuple(shape[:axis]) + (1,) + tuple(shape[axis + 1:])
-        return xp.moveaxis(xp.broadcast_to(value.reshape(padded), each), axis, -1).reshape(rows, 1)
-
-    u = layout(math.inf if upper is None else upper, "upper", True)
-    c = layout(total, "total", False)
+    u = lay_out(xp, arrays, x, math.inf if upper is None else upper, "upper", True, axis, word)
+    c = lay_out(xp, arrays, x, total, "total", False, axis, word)
     # (a number is read even inside a trace, whose arrays full() makes cannot be)
     ru = np.float64(upper) if is_number(upper) else arrays.readable(u)
     rc = np.full((1, 1), float(total)) if is_number(total) else arrays.readable(c)
@@ -381,7 +364,7 @@ class Box(ConstraintSet):
     def moving(self, ops, p, upper, total):
         return box_free(ops, p, upper)
 
-    def loss_gradients(self, ops, r, x, tau, upper, total) -> tuple:
+    def loss_gradients(self, ops, r, x, tau, upper, total, p=None, y=None) -> tuple:
         return box_multipliers(ops, r, x, tau, upper), tau
 
     def check_target(self, xp, target, rows: tuple, slack: float, word: str, axis: int):

@@ -46,7 +46,8 @@ def choose(constraints: dict) -> tuple[ConstraintSet, dict]:
         return SIMPLEX, {}
     for cset in SETS:
         if cset.asks(values):
-            stray = [k for k, v in constraints.items() if k not in cset.keywords and not left_out(v, KEYWORDS[k])]
+            stray = [k for k, v in constraints.items() if k not in cset.keywords and not left_out(v, KEYWORDS[k])
+                     and not (k in cset.marks and v is cset.marks[k])]
             if stray:
                 raise ValueError(f"the {cset.name} set takes {', '.join(cset.keywords) or 'no keywords'}; "
                                  f"{stray[0]}= belongs to another set (sets do not combine)")

@@ -72,28 +72,31 @@ def threshold_weights(ops: TensorOps, r: Routines, cset, p, *rows):
     with the scores, and weights ``a = w / sum w`` there (0 elsewhere, and in a row where nothing moves).
 
     On an entry that moves ``omega'(p_i) = s_i - tau``, so ``tau = sum_i a_i (s_i - omega'(p_i))`` for any weights
-    summing to 1 over those entries.  With ``a`` held constant (no gradient) that expression's derivative in the
+    summing to 1 over those entries (a set that does not fix the sum has no threshold: ``a = 0``).  With ``a`` held constant (no gradient) that expression's derivative in the
     scores, the set's arrays and the map's parameters, through ``p``, is the threshold's: ``sum_i a_i (v_i -
     omega''(p_i) dp_i)``, the ``dtau`` that keeps the set's sums (``v``: the scores' tangent less the parameters'
     ``c dq``).  A row where nothing moves (every entry at 0 or at its bound) has one-sided derivatives: 0 here."""
     free = cset.moving(ops, p, *rows)
+    if not cset.summed:  # (no threshold: tau = 0, whose weights are 0)
+        return free, 0 * p
     w = ops.where(free, weights(ops, r, p), 0)
     total = ops.row_sum(w)
     return free, w / ops.where(total > 0, total, 1)
 
 
-def omega_terms(ops: TensorOps, r: Routines, x, p, y):
+def omega_terms(ops: TensorOps, r: Routines, x, p, y, shift: bool = True):
     """Per row ``sum_i [omega(y_i) - omega(p_i)] - (y_i - p_i) s_i``, shape ``(..., 1)``: the Fenchel-Young loss of
     the map's ``p = m(x)`` against the distributions ``y`` (``numeric.Map.loss_and_grad``'s terms).
 
-    ``s`` is the scores shifted by their row maximum (masked scores left out); ``omega(0)`` is the module's
+    ``s`` is the scores shifted by their row maximum (masked scores left out), where ``shift`` (the sums of ``y`` and
+    ``p`` agree: the loss is invariant to the shift); ``omega(0)`` is the module's
     ``omega_zero``.  A ``p_i = 0`` of a dense map (underflow far below the maximum) where ``y_i > 0``, or a
     target with mass on a masked score, gives ``+inf``; a NaN score NaN.  Differentiable in the parameters
     where the target differentiates (``p`` and ``s`` are constants of the envelope theorem).
     """
     finite = ops.isfinite(x)
     m = ops.row_max(ops.where(finite, x, -math.inf))
-    s = ops.where(finite, x - ops.where(ops.isfinite(m), m, 0), 0)
+    s = ops.where(finite, x - ops.where(ops.isfinite(m), m, 0) if shift else x, 0)
     zero = ops.full(m, 0.0) + r.omega_zero()
     infinite_at_zero = ops.not_(ops.isfinite(zero))
 

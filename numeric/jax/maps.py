@@ -204,11 +204,14 @@ def _constrained_rows_jvp(solver, cset, primals, tangents):
     p, tau = _constrained_rows(solver, cset, x, arrays, params)
     ops, r = ops_for(p.dtype), solver.routines(params)
     v = 0 if _zero(dx) else dx
+    darrays = [0 if _zero(d) else d for d in darrays]
     for name, dq in zip(solver.names, dparams):
         if not _zero(dq):
             v = v - solver.direction(p, params, name) * dq  # dp/dq = -J c, as the plain map's
-    still = all(_zero(d) for d in darrays)
-    dp = cset.jvp(ops, r, p, v, tuple(0 if _zero(d) else d for d in darrays), *arrays, x=None if still else x)
+            for i, c in enumerate(cset.param_directions(ops, r, p, name, *arrays, x=x)):
+                darrays[i] = darrays[i] - c * dq  # (and through the set's arrays that the parameter moves)
+    still = all(isinstance(d, int) for d in darrays)
+    dp = cset.jvp(ops, r, p, v, tuple(darrays), *arrays, x=None if still and not cset.jacobian_scores else x)
     free, a = derivatives.threshold_weights(ops, r, cset, p, *arrays)
     a = jax.lax.stop_gradient(a)
     _, curve = jax.jvp(lambda q: r.omega_prime(jnp.where(free, q, 1)), (p,), (dp,))  # omega''(p) dp
@@ -426,10 +429,11 @@ def entmax(x, alpha, axis: int = -1, **constraints):
 
 
 # ------------------------------------------------------------------ the loss
-def _omega_terms(module, x, p, y, params):
-    """Per row ``sum_i [omega(y_i) - omega(p_i)] - (y_i - p_i) s_i`` (:func:`numeric.core.derivatives.omega_terms`), rows 2-D."""
+def _omega_terms(module, x, p, y, params, cset=SIMPLEX, arrays: tuple = ()):
+    """Per row ``sum_i [omega(y_i) - omega(p_i)] - (y_i - p_i) s_i`` over the constraint set ``cset``
+    (:meth:`numeric.constraints.ConstraintSet.loss_terms`, its ``arrays`` laid out as rows), rows 2-D."""
     r = Routines(module, routine_table(module), params)
-    return front.loss_rows(ops_for(x.dtype), r, x, p, y)
+    return cset.loss_terms(ops_for(x.dtype), r, x, p, y, *arrays)[..., 0]
 
 
 @partial(jax.custom_jvp, nondiff_argnums=(0,))
@@ -456,8 +460,8 @@ _loss_rows_jit = jax.jit(_loss_rows, static_argnums=0)
 @partial(jax.custom_jvp, nondiff_argnums=(0, 1))
 def _constrained_loss_rows(solver: _Solver, cset, x, y, arrays: tuple, params: tuple):
     """The Fenchel-Young loss of each row of ``x`` (2-D) against ``y`` over the constraint set ``cset``
-    (:func:`_constrained_rows`' layout): :func:`numeric.front.loss_rows` at the constrained map's ``p``."""
-    return _omega_terms(solver.module, x, solver.constrained(cset, x, arrays, params)[0], y, params)
+    (:func:`_constrained_rows`' layout): the set's loss terms at the constrained map's ``p``."""
+    return _omega_terms(solver.module, x, solver.constrained(cset, x, arrays, params)[0], y, params, cset, arrays)
 
 
 @partial(_constrained_loss_rows.defjvp, symbolic_zeros=True)
@@ -471,14 +475,14 @@ def _constrained_loss_rows_jvp(solver, cset, primals, tangents):
     p, tau = _constrained_rows(solver, cset, x, arrays, params)
     if params and not all(_zero(dq) for dq in dparams):  # the envelope theorem: d/dq at the optimum p, held fixed
         dq = tuple(jnp.zeros_like(q) if _zero(d) else d for q, d in zip(params, dparams))
-        value, dvalue = jax.jvp(lambda *q: _omega_terms(solver.module, x, p, y, q), params, dq)
+        value, dvalue = jax.jvp(lambda *q: _omega_terms(solver.module, x, p, y, q, cset, arrays), params, dq)
     else:
-        value = _omega_terms(solver.module, x, p, y, params)
+        value = _omega_terms(solver.module, x, p, y, params, cset, arrays)
         dvalue = jnp.zeros_like(value)
     if not _zero(dx):
         dvalue = dvalue + jnp.sum((p - y) * dx, axis=-1)
     if not all(_zero(d) for d in darrays):
-        grads = cset.loss_gradients(ops_for(x.dtype), solver.routines(params), x, tau, *arrays)
+        grads = cset.loss_gradients(ops_for(x.dtype), solver.routines(params), x, tau, *arrays, p=p, y=y)
         for g, d in zip(grads, darrays):
             if not _zero(d):
                 dvalue = dvalue + jnp.sum(g * d, axis=-1)

@@ -31,11 +31,12 @@ __all__ = ["fenchel_young_loss", "FenchelYoungLoss"]
 _HALF = (torch.float16, torch.bfloat16)
 
 
-def _omega_terms(module, x, p, y, params):
-    """Per row ``sum_i [omega(y_i) - omega(p_i)] - (y_i - p_i) s_i`` along the last axis
-    (:func:`numeric.core.derivatives.omega_terms`); differentiable in the parameters (tensors) only."""
+def _omega_terms(module, x, p, y, params, cset=SIMPLEX, arrays: tuple = ()):
+    """Per row ``sum_i [omega(y_i) - omega(p_i)] - (y_i - p_i) s_i`` along the last axis over the constraint set
+    ``cset`` (:meth:`numeric.constraints.ConstraintSet.loss_terms`, its ``arrays`` laid out as rows); differentiable
+    in the parameters (tensors) only."""
     r = Routines(module, routine_table(module), params)
-    return front.loss_rows(ops_for(x.dtype), r, x, p, y)
+    return cset.loss_terms(ops_for(x.dtype), r, x, p, y, *arrays)[..., 0]
 
 
 class _LossFunction(torch.autograd.Function):
@@ -49,7 +50,7 @@ class _LossFunction(torch.autograd.Function):
         params = tensors[count:]
         ctx.save_for_backward(x, p, y, tau, *tensors)
         with torch.no_grad():
-            return _omega_terms(module, x, p, y, params)
+            return _omega_terms(module, x, p, y, params, cset, tensors[:count])
 
     @staticmethod
     def backward(ctx, grad):
@@ -60,19 +61,20 @@ class _LossFunction(torch.autograd.Function):
         out = [g * (p - y) if need[0] else None, None, None, None, None, None, None]
         if any(need[7:7 + ctx.count]):  # the gradients in the set's arrays (the box: its multipliers, tau)
             r = Routines(ctx.module, routine_table(ctx.module), tuple(params))
-            own = ctx.cset.loss_gradients(ops_for(x.dtype), r, x, tau, *arrays)
+            own = ctx.cset.loss_gradients(ops_for(x.dtype), r, x, tau, *arrays, p=p, y=y)
             out += [g * a if need[7 + i] else None for i, a in enumerate(own)]
         else:
             out += [None] * ctx.count
         need = [i for i in range(len(params)) if ctx.needs_input_grad[7 + ctx.count + i]]
         grads = [None] * len(params)
         if need and torch.is_grad_enabled():  # (double backward: through p, which moves with the parameters too)
-            got = torch.autograd.grad(_omega_terms(ctx.module, x, p, y, params), [params[i] for i in need],
+            got = torch.autograd.grad(_omega_terms(ctx.module, x, p, y, params, ctx.cset, arrays), [params[i] for i in need],
                                       grad_outputs=grad, allow_unused=True, create_graph=True)
         elif need:
             with torch.enable_grad():
                 free = [q.detach().requires_grad_(i in need) for i, q in enumerate(params)]
-                value = _omega_terms(ctx.module, x.detach(), p.detach(), y.detach(), free)
+                value = _omega_terms(ctx.module, x.detach(), p.detach(), y.detach(), free, ctx.cset,
+                                     tuple(a.detach() for a in arrays))
                 got = torch.autograd.grad(value, [free[i] for i in need], grad_outputs=grad.detach(), allow_unused=True)
         for i, gi in zip(need, got if need else ()):
             grads[i] = torch.zeros_like(params[i]) if gi is None else gi

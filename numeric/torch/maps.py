@@ -161,12 +161,16 @@ class _Solver(front.Solver):
         out = {}
         for name in self.names:
             if p.dtype == torch.float64:
-                out[name] = derivatives.param_vjp(ops, self.routines(params), p, grad, name, ju=js)
-                continue
-            ops64, p64 = ops_for(torch.float64), p.double()
-            r64 = self.routines(tuple(v.double() for v in params))
-            js64 = cset.vjp(ops64, r64, p64, grad.double(), *(a.double() for a in arrays))[0]
-            out[name] = derivatives.param_vjp(ops64, r64, p64, None, name, ju=js64).to(p.dtype)
+                ops64, r64, p64, js64, own64, a64, x64 = ops, self.routines(params), p, js, own, arrays, x
+            else:
+                ops64, p64 = ops_for(torch.float64), p.double()
+                r64 = self.routines(tuple(v.double() for v in params))
+                a64, x64 = tuple(a.double() for a in arrays), None if x is None else x.double()
+                js64, own64 = cset.vjp(ops64, r64, p64, grad.double(), *a64, x=x64)
+            g = derivatives.param_vjp(ops64, r64, p64, None, name, ju=js64)
+            for c, o in zip(cset.param_directions(ops64, r64, p64, name, *a64, x=x64), own64):
+                g = g - ops64.row_sum(o * c)
+            out[name] = g.to(p.dtype)
         return js, own, out
 
 
@@ -216,8 +220,8 @@ class _ConstrainedFunction(torch.autograd.Function):
         arrays, params = tensors[:count], tensors[count:]
         p, tau = solver.constrained(cset, x, arrays, params)
         ctx.solver, ctx.cset, ctx.count = solver, cset, count
-        # (the scores only where the set's own gradients need them: one-sided derivatives)
-        ctx.scores = cset.needs_scores and any(ctx.needs_input_grad[4:4 + count])
+        # (the scores only where the derivatives need them: a sink's weight, the box's one-sided derivatives)
+        ctx.scores = cset.jacobian_scores or cset.needs_scores and any(ctx.needs_input_grad[4:4 + count])
         ctx.save_for_backward(p, *arrays, *((x,) if ctx.scores else ()), *params)
         ctx.set_materialize_grads(False)  # (an output not used gets None: tau's, mostly)
         return p, tau
