@@ -42,7 +42,7 @@ from .backend import array_module
 from .constraints import SIMPLEX, choose
 from .maps import Map, get_map
 from .parallel import run_tasks
-from .plan import Plan, dense_rows, rows_within
+from .plan import Plan, dense_rows, keyword_shape, rows_within
 from .summaries import Dot, ScaledDot, score_function
 
 __all__ = ["attention", "attention_backward", "DENSE_LIMIT"]
@@ -76,8 +76,8 @@ def _score_choice(scores, scale):
 def _check_constraints(xp, constraints: dict, scores: tuple) -> tuple:
     """``(set, numbers, arrays)`` for :func:`attention`'s constraint keywords (:func:`numeric.constraints.choose`):
     the set, its keywords given as numbers (or left out), and those given as arrays, each broadcasting to the
-    scores (no batch dimensions added) and made at least 2-D (a keyword of one value per row given as a 1-D array
-    holds one value per head, ``(H,)`` read as ``(H, 1, 1)``); their values are checked by the map (the set's
+    scores (no batch dimensions added; a keyword of one value per row given as a 1-D array holds one value per head,
+    :func:`numeric.plan.keyword_shape`) and made at least 2-D; their values are checked by the map (the set's
     :meth:`~numeric.constraints.ConstraintSet.rows`)."""
     cset, values = choose(constraints)
     numbers_, arrays = {}, {}
@@ -88,15 +88,7 @@ def _check_constraints(xp, constraints: dict, scores: tuple) -> tuple:
         a = xp.asarray(value)
         if a.dtype.kind not in "fiu":
             raise TypeError(f"{name} must be a real number or a real array, got dtype {a.dtype}")
-        if a.ndim == 1 and name not in cset.per_score and len(scores) >= 3:
-            a = a.reshape(-1, 1, 1)  # (one value per row given per head: (H,) is (H, 1, 1))
-        try:
-            shape = np.broadcast_shapes(a.shape, scores)
-        except ValueError:
-            shape = None
-        if shape != scores:
-            raise ValueError(f"{name} of shape {a.shape} must broadcast to the scores' shape {scores} without adding "
-                             f"dimensions")
+        a = a.reshape(keyword_shape(name, a.shape, scores, name in cset.per_score))
         arrays[name] = a.reshape((1,) * max(0, 2 - a.ndim) + a.shape)
     return cset, numbers_, arrays
 
@@ -490,7 +482,7 @@ def attention_backward(q, k, v, dout, *, mapping="softmax", mask=None, causal=Fa
         totals[name] = sum(parts[1:], parts[0]) if parts else xp.zeros_like(xp.asarray(score_params[name]))
     out = {"map": map_grads, "scores": totals}
     for name, d in zip(names_set, dset):
-        out[name] = _unbroadcast(d, arrays[name].shape, xp)
+        out[name] = _unbroadcast(d, arrays[name].shape, xp).reshape(xp.asarray(constraints[name]).shape)  # (as given)
     return (*grads, out)
 
 

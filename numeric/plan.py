@@ -26,10 +26,25 @@ from __future__ import annotations
 import numbers
 from dataclasses import dataclass
 
-__all__ = ["Plan", "Block", "rows_within", "dense_rows", "CAUSAL_MIN_BLOCK"]
+__all__ = ["Plan", "Block", "rows_within", "dense_rows", "keyword_shape", "CAUSAL_MIN_BLOCK"]
 
 #: Smallest query block of a causal dense call (smaller blocks cost more in overhead than they skip).
 CAUSAL_MIN_BLOCK = 128
+
+
+def keyword_shape(name: str, shape: tuple, scores: tuple, per_score: bool, layout: str = "(batch, H, L, S)") -> tuple:
+    """The shape a constraint keyword's array of ``shape`` takes against attention's ``scores`` (``(..., H, L, S)``
+    in the executor's order, which a message calls ``layout``): a keyword of one value per row (not ``per_score``)
+    given as a 1-D array holds one value per head, ``(H,)`` read as ``(H, 1, 1)``; the shape must then broadcast to
+    the scores without adding dimensions (:class:`ValueError`)."""
+    shape, scores = tuple(shape), tuple(scores)
+    if not per_score and len(shape) == 1 and len(scores) >= 3:
+        shape = (shape[0], 1, 1)
+    padded = (1,) * (len(scores) - len(shape)) + shape
+    if len(shape) > len(scores) or any(a not in (1, b) for a, b in zip(padded, scores)):
+        raise ValueError(f"{name} of shape {shape} must broadcast to the scores' shape {scores} {layout} without adding "
+                         f"dimensions" + ("" if per_score else "; a 1-D array holds one value per head"))
+    return shape
 
 
 def rows_within(budget: int, width: int) -> int:

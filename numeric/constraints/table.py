@@ -34,8 +34,9 @@ def split(kwargs: dict) -> tuple[dict, dict]:
 
 
 def choose(constraints: dict) -> tuple[ConstraintSet, dict]:
-    """``(set, values)``: the set a call's constraint keywords select and its keywords' values: the simplex (no
-    values) where every keyword leaves its set out, else the first of :data:`SETS` that
+    """``(set, values)``: the set a call's constraint keywords select and its keywords' values (with the marks that
+    selected it, :attr:`~numeric.constraints.base.ConstraintSet.marks`): the simplex (no values) where every keyword
+    leaves its set out, else the first of :data:`SETS` that
     :meth:`~numeric.constraints.base.ConstraintSet.asks` for them; a keyword no set has is a :class:`TypeError`,
     values no set takes (or keywords of two sets) a :class:`ValueError`."""
     unknown = [k for k in constraints if k not in KEYWORDS]
@@ -51,7 +52,7 @@ def choose(constraints: dict) -> tuple[ConstraintSet, dict]:
             if stray:
                 raise ValueError(f"the {cset.name} set takes {', '.join(cset.keywords) or 'no keywords'}; "
                                  f"{stray[0]}= belongs to another set (sets do not combine)")
-            return cset, {k: values[k] for k in cset.keywords}
+            return cset, {**{k: values[k] for k in cset.keywords}, **cset.marks}
     given = ", ".join(f"{k}={v!r}" for k, v in constraints.items())
     raise ValueError(f"no constraint set takes {given}")
 

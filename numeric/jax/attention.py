@@ -75,7 +75,7 @@ from jax import lax
 
 from .. import front
 from ..constraints import SIMPLEX, choose
-from ..plan import Plan, rows_within
+from ..plan import Plan, keyword_shape, rows_within
 from .maps import JaxMap, compute_dtype, get_map
 
 __all__ = ["attention", "BLOCK_ENTRIES"]
@@ -196,11 +196,18 @@ def attention(query, key, value, mask=None, is_causal: bool = False, scale=None,
 def check_constraints(constraints: dict, shape: tuple) -> dict:
     """A constraint set's keywords (:func:`numeric.constraints.choose`) as :func:`attend` takes them: ``{}`` for
     the simplex, else every keyword of the set, numbers as they are and arrays made 4-dimensional and checked
-    against the scores' ``shape`` (B, N, T, S)."""
+    against the scores' ``shape`` (B, N, T, S) (a 1-D array of a keyword of one value per row holds one per head,
+    :func:`numeric.plan.keyword_shape`)."""
     cset, values = choose(constraints)
-    return {} if cset is SIMPLEX else {
-        n: v if v is None or front.is_number(v) else _scores_shaped(v, n, shape, boolean=False)
-        for n, v in values.items()}
+
+    def shaped(n, v):
+        if not hasattr(v, "shape"):
+            return _scores_shaped(v, n, shape, boolean=False)  # (its error)
+        v = jnp.asarray(v)
+        return _scores_shaped(v.reshape(keyword_shape(n, v.shape, shape, n in cset.per_score, "(B, N, T, S)")), n,
+                              shape, boolean=False)
+
+    return {} if cset is SIMPLEX else {n: v if v is None or front.is_number(v) else shaped(n, v) for n, v in values.items()}
 
 
 def check_block_size(block_size) -> None:

@@ -73,7 +73,7 @@ from torch.utils.checkpoint import checkpoint
 
 from ..constraints import SIMPLEX, choose
 from . import fused
-from ..plan import Block, Plan, rows_within
+from ..plan import Block, Plan, keyword_shape, rows_within
 from .maps import TorchMap, get_map
 
 __all__ = ["attention", "BLOCK_ENTRIES"]
@@ -394,7 +394,8 @@ def _closure_grads(spec, qs, key, mask) -> bool:
         return spec.weights(a.detach(), (), b.rows, b.keys).requires_grad
 def check_constraints(constraints: dict, query, scores: tuple) -> tuple:
     """``(set, values)`` of :func:`attention`'s constraint keywords (:func:`numeric.constraints.choose`), each a
-    number or a real tensor on the query's device broadcasting to the scores (adding no batch dimensions); their
+    number or a real tensor on the query's device broadcasting to the scores (adding no batch dimensions; a 1-D
+    tensor of a keyword of one value per row holds one per head, :func:`numeric.plan.keyword_shape`); their
     values are checked by the map (the set's :meth:`~numeric.constraints.ConstraintSet.rows`)."""
     cset, values = choose(constraints)
     out = {}
@@ -407,14 +408,7 @@ def check_constraints(constraints: dict, query, scores: tuple) -> tuple:
             raise TypeError(f"{name} must be a real number or a floating tensor, got dtype {value.dtype}")
         if value.device != query.device:
             raise ValueError(f"{name} must be on the query's device {query.device}, got {value.device}")
-        try:
-            shape = tuple(torch.broadcast_shapes(value.shape, scores))
-        except RuntimeError:
-            shape = None
-        if shape != scores:
-            raise ValueError(f"{name} of shape {tuple(value.shape)} must broadcast to the scores' shape {scores} "
-                             f"(batch, L, S) without adding dimensions")
-        out[name] = value
+        out[name] = value.reshape(keyword_shape(name, value.shape, scores, name in cset.per_score))
     return cset, out
 
 
