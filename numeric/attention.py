@@ -276,16 +276,18 @@ def _online_closed(xp, m, q, k, v, v0, mask, plan, block, key_block, bad, sf):
     return xp.where(broken[..., None], xp.asarray(xp.nan, dtype=out.dtype), out)
 
 
-def _plan(L: int, S: int, block: int | None, causal: bool) -> Plan:
+def _plan(L: int, S: int, block: int | None, causal: bool, window: int | None = None) -> Plan:
     """The call's :class:`~numeric.plan.Plan`: ``block`` rows at a time, or (``None``) every row in calls of at most
-    :data:`DENSE_LIMIT` scores (:func:`~numeric.plan.dense_rows`), and blocks of ``DENSE_LIMIT / 4`` scores above."""
+    :data:`DENSE_LIMIT` scores (:func:`~numeric.plan.dense_rows`), and blocks of ``DENSE_LIMIT / 4`` scores above;
+    ``window``: each query sees the ``window`` keys up to and including itself."""
+    causal = causal or window is not None
     if block is None:
         block = dense_rows(L, causal) if L * S <= DENSE_LIMIT else min(L, rows_within(DENSE_LIMIT // 4, S))
-    return Plan(L, S, block, causal=causal)
+    return Plan(L, S, block, causal=causal, window=window)
 
 
 def attention(q, k, v, *, mapping="softmax", mask=None, causal=False, scale=None, return_weights=False, block=None,
-              key_block=None, scores=None, **constraints):
+              key_block=None, scores=None, window=None, **constraints):
     """``map(scale q k^T + mask) v`` along the keys (or ``map(f(q, k) + mask) v`` for a score function ``f``).
 
     Parameters
@@ -325,10 +327,16 @@ def attention(q, k, v, *, mapping="softmax", mask=None, causal=False, scale=None
         rescaled accumulation, so no block of scores is wider than ``key_block``.
         ``None`` does this only when a query block would see more than
         :data:`DENSE_LIMIT` / 4 keys.
+    window:
+        A sliding window (a positive integer, implying ``causal``): query ``i`` sees the ``window`` keys
+        ``i - window < j <= i``; the key blocks before a query block's window are skipped (:class:`~numeric.plan.Plan`),
+        no ``L x S`` mask is made.
     constraints:
         The keywords of a constraint set other than the simplex (:mod:`numeric.constraints`), each a number or
         an array broadcastable to ``(..., L, S)`` (no batch dimensions added; size 1 along the keys for a
-        keyword of one value per row).  The box: ``upper``, a bound on each weight, ``>= 0``, the map over ``0
+        keyword of one value per row; a 1-D array of such a keyword holds one value per head).  ``sink=``: a sink
+        per row or per head (:mod:`numeric.constraints.sink`); ``total=None``: no sum
+        (:mod:`numeric.constraints.nosum`).  The box: ``upper``, a bound on each weight, ``>= 0``, the map over ``0
         <= p <= upper`` (:meth:`~numeric.maps.Map.__call__`), as in constrained (fertility-bounded) attention;
         the bounds of the keys a query may attend to (unmasked and, with ``causal``, ``j <= i``) must sum to at
         least its ``total`` (1 unless given; "infeasible bounds" otherwise).
@@ -356,7 +364,7 @@ def attention(q, k, v, *, mapping="softmax", mask=None, causal=False, scale=None
     v0 = None if bad is None else _finite(xp, v)
 
     names = tuple(arrays)  # (an array goes with the tasks; a number is shared)
-    plan = _plan(L, S, block, causal)
+    plan = _plan(L, S, block, causal, window)
 
     def core(q, k, v, v0, mask, table, *rest):
         *parts, out, weights = rest
@@ -382,7 +390,7 @@ def attention(q, k, v, *, mapping="softmax", mask=None, causal=False, scale=None
 
 
 def attention_backward(q, k, v, dout, *, mapping="softmax", mask=None, causal=False, scale=None, block=None,
-                       scores=None, param_grads=False, **constraints):
+                       scores=None, param_grads=False, window=None, **constraints):
     """Gradients ``(dq, dk, dv)`` of ``sum(dout * attention(q, k, v, ...))``.
 
     Same keywords as :func:`attention`; the weights are recomputed block by
@@ -420,7 +428,7 @@ def attention_backward(q, k, v, dout, *, mapping="softmax", mask=None, causal=Fa
         qs = q * q.dtype.type(scale) if sf is None else q
         bad = _nonfinite_keys(xp, k, v)
         k0 = None if bad is None else _finite(xp, k)
-        plan = _plan(L, S, block, causal)
+        plan = _plan(L, S, block, causal, window)
 
         def core(q, qs, k, k0, v, dout, mask, table, *rest):
             parts, (dq, dk, dv, drows), dparts = rest[:len(names_set)], rest[len(names_set):][:4], \

@@ -154,7 +154,7 @@ def resolve_mapping(mapping) -> JaxMap:
 
 
 def attention(query, key, value, mask=None, is_causal: bool = False, scale=None, mapping="softmax", *,
-              bias=None, block_size: int | None = None, **constraints):
+              bias=None, block_size: int | None = None, window: int | None = None, **constraints):
     """``mapping(scale * query key^T + bias, masked) value`` with :func:`jax.nn.dot_product_attention`'s shapes.
 
     See the module's description.  Returns ``(B, T, N, Hv)`` (``(T, N, Hv)`` for
@@ -162,7 +162,9 @@ def attention(query, key, value, mask=None, is_causal: bool = False, scale=None,
     ``constraints``: the keywords of a constraint set other than the simplex (:mod:`numeric.constraints`), each
     a number or an array broadcastable to ``(B, N, T, S)`` (size 1 along the keys for one value per query).
     The box's ``upper``: bounds on the weights (the module's **Bounded weights**), each weight at most its
-    bound, each query's unmasked bounds summing to at least 1.
+    bound, each query's unmasked bounds summing to at least 1.  ``window``: a sliding window (a positive integer,
+    implying ``is_causal``), query ``i`` sees the keys ``i - window < j <= i``, tested by positions block by block
+    (no ``T x S`` mask is made).
 
     >>> import jax.numpy as jnp
     >>> q, k = jnp.zeros((1, 1, 1)), jnp.zeros((3, 1, 1))  # (T, N, H), (S, K, H): equal scores, 1/3 each
@@ -187,8 +189,10 @@ def attention(query, key, value, mask=None, is_causal: bool = False, scale=None,
     dtype = compute_dtype(out_dtype)
     query, key, value = query.astype(dtype), key.astype(dtype), value.astype(dtype)
     params = param_values(m, shape, dtype)
-    out = attend(query, key, value, m, params, is_causal=is_causal, scale=scale, mask=mask, bias=bias,
-                 constraints=given, block_size=block_size)
+    if window is not None:
+        Plan(T, S, 1, window=window)  # (checks it)
+    out = attend(query, key, value, m, params, is_causal=bool(is_causal) or window is not None, scale=scale, mask=mask,
+                 bias=bias, constraints=given, block_size=block_size, window=window)
     out = out.astype(out_dtype)
     return out[0] if unbatched else out
 
@@ -232,7 +236,7 @@ def param_values(m: JaxMap, shape: tuple, dtype) -> dict:
 
 
 def attend(query, key, value, m: JaxMap, params: dict, *, is_causal: bool, scale, mask=None, bias=None,
-           constraints: dict | None = None, block_size: int | None = None, positions=None):
+           constraints: dict | None = None, block_size: int | None = None, positions=None, window: int | None = None):
     """The blocked computation of :func:`attention` on checked inputs: ``query`` (B, T, N, H), ``key`` (B, S, K, H),
     ``value`` (B, S, K, Hv), all in the compute dtype; ``params`` from :func:`param_values`; ``mask``, ``bias``
     4-dimensional; ``constraints`` a constraint set's keywords (every one of the set's; ``{}`` or ``None``: the
@@ -240,7 +244,8 @@ def attend(query, key, value, m: JaxMap, params: dict, *, is_causal: bool, scale
 
     ``positions``: ``(query positions (T,), key positions (S,))``, integers: with ``is_causal`` the query at
     position ``i`` sees the key at position ``j`` iff ``j <= i``, tested block by block (no ``T x S`` mask is made);
-    ``None`` is ``(arange(T), arange(S))``.  The query positions are row-wise: sliced with the query blocks.
+    ``None`` is ``(arange(T), arange(S))``.  The query positions are row-wise: sliced with the query blocks.  ``window``
+    (with ``is_causal``): also ``i - j < window``.
     """
     B, T, N, H = query.shape
     S, K = key.shape[1], key.shape[2]
@@ -268,6 +273,8 @@ def attend(query, key, value, m: JaxMap, params: dict, *, is_causal: bool, scale
         keep = rows.get("mask", mask)
         if is_causal:
             causal = qp[:, None] >= kpos[None, :]
+            if window is not None:  # (the keys i - window < j <= i)
+                causal = causal & (qp[:, None] - kpos[None, :] < window)
             keep = causal if keep is None else keep & causal
         if keep is not None:
             s = jnp.where(keep, s, -jnp.inf)

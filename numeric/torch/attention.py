@@ -232,7 +232,8 @@ def plan_scores(qs, key, mask, plan, block):
 class MapSpec:
     """What a call's blocks share: the map, its tensor parameters' names, and the options."""
 
-    def __init__(self, fn, is_map, names, causal, guard, dropout_p, block, L, S, constraints=None, offset=0):
+    def __init__(self, fn, is_map, names, causal, guard, dropout_p, block, L, S, constraints=None, offset=0,
+                 window=None):
         self.fn, self.is_map, self.names = fn, is_map, names
         # a constraint set's keywords (numeric.constraints): {name: a number (or None), or "tensor"}, the tensors
         # following the map's parameter tensors, in this order
@@ -240,7 +241,7 @@ class MapSpec:
         self.causal, self.guard, self.dropout_p = causal, guard, dropout_p
         self.L, self.S = L, S
         # causal: query row i sees the keys j <= i + offset (0: SDPA's top-left alignment)
-        self.plan = Plan(L, S, max(1, block), causal=causal, offset=offset)  # (block: L, which may be 0)
+        self.plan = Plan(L, S, max(1, block), causal=causal, offset=offset, window=window)  # (block: L, may be 0)
 
     def weights(self, a, params, rows: slice, keys: slice, tau=None, keep_tau=False):
         """The (dropped-out) weights of the scores ``a`` of the query rows ``rows`` against the keys ``keys``;
@@ -422,7 +423,7 @@ def spec_constraints(cset, values: dict) -> tuple:
 
 
 def attention(query, key, value, attn_mask=None, is_causal=False, scale=None, mapping="softmax", *, dropout_p=0.0,
-              block=None, backend="auto", **constraints):
+              block=None, backend="auto", window=None, **constraints):
     """``mapping(scale * query @ key^T + attn_mask) @ value``, SDPA's semantics (module docstring).
 
     Parameters
@@ -451,6 +452,11 @@ def attention(query, key, value, attn_mask=None, is_causal=False, scale=None, ma
         interpreter), or the torch path after a warning that says why not;
         ``"auto"`` (default): ``"triton"`` on CUDA tensors when Triton is
         installed and the call is one the kernels cover, the torch path otherwise.
+    window:
+        A sliding window (a positive integer, implying ``is_causal``): query ``i`` sees the ``window`` keys
+        ``i - window < j <= i``; the blocks of keys before a query block's window are skipped
+        (:class:`~numeric.plan.Plan`), no ``L x S`` mask is made (the fused kernels do not take it yet: the torch
+        path runs).
     constraints:
         The keywords of a constraint set other than the simplex (:mod:`numeric.constraints`; a regattn map only),
         each a number or a tensor broadcastable to the scores ``(..., L, S)`` (size 1 along the keys for one value
@@ -486,13 +492,15 @@ def attention(query, key, value, attn_mask=None, is_causal=False, scale=None, ma
     if cset is not SIMPLEX and not is_map:
         raise TypeError(f"{'='.join(constraints)}= needs a regattn map (a name, a generated module or a TorchMap), "
                         f"not a callable")
+    if window is not None:
+        Plan(L, S, 1, window=window)  # (checks it)
     if backend == "triton" or backend == "auto" and query.is_cuda and block is None:
         # a family with one value per head in several cases: each case's heads through its own kernels
         groups = fused.case_groups(fn, batch) if is_map else None
         whys = [fused.unsupported(query, attn_mask, m, True, float(dropout_p)) for _, m in groups or ()]
         why = next((w for w in whys if w is not None), None) if groups else \
             fused.unsupported(query, attn_mask, fn, is_map, float(dropout_p))
-        why = why or fused.unsupported_set(cset, values)
+        why = why or fused.unsupported_set(cset, values) or (None if window is None else "a sliding window")
         if why is None and L and S:
             hook = fused.set_arguments(cset, values, attn_mask, bool(is_causal), scores, query.dtype)
             if groups:
@@ -510,7 +518,7 @@ def attention(query, key, value, attn_mask=None, is_causal=False, scale=None, ma
     n = math.prod(batch)
     block = min(L, rows_within(BLOCK_ENTRIES, n * S) if block is None else block)
     spec = MapSpec(fn, is_map, names, is_causal, not is_map and attn_mask is not None, float(dropout_p), block, L, S,
-                   given)
+                   given, window=window)
     if block == L:  # one block: plain autograd, the weights are kept for the backward pass
         return _block(qs, key, value, attn_mask, spec, params, next(iter(spec.plan)))
     if torch.compiler.is_compiling() and torch.is_grad_enabled():
