@@ -40,6 +40,7 @@ import numpy as np
 
 from .backend import array_module
 from .constraints import SIMPLEX, choose
+from . import modifiers
 from .maps import Map, get_map
 from .parallel import run_tasks
 from .plan import Plan, dense_rows, keyword_shape, rows_within
@@ -210,18 +211,24 @@ def _present_matmul(xp, w, x0, xj, keep, cols):
     return xp.where(nan, xp.asarray(xp.nan, dtype=f), out)
 
 
-def _scores(xp, q, k, mask, plan: Plan, block, cols: slice, bad=None, sf=None):
+def _scores(xp, q, k, mask, plan: Plan, block, cols: slice, bad=None, sf=None, cap=None, slopes=None):
     """Masked scores for the queries of the plan's ``block`` against the keys ``cols``.
 
     ``q k^T`` (``q`` is scaled once by the caller: L x E work, not L x S), or the
-    score function ``sf`` on the block; the keys the plan hides from a row (causal, window) are ``-inf``.
-    ``bad``: indices (relative to the keys taken) of keys with non-finite rows, or None.
+    score function ``sf`` on the block, capped by ``cap`` (:class:`numeric.modifiers.Softcap`, or ``None``) before
+    the mask; the keys the plan hides from a row (causal, window) are ``-inf``.
+    ``bad``: indices (relative to the keys taken) of keys with non-finite rows, or None.  ``slopes``: a list that
+    receives the cap's derivative at these scores (for the backward's chain rule).
     """
     rows = block.rows
     if sf is None:
         a = xp.matmul(q[..., rows, :], xp.swapaxes(k[..., cols, :], -1, -2))
     else:
         a = xp.asarray(sf(q[..., rows, :], k[..., cols, :])).astype(q.dtype, copy=False)
+    if cap is not None:
+        a = cap(xp.tanh, a)
+        if slopes is not None:
+            slopes.append(cap.slope(a))
     if mask is not None:
         part = mask[..., rows, cols] if mask.ndim >= 2 and mask.shape[-2] != 1 else mask[..., cols]
         if mask.dtype == np.bool_:
@@ -237,7 +244,7 @@ def _scores(xp, q, k, mask, plan: Plan, block, cols: slice, bad=None, sf=None):
     return plan.hide(xp, a, block, cols)
 
 
-def _online_closed(xp, m, q, k, v, v0, mask, plan, block, key_block, bad, sf):
+def _online_closed(xp, m, q, k, v, v0, mask, plan, block, key_block, bad, sf, cap=None):
     """One query block by an online, rescaled accumulation over key blocks (closed-threshold maps).
 
     For a closed threshold ``p_j = B(s_j - c) / sum_i B(s_i - c)`` for any shift
@@ -256,7 +263,7 @@ def _online_closed(xp, m, q, k, v, v0, mask, plan, block, key_block, bad, sf):
     acc = xp.zeros(shape + (v.shape[-1],), dtype=q.dtype)
     for cols in plan.key_blocks(block, key_block):
         here = _local(xp, bad, cols)
-        a = _scores(xp, q, k, mask, plan, block, cols, here, sf)
+        a = _scores(xp, q, k, mask, plan, block, cols, here, sf, cap)
         keep = None if here is None else a[..., here] != -xp.inf
         new_top = xp.maximum(top, a.max(axis=-1))  # NaN and +inf propagate
         live = xp.isfinite(new_top)
@@ -287,7 +294,7 @@ def _plan(L: int, S: int, block: int | None, causal: bool, window: int | None = 
 
 
 def attention(q, k, v, *, mapping="softmax", mask=None, causal=False, scale=None, return_weights=False, block=None,
-              key_block=None, scores=None, window=None, **constraints):
+              key_block=None, scores=None, window=None, softcap=None, **constraints):
     """``map(scale q k^T + mask) v`` along the keys (or ``map(f(q, k) + mask) v`` for a score function ``f``).
 
     Parameters
@@ -327,6 +334,9 @@ def attention(q, k, v, *, mapping="softmax", mask=None, causal=False, scale=None
         rescaled accumulation, so no block of scores is wider than ``key_block``.
         ``None`` does this only when a query block would see more than
         :data:`DENSE_LIMIT` / 4 keys.
+    softcap:
+        A cap ``c > 0`` on the scores (Gemma 2): each becomes ``c tanh(s / c)`` before the mask is added and the
+        map is applied (:class:`numeric.modifiers.Softcap`); ``None``: none.
     window:
         A sliding window (a positive integer, implying ``causal``): query ``i`` sees the ``window`` keys
         ``i - window < j <= i``; the key blocks before a query block's window are skipped (:class:`~numeric.plan.Plan`),
@@ -346,6 +356,7 @@ def attention(q, k, v, *, mapping="softmax", mask=None, causal=False, scale=None
     ``out`` of shape ``(..., L, Ev)``, and the weights if asked.
     """
     block, key_block = _check_block(block, "block"), _check_block(key_block, "key_block")
+    cap = modifiers.softcap(softcap)
     xp, q, k, v, m, scale, mask, sf = _prepare(q, k, v, mapping, mask, causal, scale, scores)
     L, S = q.shape[-2], k.shape[-2]
     batch = np.broadcast_shapes(q.shape[:-2], k.shape[:-2], v.shape[:-2])
@@ -371,10 +382,10 @@ def attention(q, k, v, *, mapping="softmax", mask=None, causal=False, scale=None
         for b in plan:
             rows, cols = b.rows, b.keys
             if online:
-                out[..., rows, :] = _online_closed(xp, m, q, k, v, v0, mask, plan, b, key_block, bad, sf)
+                out[..., rows, :] = _online_closed(xp, m, q, k, v, v0, mask, plan, b, key_block, bad, sf, cap)
                 continue
             here = _local(xp, bad, cols)
-            a = _scores(xp, q, k, mask, plan, b, cols, here, sf)
+            a = _scores(xp, q, k, mask, plan, b, cols, here, sf, cap)
             keep = None if here is None else a[..., here] != -xp.inf
             here_set = {**given, **{n: _part(c, rows, cols) for n, c in zip(names, parts)}}
             p = _block_map(m, table, rows).forward(a, axis=-1, overwrite=True, **here_set)[0]
@@ -390,7 +401,7 @@ def attention(q, k, v, *, mapping="softmax", mask=None, causal=False, scale=None
 
 
 def attention_backward(q, k, v, dout, *, mapping="softmax", mask=None, causal=False, scale=None, block=None,
-                       scores=None, param_grads=False, window=None, **constraints):
+                       scores=None, param_grads=False, window=None, softcap=None, **constraints):
     """Gradients ``(dq, dk, dv)`` of ``sum(dout * attention(q, k, v, ...))``.
 
     Same keywords as :func:`attention`; the weights are recomputed block by
@@ -406,6 +417,7 @@ def attention_backward(q, k, v, dout, *, mapping="softmax", mask=None, causal=Fa
     array (the box's ``upper``), ``grads[keyword]``, the gradient in it (of its shape).
     """
     block = _check_block(block, "block")
+    cap = modifiers.softcap(softcap)
     xp, q, k, v, m, scale, mask, sf = _prepare(q, k, v, mapping, mask, causal, scale, scores)
     L, S = q.shape[-2], k.shape[-2]
     batch = np.broadcast_shapes(q.shape[:-2], k.shape[:-2], v.shape[:-2])
@@ -437,7 +449,8 @@ def attention_backward(q, k, v, dout, *, mapping="softmax", mask=None, causal=Fa
             for b in plan:
                 rows, cols = b.rows, b.keys
                 here = _local(xp, bad, cols)
-                a = _scores(xp, qs, k, mask, plan, b, cols, here, sf)
+                slopes = [] if cap is not None else None
+                a = _scores(xp, qs, k, mask, plan, b, cols, here, sf, cap, slopes)
                 keep = None if here is None else a[..., here] != -xp.inf
                 mb = _block_map(m, table, rows)
                 here_set = {**given, **{n: _part(c, rows, cols) for n, c in zip(names_set, parts)}}
@@ -451,6 +464,8 @@ def attention_backward(q, k, v, dout, *, mapping="softmax", mask=None, causal=Fa
                 if keep is not None:  # column j of dp is dout . v_j: absent keys' columns are 0
                     dp[..., here] = xp.where(keep, dp[..., here], 0)
                 da = mb.vjp(p, dp, axis=-1, x=kept if cset.jacobian_scores else None, **here_set)
+                if slopes:  # the cap's chain rule (a key absent for the row, with da = 0, may have a NaN slope)
+                    da = da * xp.where(xp.isnan(slopes[0]), 0, slopes[0])
                 if dparts:
                     own = mb.vjp_bounds(p, dp, axis=-1, x=kept, **here_set)
                     for name, d in zip(names_set, dparts):

@@ -73,7 +73,7 @@ import jax
 import jax.numpy as jnp
 from jax import lax
 
-from .. import front
+from .. import front, modifiers
 from ..constraints import SIMPLEX, choose
 from ..plan import Plan, keyword_shape, rows_within
 from .maps import JaxMap, compute_dtype, get_map
@@ -154,7 +154,7 @@ def resolve_mapping(mapping) -> JaxMap:
 
 
 def attention(query, key, value, mask=None, is_causal: bool = False, scale=None, mapping="softmax", *,
-              bias=None, block_size: int | None = None, window: int | None = None, **constraints):
+              bias=None, block_size: int | None = None, window: int | None = None, softcap=None, **constraints):
     """``mapping(scale * query key^T + bias, masked) value`` with :func:`jax.nn.dot_product_attention`'s shapes.
 
     See the module's description.  Returns ``(B, T, N, Hv)`` (``(T, N, Hv)`` for
@@ -164,7 +164,8 @@ def attention(query, key, value, mask=None, is_causal: bool = False, scale=None,
     The box's ``upper``: bounds on the weights (the module's **Bounded weights**), each weight at most its
     bound, each query's unmasked bounds summing to at least 1.  ``window``: a sliding window (a positive integer,
     implying ``is_causal``), query ``i`` sees the keys ``i - window < j <= i``, tested by positions block by block
-    (no ``T x S`` mask is made).
+    (no ``T x S`` mask is made).  ``softcap``: a cap ``c > 0`` on the scores, each ``c tanh(s / c)`` before the
+    bias and the mask (:class:`numeric.modifiers.Softcap`).
 
     >>> import jax.numpy as jnp
     >>> q, k = jnp.zeros((1, 1, 1)), jnp.zeros((3, 1, 1))  # (T, N, H), (S, K, H): equal scores, 1/3 each
@@ -192,7 +193,7 @@ def attention(query, key, value, mask=None, is_causal: bool = False, scale=None,
     if window is not None:
         Plan(T, S, 1, window=window)  # (checks it)
     out = attend(query, key, value, m, params, is_causal=bool(is_causal) or window is not None, scale=scale, mask=mask,
-                 bias=bias, constraints=given, block_size=block_size, window=window)
+                 bias=bias, constraints=given, block_size=block_size, window=window, softcap=modifiers.softcap(softcap))
     out = out.astype(out_dtype)
     return out[0] if unbatched else out
 
@@ -236,7 +237,8 @@ def param_values(m: JaxMap, shape: tuple, dtype) -> dict:
 
 
 def attend(query, key, value, m: JaxMap, params: dict, *, is_causal: bool, scale, mask=None, bias=None,
-           constraints: dict | None = None, block_size: int | None = None, positions=None, window: int | None = None):
+           constraints: dict | None = None, block_size: int | None = None, positions=None, window: int | None = None,
+           softcap=None):
     """The blocked computation of :func:`attention` on checked inputs: ``query`` (B, T, N, H), ``key`` (B, S, K, H),
     ``value`` (B, S, K, Hv), all in the compute dtype; ``params`` from :func:`param_values`; ``mask``, ``bias``
     4-dimensional; ``constraints`` a constraint set's keywords (every one of the set's; ``{}`` or ``None``: the
@@ -245,7 +247,7 @@ def attend(query, key, value, m: JaxMap, params: dict, *, is_causal: bool, scale
     ``positions``: ``(query positions (T,), key positions (S,))``, integers: with ``is_causal`` the query at
     position ``i`` sees the key at position ``j`` iff ``j <= i``, tested block by block (no ``T x S`` mask is made);
     ``None`` is ``(arange(T), arange(S))``.  The query positions are row-wise: sliced with the query blocks.  ``window``
-    (with ``is_causal``): also ``i - j < window``.
+    (with ``is_causal``): also ``i - j < window``; ``softcap``: a :class:`numeric.modifiers.Softcap` or ``None``.
     """
     B, T, N, H = query.shape
     S, K = key.shape[1], key.shape[2]
@@ -267,6 +269,8 @@ def attend(query, key, value, m: JaxMap, params: dict, *, is_causal: bool, scale
         tb = q.shape[1]
         s = jnp.einsum("btkgh,bskh->bkgts", q.reshape(B, tb, K, G, H), key).reshape(B, N, tb, S)
         s = s * jnp.asarray(scale, dtype)
+        if softcap is not None:  # (a numeric.modifiers.Softcap, differentiated through)
+            s = softcap(jnp.tanh, s)
         b = rows.get("bias", bias)
         if b is not None:
             s = s + b.astype(dtype)

@@ -73,6 +73,7 @@ from torch.utils.checkpoint import checkpoint
 
 from ..constraints import SIMPLEX, choose
 from . import fused
+from .. import modifiers
 from ..plan import Block, Plan, keyword_shape, rows_within
 from .maps import TorchMap, get_map
 
@@ -198,10 +199,16 @@ def _grad_shape(batch: tuple, x) -> tuple:
     return batch + tuple(x.shape[-2:])
 
 
-def block_scores(qs, key, mask, cuts=(None, None)):
+def block_scores(qs, key, mask, cuts=(None, None), cap=None, slopes=None):
     """Masked scores ``qs key^T`` (+ mask) of one block of query rows; ``cuts``: the block's ``(above, below)`` of
-    :meth:`numeric.plan.Plan.cuts`, the diagonals past which its scores are hidden (causal, window)."""
+    :meth:`numeric.plan.Plan.cuts`, the diagonals past which its scores are hidden (causal, window); ``cap``: a
+    :class:`numeric.modifiers.Softcap` applied before the mask (``None``: none), whose derivative at these scores
+    is appended to the list ``slopes`` where one is given (the backward's chain rule)."""
     a = matmul(qs, key.transpose(-2, -1))
+    if cap is not None:
+        a = cap(torch.tanh, a)
+        if slopes is not None:
+            slopes.append(cap.slope(a))
     if mask is not None:
         wide = tuple(torch.broadcast_shapes(a.shape, mask.shape))
         if wide != tuple(a.shape):  # value's batch dimensions widen the scores
@@ -223,22 +230,24 @@ def block_scores(qs, key, mask, cuts=(None, None)):
     return a
 
 
-def plan_scores(qs, key, mask, plan, block):
+def plan_scores(qs, key, mask, plan, block, cap=None, slopes=None):
     """:func:`block_scores` of the :class:`~numeric.plan.Block` ``block`` of ``plan``: the rows ``qs`` and the keys
     ``key`` are the whole ones, sliced here."""
-    return block_scores(qs[..., block.rows, :], key[..., block.keys, :], _mask_block(mask, block), plan.cuts(block))
+    return block_scores(qs[..., block.rows, :], key[..., block.keys, :], _mask_block(mask, block), plan.cuts(block),
+                        cap, slopes)
 
 
 class MapSpec:
     """What a call's blocks share: the map, its tensor parameters' names, and the options."""
 
     def __init__(self, fn, is_map, names, causal, guard, dropout_p, block, L, S, constraints=None, offset=0,
-                 window=None):
+                 window=None, softcap=None):
         self.fn, self.is_map, self.names = fn, is_map, names
         # a constraint set's keywords (numeric.constraints): {name: a number (or None), or "tensor"}, the tensors
         # following the map's parameter tensors, in this order
         self.constraints = dict(constraints or {})
         self.causal, self.guard, self.dropout_p = causal, guard, dropout_p
+        self.softcap = softcap  # (a numeric.modifiers.Softcap, or None)
         self.L, self.S = L, S
         # causal: query row i sees the keys j <= i + offset (0: SDPA's top-left alignment)
         self.plan = Plan(L, S, max(1, block), causal=causal, offset=offset, window=window)  # (block: L, may be 0)
@@ -289,7 +298,7 @@ def blocked_forward(qs, key, value, mask, spec, params):
     out = qs.new_empty(batch + (spec.L, value.shape[-1]))
     taus = None
     for b in spec.plan:
-        a = plan_scores(qs, key, mask, spec.plan, b)
+        a = plan_scores(qs, key, mask, spec.plan, b, spec.softcap)
         p, tau = spec.weights(a, params, b.rows, b.keys, keep_tau=True)
         if tau is not None:
             if taus is None:
@@ -331,7 +340,8 @@ def blocked_backward(dout, qs, key, value, mask, taus, params, spec, needs, rng=
         for b in spec.plan:
             q_b, k_b, v_b = qs[..., b.rows, :], key[..., b.keys, :], value[..., b.keys, :]
             g = dout[..., b.rows, :]
-            a = plan_scores(qs, key, mask, spec.plan, b)
+            slopes = [] if spec.softcap is not None else None
+            a = plan_scores(qs, key, mask, spec.plan, b, spec.softcap, slopes)
             with torch.enable_grad():
                 a.requires_grad_()
                 w = spec.weights(a, leaves, b.rows, b.keys, tau=None if taus is None else taus[..., b.rows, :])
@@ -344,13 +354,15 @@ def blocked_backward(dout, qs, key, value, mask, taus, params, spec, needs, rng=
             del w, dw
             for d, grad in zip([d for d in dparams if d is not None], grads):
                 d += grad
+            if need_m:  # (the mask is added after the cap)
+                view = _mask_block(dm, b)
+                view += da.sum_to_size(view.shape)
+            if slopes:  # the cap's chain rule (a key absent for the row, with da = 0, may have a NaN slope)
+                da = da * torch.nan_to_num(slopes[0], nan=0.0)
             if need_q:
                 dq[..., b.rows, :] = matmul(da, k_b)
             if need_k:
                 dk[..., b.keys, :] += matmul_t(da, q_b, dk.shape[-3] if dk.dim() >= 3 else 0)
-            if need_m:
-                view = _mask_block(dm, b)
-                view += da.sum_to_size(view.shape)
     return (None if dq is None else dq.sum_to_size(qs.shape), None if dk is None else dk.sum_to_size(key.shape),
             None if dv is None else dv.sum_to_size(value.shape), dm, *dparams)
 
@@ -384,13 +396,14 @@ class _BlockedAttention(torch.autograd.Function):
 def _block(qs, key, value, mask, spec, params, b):
     """``weights(qs key^T + mask) value`` for the plan's :class:`~numeric.plan.Block` ``b`` with plain autograd (one
     block, or a checkpoint); ``qs``, ``key``, ``value`` and ``mask`` whole."""
-    return matmul(spec.weights(plan_scores(qs, key, mask, spec.plan, b), params, b.rows, b.keys), value[..., b.keys, :])
+    return matmul(spec.weights(plan_scores(qs, key, mask, spec.plan, b, spec.softcap), params, b.rows, b.keys),
+                  value[..., b.keys, :])
 
 
 def _closure_grads(spec, qs, key, mask) -> bool:
     """Whether a plain callable's weights depend on tensors of its own that require grad (probed on one query row)."""
     b = Block(0, 1, *spec.plan.keys(0))
-    a = block_scores(qs[..., :1, :], key[..., b.keys, :], _mask_block(mask, b), spec.plan.cuts(b))
+    a = block_scores(qs[..., :1, :], key[..., b.keys, :], _mask_block(mask, b), spec.plan.cuts(b), spec.softcap)
     with torch.enable_grad():
         return spec.weights(a.detach(), (), b.rows, b.keys).requires_grad
 def check_constraints(constraints: dict, query, scores: tuple) -> tuple:
@@ -423,7 +436,7 @@ def spec_constraints(cset, values: dict) -> tuple:
 
 
 def attention(query, key, value, attn_mask=None, is_causal=False, scale=None, mapping="softmax", *, dropout_p=0.0,
-              block=None, backend="auto", window=None, **constraints):
+              block=None, backend="auto", window=None, softcap=None, **constraints):
     """``mapping(scale * query @ key^T + attn_mask) @ value``, SDPA's semantics (module docstring).
 
     Parameters
@@ -452,6 +465,9 @@ def attention(query, key, value, attn_mask=None, is_causal=False, scale=None, ma
         interpreter), or the torch path after a warning that says why not;
         ``"auto"`` (default): ``"triton"`` on CUDA tensors when Triton is
         installed and the call is one the kernels cover, the torch path otherwise.
+    softcap:
+        A cap ``c > 0`` on the scores (Gemma 2): each becomes ``c tanh(s / c)`` before the mask is added
+        (:class:`numeric.modifiers.Softcap`; the fused kernels do not take it yet: the torch path runs).
     window:
         A sliding window (a positive integer, implying ``is_causal``): query ``i`` sees the ``window`` keys
         ``i - window < j <= i``; the blocks of keys before a query block's window are skipped
@@ -494,13 +510,15 @@ def attention(query, key, value, attn_mask=None, is_causal=False, scale=None, ma
                         f"not a callable")
     if window is not None:
         Plan(L, S, 1, window=window)  # (checks it)
+    cap = modifiers.softcap(softcap)
     if backend == "triton" or backend == "auto" and query.is_cuda and block is None:
         # a family with one value per head in several cases: each case's heads through its own kernels
         groups = fused.case_groups(fn, batch) if is_map else None
         whys = [fused.unsupported(query, attn_mask, m, True, float(dropout_p)) for _, m in groups or ()]
         why = next((w for w in whys if w is not None), None) if groups else \
             fused.unsupported(query, attn_mask, fn, is_map, float(dropout_p))
-        why = why or fused.unsupported_set(cset, values) or (None if window is None else "a sliding window")
+        why = why or fused.unsupported_set(cset, values) or (None if window is None else "a sliding window") or \
+            (None if cap is None else "a softcap")
         if why is None and L and S:
             hook = fused.set_arguments(cset, values, attn_mask, bool(is_causal), scores, query.dtype)
             if groups:
@@ -518,7 +536,7 @@ def attention(query, key, value, attn_mask=None, is_causal=False, scale=None, ma
     n = math.prod(batch)
     block = min(L, rows_within(BLOCK_ENTRIES, n * S) if block is None else block)
     spec = MapSpec(fn, is_map, names, is_causal, not is_map and attn_mask is not None, float(dropout_p), block, L, S,
-                   given, window=window)
+                   given, window=window, softcap=cap)
     if block == L:  # one block: plain autograd, the weights are kept for the backward pass
         return _block(qs, key, value, attn_mask, spec, params, next(iter(spec.plan)))
     if torch.compiler.is_compiling() and torch.is_grad_enabled():
