@@ -31,7 +31,10 @@ and the boolean masks transformers builds (padding, causal, sliding window: the
 mask function registered is transformers' SDPA mask function, so every mask a
 model builds for SDPA it builds for the map); grouped-query attention
 (``H = g H_kv``) by broadcasting, with no copy of the keys and values per head;
-``output_attentions=True`` returns the weights ``(B, H, T, S)``.  The map runs
+``output_attentions=True`` returns the weights ``(B, H, T, S)``; gpt-oss's
+learned sinks (``s_aux``, one per head: the map over the scores and the sink,
+:mod:`numeric.constraints.sink`, with its gradient) and Gemma 2's softcap
+(``c tanh(s / c)`` before the mask) for every map.  The map runs
 on the computation path of :func:`numeric.torch.attention`: float16 and bfloat16
 inputs are computed in float32 and the output cast back, except where the fused
 Triton kernels take the call (CUDA tensors; they compute in float32 themselves
@@ -61,7 +64,7 @@ from torch import nn
 from transformers import AttentionInterface
 from transformers.masking_utils import AttentionMaskInterface, sdpa_mask
 
-from .. import front
+from .. import front, modifiers
 from ..plan import Block, Plan
 from . import fused
 from .attention import attention, block_scores
@@ -74,7 +77,7 @@ __all__ = ["register", "sparsify", "learned", "from_pretrained", "attention_forw
 PREFIX = "regattn_"
 _UNSET = object()
 #: keyword arguments of transformers' attention functions that change the scores in ways no map path takes
-_UNSUPPORTED = ("softcap", "s_aux", "sinks")
+_UNSUPPORTED = ("sinks",)
 
 
 def _map_label(tm: TorchMap, params: dict) -> str:
@@ -173,7 +176,8 @@ def _learned_map(tm: TorchMap, module, heads: tuple):
 
 
 def attention_forward(module, query, key, value, attention_mask, dropout: float = 0.0, scaling=None, is_causal=None,
-                      *, mapping="softmax", backend: str = "auto", position_bias=None, **kwargs):
+                      *, mapping="softmax", backend: str = "auto", position_bias=None, s_aux=None, softcap=None,
+                      **kwargs):
     """transformers' attention function contract, computed with a regattn map (module docstring).
 
     ``module`` is the attention module calling it (its ``is_causal`` is read
@@ -181,7 +185,9 @@ def attention_forward(module, query, key, value, attention_mask, dropout: float 
     :func:`sparsify` added them); ``query`` ``(B, H, T, D)``; ``key``, ``value``
     ``(B, H_kv, S, D)`` with ``H`` a multiple of ``H_kv``; ``attention_mask``
     None, boolean ``(B or 1, 1, T, S)`` (True = may attend) or float (added to
-    the scores); ``position_bias`` (``(B or 1, H, T, S)``, added to the scores).
+    the scores); ``position_bias`` (``(B or 1, H, T, S)``, added to the scores); ``s_aux`` (gpt-oss's learned sinks,
+    ``(H,)``: the map over the scores and one more column, dropped, :mod:`numeric.constraints.sink`); ``softcap``
+    (Gemma 2's cap on the scores, ``c tanh(s / c)`` before the mask, :class:`numeric.modifiers.Softcap`).
     Returns ``(output (B, T, H, D_v), weights (B, H, T, S) or None)``, the weights
     when ``output_attentions=True`` is among ``kwargs``.
     """
@@ -214,25 +220,26 @@ def attention_forward(module, query, key, value, attention_mask, dropout: float 
     dtype = query.dtype
     # the map in float32: half types are cast, unless the fused kernels take them (they compute in float32)
     half = dtype in (torch.float16, torch.bfloat16)
-    keep = half and query.is_cuda and backend != "torch" and \
+    keep = half and query.is_cuda and backend != "torch" and s_aux is None and softcap is None and \
         fused.unsupported(query, mask, tm, True, float(dropout)) is None
     compute = dtype if (not half or keep) else torch.float32
     q = query.reshape(B, Hk, G, T, D).to(compute)
     k, v = key[:, :, None].to(compute), value[:, :, None].to(compute)
     if mask is not None and mask.dtype != torch.bool:
         mask = mask.to(compute)
+    sink = {} if s_aux is None else {"sink": s_aux.reshape(Hk, G, 1, 1).to(compute)}
     if kwargs.get("output_attentions"):
         scale = D ** -0.5 if scaling is None else scaling
         cuts = Plan(T, k.shape[-2], causal=causal).cuts(Block(0, T, 0, k.shape[-2]))
-        scores = block_scores(q * scale, k, mask, cuts)
-        weights = tm(scores, dim=-1)
+        scores = block_scores(q * scale, k, mask, cuts, modifiers.softcap(softcap))
+        weights = tm(scores, dim=-1, **sink)
         if dropout > 0:
             weights = F.dropout(weights, dropout, training=True)
         out = torch.matmul(weights, v)
         weights = weights.reshape(weights.shape[0], H, T, -1).to(dtype)
     else:
         out = attention(q, k, v, attn_mask=mask, is_causal=causal, scale=scaling, mapping=tm, dropout_p=float(dropout),
-                        backend=backend)
+                        backend=backend, softcap=softcap, **sink)
         weights = None
     out = out.reshape(out.shape[0], H, T, -1).transpose(1, 2).contiguous().to(dtype)
     return out, weights

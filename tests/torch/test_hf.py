@@ -1,6 +1,7 @@
 """numeric.torch.hf: regattn maps inside tiny randomly initialised transformers models (Llama with grouped-query
-attention, Qwen2 with sliding-window layers, GPT-2, BERT), against transformers' own SDPA and eager attention and
-against themselves (padding, the KV cache, saving and loading)."""
+attention, Qwen2 with sliding-window layers, GPT-2, BERT, gpt-oss with learned sinks, Gemma 2 with softcapped scores
+and sliding windows), against transformers' own SDPA and eager attention and against themselves (padding, the KV
+cache, saving and loading)."""
 
 from __future__ import annotations
 
@@ -417,8 +418,8 @@ def test_register_names_and_errors():
         hf.sparsify(torch.nn.Linear(2, 2), "sparsemax")
     module = torch.nn.Module()
     q = torch.randn(1, 2, 3, 4)
-    with pytest.raises(ValueError, match="softcap"):
-        hf.attention_forward(module, q, q, q, None, mapping="softmax", softcap=30.0)
+    with pytest.raises(ValueError, match="sinks"):
+        hf.attention_forward(module, q, q, q, None, mapping="softmax", sinks=torch.zeros(2))
     with pytest.raises(ValueError, match="multiple"):
         hf.attention_forward(module, torch.randn(1, 3, 3, 4), q, q, None, mapping="softmax")
 
@@ -441,3 +442,98 @@ def test_a_typed_map_in_a_model(mapping):
     assert torch.equal(runs[0].sequences, runs[1].sequences)
     for a, b in zip(runs[0].scores, runs[1].scores):
         assert (a - b).abs().max() <= 2e-5 * b.abs().max()
+
+
+def _gpt_oss():
+    """gpt-oss: a learned sink per head (``s_aux``), a sliding layer and a full one; sinks drawn N(0, 1) (the model
+    initialises them to 0)."""
+    cfg = transformers.GptOssConfig(vocab_size=VOCAB, hidden_size=32, intermediate_size=32, num_hidden_layers=2,
+                                    num_attention_heads=4, num_key_value_heads=2, head_dim=8, num_local_experts=2,
+                                    num_experts_per_tok=1, max_position_embeddings=64, sliding_window=3,
+                                    initializer_range=INIT, layer_types=["sliding_attention", "full_attention"],
+                                    rope_parameters={"rope_type": "default", "rope_theta": 10000.0})
+    model = transformers.GptOssForCausalLM(cfg)
+    with torch.no_grad():
+        for layer in model.model.layers:
+            layer.self_attn.sinks.normal_()
+    return model
+
+
+def _gemma2():
+    """Gemma 2 with a softcap that binds (2: scores of a few units are squashed) and a sliding layer."""
+    cfg = transformers.Gemma2Config(vocab_size=VOCAB, hidden_size=32, intermediate_size=64, num_hidden_layers=2,
+                                    num_attention_heads=4, num_key_value_heads=2, head_dim=8, max_position_embeddings=64,
+                                    sliding_window=3, attn_logit_softcapping=2.0, initializer_range=INIT)
+    return transformers.Gemma2ForCausalLM(cfg)
+
+
+SINKS_AND_CAPS = {"gpt_oss": _gpt_oss, "gemma2": _gemma2}
+
+
+@pytest.mark.parametrize("kind", list(SINKS_AND_CAPS))
+def test_sinks_and_softcaps_equal_eager_attention(kind):
+    """With softmax, regattn's attention equals transformers' eager attention (gpt-oss's sinks, Gemma 2's softcap,
+    both models' sliding windows) on a padded batch, to 1e-5 in float32."""
+    torch.manual_seed(0)
+    model = SINKS_AND_CAPS[kind]().eval()
+    ids, mask = _batch("llama")
+    model.set_attn_implementation("eager")
+    with torch.no_grad():
+        ref = _run(model, "llama", ids, mask)
+        model.set_attn_implementation(hf.register("softmax"))
+        out = _run(model, "llama", ids, mask)
+    real = _real("llama", mask)
+    assert (out[real] - ref[real]).abs().max() <= 1e-5 * ref[real].abs().max()
+
+
+@pytest.mark.parametrize("mapping", ["sparsemax", "entmax15"])
+@pytest.mark.parametrize("kind", list(SINKS_AND_CAPS))
+def test_every_map_runs_with_sinks_and_softcaps(kind, mapping):
+    """Another map in place of softmax: its attention function equals numeric.torch.attention with the model's
+    sinks and softcap on the same queries, keys and values (captured from the model's layer)."""
+    torch.manual_seed(0)
+    model = SINKS_AND_CAPS[kind]().eval()
+    name = hf.register(mapping)
+    model.set_attn_implementation(name)
+    seen = []
+    attn = model.model.layers[1].self_attn
+    hook = attn.register_forward_hook(lambda mod, args, kwargs, out: seen.append((kwargs, out)), with_kwargs=True)
+    ids, mask = _batch("llama")
+    with torch.no_grad():
+        logits = _run(model, "llama", ids, mask)
+    hook.remove()
+    assert torch.isfinite(logits[_real("llama", mask)]).all() and seen
+    from numeric.torch import attention
+
+    q = torch.randn(1, 4, 5, 8)
+    k, v = torch.randn(1, 2, 5, 8), torch.randn(1, 2, 5, 8)
+    extra = {"s_aux": attn.sinks} if kind == "gpt_oss" else {"softcap": model.config.attn_logit_softcapping}
+    out, _ = hf.attention_forward(attn, q, k, v, None, scaling=attn.scaling, is_causal=True, mapping=mapping, **extra)
+    kr, vr = k.repeat_interleave(2, dim=1), v.repeat_interleave(2, dim=1)
+    keywords = {"sink": attn.sinks} if kind == "gpt_oss" else {"softcap": model.config.attn_logit_softcapping}
+    want = attention(q, kr, vr, is_causal=True, scale=attn.scaling, mapping=mapping, **keywords)
+    torch.testing.assert_close(out, want.transpose(1, 2), rtol=1e-6, atol=1e-6)
+
+
+def test_a_sparsified_gpt_oss_keeps_its_sinks_and_their_gradient():
+    """hf.sparsify(gpt-oss, "entmax15"): the sinks stay the model's parameters, and their gradient is the derivative
+    of the loss (a central difference; float32, as gpt-oss's experts multiply in no other dtype on the CPU, so a step
+    of 1e-2)."""
+    torch.manual_seed(0)
+    model = hf.sparsify(_gpt_oss(), "entmax15")
+    ids, mask = _batch("llama")
+    sinks = model.model.layers[0].self_attn.sinks
+
+    def loss():
+        return _run(model, "llama", ids, mask).logsumexp(-1).sum()
+
+    loss().backward()
+    assert sinks.grad is not None and torch.isfinite(sinks.grad).all() and sinks.grad.abs().max() > 0
+    with torch.no_grad():
+        for h in range(sinks.numel()):
+            sinks[h] += 1e-2
+            up = loss()
+            sinks[h] -= 2e-2
+            down = loss()
+            sinks[h] += 1e-2
+            assert float(sinks.grad[h]) == pytest.approx(float((up - down) / 2e-2), rel=2e-2, abs=2e-3)
