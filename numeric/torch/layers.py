@@ -19,7 +19,10 @@ arguments:
   bound number, else at the range's middle.  ``learn_alpha=True`` is
   ``learn=("alpha",)`` with ``alpha_range`` (``(1.0, 2.0)`` by default:
   softmax's limit to sparsemax) its range: alpha-entmax with alpha learned
-  per head (Correia et al. 2019, "Adaptively Sparse Transformers").
+  per head (Correia et al. 2019, "Adaptively Sparse Transformers").  ``"sink"`` in ``learn`` learns a sink per
+  head instead (:mod:`numeric.constraints.sink`, gpt-oss's): the layer's parameter ``sink`` of shape
+  ``(num_heads,)``, starting at 0 (softmax1 with softmax), on the whole real line; a head whose map is sparse can
+  then attend to nothing.
 
 A map parameter bound to an :class:`torch.nn.Parameter` (``mapping=get_map(m,
 b=nn.Parameter(...))``) is a parameter of the layer too, ``map_<name>``: in
@@ -167,6 +170,13 @@ class MultiheadAttention(nn.MultiheadAttention):
                 if isinstance(value, nn.Parameter):
                     self.register_parameter(f"map_{name}", value)
         learn = (tuple(learn) if learn is not True else True) if learn else ()
+        # a sink per head (numeric.constraints.sink): a parameter of the layer, not of the map, on the whole line
+        self.learn_sink = learn is not True and "sink" in learn
+        if self.learn_sink:
+            learn = tuple(n for n in learn if n != "sink")
+            self.sink = nn.Parameter(torch.zeros(num_heads, device=device, dtype=dtype))
+        else:
+            self.register_parameter("sink", None)
         ranges = dict(ranges or {})
         if learn_alpha:
             if not isinstance(mapping, TorchMap) or "alpha" not in mapping.module.PARAMETERS:
@@ -212,14 +222,15 @@ class MultiheadAttention(nn.MultiheadAttention):
 
     def extra_repr(self) -> str:
         name = self.mapping.name if isinstance(self.mapping, TorchMap) else repr(self.mapping)
-        extra = f", learn={self.learn}, ranges={self.ranges}" if self.learn else ""
+        extra = (f", learn={self.learn}, ranges={self.ranges}" if self.learn else "") + \
+            (", learn_sink=True" if self.learn_sink else "")
         return f"embed_dim={self.embed_dim}, num_heads={self.num_heads}, mapping={name}{extra}"
 
     def _load_from_state_dict(self, state_dict, prefix, local_metadata, strict, missing_keys, unexpected_keys, error_msgs):
         super()._load_from_state_dict(state_dict, prefix, local_metadata, strict, missing_keys, unexpected_keys, error_msgs)
-        for name in self.learn:  # torch's layer has none: keep ours
-            if prefix + f"{name}_logit" in missing_keys:
-                missing_keys.remove(prefix + f"{name}_logit")
+        for name in (*(f"{n}_logit" for n in self.learn), *(("sink",) if self.learn_sink else ())):
+            if prefix + name in missing_keys:  # torch's layer has none: keep ours
+                missing_keys.remove(prefix + name)
 
     def _map(self):
         if not self.learn:
@@ -289,7 +300,11 @@ class MultiheadAttention(nn.MultiheadAttention):
             key_padding_mask = key_padding_mask.reshape(N, 1, 1, S)
         q, k, v = self._project(query, key, value)
         extra = int(self.bias_k is not None) + int(self.add_zero_attn)
+        if self.learn_sink and "sink" in constraints:
+            raise ValueError("this layer learns its sinks (learn=('sink',)): pass no sink=")
         cset, values = _constraint_heads(constraints, N, H, L, S, extra)
+        if self.learn_sink:  # (one per head, (1, H, 1, 1) against the scores (N, H, L, S))
+            cset, values = choose({**values, "sink": self.sink.reshape(1, H, 1, 1)})
         if self.bias_k is not None:
             k = torch.cat([k, self.bias_k.repeat(1, N, 1)])
             v = torch.cat([v, self.bias_v.repeat(1, N, 1)])

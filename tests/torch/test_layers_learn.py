@@ -115,3 +115,40 @@ def test_a_bound_nn_parameter_is_the_layers(ccube):
 def test_learn_errors(ccube, kw, match):
     with pytest.raises(ValueError, match=match):
         MultiheadAttention(E, H, mapping=get_map(ccube, c=0.5), **kw)
+
+
+def test_a_learned_sink_per_head():
+    """learn=("sink",): the layer equals the same layer given the sink as a keyword (one value per head and query,
+    nn.MultiheadAttention's (N * num_heads, L, 1) layout), with weights and without; the sink's gradient is
+    gradcheck's; a sparse head can give a query no weight at all; torch's state_dict loads, keeping the sink."""
+    torch.manual_seed(0)
+    layer = MultiheadAttention(8, 2, batch_first=True, mapping="sparsemax", learn=("sink",)).double()
+    plain = MultiheadAttention(8, 2, batch_first=True, mapping="sparsemax").double()
+    plain.load_state_dict(torch.nn.MultiheadAttention(8, 2, batch_first=True).double().state_dict())
+    layer.load_state_dict(plain.state_dict(), strict=True)  # (torch's keys: the sink keeps its value, 0)
+    assert torch.equal(layer.sink.detach(), torch.zeros(2, dtype=torch.float64))
+    with torch.no_grad():
+        layer.sink.copy_(torch.tensor([0.4, 30.0]))  # (head 1: a sink far above every score takes every weight)
+    x = torch.randn(3, 5, 8, dtype=torch.float64)
+    given = layer.sink.detach().repeat(3).reshape(6, 1, 1).expand(6, 5, 1)
+    for need in (False, True):
+        out, w = layer(x, x, x, need_weights=need, average_attn_weights=False)
+        want, w_want = plain(x, x, x, need_weights=need, average_attn_weights=False, sink=given)
+        torch.testing.assert_close(out, want, rtol=1e-13, atol=1e-14)
+        if need:
+            torch.testing.assert_close(w, w_want, rtol=1e-13, atol=1e-14)
+            sums = w[:, 0].sum(-1)
+            assert torch.all(w[:, 1] == 0) and torch.all(sums <= 1 + 1e-12) and torch.any(sums < 0.9)
+    assert torch.autograd.gradcheck(lambda s: plain(x, x, x, need_weights=False,
+                                                   sink=s.repeat(3).reshape(6, 1, 1).expand(6, 5, 1))[0],
+                                    (torch.tensor([0.4, -0.5], dtype=torch.float64, requires_grad=True),))
+    out = layer(x, x, x, need_weights=False)[0]
+    g, = torch.autograd.grad((out * out).sum(), layer.sink)
+    with torch.no_grad():
+        layer.sink[0] += 1e-6
+        up = (layer(x, x, x, need_weights=False)[0] ** 2).sum()
+        layer.sink[0] -= 2e-6
+        down = (layer(x, x, x, need_weights=False)[0] ** 2).sum()
+    assert float(g[0]) == pytest.approx(float((up - down) / 2e-6), rel=1e-6)
+    with pytest.raises(ValueError, match="learns its sinks"):
+        layer(x, x, x, sink=given)
