@@ -19,7 +19,10 @@ What they share (:class:`_Layer`):
   ``lo + (hi - lo) sigmoid(logit)``; the logits are the parameters
   ``"<name>_logit"``.  The range is ``ranges[name]``, else the map's declared
   domain, with an infinite upper end replaced by ``lo + 1`` (alpha-entmax:
-  ``(1, 2)``, the paper's range); the starting value is the map's;
+  ``(1, 2)``, the paper's range); the starting value is the map's.  ``"sink"``
+  in ``learn`` (:class:`MultiHeadAttention`) learns a sink per head instead
+  (:mod:`numeric.constraints.sink`), the parameter ``"sink"`` ``(H,)`` starting
+  at 0, on the whole real line;
 * **score functions**: ``scores=`` as in :func:`numeric.attention`; a
   :class:`~numeric.summaries.ScoreFunction`'s parameters become the layer's
   parameters ``"scores_<name>"`` (shared by the heads);
@@ -110,6 +113,10 @@ class _Layer(Movable):
         self.params, self.grads = {}, {}
         self.attention_weights = None
         self._cache = None
+        self.learn_sink = learn is not True and "sink" in (learn or ())
+        if self.learn_sink:
+            learn = tuple(n for n in learn if n != "sink")
+            self.params["sink"] = np.zeros(heads, dtype=self.dtype)
         learn, ranges = front.check_learned(self.mapping.module, learn, ranges)
         self.learn, self.ranges, self._heads = learn, {}, heads
         for name in learn:
@@ -176,11 +183,13 @@ class _Layer(Movable):
             grads[f"{name}_logit"] = dvalue * self._values(name, xp)[1]
         for name, g in found["scores"].items():
             grads[f"scores_{name}"] = g
+        if self.learn_sink:
+            grads["sink"] = found["sink"]
         return grads
 
     @property
     def _wants_param_grads(self) -> bool:
-        return bool(self.learn) or bool(self.scores is not None and self.scores.params)
+        return bool(self.learn) or self.learn_sink or bool(self.scores is not None and self.scores.params)
 
     # ------------------------------------------------------------------ state
     def state_dict(self) -> dict:
@@ -237,6 +246,8 @@ class SelfAttention(_Layer):
             raise ValueError(f"dim must be positive, got {dim}")
         rng = np.random.default_rng(seed)
         self.dim, self.causal = dim, causal
+        if learn is not True and "sink" in (learn or ()):
+            raise ValueError("learn=('sink',) is MultiHeadAttention's (a sink per head); pass sink= to forward here")
         self._setup(mapping, dtype, learn, ranges, scores, 1, rng)
         bound = 1 / math.sqrt(dim)
         for name in ("Q", "K", "V"):
@@ -378,6 +389,10 @@ class MultiHeadAttention(_Layer):
         return x + table[:length]
 
     def _attention_kwargs(self, xp, dtype, mask, constraints):
+        if self.learn_sink:  # (one per head: (H,), numeric.plan.keyword_shape)
+            if "sink" in constraints:
+                raise ValueError("this layer learns its sinks (learn=('sink',)): pass no sink=")
+            constraints = {**constraints, "sink": self._param("sink", xp, dtype)}
         return dict(mapping=self._map(xp, (self.num_heads, 1, 1)), mask=mask, causal=self.causal,
                     scores=self._score_function(xp, dtype), **constraints)
 

@@ -206,3 +206,21 @@ def test_layers_take_a_constraint_sets_keywords(causal):
     dx = single.backward(dy)
     want = _fd(lambda a: float((single.forward(a, upper=bound) * dy).sum()), x, h=1e-6)
     np.testing.assert_allclose(dx, want, atol=1e-6)
+
+
+@pytest.mark.parametrize("mapping", ["softmax", "entmax15"])
+def test_a_learned_sink_per_head(mapping):
+    """learn=("sink",): the parameter "sink" (H,), starting at 0; the layer equals the same layer given the sink as a
+    keyword; its gradient (and the others') are central differences; the single-head layer refuses it."""
+    layer = nm.MultiHeadAttention(8, 2, mapping=mapping, dtype="float64", seed=1, learn=("sink",), causal=True)
+    assert np.array_equal(layer.params["sink"], np.zeros(2))
+    layer.params["sink"] = np.array([0.3, -0.8])
+    plain = nm.MultiHeadAttention(8, 2, mapping=mapping, dtype="float64", seed=1, causal=True)
+    rng = np.random.default_rng(2)
+    x, dy = rng.standard_normal((2, 5, 8)), rng.standard_normal((2, 5, 8))
+    np.testing.assert_allclose(layer.forward(x), plain.forward(x, sink=np.array([0.3, -0.8])), rtol=1e-14, atol=1e-15)
+    _check_grads(layer, x, dy, ["sink", "q_weight", "out_bias"])
+    with pytest.raises(ValueError, match="learns its sinks"):
+        layer.forward(x, sink=0.0)
+    with pytest.raises(ValueError, match="MultiHeadAttention's"):
+        nm.SelfAttention(4, learn=("sink",))
