@@ -83,8 +83,12 @@ class Backend:
         """``(p, tau)`` of the rows ``x`` over the constraint set ``cset`` (a
         :class:`numeric.constraints.ConstraintSet`; ``arrays``: its arrays laid out as rows of ``x``), by the set's
         solve on :meth:`row_ops`: every set runs on every backend."""
+        def simplex(y):  # (the backend's own solve on the simplex)
+            p, t = self.forward(mapping, y, overwrite=True)
+            return p, t[:, None]
+
         with np.errstate(all="ignore"):  # (off-support branches are evaluated and masked)
-            p, t = cset.solve(self.row_ops(x.dtype), bound_routines(mapping, x.dtype), x, *arrays)
+            p, t = cset.solve(self.row_ops(x.dtype), bound_routines(mapping, x.dtype), x, *arrays, simplex=simplex)
         return p, t[:, 0]
 
     def constrained_vjp(self, mapping, cset, y, dy, arrays: tuple, x=None):

@@ -30,18 +30,28 @@ from .table import register
 __all__ = ["Sink", "SINK", "sink_weight"]
 
 
-def sink_weight(ops, r, p, b, x):
-    """The sink's weight ``p_b`` per row (``(rows, 1)``) at the map's ``p`` of the scores ``x`` with the sink ``b``
-    (``(rows, 1)``): ``g_+(b - tau)``, ``tau = s_k - omega'(p_k)`` at the largest ``p_k`` (1 in a row where every
-    ``p_i = 0``)."""
+def _threshold(ops, r, p, b, x):
+    """``tau`` per row at the map's ``p`` of the scores ``x`` with the sink ``b``: ``s_k - omega'(p_k)`` at the
+    largest ``p_k``, ``b - omega'(1)`` in a row where every ``p_i = 0`` (NaN in a NaN row, ``inf`` in a fully masked
+    one with a masked sink)."""
     top = ops.row_max(p)
     at = (p >= top) & (p > 0)
     count = ops.row_sum(ops.float_(at))
     some = count > 0
-    # (a row where every p_i = 0 has tau = b - omega'(1); the link is evaluated off the support at the largest
-    # score on it, or at b, values inside its domain, which keeps NaN out of the derivatives of either branch)
     tau = ops.where(some, ops.row_sum(ops.where(at, x - r.omega_prime(ops.where(at, p, 1)), 0))
                     / ops.where(some, count, 1), b - r.omega_prime(ops.full(top, 1.0)))
+    return ops.where(ops.isnan(top), math.nan, tau)
+
+
+def sink_weight(ops, r, p, b, x):
+    """The sink's weight ``p_b`` per row (``(rows, 1)``) at the map's ``p`` of the scores ``x`` with the sink ``b``
+    (``(rows, 1)``): ``g_+(b - tau)``, ``tau = s_k - omega'(p_k)`` at the largest ``p_k`` (:func:`_threshold`; 1 in
+    a row where every ``p_i = 0``)."""
+    top = ops.row_max(p)
+    some = top > 0
+    # (a row where every p_i = 0 has tau = b - omega'(1); the link is evaluated off the support at the largest
+    # score on it, or at b, values inside its domain, which keeps NaN out of the derivatives of either branch)
+    tau = _threshold(ops, r, p, b, x)
     peak = ops.where(some, ops.row_max(ops.where(p > 0, x, -math.inf)), b)
     g, _ = clipped_link(ops, r, b, tau, r.clip(), peak=peak, ceiling=box_ceiling(ops, r, tau))
     return ops.where(ops.isnan(top), math.nan, g)
@@ -59,6 +69,7 @@ class Sink(ConstraintSet):
 
     name = "sink"
     keywords = {"sink": None}
+    appends = "sink"
     jacobian_scores = True
     fused = None
 
@@ -68,9 +79,13 @@ class Sink(ConstraintSet):
     def rows(self, xp, arrays, x, values: dict, axis: int, word: str = "axis") -> tuple:
         return (lay_out(xp, arrays, x, values["sink"], "sink", False, axis, word),)
 
-    def solve(self, ops, r, x, b):
-        p, tau = rules.solve(ops, r, ops.cat(x, b))
-        return uncat(p, x.shape[-1])[0], tau
+    def solve(self, ops, r, x, b, simplex=None):
+        y = ops.cat(x, b)
+        p, tau = rules.solve(ops, r, y) if simplex is None else simplex(y)
+        p = uncat(p, x.shape[-1])[0]
+        if tau is None:  # (a backend's solve that gives no threshold: the sink's, at the largest weight)
+            tau = _threshold(ops, r, p, b, x)
+        return p, tau
 
     def _extended(self, ops, r, p, b, x):
         return ops.cat(p, sink_weight(ops, r, p, b, x))

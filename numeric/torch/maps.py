@@ -152,6 +152,10 @@ class _Solver(front.Solver):
         """``p`` for the rows of the 2-D ``x`` from the ``t`` of :meth:`solve` (no graph)."""
         return rules.at_threshold(ops_for(x.dtype), self.routines(params), x, tau)
 
+    def simplex(self, params):
+        # (torch's softmax where the map is softmax: no threshold, which a set that needs one finds from p)
+        return (lambda y: (self.forward(y, params), None)) if self.softmax else None
+
     def constrained_vjp(self, cset, p, grad, arrays, params, graph: bool, x=None):
         """``(J^T g, (the set's arrays' VJPs), {name: dp/dq^T g})`` of the map over ``cset`` at ``p``, the
         parameters' in float64 (as :class:`_MapFunction`'s); ``graph``: differentiable again (the weight masked at
@@ -387,6 +391,17 @@ class TorchMap(FrameworkMap):
                 raise ValueError(f"{name} is on {b.device}, the scores on {x.device}")
         _, dtype, moved, flat, tensors, solver = self._layout(x, dim, params)
         arrays = cset.rows(torch, ARRAYS, x.to(dtype), values, dim, "dim")
+        if cset.appends is not None and not keep_tau:  # (the plain map on the longer rows, autograd through cat)
+            ext = torch.cat([flat, arrays[list(cset.keywords).index(cset.appends)]], dim=-1)
+            if not params:  # (the plain path: torch's softmax and its own backward for softmax)
+                p = self.run(ext, -1, {})
+            elif torch.is_grad_enabled() and any(t.requires_grad for t in (ext, *tensors)):
+                p = _MapFunction.apply(ext, solver, None, *tensors)
+            else:
+                p = solver.forward(ext, tensors)
+            p = p[..., :flat.shape[-1]].reshape(moved.shape)
+            p = p if dim == x.ndim - 1 else p.movedim(-1, dim)
+            return p if p.dtype == x.dtype else p.to(x.dtype)
         if torch.is_grad_enabled() and any(t.requires_grad for t in (x, *arrays, *tensors)):
             p, tau = _ConstrainedFunction.apply(flat, solver, cset, len(arrays), *arrays, *tensors)
         else:
