@@ -15,6 +15,7 @@ import pytest
 
 import numeric as nm
 from tests.backends import backend_params
+from tests.constraints.cases import central, qkv
 
 INF = np.inf
 EVERY = backend_params()
@@ -22,8 +23,7 @@ CAP = 1.5
 
 
 def _inputs(seed=0, L=6, S=6):
-    rng = np.random.default_rng(seed)
-    return rng.standard_normal((2, 2, L, 4)) * 2, rng.standard_normal((2, 2, S, 4)) * 2, rng.standard_normal((2, 2, S, 3))
+    return qkv(seed, L, S, scale=2.0)[:3]
 
 
 def _direct(q, k, v, name, mask=None, causal=False, bias=None):
@@ -67,16 +67,7 @@ def _central(name: str):
     def f(q, k, v):
         return float((nm.attention(q, k, v, mapping=name, mask=mask, softcap=CAP) * dout).sum())
 
-    args, out = [q, k, v], []
-    for i, a in enumerate(args):
-        g = np.zeros_like(a)
-        for j in np.ndindex(a.shape):
-            up, down = [x.copy() for x in args], [x.copy() for x in args]
-            up[i][j] += 1e-6
-            down[i][j] -= 1e-6
-            g[j] = (f(*up) - f(*down)) / 2e-6
-        out.append(g)
-    return (q, k, v, dout, mask), out
+    return (q, k, v, dout, mask), central(f, [q, k, v])
 
 
 @pytest.mark.parametrize("name", ["softmax", "entmax15"])

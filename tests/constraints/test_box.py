@@ -22,12 +22,10 @@ import numeric as nm
 from derive.box import box_loss, box_loss_gradients, solve_box
 from derive.reference import compiled
 from tests.backends import NumpyBackend, backend_params
+from tests.constraints.cases import IDS, MAPS
 from tests.numeric.conftest import case_derivation
 
 INF = math.inf
-MAPS = [("softmax", {}), ("sparsemax", {}), ("entmax15", {}), ("entmax", {"alpha": 0.6}), ("entmax", {"alpha": 1.3}),
-        ("shannon_gini", {})]
-IDS = [name + "".join(f"-{k}{v}" for k, v in params.items()) for name, params in MAPS]
 EVERY = backend_params()
 AUTODIFF = backend_params("autodiff")
 #: how close another backend's float64 values are to the NumPy map's

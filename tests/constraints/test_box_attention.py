@@ -16,6 +16,7 @@ import pytest
 
 import numeric as nm
 from tests.backends import backend_params
+from tests.constraints.cases import qkv
 
 INF = np.inf
 EVERY = backend_params()
@@ -24,8 +25,7 @@ AUTODIFF = backend_params("autodiff")
 
 def _inputs(seed=0, L=6, S=6):
     """``q, k, v`` in ``(batch, heads, length, dim)`` and bounds per head, query and key, ``(2, L, S)``."""
-    rng = np.random.default_rng(seed)
-    q, k, v = rng.standard_normal((2, 2, L, 4)), rng.standard_normal((2, 2, S, 4)), rng.standard_normal((2, 2, S, 3))
+    q, k, v, rng = qkv(seed, L, S)
     upper = rng.uniform(0.3, 0.8, (2, L, S))
     return q, k, v, upper
 

@@ -17,12 +17,10 @@ import pytest
 import numeric as nm
 from derive.nosum import nosum_jacobians, nosum_loss, nosum_loss_gradients, solve_nosum
 from tests.backends import backend_params
+from tests.constraints.cases import IDS, MAPS
 from tests.numeric.conftest import case_derivation
 
 INF = math.inf
-MAPS = [("softmax", {}), ("sparsemax", {}), ("entmax15", {}), ("entmax", {"alpha": 0.6}), ("entmax", {"alpha": 1.3}),
-        ("shannon_gini", {})]
-IDS = [name + "".join(f"-{k}{v}" for k, v in params.items()) for name, params in MAPS]
 EVERY = backend_params()
 AUTODIFF = backend_params("autodiff")
 

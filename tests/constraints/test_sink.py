@@ -18,12 +18,10 @@ import pytest
 import numeric as nm
 from derive.sink import sink_jacobians, sink_loss, sink_loss_gradients, solve_sink
 from tests.backends import backend_params
+from tests.constraints.cases import IDS, MAPS
 from tests.numeric.conftest import case_derivation
 
 INF = math.inf
-MAPS = [("softmax", {}), ("sparsemax", {}), ("entmax15", {}), ("entmax", {"alpha": 0.6}), ("entmax", {"alpha": 1.3}),
-        ("shannon_gini", {})]
-IDS = [name + "".join(f"-{k}{v}" for k, v in params.items()) for name, params in MAPS]
 EVERY = backend_params()
 AUTODIFF = backend_params("autodiff")
 

@@ -16,6 +16,7 @@ import pytest
 
 import numeric as nm
 from tests.backends import backend_params
+from tests.constraints.cases import central, qkv
 
 INF = np.inf
 EVERY = backend_params()
@@ -24,8 +25,7 @@ AUTODIFF = backend_params("autodiff")
 
 def _inputs(seed=0, L=6, S=6):
     """``q, k, v`` in ``(batch, heads, length, dim)`` and a sink per head ``(2,)``."""
-    rng = np.random.default_rng(seed)
-    q, k, v = rng.standard_normal((2, 2, L, 4)), rng.standard_normal((2, 2, S, 4)), rng.standard_normal((2, 2, S, 3))
+    q, k, v, rng = qkv(seed, L, S)
     return q, k, v, rng.standard_normal(2)
 
 
@@ -84,17 +84,7 @@ def _central(name: str, causal: bool):
     def f(q, k, v, sink):
         return float((nm.attention(q, k, v, mapping=name, causal=causal, sink=sink) * dout).sum())
 
-    args = [q, k, v, sink]
-    out = []
-    for i, a in enumerate(args):
-        g = np.zeros_like(a)
-        for j in np.ndindex(a.shape):
-            up, down = [x.copy() for x in args], [x.copy() for x in args]
-            up[i][j] += 1e-6
-            down[i][j] -= 1e-6
-            g[j] = (f(*up) - f(*down)) / 2e-6
-        out.append(g)
-    return (q, k, v, sink, dout), out
+    return (q, k, v, sink, dout), central(f, [q, k, v, sink])
 
 
 @pytest.mark.parametrize("name", ["softmax", "sparsemax", "entmax15"])
