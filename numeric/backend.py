@@ -82,13 +82,14 @@ class Backend:
     def constrained(self, mapping, cset, x, arrays: tuple):
         """``(p, tau)`` of the rows ``x`` over the constraint set ``cset`` (a
         :class:`numeric.constraints.ConstraintSet`; ``arrays``: its arrays laid out as rows of ``x``), by the set's
-        solve on :meth:`row_ops`: every set runs on every backend."""
-        def simplex(y):  # (the backend's own solve on the simplex)
-            p, t = self.forward(mapping, y, overwrite=True)
-            return p, t[:, None]
-
+        solve on :meth:`row_ops`: every set runs on every backend (a set that appends a score to each row,
+        :attr:`~numeric.constraints.ConstraintSet.appends`, by the backend's own solve on the longer rows)."""
+        if cset.appends is not None:  # (the backend's own solve on the longer rows)
+            b = arrays[list(cset.keywords).index(cset.appends)]
+            p, t = self.forward(mapping, self.namespace().concatenate([x, b], axis=-1), overwrite=True)
+            return p[:, :x.shape[-1]], t
         with np.errstate(all="ignore"):  # (off-support branches are evaluated and masked)
-            p, t = cset.solve(self.row_ops(x.dtype), bound_routines(mapping, x.dtype), x, *arrays, simplex=simplex)
+            p, t = cset.solve(self.row_ops(x.dtype), bound_routines(mapping, x.dtype), x, *arrays)
         return p, t[:, 0]
 
     def constrained_vjp(self, mapping, cset, y, dy, arrays: tuple, x=None):

@@ -109,13 +109,8 @@ class Solver:
 
     def constrained(self, cset, x, arrays, params):
         """``(p, tau)`` over the constraint set ``cset`` (its ``arrays`` laid out as rows) for the rows of the 2-D
-        ``x``, ``tau`` the threshold (``(rows, 1)``); the set may use :meth:`simplex`."""
-        return cset.solve(self.ops_for(x.dtype), self.routines(params), x, *arrays, simplex=self.simplex(params))
-
-    def simplex(self, params):
-        """The framework's own solve on the simplex for a constraint set (``y -> (p, tau or None)``,
-        :meth:`numeric.constraints.ConstraintSet.solve`), or ``None``: the shared rules."""
-        return None
+        ``x``, ``tau`` the threshold (``(rows, 1)``)."""
+        return cset.solve(self.ops_for(x.dtype), self.routines(params), x, *arrays)
 
 
 def check_threshold(module: ModuleType, threshold) -> str:

@@ -87,8 +87,8 @@ class ConstraintSet:
     #: invariant to a shift of a row's scores); ``False``: no threshold (``tau = 0``), no shift
     summed: bool = True
     #: the keyword whose values the set appends to each row as one more score, the map then solved on the simplex
-    #: over the longer rows and that column dropped (a sink), or ``None``: a front end with automatic
-    #: differentiation may run such a set as its plain map on the longer rows (its own fast paths and derivatives)
+    #: over the longer rows and that column dropped (a sink), or ``None``: a backend may run such a set as its plain
+    #: map on the longer rows (its own fast paths, and with automatic differentiation its own derivatives)
     appends: str | None = None
     #: the fused Triton attention's hook for this set, a name its kernels know (``None``: the fused kernels
     #: do not run this set)
@@ -104,10 +104,8 @@ class ConstraintSet:
         checked and laid out as rows of ``x`` flattened with ``axis`` last, in ``x``'s dtype."""
         return ()
 
-    def solve(self, ops, r, x, *rows, simplex=None):
-        """``(p, tau)`` for the 2-D scores ``x``: ``p`` in the set, ``tau`` the threshold per row, ``(rows, 1)``.
-        ``simplex``: the backend's own solve on the simplex where it has a faster one than the shared rules, ``y ->
-        (p, tau or None)`` for 2-D rows ``y`` (``None``: :func:`numeric.core.rules.solve`)."""
+    def solve(self, ops, r, x, *rows):
+        """``(p, tau)`` for the 2-D scores ``x``: ``p`` in the set, ``tau`` the threshold per row, ``(rows, 1)``."""
         raise NotImplementedError
 
     def vjp(self, ops, r, p, v, *rows, at_zero=None, x=None):

@@ -350,7 +350,7 @@ class Box(ConstraintSet):
     def rows(self, xp, arrays, x, values: dict, axis: int, word: str = "axis") -> tuple:
         return box_rows(xp, arrays, x, values["upper"], values["total"], axis, word)
 
-    def solve(self, ops, r, x, upper, total, simplex=None):
+    def solve(self, ops, r, x, upper, total):
         return box_solve(ops, r, x, upper, total)
 
     def vjp(self, ops, r, p, v, upper, total, at_zero=None, x=None):

@@ -76,7 +76,7 @@ class NoSum(ConstraintSet):
             raise ValueError(f"upper must be >= 0 everywhere (inf: no bound), got {float(ru[ru < 0].reshape(-1)[0])!r}")
         return (u,)
 
-    def solve(self, ops, r, x, upper, simplex=None):
+    def solve(self, ops, r, x, upper):
         return nosum_solve(ops, r, x, upper)
 
     def vjp(self, ops, r, p, v, upper, at_zero=None, x=None):

@@ -23,7 +23,7 @@ class Simplex(ConstraintSet):
     def asks(self, values: dict) -> bool:
         return False  # (numeric.constraints.choose takes the simplex where every keyword leaves its set out)
 
-    def solve(self, ops, r, x, simplex=None):
+    def solve(self, ops, r, x):
         return rules.solve(ops, r, x)
 
     def vjp(self, ops, r, p, v, at_zero=None, x=None):

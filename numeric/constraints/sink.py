@@ -79,13 +79,9 @@ class Sink(ConstraintSet):
     def rows(self, xp, arrays, x, values: dict, axis: int, word: str = "axis") -> tuple:
         return (lay_out(xp, arrays, x, values["sink"], "sink", False, axis, word),)
 
-    def solve(self, ops, r, x, b, simplex=None):
-        y = ops.cat(x, b)
-        p, tau = rules.solve(ops, r, y) if simplex is None else simplex(y)
-        p = uncat(p, x.shape[-1])[0]
-        if tau is None:  # (a backend's solve that gives no threshold: the sink's, at the largest weight)
-            tau = _threshold(ops, r, p, b, x)
-        return p, tau
+    def solve(self, ops, r, x, b):
+        p, tau = rules.solve(ops, r, ops.cat(x, b))
+        return uncat(p, x.shape[-1])[0], tau
 
     def _extended(self, ops, r, p, b, x):
         return ops.cat(p, sink_weight(ops, r, p, b, x))

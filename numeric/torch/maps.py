@@ -152,10 +152,6 @@ class _Solver(front.Solver):
         """``p`` for the rows of the 2-D ``x`` from the ``t`` of :meth:`solve` (no graph)."""
         return rules.at_threshold(ops_for(x.dtype), self.routines(params), x, tau)
 
-    def simplex(self, params):
-        # (torch's softmax where the map is softmax: no threshold, which a set that needs one finds from p)
-        return (lambda y: (self.forward(y, params), None)) if self.softmax else None
-
     def constrained_vjp(self, cset, p, grad, arrays, params, graph: bool, x=None):
         """``(J^T g, (the set's arrays' VJPs), {name: dp/dq^T g})`` of the map over ``cset`` at ``p``, the
         parameters' in float64 (as :class:`_MapFunction`'s); ``graph``: differentiable again (the weight masked at

@@ -7,6 +7,8 @@ there at all (attention on the keys left, row by row), torch's
 
 from __future__ import annotations
 
+import gc
+
 import tracemalloc
 
 import numpy as np
@@ -308,15 +310,20 @@ def test_weights_are_kept_only_when_asked():
     L = 1024
     x = rng.standard_normal((L, 4))
     single = nm.SelfAttention(4, seed=0)
-    tracemalloc.start()
+    gc.collect()
+    tracemalloc.start(8)
     try:
-        before = tracemalloc.get_traced_memory()[0]
+        before = tracemalloc.take_snapshot()
         y = single.forward(x)
-        kept = tracemalloc.get_traced_memory()[0] - before
+        gc.collect()  # (kept: what is still referenced, not a cycle the collector has yet to free)
+        after = tracemalloc.take_snapshot()
     finally:
         tracemalloc.stop()
+    grown = [d for d in after.compare_to(before, "traceback") if d.size_diff > 0]
+    kept = sum(d.size_diff for d in grown)
     assert single.attention_weights is None
-    assert kept < L * L * 8 / 4, kept  # x, q, k, v and y are L x 4 each
+    # x, q, k, v and y are L x 4 each (the message: where the largest growth was allocated)
+    assert kept < L * L * 8 / 4, (kept, max(grown, key=lambda d: d.size_diff).traceback.format() if grown else None)
     np.testing.assert_array_equal(single.forward(x, need_weights=True), y)
     Q, K = single.params["Q"], single.params["K"]
     a = (x @ Q) @ (x @ K).T / 2
