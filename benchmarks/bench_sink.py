@@ -1,0 +1,73 @@
+"""A sink's cost: each map with ``sink=b`` (one sink per row) against the same map without one, in one run, as
+ratios (issue 45 asks for at most 1.1).
+
+NumPy: the forward; torch: the forward and backward of ``m(x, sink=b).sum()``; float32 N(0, 1) scores, one thread,
+the first quartile of interleaved calls.
+
+    python benchmarks/bench_sink.py [--calls 30]
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import time
+
+os.environ.setdefault("REGATTN_NUM_THREADS", "1")
+
+import numpy as np  # noqa: E402
+
+import numeric as nm  # noqa: E402
+
+SHAPES = [(8192, 64), (512, 1024)]
+MAPS = ["softmax", "sparsemax", "entmax15"]
+
+
+def quartile(fns, calls: int) -> list:
+    """The first quartile of each function's wall time, calls interleaved (after three untimed rounds)."""
+    for _ in range(3):
+        for fn in fns:
+            fn()
+    times = [[] for _ in fns]
+    for _ in range(calls):
+        for fn, t in zip(fns, times):
+            start = time.perf_counter()
+            fn()
+            t.append(time.perf_counter() - start)
+    return [float(np.quantile(t, 0.25)) for t in times]
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--calls", type=int, default=30)
+    args = parser.parse_args()
+    try:
+        import torch
+
+        import numeric.torch as rt
+
+        torch.set_num_threads(1)
+    except ModuleNotFoundError:
+        torch = None
+    rng = np.random.default_rng(0)
+    print(f"{'map':10s} {'shape':12s} {'NumPy':>8s} {'torch':>8s}")
+    for shape in SHAPES:
+        x = rng.standard_normal(shape).astype(np.float32)
+        b = rng.standard_normal((shape[0], 1)).astype(np.float32)
+        for name in MAPS:
+            m = nm.get_map(name)
+            plain, sink = quartile([lambda: m(x), lambda: m(x, sink=b)], args.calls)
+            line = f"{name:10s} {str(shape):12s} {sink / plain:8.2f}"
+            if torch is not None:
+                tm, xt, bt = rt.get_map(name), torch.tensor(x, requires_grad=True), torch.tensor(b, requires_grad=True)
+
+                def step(with_sink, tm=tm, xt=xt, bt=bt):
+                    (tm(xt, sink=bt) if with_sink else tm(xt)).sum().backward()
+
+                plain, sink = quartile([lambda: step(False), lambda: step(True)], args.calls)
+                line += f" {sink / plain:8.2f}"
+            print(line)
+
+
+if __name__ == "__main__":
+    main()
