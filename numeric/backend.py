@@ -85,8 +85,8 @@ class Backend:
         solve on :meth:`row_ops`: every set runs on every backend (a set that appends a score to each row,
         :attr:`~numeric.constraints.ConstraintSet.appends`, by the backend's own solve on the longer rows)."""
         if cset.appends is not None:  # (the backend's own solve on the longer rows)
-            b = arrays[list(cset.keywords).index(cset.appends)]
-            p, t = self.forward(mapping, self.namespace().concatenate([x, b], axis=-1), overwrite=True)
+            p, t = self.forward(mapping, self.namespace().concatenate([x, cset.appended(arrays)], axis=-1),
+                                overwrite=True)
             return p[:, :x.shape[-1]], t
         with np.errstate(all="ignore"):  # (off-support branches are evaluated and masked)
             p, t = cset.solve(self.row_ops(x.dtype), bound_routines(mapping, x.dtype), x, *arrays)

@@ -117,6 +117,10 @@ class ConstraintSet:
         """``J dx + sum_a dp/da da`` at ``p``; ``tangents`` holds one per array of ``rows``, ``0`` for none."""
         raise NotImplementedError
 
+    def appended(self, rows: tuple):
+        """The column :attr:`appends` adds to each row: its keyword's array among ``rows`` (:meth:`rows`' layout)."""
+        return rows[list(self.keywords).index(self.appends)]
+
     def param_directions(self, ops, r, p, name: str, *rows, x=None) -> tuple:
         """How the map's parameter ``name`` moves the set's arrays: one array per array of ``rows`` (or ``()`` for
         none), ``c_a`` such that a tangent ``dq`` enters as ``-c_a dq`` in that array's tangent, as it enters as

@@ -30,17 +30,16 @@ from .table import register
 __all__ = ["Sink", "SINK", "sink_weight"]
 
 
-def _threshold(ops, r, p, b, x):
-    """``tau`` per row at the map's ``p`` of the scores ``x`` with the sink ``b``: ``s_k - omega'(p_k)`` at the
-    largest ``p_k``, ``b - omega'(1)`` in a row where every ``p_i = 0`` (NaN in a NaN row, ``inf`` in a fully masked
-    one with a masked sink)."""
-    top = ops.row_max(p)
+def _threshold(ops, r, p, b, x, top):
+    """``tau`` per row at the map's ``p`` (whose row maxima are ``top``) of the scores ``x`` with the sink ``b``:
+    ``s_k - omega'(p_k)`` at the largest ``p_k``, ``b - omega'(1)`` in a row where every ``p_i = 0`` (NaN in a NaN
+    row, ``inf`` in a fully masked one with a masked sink)."""
     at = (p >= top) & (p > 0)
     count = ops.row_sum(ops.float_(at))
     some = count > 0
     tau = ops.where(some, ops.row_sum(ops.where(at, x - r.omega_prime(ops.where(at, p, 1)), 0))
                     / ops.where(some, count, 1), b - r.omega_prime(ops.full(top, 1.0)))
-    return ops.where(ops.isnan(top), math.nan, tau)
+    return tau
 
 
 def sink_weight(ops, r, p, b, x):
@@ -51,7 +50,7 @@ def sink_weight(ops, r, p, b, x):
     some = top > 0
     # (a row where every p_i = 0 has tau = b - omega'(1); the link is evaluated off the support at the largest
     # score on it, or at b, values inside its domain, which keeps NaN out of the derivatives of either branch)
-    tau = _threshold(ops, r, p, b, x)
+    tau = _threshold(ops, r, p, b, x, top)
     peak = ops.where(some, ops.row_max(ops.where(p > 0, x, -math.inf)), b)
     g, _ = clipped_link(ops, r, b, tau, r.clip(), peak=peak, ceiling=box_ceiling(ops, r, tau))
     return ops.where(ops.isnan(top), math.nan, g)

@@ -342,7 +342,7 @@ class JaxMap(FrameworkMap):
             p = _family_rows_jit(self._family_solver(values), self.family, flat, tensors)
         elif cset is not SIMPLEX and cset.appends is not None:  # (the plain map on the longer rows)
             arrays = cset.rows(jnp, ARRAYS, xc, own, axis)
-            ext = jnp.concatenate([flat, arrays[list(cset.keywords).index(cset.appends)]], axis=-1)
+            ext = jnp.concatenate([flat, cset.appended(arrays)], axis=-1)
             p = _map_rows_jit(self.solver_for(values), ext, tensors)[:, :flat.shape[-1]]
         elif cset is not SIMPLEX:
             arrays = cset.rows(jnp, ARRAYS, xc, own, axis)

@@ -388,7 +388,7 @@ class TorchMap(FrameworkMap):
         _, dtype, moved, flat, tensors, solver = self._layout(x, dim, params)
         arrays = cset.rows(torch, ARRAYS, x.to(dtype), values, dim, "dim")
         if cset.appends is not None and not keep_tau:  # (the plain map on the longer rows, autograd through cat)
-            ext = torch.cat([flat, arrays[list(cset.keywords).index(cset.appends)]], dim=-1)
+            ext = torch.cat([flat, cset.appended(arrays)], dim=-1)
             if not params:  # (the plain path: torch's softmax and its own backward for softmax)
                 p = self.run(ext, -1, {})
             elif torch.is_grad_enabled() and any(t.requires_grad for t in (ext, *tensors)):
