@@ -9,6 +9,10 @@ import numpy as np
 MAPS = [("softmax", {}), ("sparsemax", {}), ("entmax15", {}), ("entmax", {"alpha": 0.6}), ("entmax", {"alpha": 1.3}),
         ("shannon_gini", {})]
 IDS = [name + "".join(f"-{k}{v}" for k, v in params.items()) for name, params in MAPS]
+#: with a typed map whose link has no closed form (omega'(p) = p + log(1 + p) + p / (1 + p), inverted by Newton
+#: steps), for the sets added after the box
+TYPED = [*MAPS, ("gini_log1p", {})]
+TYPED_IDS = [*IDS, "gini_log1p"]
 
 
 def qkv(seed=0, L=6, S=6, scale=1.0):

@@ -17,7 +17,8 @@ import pytest
 import numeric as nm
 from derive.nosum import nosum_jacobians, nosum_loss, nosum_loss_gradients, solve_nosum
 from tests.backends import backend_params
-from tests.constraints.cases import IDS, MAPS
+from tests.constraints.cases import TYPED as MAPS
+from tests.constraints.cases import TYPED_IDS as IDS
 from tests.numeric.conftest import case_derivation
 
 INF = math.inf
@@ -100,7 +101,7 @@ def test_numpy_derivatives_match_the_reference(name, params):
     np.testing.assert_allclose(m.jvp(p, dy, axis=1, total=None, upper=upper), js, rtol=0, atol=0)
 
 
-@pytest.mark.parametrize(("name", "params"), [MAPS[2], MAPS[4], MAPS[5]], ids=[IDS[2], IDS[4], IDS[5]])
+@pytest.mark.parametrize(("name", "params"), [MAPS[2], MAPS[4], MAPS[5], MAPS[6]], ids=[IDS[2], IDS[4], IDS[5], IDS[6]])
 @pytest.mark.parametrize("backend", AUTODIFF, indirect=True)
 def test_gradient_checks_in_scores_bounds_and_alpha(backend, name, params):
     """Away from kinks (no entry at 0 or at its bound by a hair), to second order."""

@@ -18,7 +18,8 @@ import pytest
 import numeric as nm
 from derive.sink import sink_jacobians, sink_loss, sink_loss_gradients, solve_sink
 from tests.backends import backend_params
-from tests.constraints.cases import IDS, MAPS
+from tests.constraints.cases import TYPED as MAPS
+from tests.constraints.cases import TYPED_IDS as IDS
 from tests.numeric.conftest import case_derivation
 
 INF = math.inf
@@ -103,7 +104,8 @@ def test_numpy_derivatives_match_the_reference(name, params):
         m.vjp(p, dy, axis=1, sink=b)
 
 
-@pytest.mark.parametrize(("name", "params"), [MAPS[1], MAPS[2], MAPS[4], MAPS[5]], ids=[IDS[1], IDS[2], IDS[4], IDS[5]])
+@pytest.mark.parametrize(("name", "params"), [MAPS[1], MAPS[2], MAPS[4], MAPS[5], MAPS[6]],
+                         ids=[IDS[1], IDS[2], IDS[4], IDS[5], IDS[6]])
 @pytest.mark.parametrize("backend", AUTODIFF, indirect=True)
 def test_gradient_checks_in_scores_sink_and_alpha(backend, name, params):
     """Away from kinks, to second order (sparsemax's first order: its second derivatives are 0)."""
