@@ -109,7 +109,8 @@ def _steps(dv) -> list[_Step]:
         _Step(
             "Support",
             support,
-            (_Line(r"\omega'(0^+)", "omega'(0+)", dv.clip), _Line(r"\omega(0^+)", "omega(0+)", dv.omega_zero)),
+            (_Line(r"\omega'(0^+)", "omega'(0+)", dv.clip), _Line(r"\omega(0^+)", "omega(0+)", dv.omega_zero))
+            + (() if dv.omega_one is None else (_Line(r"\omega(1^-)", "omega(1-)", dv.omega_one),)),
             support_tex,
         )
     )

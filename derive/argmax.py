@@ -40,7 +40,7 @@ from .derivation import Derivation, Inversion, Threshold
 from .errors import DerivationError, DerivationTimeout
 from .family import stated_cases
 from .regularizers import Regularizer, describe, p, sympy_failure, to_mpf, z
-from .symbols import S, S1, S2, d, i, k, s, s_k, s_max, score, tau, y
+from .symbols import S, S1, S2, d, i, k, s, s_k, s_max, s_min, score, tau, y
 
 __all__ = [
     "derive_map",
@@ -51,6 +51,7 @@ __all__ = [
     "d",
     "k",
     "s_max",
+    "s_min",
     "S",
     "S1",
     "S2",
@@ -107,6 +108,12 @@ def _limit_at_zero(reg: Regularizer, expr: sp.Expr, what: str) -> sp.Expr:
     return sp.simplify(value.subs(back))
 
 
+def _limit_at_one(reg: Regularizer, expr: sp.Expr) -> sp.Expr:
+    """``expr``'s limit as ``p -> 1-`` (the regularizer's checks found it finite for ``omega``)."""
+    assumed, back = reg.assumed(expr)
+    return sp.simplify(TimeLimit(_SOLVE_SECONDS, "finding omega(1-)").run(sp.limit, assumed, p, 1, "-").subs(back))
+
+
 # -------------------------------------------------------------- the steps
 def _invert(reg: Regularizer, d1: sp.Expr, d2: sp.Expr) -> Inversion:
     newton_step = sp.simplify(p - (d1 - z) / d2)
@@ -160,7 +167,7 @@ def _verify_branch(reg: Regularizer, d1: sp.Expr, cand: sp.Expr) -> bool:
     with mpmath.workdps(120):
         for values in reg.parameter_samples():
             args = _param_args(reg, values)
-            for p0 in ("1e-6", "0.001", "0.05", "0.2", "0.5", "0.8", "1"):
+            for p0 in ("1e-6", "0.001", "0.05", "0.2", "0.5", "0.8", "0.999" if reg.ends_at_one else "1"):
                 p0 = mpmath.mpf(p0)
                 try:
                     value = g(f1(p0, *args), *args)
@@ -183,10 +190,15 @@ def _threshold(reg: Regularizer, d1, inversion: Inversion, clip, sparse, w) -> T
     link = inversion.closed_form
     gplus = sp.Function("g_+")
     equation = sp.Eq(sp.Sum(gplus(s[i] - tau), (i, 1, d)), 1)
-    one, at_uniform = d1.subs(p, 1), d1.subs(p, 1 / d)
-    if _is_infinite(sp.simplify(one)):
-        raise DerivationError(f"omega'(1) = {one} is not finite: the threshold bracket does not exist")
-    bracket = (s_max - sp.simplify(one), s_max - sp.simplify(at_uniform))
+    at_uniform = sp.simplify(d1.subs(p, 1 / d))
+    if reg.ends_at_one:
+        # omega'(1) = +oo: each g(s_i - tau) >= 1/d at tau = min(s) - omega'(1/d)
+        bracket = (s_min - at_uniform, s_max - at_uniform)
+    else:
+        one = sp.simplify(d1.subs(p, 1))
+        if _is_infinite(one):
+            raise DerivationError(f"omega'(1) = {one} is not finite: the threshold bracket does not exist")
+        bracket = (s_max - one, s_max - at_uniform)
     dlink = w
     d2link = sp.simplify(sp.diff(w, p) * w)
     common = dict(equation=equation, bracket=bracket, dlink=dlink, d2link=d2link)
@@ -274,9 +286,12 @@ def _on_domain(reg: Regularizer, expr: sp.Expr, clip: sp.Expr, sparse: bool) -> 
     """Simplify ``expr(z)`` knowing ``z`` lies where the link is used.
 
     On the support of a sparse map ``z > omega'(0+)``; for a dense map
-    ``z <= omega'(1)``.  Writing ``z`` as ``clip + v`` or ``omega'(1) - v`` with
+    ``z <= omega'(1)`` (anywhere where omega's domain ends at 1).  Writing ``z`` as ``clip + v`` or ``omega'(1) - v`` with
     ``v > 0`` lets SymPy drop the ``Abs`` that powers of the link produce.
     """
+    if not sparse and reg.ends_at_one:  # (z ranges over the whole line)
+        assumed, back = reg.assumed(expr)
+        return sp.simplify(sp.simplify(assumed).subs(back))
     v = sp.Dummy("v", positive=True)
     edge = clip if sparse else reg.first_derivative.subs(p, 1)
     shifted = edge + v if sparse else edge - v
@@ -377,6 +392,7 @@ def _derive_steps(reg: Regularizer) -> Derivation:
     d1, d2 = reg.first_derivative, reg.second_derivative
     clip, sparse = _clip_and_sparsity(reg, d1)
     omega0 = _limit_at_zero(reg, reg.omega, "omega(0+)")
+    omega1 = _limit_at_one(reg, reg.omega) if reg.ends_at_one else None
     weight = sp.powsimp(sp.simplify(1 / d2), force=True)
     inversion = _invert(reg, d1, d2)
     if inversion.method == "closed":
@@ -400,4 +416,5 @@ def _derive_steps(reg: Regularizer) -> Derivation:
         loss=loss,
         loss_gradient=sp.IndexedBase("p")[i] - y[i],
         convexity=reg.convexity,
+        omega_one=omega1,
     )

@@ -156,6 +156,9 @@ class Derivation:
         ``p*_i(s) - y_i`` (Danskin), with ``p[i]`` standing for ``p*(s)_i``.
     convexity:
         How strict convexity was established.
+    omega_one:
+        ``omega(1-)`` where omega's domain ends at 1 (``omega'(1-) = +oo``, the binary entropy), the value of a
+        coordinate at 1 that the formula leaves undefined; ``None`` where ``omega(1)`` is the formula's own value.
     """
 
     regularizer: Regularizer
@@ -174,6 +177,7 @@ class Derivation:
     loss: sp.Expr | None
     loss_gradient: sp.Expr
     convexity: str
+    omega_one: sp.Expr | None = None
     _cache: dict = field(default_factory=dict, repr=False, compare=False)
 
     @property

@@ -147,6 +147,9 @@ class Compiled:
         self.sparse = dv.sparse
         self.clip = fn(dv.clip)
         self.omega = fn(dv.omega, p)
+        if dv.omega_one is not None:  # (a domain that ends at 1: the formula is undefined there)
+            inside, one = self.omega, fn(dv.omega_one)
+            self.omega = lambda q: one() if q == 1 else inside(q)
         self.omega_zero = fn(dv.omega_zero)
         self.d1 = fn(dv.omega_prime, p)
         self.d2 = fn(dv.omega_second, p)

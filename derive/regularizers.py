@@ -113,7 +113,7 @@ _MAX_DECADE = 100
 #: ``TorchMap(...)(x, dim, **params)``, ``numeric.torch.hf.register``, ``sparsify``); any of these names would
 #: collide there (``self=0.7`` as "multiple values for argument 'self'", ``threshold`` read as the threshold rule).
 RESERVED_NAMES: Mapping[str, frozenset] = MappingProxyType({
-    "a symbol of the derivation": frozenset({"p", "z", "s", "y", "tau", "i", "d", "k", "S", "S_1", "S_2", "s_max"}),
+    "a symbol of the derivation": frozenset({"p", "z", "s", "y", "tau", "i", "d", "k", "S", "S_1", "S_2", "s_max", "s_min"}),
     "a constant": frozenset({"pi", "E", "I", "oo", "inf", "nan"}),
     "a function": frozenset(FUNCTIONS),
     "an argument of numeric's maps": frozenset({
@@ -570,7 +570,7 @@ class Regularizer:
     def _check_keeping_derivatives(self) -> tuple[str, dict]:
         """:meth:`_check`'s result and the derivatives it computed (cached properties)."""
         convexity = self._check()
-        return convexity, {name: vars(self)[name] for name in ("first_derivative", "second_derivative")
+        return convexity, {name: vars(self)[name] for name in ("first_derivative", "second_derivative", "ends_at_one")
                            if name in vars(self)}
 
     def _check(self) -> str:
@@ -580,6 +580,8 @@ class Regularizer:
             _check_functions(omega, f"omega(p) = {describe(omega)}")
             _check_real(omega)
             _check_functions(self.second_derivative, f"omega''(p) = {describe(self.second_derivative)}")
+            if self.ends_at_one:
+                self._check_value_at_one()
             return self._check_convexity()
         except DerivationError:
             raise
@@ -640,6 +642,37 @@ class Regularizer:
         """``omega''(p)``."""
         return sp.simplify(sp.diff(self.omega, p, 2))
 
+    @cached_property
+    def ends_at_one(self) -> bool:
+        """Whether omega's domain ends at ``p = 1`` where the simplex does: ``omega'(p) -> +oo`` as ``p -> 1-``.
+
+        The binary entropy ``p log p + (1 - p) log(1 - p)`` is one (its map without a sum is the sigmoid).  Its
+        ``omega''`` is undefined at 1, and ``omega(1)`` is the limit there.  On the simplex a lone score then gets
+        ``p = 1`` at the threshold ``-oo``, and the threshold's bracket is taken from the smallest score
+        (``[min(s) - omega'(1/d), max(s) - omega'(1/d)]``) instead of ``omega'(1)``.
+        """
+        at_one = self.first_derivative.subs(p, 1)
+        if not at_one.has(sp.zoo, sp.nan, sp.oo, -sp.oo):
+            return False
+        assumed, _ = self.assumed(self.first_derivative)
+        try:
+            return sp.limit(assumed, p, 1, "-") == sp.oo
+        except (NotImplementedError, ValueError, TypeError):
+            return False
+
+    def _check_value_at_one(self) -> None:
+        """``omega(1-)`` finite: a one-hot target's Fenchel-Young loss takes it."""
+        assumed, back = self.assumed(self.omega)
+        try:
+            value = sp.limit(assumed, p, 1, "-").subs(back)
+        except (NotImplementedError, ValueError, TypeError):
+            value = sp.nan
+        if value.has(sp.zoo, sp.nan, sp.oo, -sp.oo, sp.Limit, sp.AccumBounds) or not value.is_finite:
+            raise DerivationError(
+                f"omega(p) = {describe(self.omega)} ends at p = 1 (omega'(1-) = +oo) but omega(1-) = {describe(value)} "
+                "is not finite: a one-hot target's loss needs it"
+            )
+
     def parameter_samples(self) -> list[dict[sp.Symbol, sp.Rational]]:
         """Parameter assignments used for numeric checks (one empty dict if none)."""
         grids = [_off_points(q, singular_points(self.omega, q.symbol)) for q in self.parameters]
@@ -673,7 +706,7 @@ class Regularizer:
             for values in self.parameter_samples():
                 args = [to_mpf(values[q.symbol]) for q in self.parameters]
                 where = "".join(f", {q.symbol} = {values[q.symbol]}" for q in self.parameters)
-                for x in _CONVEXITY_POINTS:
+                for x in _CONVEXITY_POINTS[:-1] if self.ends_at_one else _CONVEXITY_POINTS:
                     try:
                         v0, v2 = fn0(x, *args), fn2(x, *args)
                     except (ZeroDivisionError, ValueError, OverflowError) as exc:
@@ -690,16 +723,21 @@ class Regularizer:
                             f"omega is not strictly convex on (0, 1]: omega''(p) = {describe(d2)} = "
                             f"{mpmath.nstr(v2, 6)} at p = {mpmath.nstr(x, 6)}{where}"
                         )
-        n = len(_CONVEXITY_POINTS) * len(self.parameter_samples())
-        return f"omega''(p) > 0 checked numerically at {n} points of (0, 1]"
+        n = (len(_CONVEXITY_POINTS) - self.ends_at_one) * len(self.parameter_samples())
+        return f"omega''(p) > 0 checked numerically at {n} points of {self.domain}"
+
+    @property
+    def domain(self) -> str:
+        """Where ``omega`` is strictly convex: ``(0, 1]``, or ``(0, 1)`` where its domain ends at 1."""
+        return "(0, 1)" if self.ends_at_one else "(0, 1]"
 
     def _prove_convexity(self, d2: sp.Expr) -> str:
         assumed, _ = self.assumed(d2)
-        # p in (0, 1]: write p = 1/(1 + u) with u >= 0 so that SymPy's assumptions see the domain
-        u = sp.Dummy("u", nonnegative=True)
+        # p in (0, 1]: write p = 1/(1 + u) with u >= 0 (u > 0 on (0, 1)) so that SymPy's assumptions see the domain
+        u = sp.Dummy("u", positive=True) if self.ends_at_one else sp.Dummy("u", nonnegative=True)
         on_domain = sp.simplify(assumed.subs(p, 1 / (1 + u)))
         if on_domain.is_positive:
-            return "omega''(p) > 0 on (0, 1], proved by SymPy's assumptions"
+            return f"omega''(p) > 0 on {self.domain}, proved by SymPy's assumptions"
         if not self.parameters and d2.is_rational_function(p):
             num, den = sp.fraction(sp.together(d2))
             cuts = sorted(
@@ -707,6 +745,8 @@ class Regularizer:
                 | {r for poly in (num, den) for r in sp.Poly(poly, p).real_roots() if 0 < r < 1}
             , key=float)
             for r in cuts[1:]:
+                if r == 1 and self.ends_at_one:
+                    continue
                 if num.subs(p, r) == 0 or den.subs(p, r) == 0:
                     raise DerivationError(
                         f"omega is not strictly convex on (0, 1]: omega''(p) = {describe(d2)} vanishes or is "
@@ -719,7 +759,7 @@ class Regularizer:
                         f"omega is not strictly convex on (0, 1]: omega''(p) = {describe(d2)} = "
                         f"{describe(d2.subs(p, mid))} at p = {mid}"
                     )
-            return "omega''(p) > 0 on (0, 1], proved from the real roots of the rational omega''"
+            return f"omega''(p) > 0 on {self.domain}, proved from the real roots of the rational omega''"
         return ""
 
 

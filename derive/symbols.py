@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import sympy as sp
 
-__all__ = ["score", "s", "y", "tau", "i", "d", "k", "s_max", "S", "S1", "S2", "s_k"]
+__all__ = ["score", "s", "y", "tau", "i", "d", "k", "s_max", "s_min", "S", "S1", "S2", "s_k"]
 
 #: A single score (scalar) and the score vector as an indexed base ``s[i]``.
 score = sp.Symbol("s", real=True)
@@ -24,6 +24,8 @@ k = sp.Symbol("k", integer=True, positive=True)
 #: Largest score, the sum ``S = sum_i B(s_i)`` of a closed threshold, and the
 #: sums of the ``k`` largest scores and of their squares (sort threshold).
 s_max = sp.Symbol("s_max", real=True)
+#: Smallest score: the threshold's lower bracket where omega's domain ends at 1 (``omega'(1) = +oo``).
+s_min = sp.Symbol("s_min", real=True)
 S = sp.Symbol("S", positive=True)
 S1 = sp.Symbol("S_1", real=True)
 S2 = sp.Symbol("S_2", real=True)

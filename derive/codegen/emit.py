@@ -48,7 +48,7 @@ from ..regularizers import check_parameter_name, p, z
 from . import cuda
 from . import triton as triton_code
 from .printers import CudaPrinter, PyPrinter, print_block
-from .rewrite import POINTS, POSITIVE, stable_form
+from .rewrite import POINTS, POSITIVE, Select, stable_form
 from .trace_rows import solver_for
 
 __all__ = ["generate_module", "generate_family_module", "family_case_name", "assemble", "check_name", "HEADER_MARK",
@@ -119,8 +119,10 @@ def map_pieces(dv: Derivation) -> list[Piece]:
     # would mix a Tsallis term's p**a - p, which cancels near a = 1 (rewrite._power_difference rewrites it on
     # its own), with the other terms
     omega_prime = _termwise(lambda t: sp.diff(t, p), dv.omega) if len(sp.Add.make_args(dv.omega)) > 1 else dv.omega_prime
+    # where omega's domain ends at 1 its formula is undefined there ((1 - p) log(1 - p)): omega(1-) at p = 1
+    at_one = None if dv.omega_one is None else Select(p - 1, dv.omega_one, dv.omega)
     pieces = [
-        piece("omega", dv.omega),
+        piece("omega", dv.omega, body=at_one),
         piece("omega_prime", omega_prime),
         piece("omega_second", dv.omega_second),
         piece("omega_third", sp.simplify(sp.diff(dv.omega_second, p))),

@@ -525,6 +525,8 @@ def stable_form(expr: sp.Expr, points=POINTS) -> sp.Expr:
       ``log(A)`` with ``A - 1`` cancelling at one of ``points`` ->
       ``log1p(A - 1)`` (``log(cosh(u))`` -> ``log1p(2 sinh(u/2)**2)``);
     * ``a exp(x) - a`` -> ``a expm1(x)``;
+    * ``exp(u)/(exp(u) + c)`` -> a sign select between it and ``1/(1 + c exp(-u))`` (an overflow, not a
+      cancellation: :func:`_logistic`);
     * ``T1 + T2`` with ``r = -T1/T2 > 0`` a product of powers with a symbolic
       exponent (``p**alpha - p``) -> ``-T2 expm1(log r)``, ``log r`` expanded;
     * ``A + sqrt(B)`` where ``c = B - A**2`` cancels symbolically (it is free
@@ -576,6 +578,10 @@ def _stable(expr: sp.Expr, points, positive=frozenset()) -> sp.Expr:
         better = _power_near_one(expr)
         if better is not None:
             return _stable(better, points, positive)
+    if expr.is_Mul:
+        better = _logistic(expr)
+        if better is not None:
+            return better
     args = tuple(_stable(a, points, positive) for a in expr.args)
     new = expr.func(*args) if args != expr.args else expr
     if new.is_Add:
@@ -587,6 +593,24 @@ def _stable(expr: sp.Expr, points, positive=frozenset()) -> sp.Expr:
     if new.is_Add:
         new = _cancelling_sum(new, points)
     return new
+
+
+def _logistic(expr: sp.Mul) -> sp.Expr | None:
+    """``exp(u)/(exp(u) + c)`` (``c > 0`` free of ``u``) as ``Select(u, 1/(1 + c exp(-u)), exp(u)/(exp(u) + c))``;
+    else ``None``.
+
+    Not a cancellation but an overflow: at ``u`` past ``log`` of the largest float both ``exp(u)`` and the sum are
+    infinite and their quotient NaN (the binary entropy's link, the sigmoid, at ``z > 88`` in float32).  Each branch
+    is taken where its exponential is at most 1.
+    """
+    num, den = sp.fraction(expr)
+    if not isinstance(num, sp.exp) or not den.is_Add or num not in den.args:
+        return None
+    u = num.args[0]
+    rest = den - num
+    if not u.free_symbols or rest.free_symbols & u.free_symbols or not rest.is_positive:
+        return None
+    return Select(u, 1 / (1 + rest * sp.exp(-u)), expr)
 
 
 def _power_near_one(expr: sp.Pow) -> sp.Expr | None:

@@ -11,10 +11,12 @@
 
 from __future__ import annotations
 
+import math
+
 from ..newton import safeguarded_point
 from .ops import Routines
 
-__all__ = ["ROOT_STEPS", "LOG_STEPS", "reach_one", "power_link", "root_halley", "narrow_bracket", "threshold_round",
+__all__ = ["ROOT_STEPS", "LOG_STEPS", "reach_one", "lower_end", "power_link", "root_halley", "narrow_bracket", "threshold_round",
            "halley_threshold", "clipped_link"]
 
 #: Iteration budget of the root rule's safeguarded Halley solve.
@@ -27,6 +29,27 @@ LOG_STEPS = 200
 def reach_one(ops, r, like):
     """``omega'(1)`` per row (``like`` has shape ``(rows, 1)``)."""
     return r.omega_prime(ops.full(like, 1.0))
+
+
+def lower_end(ops, r, y):
+    """The lower end of the threshold's bracket per row of shifted scores ``y`` (masked scores ``-inf``), shape
+    ``(rows, 1)``: ``-omega'(1)``, where ``g(y_max - t) = 1``.
+
+    Where omega's domain ends at 1 (``omega'(1) = +oo``, the binary entropy) that is ``-oo``: then ``min(y) -
+    omega'(1/n)`` over the ``n`` live scores, where each ``g(y_i - t) >= 1/n``; on a row with one live score,
+    whose ``p`` is 1 at ``t = -oo``, ``-omega'(1 - eps/2)``, a finite ``t`` whose link rounds to 1.
+    """
+    one = reach_one(ops, r, y[..., :1])
+
+    def ends():
+        live = ops.isfinite(y)
+        count = ops.row_sum(ops.float_(live))
+        low = -ops.row_max(ops.where(live, -y, -math.inf))
+        spread = low - r.omega_prime(1 / ops.where(count > 1, count, 2))
+        return ops.where(ops.isfinite(one), -one,
+                         ops.where(count > 1, spread, -r.omega_prime(ops.full(one, 1 - ops.eps / 2))))
+
+    return ops.branch(ops.not_(ops.isfinite(one)), ends, lambda: -one)
 
 
 def power_link(ops, k, raw):
@@ -99,7 +122,7 @@ def threshold_round(ops, t, lo, hi, step, step_old, active, f, slope, point, usa
 def halley_threshold(ops, r, y, lo, hi, *, steps: int = ROOT_STEPS, power=None, start=None, going=None, rest=None,
                      peak=None):
     """The threshold of the rows ``y`` in the bracket ``[lo, hi]`` by safeguarded Halley on
-    ``h(t) = omega'(F(t)) - omega'(1)`` (:func:`~numeric.core.rules.root_rule`): ``(t, lo, hi, active, settled, weights)``.
+    ``h(t) = omega'(F(t)) - omega'(1)`` (``F(t) - 1`` where ``omega'(1) = +oo``) (:func:`~numeric.core.rules.root_rule`): ``(t, lo, hi, active, settled, weights)``.
 
     ``t``, ``lo`` and ``hi`` have shape ``(rows, 1)``: ``F(lo) >= 1 >= F(hi)`` and ``t = tau - m`` for rows
     shifted to their maximum ``m`` (``peak``, the rows' largest score, is 0 where ``None``; a device kernel
@@ -169,9 +192,11 @@ def halley_threshold(ops, r, y, lo, hi, *, steps: int = ROOT_STEPS, power=None, 
         at = ops.where(some, total, 1)
         o2 = r.omega_second(at)
         o3 = r.omega_third(at)
-        h = r.omega_prime(at) - one
-        h1 = o2 * d1
-        h2 = o3 * d1 * d1 + o2 * d2
+        # where omega's domain ends at 1 (omega'(1) = +oo) h is F - 1 itself
+        ends = ops.not_(ops.isfinite(one))
+        h = ops.where(ends, total - 1, r.omega_prime(at) - one)
+        h1 = ops.where(ends, d1, o2 * d1)
+        h2 = ops.where(ends, d2, o3 * d1 * d1 + o2 * d2)
         denom = 2 * h1 * h1 - h * h2
         sloped = h1 != 0
         halley = t - 2 * h * h1 / ops.where(denom > 0, denom, 1)

@@ -8,7 +8,7 @@ import math
 
 from ..newton import safeguarded_point
 from .derivatives import weights
-from .halley import ROOT_STEPS, root_halley
+from .halley import ROOT_STEPS, lower_end, root_halley
 from .ops import Routines, TensorOps, row_length, uncat
 
 __all__ = ["KKT_STEPS", "KKT_FREE_STEPS", "KKT_LOG_STEP", "KKT_CANDIDATES", "KKT_ELASTIC_CEIL", "LINEAR_START_STEPS",
@@ -246,7 +246,7 @@ def _kkt_newton(ops: TensorOps, r: Routines, y, steps: int):
     def halley(y, c, anchor, at, one, edge, *params):
         rr = Routines(r.module, r.table, params)
         size = ops.full(y[..., :1], row_length(y))
-        q, s = root_halley(ops, rr, y, ROOT_STEPS, None, -rr.omega_prime(ops.full(size, 1.0)), -rr.omega_prime(1 / size))
+        q, s = root_halley(ops, rr, y, ROOT_STEPS, None, lower_end(ops, rr, y), -rr.omega_prime(1 / size))
         return ops.cat(q, s)
 
     return uncat(ops.on_rows(ops.not_(settled), halley, rows, ops.cat(p, t)), n)

@@ -26,7 +26,7 @@ from __future__ import annotations
 import math
 import numbers
 
-from .halley import LOG_STEPS, ROOT_STEPS, power_link, reach_one, root_halley
+from .halley import LOG_STEPS, ROOT_STEPS, lower_end, power_link, reach_one, root_halley
 from .kkt import kkt_rule
 from .ops import Routines, TensorOps, log_of, row_length, uncat
 
@@ -338,7 +338,7 @@ def root_rule(ops: TensorOps, r: Routines, y, steps: int = ROOT_STEPS):
     if not power and not r.has("link"):
         return kkt_rule(ops, r, y)
     if not power:
-        return root_halley(ops, r, y, steps, None, -r.omega_prime(ops.full(count, 1.0)), -r.omega_prime(1 / count))
+        return root_halley(ops, r, y, steps, None, lower_end(ops, r, y), -r.omega_prime(1 / count))
     # the variable t = tau - m - clip = -c / a, c = p_max**(1/k): base = max(a y - a t, 0), p = base**k
     a, k, b, reach = _power_parts(ops, r, y)
     far = _far_rows(ops, k, y)

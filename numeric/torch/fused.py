@@ -110,7 +110,8 @@ def _case(fn):
 
 
 def steep_at_clip(module, params: dict) -> str | None:
-    """Why a sparse map's link is too steep at the clip for the kernels' float32 threshold (``None``: it is not).
+    """Why a sparse map's link is too steep at the clip for the kernels' float32 threshold (``None``: it is not), or
+    why the kernels' bracket of it does not exist (omega's domain ends at 1).
 
     Near the clip the link rises like ``g(clip + u) ~ u**k`` and its weight like ``w(p) ~ p**(1 - 1/k)``;
     for ``k < 1`` the derivative of ``F(tau) = sum g_+(s - tau)`` is infinite where a score enters the
@@ -136,6 +137,10 @@ def _steep(module, values: tuple) -> str | None:
         clip = np.broadcast_to(np.asarray(module.clip(*values), dtype=np.float64), np.shape(values[0]) if values else ())
         small, large = (np.asarray(module.weight(np.float64(p), *values), dtype=np.float64) for p in (1e-12, 1e-8))
         slope = (np.log(large) - np.log(small)) / math.log(1e4)
+        one = np.asarray(module.omega_prime(np.float64(1.0), *values), dtype=np.float64)
+    if not np.isfinite(one).all():
+        return (f"map {module.NAME}: its domain ends at p = 1 (omega'(1) = +oo), and the kernels' threshold bracket "
+                "starts at -omega'(1)")
     steep = np.isfinite(clip) & ~(slope >= -1 - 1e-9)  # (an overflowing weight: NaN slope, steep)
     if not steep.any():
         return None
