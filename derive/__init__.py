@@ -17,11 +17,11 @@ from .argmax import derive_map
 from .derivation import Derivation, Inversion, Threshold
 from .codegen import generate_module
 from .errors import DerivationError, DerivationTimeout
-from .regularizers import Parameter, Regularizer, alpha, gini, p, shannon, tsallis, z
+from .regularizers import Parameter, Regularizer, alpha, binary_entropy, gini, p, shannon, tsallis, z
 
 __all__ = [
     # writing a regularizer (derive.regularizers)
-    "p", "z", "alpha", "Parameter", "Regularizer", "shannon", "gini", "tsallis", "FUNCTIONS",
+    "p", "z", "alpha", "Parameter", "Regularizer", "shannon", "gini", "tsallis", "binary_entropy", "FUNCTIONS",
     # deriving its map (derive.argmax, derive.derivation) and generating its module (derive.codegen)
     "derive_map", "Derivation", "Inversion", "Threshold", "generate_module",
     # errors and time limits

@@ -159,6 +159,10 @@ def _cmd_derive(args: argparse.Namespace) -> int:
     else:
         dv = derive_map(reg)
     sys.stdout.write(dv.latex() + "\n" if args.latex else dv.pretty())
+    if args.regularizer in _map_names() and dict(_builtin(args.regularizer).keywords).get("total", 1) is None:
+        from .nosum import describe  # (the name's map has no sum: sigmoid, relu)
+
+        sys.stdout.write("\n" + describe(dv, latex=args.latex))
     return 0
 
 

@@ -21,13 +21,15 @@ from __future__ import annotations
 from typing import TYPE_CHECKING, Any
 
 import mpmath
+import sympy as sp
 
 from .reference import GUARD_DIGITS, compiled, to_mp_vector
+from .regularizers import z
 
 if TYPE_CHECKING:
     from .derivation import Derivation
 
-__all__ = ["solve_nosum", "nosum_jacobians", "nosum_loss", "nosum_loss_gradients"]
+__all__ = ["solve_nosum", "nosum_jacobians", "nosum_loss", "nosum_loss_gradients", "describe"]
 
 
 def _bounds(values, upper):
@@ -44,9 +46,11 @@ def _one(comp, s, u, digits):
     """``argmax_{0 <= q <= u} q s - omega(q)`` by bisection on ``omega'(q) = s``."""
     if s == -mpmath.inf or u == 0:
         return mpmath.mpf(0)
-    lo, hi = mpmath.mpf(0), mpmath.mpf(1)
-    if comp.d1(mpmath.mpf(10) ** -(digits + 30)) >= s:  # (omega' at 0+ at or above the score: q = 0)
-        return mpmath.mpf(0)
+    lo, hi = mpmath.mpf(10) ** -(digits + 30), mpmath.mpf(1)
+    while comp.d1(lo) >= s:  # (a dense map's p far below 1, down to 10**-10**5: else omega' at 0+ reaches s, q = 0)
+        if lo < mpmath.mpf(10) ** -100000:
+            return mpmath.mpf(0)
+        lo = lo * lo
     while hi < u:
         try:
             slope = comp.d1(hi)
@@ -59,9 +63,10 @@ def _one(comp, s, u, digits):
         if comp.d1(u) <= s:
             return u
         hi = u
-    tol = mpmath.mpf(10) ** -(digits + 10) * (1 + hi)
-    while hi - lo > tol:
-        mid = (lo + hi) / 2
+    # to digits + 10 significant digits, across decades by the geometric mean (a p far below 1: a dense map's tail)
+    tol = mpmath.mpf(10) ** -(digits + 10)
+    while hi - lo > tol * hi:
+        mid = mpmath.sqrt(lo * hi) if hi > 4 * lo else (lo + hi) / 2
         try:
             slope = comp.d1(mid)
         except (ValueError, ZeroDivisionError):
@@ -136,3 +141,23 @@ def nosum_loss_gradients(dv: Derivation, scores: Any, target: Any, upper: Any = 
         mu = [max(mpmath.mpf(0), s - comp.d1(b)) if mpmath.isfinite(b) and b > 0 and s != -mpmath.inf
               else mpmath.mpf(0) for s, b in zip(values, u)]
         return {"scores": [q - t for q, t in zip(p, ys)], "upper": mu}
+
+
+def describe(dv: Derivation, latex: bool = False) -> str:
+    """The map of ``dv``'s regularizer with no sum, its Jacobian and its loss, as text (or LaTeX math): what
+    ``regattn derive`` prints after the simplex's derivation for a name that binds ``total=None`` (``sigmoid``,
+    ``relu``)."""
+    show = sp.latex if latex else sp.sstr
+    at = {z: sp.Symbol("s", real=True)}
+    link = ("omega'(p) = s solved by safeguarded Newton" if dv.link is None or dv.inversion.method != "closed"
+            else f"g(s) = {show(dv.link.subs(at))}")
+    lines = [
+        "Without a sum (total=None)",
+        "   p_i = argmax_{0 <= q <= u_i} q s_i - omega(q) = min(u_i, g_+(s_i)): each score on its own, no threshold",
+        f"   {link}",
+        f"   J = diag(w) on 0 < p_i < u_i, w(p) = {show(dv.weight)}",
+    ]
+    if dv.scalar_conjugate is not None:
+        lines.append(f"   omega*(s) = {show(dv.scalar_conjugate.subs(at))}")
+    lines.append("   L(s; y) = sum_i omega*_+(s_i) + omega(y_i) - s_i y_i (omega*_+ = -omega(0+) where s_i <= omega'(0+)), gradient p - y in s")
+    return "\n".join(lines) + "\n"

@@ -153,6 +153,10 @@ class Compiled:
         self.omega_zero = fn(dv.omega_zero)
         self.d1 = fn(dv.omega_prime, p)
         self.d2 = fn(dv.omega_second, p)
+        if dv.omega_one is not None:  # (omega's domain ends at 1: omega' and omega'' are +oo there, as in floats)
+            d1, d2 = self.d1, self.d2
+            self.d1 = lambda q: mpmath.inf if q >= 1 else d1(q)
+            self.d2 = lambda q: mpmath.inf if q >= 1 else d2(q)
         self.weight = fn(dv.weight, p)
         inv = dv.inversion
         self.link = fn(inv.closed_form, z) if inv.closed_form is not None and inv.method == "closed" else None
@@ -178,6 +182,8 @@ class Compiled:
         """Clipped link ``g_+(z)``."""
         if zz == -mpmath.inf or (self.sparse and zz <= self.clip()):
             return mpmath.mpf(0)
+        if zz == mpmath.inf:  # (the end of omega's domain: 1 where it ends there)
+            return mpmath.mpf(1) if self.dv.omega_one is not None else mpmath.inf
         if self.link is not None:
             return _real(self.link(zz))
         return self._newton_link(zz)
@@ -195,7 +201,7 @@ class Compiled:
     def _newton_link(self, zz: mpmath.mpf, d1=None) -> mpmath.mpf:
         """``d1(p) = z`` for ``p`` (``d1 = omega'``, or ``omega' - omega'(0+)``) by :func:`numeric.newton.invert_link`."""
         d1 = self.d1 if d1 is None else d1
-        if d1(mpmath.exp(WIDEN_STEPS)) < zz:
+        if not self.dv.regularizer.ends_at_one and d1(mpmath.exp(WIDEN_STEPS)) < zz:
             raise DerivationError(f"omega'(p) = z = {zz} has no root for p <= e^{WIDEN_STEPS}")
         return invert_link(_MpmathOps(), zz, d1, self.d2)
 

@@ -338,6 +338,14 @@ def derivation_for(mapping, **params: float) -> tuple[Derivation, dict]:
     return dv, {q: float(params[q]) for q in module.PARAMETERS}
 
 
+def _central(comp, probs) -> int:
+    """The entry ``k`` whose ``tau = s_k - omega'(p_k)`` is read: the largest ``p_k``; where omega's domain ends at 1
+    (``omega'`` steep near it) the largest weight ``w(p_k) = 1/omega''(p_k)``, 0 at 1, ties to the larger ``p_k``."""
+    if comp.dv.omega_one is None:
+        return max(range(len(probs)), key=lambda i: probs[i])
+    return max((i for i, q in enumerate(probs) if q > 0), key=lambda i: (comp.weight(min(probs[i], 1)), probs[i]))
+
+
 class _Truth:
     """The reference of one example at ``DIGITS`` digits, and the bounds of its dtype (module docstring)."""
 
@@ -353,11 +361,14 @@ class _Truth:
             # the scores shifted by their maximum, exactly (p and the loss do not change)
             self.d = [mpmath.fsub(mpmath.mpf(v), top, exact=True) if f else -mpmath.inf
                       for v, f in zip(row.tolist(), self.finite)]
-            k = max(range(len(probs)), key=lambda i: probs[i])
+            k = _central(comp, probs)
             self.t = self.d[k] - comp.d1(probs[k])  # tau* - max s
             self.p = np.array([float(q) for q in probs])
             bound, zero = np.zeros(row.size), ~self.finite
             for i in np.flatnonzero(self.finite):
+                if self.t == -mpmath.inf:  # (one live score where omega's domain ends at 1: p = 1 at tau = -oo)
+                    bound[i] = tol.value
+                    continue
                 z, delta = self.d[i] - self.t, tol.value * (1 + abs(self.d[i]) + abs(self.t)) / 2
                 high = self.g(z + delta)
                 bound[i] = tol.value + float(high - self.g(z - delta))
@@ -381,12 +392,13 @@ class _Truth:
         return self.comp.omega(q) if q > 0 else self.comp.omega_zero()
 
     def kkt(self, p: np.ndarray) -> np.ndarray:
-        """``|p_i - g_+(s_i - tau)|`` with ``tau`` read off the largest ``p_k``: ``s_k - omega'(p_k)``."""
+        """``|p_i - g_+(s_i - tau)|`` with ``tau = s_k - omega'(p_k)`` read off the entry ``_central`` picks."""
         with mpmath.workdps(_WORK):
-            k = int(np.argmax(np.where(self.finite, p, -1.0)))
-            if not p[k] > 0:
+            if not np.where(self.finite, p, -1.0).max() > 0:
                 return np.full(p.size, math.inf)
+            k = _central(self.comp, [mpmath.mpf(float(q)) if f else mpmath.mpf(-1) for q, f in zip(p, self.finite)])
             t = self.d[k] - self.comp.d1(mpmath.mpf(float(p[k])))
+            t = self.t if t == -mpmath.inf else t  # (p_k rounded to 1 where omega'(1) = +oo shows no tau: the reference's)
             return np.array([abs(float(p[i]) - float(self.g(self.d[i] - t))) if f else abs(float(p[i]))
                              for i, f in enumerate(self.finite)])
 

@@ -41,7 +41,7 @@ import numpy as np
 from .backend import array_module
 from .constraints import SIMPLEX, choose
 from . import modifiers
-from .maps import Map, get_map
+from .maps import Map, get_map, take_keywords
 from .parallel import run_tasks
 from .plan import Plan, dense_rows, keyword_shape, rows_within
 from .summaries import Dot, ScaledDot, score_function
@@ -365,6 +365,7 @@ def attention(q, k, v, *, mapping="softmax", mask=None, causal=False, scale=None
     if L == 0 or S == 0:
         return (out, weights) if return_weights else out
     table = _param_table(m, batch, L, S)
+    m, constraints = take_keywords(m, constraints)
     cset, given, arrays = _check_constraints(xp, constraints, batch + (L, S))
     online = (m.threshold == "closed" and table is None and not return_weights and cset is SIMPLEX
               and (key_block is not None or S > DENSE_LIMIT // 4))
@@ -429,6 +430,7 @@ def attention_backward(q, k, v, dout, *, mapping="softmax", mask=None, causal=Fa
     dv = xp.zeros(batch + v.shape[-2:], dtype=q.dtype)
     names = tuple(m.params)
     drows = xp.zeros(batch + (L, len(names)), dtype=np.float64) if param_grads and names else None
+    m, constraints = take_keywords(m, constraints)
     cset, given, arrays = _check_constraints(xp, constraints, batch + (L, S))
     names_set = tuple(arrays)
     # the gradients in the set's arrays: (..., L, S) for a keyword of one value per score, (..., L, 1) per row

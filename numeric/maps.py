@@ -21,6 +21,8 @@ generated CUDA kernels on the device.
 
 from __future__ import annotations
 
+import copy
+
 import difflib
 from types import ModuleType
 
@@ -75,6 +77,11 @@ class Map:
         Values of the module's parameters, e.g. ``alpha=1.5`` (a family's: its own, each with its default).
     """
 
+    #: the constraint keywords the map's name binds (:func:`bound_keywords`), a call's own overriding them
+    keywords: dict = {}
+    #: the name the map was asked for where it is not its module's (``relu``: sparsemax's module)
+    label: str | None = None
+
     def __init__(self, module: ModuleType | Family, threshold: str = "auto", **params: float):
         self.family = module if isinstance(module, Family) else None
         declared = module
@@ -104,7 +111,7 @@ class Map:
         (a case of this family), the threshold its own where this map's is ``"auto"``."""
         m = object.__new__(type(self))
         m.module, m.threshold, m._auto, m.params = self.module, self.threshold, self._auto, dict(values)
-        m.family = self.family
+        m.family, m.keywords, m.label = self.family, self.keywords, self.label
         if module is not None:
             m.module = module
             m.threshold = module.THRESHOLD if self._auto else self.threshold
@@ -128,7 +135,7 @@ class Map:
     # ---------------------------------------------------------------- info
     @property
     def name(self) -> str:
-        return self.module.NAME if self.family is None else self.family.name
+        return self.label or (self.module.NAME if self.family is None else self.family.name)
 
     @property
     def sparse(self) -> bool | None:
@@ -214,7 +221,7 @@ class Map:
         """
         if self.family is not None:
             return self._family_forward(x, axis, constraints)
-        cset, values = choose(constraints)
+        cset, values = choose_for(self, constraints)
         backend = backend_for(x)
         given = x
         x, out_dtype = to_compute_dtype(x, backend.namespace())
@@ -272,7 +279,7 @@ class Map:
         set's keywords: the set's, :meth:`numeric.constraints.ConstraintSet.vjp`; ``J`` is symmetric).  ``x``: the
         scores, which a set whose Jacobian needs them requires (a sink's weight,
         :attr:`numeric.constraints.ConstraintSet.jacobian_scores`)."""
-        cset, values = choose(constraints)
+        cset, values = choose_for(self, constraints)
         if cset.jacobian_scores and x is None:
             raise ValueError(f"the {cset.name} set's derivatives need the scores: pass x=")
         backend, xp, y, out_dtype, axis, fy, fd, restore = tangent_rows(y, dx, axis, "tangent")
@@ -307,7 +314,7 @@ class Map:
         in the total): the saturated entries that leave their bound first take the free ones' place
         (:func:`numeric.constraints.box.box_exits`); that needs the scores ``x``, and such a row without them raises
         :class:`ValueError`."""
-        cset, values = choose(constraints)
+        cset, values = choose_for(self, constraints)
         if self.family is not None:  # (a map family runs on the simplex, which has no arrays)
             self.family.check_set(constraints)
             return {}
@@ -360,7 +367,7 @@ class Map:
         if dy64.shape != y64.shape:
             raise ValueError(f"cotangent of shape {dy64.shape} does not match the output shape {y64.shape}")
         axis = check_axis(y64.shape, axis)
-        cset, set_values = choose(constraints)
+        cset, set_values = choose_for(self, constraints)
         values = self._values_like(y64, axis, xp)
         if cset is SIMPLEX:
             jdy, more = self.jvp(y64, dy64, axis=axis), {}
@@ -441,7 +448,7 @@ class Map:
         x, out_dtype = to_compute_dtype(x, xp)
         axis = check_axis(x.shape, axis)
         arrays = front.Arrays(xp)
-        cset, values = choose(constraints)
+        cset, values = choose_for(self, constraints)
         own = cset.rows(xp, arrays, x, values, axis)
         y = front.check_target(x, xp.asarray(target), axis, arrays, constraint=(cset, own))  # (NumPy takes array-likes)
         p, tau = self.forward(x, axis=axis, **constraints)
@@ -501,6 +508,9 @@ class FrameworkMap:
     module: ModuleType
     family: Family | None
     arrays: front.Arrays
+    #: as :attr:`Map.keywords` and :attr:`Map.label`
+    keywords: dict = {}
+    label: str | None = None
 
     def _bind(self, mapping, threshold: str, params: dict) -> None:
         """Sets ``family``, ``module``, ``threshold`` and ``params`` (those of ``mapping`` if it is a map of this
@@ -515,6 +525,9 @@ class FrameworkMap:
         bound = dict(mapping.params) if isinstance(mapping, type(self)) else \
             dict(self.family.parameters) if self.family is not None else {}
         self.params = {**bound, **self._checked(params)}
+        same = isinstance(mapping, type(self))
+        self.keywords = mapping.keywords if same else bound_keywords(mapping)
+        self.label = mapping.label if same else mapping if isinstance(mapping, str) and self.keywords else None
 
     @property
     def declared(self):
@@ -535,7 +548,7 @@ class FrameworkMap:
 
     @property
     def name(self) -> str:
-        return self.module.NAME if self.family is None else self.family.name
+        return self.label or (self.module.NAME if self.family is None else self.family.name)
 
 
 def import_map_module(name: str) -> ModuleType:
@@ -543,12 +556,13 @@ def import_map_module(name: str) -> ModuleType:
 
     A name that is neither is a :class:`ValueError` naming the closest built-in (by :mod:`difflib`) and listing
     them all (the generated built-ins and the map families of :data:`numeric.families.table.FAMILIES`)."""
-    from ._generated import BUILTINS
+    from ._generated import ALIASES, BUILTINS
 
+    name = ALIASES.get(name, name)
     full = f"numeric._generated.{name}" if name in BUILTINS else name
 
     def unknown():
-        builtins = (*BUILTINS, *(n for n in FAMILIES if n not in BUILTINS))
+        builtins = (*BUILTINS, *ALIASES, *(n for n in FAMILIES if n not in BUILTINS))
         closest = difflib.get_close_matches(name, builtins, n=1)
         hint = f" (did you mean {closest[0]!r}?)" if closest else ""
         return f"no map named {name!r}{hint}: built-ins are {', '.join(builtins)}"
@@ -562,6 +576,49 @@ def import_map_module(name: str) -> ModuleType:
         if exc.name != full:
             raise
         raise ValueError(f"{unknown()}; a generated module must be importable by that name (or pass the module itself)") from None
+
+
+def with_keywords(m, constraints: dict) -> dict:
+    """A call's constraint keywords on the map ``m`` (a front end's map; a plain callable binds none): those its name
+    binds (:attr:`Map.keywords`), overridden by the call's."""
+    bound = getattr(m, "keywords", None)
+    return {**bound, **constraints} if bound else constraints
+
+
+def unbound(m):
+    """``m`` without the keywords its name binds (a shallow copy where it binds some): the map a front end that has
+    read a call's keywords (:func:`with_keywords`) runs itself, with the set it chose."""
+    if not getattr(m, "keywords", None):
+        return m
+    plain = copy.copy(m)
+    plain.keywords = {}
+    return plain
+
+
+def take_keywords(m, constraints: dict) -> tuple:
+    """``(unbound(m), with_keywords(m, constraints))``: what attention and the layers run a map with."""
+    return unbound(m), with_keywords(m, constraints)
+
+
+def choose_for(m, constraints: dict) -> tuple:
+    """:func:`numeric.constraints.choose` of :func:`with_keywords`; an error says which keywords the name bound."""
+    try:
+        return choose(with_keywords(m, constraints))
+    except ValueError as exc:
+        bound = {k: v for k, v in getattr(m, "keywords", {}).items() if k not in constraints}
+        if not bound:
+            raise
+        given = ", ".join(f"{k}={v!r}" for k, v in bound.items())
+        raise ValueError(f"{exc} ({m.name} binds {given}; a call gives its own to leave it: total=1 is the "
+                         "simplex)") from None
+
+
+def bound_keywords(mapping) -> dict:
+    """The constraint keywords a map's name binds (``numeric._generated.KEYWORDS``: ``sigmoid`` and ``relu`` have
+    no sum, ``total=None``), which a call's own keywords override; ``{}`` for other names and for modules."""
+    from ._generated import KEYWORDS
+
+    return dict(KEYWORDS.get(mapping, {})) if isinstance(mapping, str) else {}
 
 
 def module_of(mapping, own: type, check: bool = False) -> ModuleType:
@@ -599,11 +656,16 @@ def get_map(name, *, threshold: str = "auto", **params) -> Map:
     if isinstance(name, Map):
         if not params and threshold == "auto":
             return name
-        return Map(name.module if name.family is None else name.family, threshold, **{**name.params, **params})
+        m = Map(name.module if name.family is None else name.family, threshold, **{**name.params, **params})
+        m.keywords, m.label = name.keywords, name.label
+        return m
     fam = family_of(name, Map)
     if fam is not None:
         return Map(fam, threshold, **params)
-    return Map(module_of(name, Map), threshold, **params)
+    m = Map(module_of(name, Map), threshold, **params)
+    m.keywords = bound_keywords(name)
+    m.label = name if isinstance(name, str) and m.keywords else None
+    return m
 
 
 def softmax(x, axis: int = -1, **constraints):

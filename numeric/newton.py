@@ -94,7 +94,8 @@ def invert_link(ops: Ops, z, omega_prime: Callable, omega_second: Callable):
 
     ``p`` is 0 where ``omega'`` at the format's smallest positive ``e^log_tiny``
     already reaches ``z``; the bracket's upper end moves out from ``u = 0``
-    while ``omega'(e^u) < z`` (at most :data:`WIDEN_STEPS` times).
+    while ``omega'(e^u) < z`` (at most :data:`WIDEN_STEPS` times), and not past ``u = 0`` where omega's domain
+    ends at 1 (``omega'(1) = +oo``); the polishing Newton steps in ``p`` stay inside that bracket.
     """
     lo = ops.full(z, ops.log_tiny)
     hi = ops.full(z, 0)
@@ -128,9 +129,10 @@ def invert_link(ops: Ops, z, omega_prime: Callable, omega_second: Callable):
     width = hi - lo
     u, *_ = ops.repeat(ops.newton_steps, newton, (hi, lo, hi, width, width, going), going)
     q = ops.exp(u)
+    top = ops.exp(hi)  # (the bracket's end, where omega' reaches z: 1 where omega's domain ends there)
     for _ in range(POLISH_STEPS):
         nxt = q - (omega_prime(q) - z) / omega_second(q)
-        q = ops.where(nxt > 0, nxt, q)
+        q = ops.where((nxt > 0) & (nxt <= top), nxt, q)
     return ops.where(underflow, 0, q)
 
 

@@ -48,7 +48,7 @@ from ..regularizers import check_parameter_name, p, z
 from . import cuda
 from . import triton as triton_code
 from .printers import CudaPrinter, PyPrinter, print_block
-from .rewrite import POINTS, POSITIVE, Select, stable_form
+from .rewrite import POINTS, POSITIVE, Select, overflow_form, stable_form
 from .trace_rows import solver_for
 
 __all__ = ["generate_module", "generate_family_module", "family_case_name", "assemble", "check_name", "HEADER_MARK",
@@ -120,7 +120,7 @@ def map_pieces(dv: Derivation) -> list[Piece]:
     # its own), with the other terms
     omega_prime = _termwise(lambda t: sp.diff(t, p), dv.omega) if len(sp.Add.make_args(dv.omega)) > 1 else dv.omega_prime
     # where omega's domain ends at 1 its formula is undefined there ((1 - p) log(1 - p)): omega(1-) at p = 1
-    at_one = None if dv.omega_one is None else Select(p - 1, dv.omega_one, dv.omega)
+    at_one = None if dv.omega_one is None else Select(p - 1, dv.omega_one, stable_form(dv.omega, points))
     pieces = [
         piece("omega", dv.omega, body=at_one),
         piece("omega_prime", omega_prime),
@@ -140,7 +140,8 @@ def map_pieces(dv: Derivation) -> list[Piece]:
         # Where SymPy's link cancels in floating point (stable_form rewrites it), its
         # derivatives in z inherit the cancellation: they are computed in p = g(z)
         # instead, as -w(p) and w'(p) w(p), whose condition numbers multiply to theirs.
-        in_p = stable_form(dv.link, points) != dv.link
+        stable = stable_form(dv.link, points)
+        in_p = stable != dv.link and stable != overflow_form(dv.link)
         given = [(p, dv.link)] if in_p else []
         in_p_doc = lambda name, tail: routines[name].doc.rstrip(".") + tail if in_p else None  # noqa: E731
         pieces += [

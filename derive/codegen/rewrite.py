@@ -37,7 +37,7 @@ from sympy.codegen.cfunctions import expm1, log1p
 from ..regularizers import p as _p, singular_points
 from ..regularizers import z as _z
 
-__all__ = ["stable_form", "cancelling_points", "series_switch", "Select", "fold_constants", "blocks", "MAX_PRODUCT",
+__all__ = ["stable_form", "overflow_form", "cancelling_points", "series_switch", "Select", "fold_constants", "blocks", "MAX_PRODUCT",
            "POINTS", "POSITIVE"]
 
 #: Largest integer power written as a product: :func:`blocks` lifts the base of such a power (and of a
@@ -525,8 +525,8 @@ def stable_form(expr: sp.Expr, points=POINTS) -> sp.Expr:
       ``log(A)`` with ``A - 1`` cancelling at one of ``points`` ->
       ``log1p(A - 1)`` (``log(cosh(u))`` -> ``log1p(2 sinh(u/2)**2)``);
     * ``a exp(x) - a`` -> ``a expm1(x)``;
-    * ``exp(u)/(exp(u) + c)`` -> a sign select between it and ``1/(1 + c exp(-u))`` (an overflow, not a
-      cancellation: :func:`_logistic`);
+    * a rational function of ``exp(u)`` bounded as ``u -> +oo`` (``exp(u)/(exp(u) + 1)``) -> a sign select
+      between it and the same function of ``exp(-u)`` (an overflow, not a cancellation: :func:`_logistic`);
     * ``T1 + T2`` with ``r = -T1/T2 > 0`` a product of powers with a symbolic
       exponent (``p**alpha - p``) -> ``-T2 expm1(log r)``, ``log r`` expanded;
     * ``A + sqrt(B)`` where ``c = B - A**2`` cancels symbolically (it is free
@@ -567,7 +567,7 @@ def stable_form(expr: sp.Expr, points=POINTS) -> sp.Expr:
 
 
 @lru_cache(maxsize=1 << 16)
-def _stable(expr: sp.Expr, points, positive=frozenset()) -> sp.Expr:
+def _stable(expr: sp.Expr, points, positive=frozenset(), logistic: bool = True) -> sp.Expr:
     if expr.is_Atom or isinstance(expr, Select):  # a Select is a stable form already
         return expr
     if isinstance(expr, sp.log):
@@ -578,11 +578,12 @@ def _stable(expr: sp.Expr, points, positive=frozenset()) -> sp.Expr:
         better = _power_near_one(expr)
         if better is not None:
             return _stable(better, points, positive)
-    if expr.is_Mul:
+    if logistic and (expr.is_Mul or expr.is_Pow):
         better = _logistic(expr)
-        if better is not None:
-            return better
-    args = tuple(_stable(a, points, positive) for a in expr.args)
+        if better is not None:  # (each branch made stable in its turn: e^z (1 - e^z) near 0 takes expm1)
+            cond, small, _ = better.args
+            return Select(cond, _stable(small, points, positive), _stable(expr, points, positive, False))
+    args = tuple(_stable(a, points, positive, logistic) for a in expr.args)
     new = expr.func(*args) if args != expr.args else expr
     if new.is_Add:
         better = _power_difference(new, positive)
@@ -595,22 +596,40 @@ def _stable(expr: sp.Expr, points, positive=frozenset()) -> sp.Expr:
     return new
 
 
-def _logistic(expr: sp.Mul) -> sp.Expr | None:
-    """``exp(u)/(exp(u) + c)`` (``c > 0`` free of ``u``) as ``Select(u, 1/(1 + c exp(-u)), exp(u)/(exp(u) + c))``;
-    else ``None``.
+def _logistic(expr: sp.Expr) -> sp.Expr | None:
+    """A rational function ``R(e^u)`` bounded as ``u -> +oo`` (its numerator's degree in ``e^u`` at most its
+    denominator's, which is at least 1), as ``Select(u, R(1/v)|_{v = e^-u}, R(e^u))``; else ``None``.
 
-    Not a cancellation but an overflow: at ``u`` past ``log`` of the largest float both ``exp(u)`` and the sum are
-    infinite and their quotient NaN (the binary entropy's link, the sigmoid, at ``z > 88`` in float32).  Each branch
-    is taken where its exponential is at most 1.
+    Not a cancellation but an overflow: at ``u`` past ``log`` of the largest float both ``e^u`` and the
+    denominator are infinite and ``R`` NaN (the binary entropy's link, the sigmoid ``e^z/(e^z + 1)``, and its
+    derivatives at ``z > 88`` in float32).  Each branch is taken where its exponentials are at most 1.
     """
-    num, den = sp.fraction(expr)
-    if not isinstance(num, sp.exp) or not den.is_Add or num not in den.args:
+    powers = [e for e in expr.atoms(sp.exp)]
+    if not powers:
         return None
-    u = num.args[0]
-    rest = den - num
-    if not u.free_symbols or rest.free_symbols & u.free_symbols or not rest.is_positive:
+    coefficients = [e.args[0].as_coeff_Mul() for e in powers]
+    u = coefficients[0][1]
+    if not u.free_symbols or any(rest != u or not c.is_Integer or c < 1 for c, rest in coefficients):
         return None
-    return Select(u, 1 / (1 + rest * sp.exp(-u)), expr)
+    w, v = sp.Dummy("w", positive=True), sp.Dummy("v", positive=True)
+    rational = expr.subs({e: w ** int(c) for e, (c, _) in zip(powers, coefficients)})
+    if rational.free_symbols & u.free_symbols or not rational.is_rational_function(w):
+        return None
+    num, den = sp.fraction(sp.cancel(rational))
+    if sp.degree(den, w) < 1 or sp.degree(num, w) > sp.degree(den, w):
+        return None
+    small = sp.factor(sp.cancel(rational.subs(w, 1 / v))).subs(v, sp.exp(-u))
+    return Select(u, small, expr)
+
+
+def overflow_form(expr: sp.Expr) -> sp.Expr:
+    """``expr`` with :func:`_logistic`'s rewrite alone (where :func:`stable_form` finds no more than that, the
+    expression overflows but does not cancel: its derivatives are printed in ``z`` too)."""
+    better = _logistic(expr)
+    if better is not None:
+        return better
+    args = tuple(overflow_form(a) for a in expr.args) if not expr.is_Atom else ()
+    return expr.func(*args) if args and args != expr.args else expr
 
 
 def _power_near_one(expr: sp.Pow) -> sp.Expr | None:

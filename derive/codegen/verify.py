@@ -84,7 +84,7 @@ def sample_point(
 
     ``uniform(lo, hi)`` and ``integer(lo, hi)`` supply the randomness (a NumPy
     generator or hypothesis draws).  Probabilities lie in ``[1e-6, 1]``; link
-    arguments are ``z = omega'(p0)`` with ``p0`` in ``[1e-4, 1]``; shifted scores
+    arguments are ``z = omega'(p0)`` with ``p0`` in ``[1e-4, 1]`` (both below 1 where omega's domain ends there); shifted scores
     ``s - max(s)`` in ``[-700, 0]``; sums ``S`` in ``[1, 1e6]``; sort sums come
     from up to 31 scores in ``[-5/k, 0]`` including a 0, with a real ``tau_k``.
     """
@@ -96,10 +96,11 @@ def sample_point(
     _, args = functions(dv)[fname]
     if not args:
         return [], params
+    top = 1 - 2.0**-53 if dv.omega_one is not None else 1.0  # (omega's domain ends at 1: p < 1)
     if args == [p]:
-        return [uniform(1e-6, 1.0)], params
+        return [uniform(1e-6, top)], params
     if args == [z]:
-        return [float(dv.omega_prime.subs(subs).subs(p, uniform(1e-4, 1.0)))], params
+        return [float(dv.omega_prime.subs(subs).subs(p, uniform(1e-4, top)))], params
     if args == [score]:
         return [uniform(-700.0, 0.0)], params
     if args == [S]:

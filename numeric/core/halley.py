@@ -35,8 +35,10 @@ def lower_end(ops, r, y):
     """The lower end of the threshold's bracket per row of shifted scores ``y`` (masked scores ``-inf``), shape
     ``(rows, 1)``: ``-omega'(1)``, where ``g(y_max - t) = 1``.
 
-    Where omega's domain ends at 1 (``omega'(1) = +oo``, the binary entropy) that is ``-oo``: then ``min(y) -
-    omega'(1/n)`` over the ``n`` live scores, where each ``g(y_i - t) >= 1/n``; on a row with one live score,
+    Where omega's domain ends at 1 (``omega'(1) = +oo``, the binary entropy) that is ``-oo``: then the larger of
+    ``min(y) - omega'(1/n)`` over the ``n`` live scores, where each ``g(y_i - t) >= 1/n``, and ``y_(2) -
+    omega'(1/2)``, where the two largest have ``g >= 1/2`` (an outlier far below leaves this one near the root);
+    on a row with one live score,
     whose ``p`` is 1 at ``t = -oo``, ``-omega'(1 - eps/2)``, a finite ``t`` whose link rounds to 1.
     """
     one = reach_one(ops, r, y[..., :1])
@@ -46,8 +48,12 @@ def lower_end(ops, r, y):
         count = ops.row_sum(ops.float_(live))
         low = -ops.row_max(ops.where(live, -y, -math.inf))
         spread = low - r.omega_prime(1 / ops.where(count > 1, count, 2))
+        # the two largest, each g >= 1/2 at y_(2) - omega'(1/2) (y_(1) = 0: the rows are shifted to their maximum)
+        second = ops.where(ops.row_sum(ops.float_(y == 0)) > 1, 0, ops.row_max(ops.where(y < 0, y, -math.inf)))
+        pair = second - r.omega_prime(ops.full(one, 0.5))
+        lower = ops.where(pair > spread, pair, spread)
         return ops.where(ops.isfinite(one), -one,
-                         ops.where(count > 1, spread, -r.omega_prime(ops.full(one, 1 - ops.eps / 2))))
+                         ops.where(count > 1, lower, -r.omega_prime(ops.full(one, 1 - ops.eps / 2))))
 
     return ops.branch(ops.not_(ops.isfinite(one)), ends, lambda: -one)
 
@@ -172,7 +178,9 @@ def halley_threshold(ops, r, y, lo, hi, *, steps: int = ROOT_STEPS, power=None, 
     one = reach_one(ops, r, lo)
     tol = 4 * ops.eps
     width = hi - lo
-    start = lo if start is None else start
+    # where omega's domain ends at 1 the lower end comes from the smallest score, far from the root when the scores
+    # spread (F is 1 to rounding from near the root down to it, and Newton's first steps from it are short): from hi
+    start = (ops.where(ops.isfinite(one), lo, hi) if power is None else lo) if start is None else start
     going = ops.full(lo, True) if going is None else going
     state = (start, lo, hi, width, width, going, ops.full(lo, False))
 

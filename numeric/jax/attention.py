@@ -76,6 +76,7 @@ from jax import lax
 from .. import front, modifiers
 from ..constraints import SIMPLEX, choose
 from ..plan import Plan, keyword_shape, rows_within
+from ..maps import take_keywords
 from .maps import JaxMap, compute_dtype, get_map
 
 __all__ = ["attention", "BLOCK_ENTRIES"]
@@ -184,6 +185,7 @@ def attention(query, key, value, mask=None, is_causal: bool = False, scale=None,
     m = resolve_mapping(mapping)
     mask = None if mask is None else _scores_shaped(mask, "mask", shape, boolean=True)
     bias = None if bias is None else _scores_shaped(bias, "bias", shape, boolean=False)
+    m, constraints = take_keywords(m, constraints)
     given = check_constraints(constraints, shape)
     check_block_size(block_size)
     out_dtype = query.dtype

@@ -58,6 +58,7 @@ from jax.sharding import PartitionSpec as P
 
 from ..layouts import LAYOUTS, check_layout, chunks, layout_positions
 from .. import front
+from ..maps import take_keywords
 from .attention import attend, check_block_size, check_constraints, check_inputs, param_values, resolve_mapping
 from .maps import compute_dtype
 
@@ -260,7 +261,7 @@ def context_parallel_attention(query, key, value, *, mesh, axis_name, is_causal:
     _check_length(T, parts, layout)
     if scale is None:
         scale = 1.0 / math.sqrt(H)
-    m = resolve_mapping(mapping)
+    m, constraints = take_keywords(resolve_mapping(mapping), constraints)
     dtype = compute_dtype(query.dtype)
     params = param_values(m, (B, N, T, T), dtype)  # (checked against the global scores' shape)
     given = check_constraints(constraints, (B, N, T, T))

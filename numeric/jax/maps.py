@@ -66,11 +66,11 @@ import numpy as np
 from jax.custom_derivatives import SymbolicZero
 
 from .. import contract, family, front
-from ..constraints import SIMPLEX, choose, split
+from ..constraints import SIMPLEX, split
 from ..core import derivatives, rules
 from ..core.ops import Routines
 from ..families import functions
-from ..maps import FrameworkMap
+from ..maps import FrameworkMap, choose_for
 from ._ops import ops_for
 
 __all__ = ["JaxMap", "get_map", "softmax", "sparsemax", "entmax15", "entmax", "fenchel_young_loss", "FAMILY_FUNCTIONS"]
@@ -329,7 +329,7 @@ class JaxMap(FrameworkMap):
         constraints, params = split(kwargs)
         if self.family is not None:
             self.family.check_set(constraints)
-        cset, own = choose(constraints)
+        cset, own = choose_for(self, constraints)
         x = as_scores(x)
         axis = front.check_axis(x.shape, axis)
         values = self.values(params)
@@ -552,7 +552,7 @@ def fenchel_young_loss(scores, target, mapping="softmax", reduction: str = "mean
     xc = x.astype(dtype)
     if m.family is not None:
         m.family.check_set(constraints)
-    cset, own = choose(constraints)
+    cset, own = choose_for(m, constraints)
     arrays = cset.rows(jnp, ARRAYS, xc, own, axis)
     y = jax.lax.stop_gradient(front.check_target(xc, jnp.asarray(target) if isinstance(target, (list, tuple)) else target,
                                                  axis, ARRAYS, constraint=(cset, arrays)))

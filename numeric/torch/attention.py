@@ -75,6 +75,7 @@ from ..constraints import SIMPLEX, choose
 from . import fused
 from .. import modifiers
 from ..plan import Block, Plan, keyword_shape, rows_within
+from ..maps import take_keywords
 from .maps import TorchMap, get_map
 
 __all__ = ["attention", "BLOCK_ENTRIES"]
@@ -504,6 +505,7 @@ def attention(query, key, value, attn_mask=None, is_causal=False, scale=None, ma
     fn, is_map = resolve_mapping(mapping)
     if is_map:
         fn.values()  # (every parameter bound, else the map's own error, before either path reads them)
+    fn, constraints = take_keywords(fn, constraints)
     cset, values = check_constraints(constraints, query, scores)
     if cset is not SIMPLEX and not is_map:
         raise TypeError(f"{'='.join(constraints)}= needs a regattn map (a name, a generated module or a TorchMap), "

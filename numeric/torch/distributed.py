@@ -71,6 +71,7 @@ import torch.distributed as dist
 from torch.autograd.function import once_differentiable
 
 from ..constraints import SIMPLEX, choose
+from ..maps import take_keywords
 from ..layouts import LAYOUTS, check_layout, chunks
 from ..plan import rows_within
 from .attention import (BLOCK_ENTRIES, MapSpec, blocked_backward, blocked_forward, check_constraints, check_inputs,
@@ -397,6 +398,7 @@ def _check_call(query, key, value, is_causal, scale, mapping, layout, block, con
     else:
         fn.values()  # (every parameter bound, else the map's own error)
     # this rank's rows against every key of the sequence, in position order (the gathered keys' order)
+    fn, constraints = take_keywords(fn, constraints)
     if world is None:  # (not initialised: that is the error, once the ranks' arguments are known to agree)
         cset, values = choose(constraints)
     else:

@@ -70,6 +70,7 @@ from torch import nn
 from .. import front
 from . import fused
 from ..constraints import SIMPLEX, choose
+from ..maps import unbound, with_keywords
 from .attention import MapSpec, attention, block_scores, check_constraints, spec_constraints
 from .maps import TorchMap, get_map
 
@@ -302,7 +303,7 @@ class MultiheadAttention(nn.MultiheadAttention):
         extra = int(self.bias_k is not None) + int(self.add_zero_attn)
         if self.learn_sink and "sink" in constraints:
             raise ValueError("this layer learns its sinks (learn=('sink',)): pass no sink=")
-        cset, values = _constraint_heads(constraints, N, H, L, S, extra)
+        cset, values = _constraint_heads(with_keywords(self.mapping, constraints), N, H, L, S, extra)
         if self.learn_sink:  # (one per head, (1, H, 1, 1) against the scores (N, H, L, S))
             cset, values = choose({**values, "sink": self.sink.reshape(1, H, 1, 1)})
         if self.bias_k is not None:
@@ -316,7 +317,7 @@ class MultiheadAttention(nn.MultiheadAttention):
             attn_mask, key_padding_mask = _pad_key(attn_mask), _pad_key(key_padding_mask)
         mask = _combine([attn_mask, key_padding_mask], q.dtype)
         dropout_p = self.dropout if self.training else 0.0
-        mapping = self._map()
+        mapping = unbound(self._map())  # (its name's keywords are in values)
         weights = None
         if need_weights:
             spec_map = mapping if isinstance(mapping, TorchMap) else None

@@ -21,7 +21,8 @@ from __future__ import annotations
 import torch
 
 from .. import front
-from ..constraints import SIMPLEX, choose
+from ..constraints import SIMPLEX
+from ..maps import choose_for
 from ..core.ops import Routines
 from ._ops import ops_for
 from .maps import ARRAYS, TorchMap, check_dim, get_map, routine_table
@@ -143,12 +144,12 @@ def fenchel_young_loss(scores, target, mapping="softmax", reduction: str = "mean
         value = _FamilyLossFunction.apply(rows(x), rows(m(x, dim=dim)), rows(y), m.family, *values)
         value = front.reduce(value.reshape(x.shape[:dim] + x.shape[dim + 1:]), reduction)
         return value if value.dtype == scores.dtype else value.to(scores.dtype)
-    cset, values = choose(constraints)
+    cset, values = choose_for(m, constraints)
     arrays = cset.rows(torch, ARRAYS, x, values, dim, "dim")
     y = front.check_target(x, target, dim, ARRAYS, "dim", constraint=(cset, arrays)).detach()
     tau = None
     if cset is SIMPLEX:
-        p = m(x, dim=dim)
+        p = m.run(x, dim, {})
     else:
         p, tau = m.run_constrained(x, dim, {}, cset, values, keep_tau=True)
         tau = tau.movedim(dim, -1).reshape(-1, 1)

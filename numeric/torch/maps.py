@@ -35,10 +35,10 @@ from types import ModuleType
 import torch
 
 from .. import contract, family, front
-from ..constraints import SIMPLEX, choose, split
+from ..constraints import SIMPLEX, split
 from ..core import derivatives, rules
 from ..families import functions
-from ..maps import FrameworkMap
+from ..maps import FrameworkMap, choose_for
 from ._ops import ops_for
 
 __all__ = ["TorchMap", "get_map", "softmax", "sparsemax", "entmax15", "entmax", "FAMILY_FUNCTIONS"]
@@ -349,7 +349,7 @@ class TorchMap(FrameworkMap):
         if self.family is not None:
             self.family.check_set(constraints)
             return self._run_family(x, dim, params)
-        cset, values = choose(constraints)
+        cset, values = choose_for(self, constraints)
         if cset is not SIMPLEX:
             return self.run_constrained(x, dim, params, cset, values)
         return self.run(x, dim, params)

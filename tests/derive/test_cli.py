@@ -93,7 +93,7 @@ def test_generate_writes_and_checks_a_folder_and_the_committed_files_are_current
     names = sorted(p.name for p in tmp_path.iterdir())
     assert names == ["__init__.py", "continuous_entmax15.py", "continuous_softmax.py", "continuous_sparsemax.py",
                      "entmax.py", "entmax15.py", "entmax_dense.py", "entmax_sparse.py", "newton_link.py", "newton_link_triton.py", "rows_solve.py",
-                     *(f"{part}.py" for part in rows_solve.PARTS), "softmax.py", "sparsemax.py"]
+                     *(f"{part}.py" for part in rows_solve.PARTS), "sigmoid.py", "softmax.py", "sparsemax.py"]
     folder = Path(committed.__file__).parent
     assert sorted(p.name for p in folder.glob("*.py")) == names  # (no stray module among the committed ones)
     stale = [name for name in names if (folder / name).read_bytes() != (tmp_path / name).read_bytes()]
@@ -221,7 +221,7 @@ def test_unknown_name_is_one_line_naming_the_closest(capsys):
     assert main(["derive", "sparsmax"]) == 2
     err = capsys.readouterr().err
     assert err.count("\n") == 1 and err.startswith("regattn: error: ") and "usage" not in err
-    assert "did you mean 'sparsemax'?" in err and "shannon, gini, tsallis, softmax, sparsemax" in err
+    assert "did you mean 'sparsemax'?" in err and "shannon, gini, tsallis, binary_entropy, softmax, sparsemax" in err
 
 
 def test_derive_continuous_prints_readable_symbols(capsys):

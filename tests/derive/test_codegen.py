@@ -169,6 +169,7 @@ def test_device_functions_match_reference(name, fname, ctype, tol, data):
 def test_device_link_inverts_omega_prime(name, ctype, tol, p0):
     """The device link, closed or Newton, returns p with omega'(p) = z (checked at 50 digits)."""
     dv = derivation_for(name)
+    assume(p0 < 1 or dv.omega_one is None)  # (where omega's domain ends at 1, omega'(1) = +oo has no root)
     params = [1.3] * len(dv.parameters)
     subs = {q.symbol: sp.Rational(13, 10) for q in dv.parameters}
     zz = float(dv.omega_prime.subs(subs).subs(p, p0))

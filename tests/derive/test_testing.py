@@ -117,7 +117,7 @@ def test_derivation_for_picks_a_family_case():
 
 
 # ------------------------------------------------------------------ check_map passes
-@pytest.mark.parametrize("name", ["softmax", "sparsemax", "entmax15", "entmax", "entmax_sparse", "entmax_dense"])
+@pytest.mark.parametrize("name", ["softmax", "sparsemax", "entmax15", "entmax", "entmax_sparse", "entmax_dense", "sigmoid"])
 def test_check_map_passes_on_the_builtins(name):
     result = check_map(name, backends=("numpy",), max_examples=EXAMPLES)
     assert result.name == name and result.ran == ("numpy",) and result.examples >= min(EXAMPLES, 10)
@@ -125,7 +125,7 @@ def test_check_map_passes_on_the_builtins(name):
     for line in result.lines:
         assert line.examples == result.examples and 0 <= line.worst <= 1
         assert set(line.dtypes) <= set(TOLERANCES) and line.dtypes
-    assert result.params == ({} if name in ("softmax", "sparsemax", "entmax15") else None)  # None: drawn
+    assert result.params == ({} if name in ("softmax", "sparsemax", "entmax15", "sigmoid") else None)  # None: drawn
 
 
 def test_check_map_runs_every_installed_backend():

@@ -34,7 +34,7 @@ from .test_kernels_host import PARAMS, _kernel, _ptr
 
 #: the solve each test map's struct names
 SOLVER_OF = {"softmax": "closed", "sparsemax": "sort_linear", "entmax15": "sort_square", "entmax_sparse": "root_power",
-             "entmax_dense": "root_link",
+             "entmax_dense": "root_link", "sigmoid": "root_link",
              "shannon_gini": "kkt_dense", "cube": "root_power", "quartic": "kkt"}
 
 
