@@ -162,3 +162,12 @@ def test_errors(backend):
                      upper=backend.array(np.asarray(0.6)))
     with pytest.raises(ValueError, match="sets do not combine"):
         backend.call(m, x, -1, total=None, sink=backend.array(np.zeros((2, 1))))
+
+
+def test_squared_relu_is_a_typed_map_without_a_sum():
+    """docs/theory.md's table: ``omega(p) = 2 p^(3/2) / 3`` (``omega'(p) = sqrt(p)``) without a sum is ``relu(s)^2``."""
+    from derive.testing import generated_map
+
+    x = np.random.default_rng(6).standard_normal((3, 7)) * 2
+    with generated_map("2*p**(3/2)/3", "squared_relu_nosum") as module:
+        np.testing.assert_allclose(nm.get_map(module)(x, total=None), np.maximum(x, 0) ** 2, rtol=1e-14, atol=0)

@@ -76,7 +76,12 @@ def test_kernels_give_numpys_p_and_tau(name, x, scale):
     finite = np.isfinite(want_tau)
     assert np.array_equal(np.isnan(tau), np.isnan(want_tau)) and np.array_equal(tau[~finite], want_tau[~finite], equal_nan=True)
     scale_of = np.max(np.abs(np.where(np.isfinite(x), x, 0)), axis=-1) + 1
-    assert np.all(np.abs(tau[finite] - want_tau[finite]) <= 1e-13 * scale_of[finite])
+    # tau is found to the rounding of F = sum p over F's slope sum w(p): 1 where p is spread, small where omega's
+    # domain ends at 1 and the largest p nears it (the sigmoid's rows far apart)
+    with np.errstate(all="ignore"):
+        slope = np.sum(np.where(want > 0, module_for(name).weight(np.where(want > 0, want, 0.5), *PARAMS.get(name, {}).values()), 0), axis=-1)
+    bound = 1e-13 * scale_of + 4 * np.finfo(np.float64).eps / np.where(slope > 0, slope, np.inf)
+    assert np.all(np.abs(tau[finite] - want_tau[finite]) <= bound[finite])
 
 
 @pytest.mark.parametrize("name", ["sparsemax", "entmax15", "quartic", "shannon_gini", "entmax_sparse",
