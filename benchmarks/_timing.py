@@ -1,4 +1,5 @@
-"""Timing shared by the benchmark scripts: medians of repeated runs after a warm-up."""
+"""Timing shared by the benchmark scripts: medians of repeated runs after a warm-up, first quartiles of interleaved
+calls."""
 
 import statistics
 import time
@@ -27,3 +28,18 @@ def median_cpu_ms(fn, repeat: int) -> float:
         fn()
         times.append(time.process_time() - start)
     return statistics.median(times) * 1e3
+
+
+def quartile(fns, calls: int) -> list:
+    """The first quartile of each function's wall time, calls interleaved (after three untimed rounds): functions
+    compared in one run see the same machine."""
+    for _ in range(3):
+        for fn in fns:
+            fn()
+    times = [[] for _ in fns]
+    for _ in range(calls):
+        for fn, t in zip(fns, times):
+            start = time.perf_counter()
+            fn()
+            t.append(time.perf_counter() - start)
+    return [statistics.quantiles(t, n=4)[0] for t in times]

@@ -11,30 +11,16 @@ from __future__ import annotations
 
 import argparse
 import os
-import time
 
 os.environ.setdefault("REGATTN_NUM_THREADS", "1")
 
 import numpy as np  # noqa: E402
 
 import numeric as nm  # noqa: E402
+from _timing import quartile  # noqa: E402
 
 SHAPES = [(8192, 64), (512, 1024)]
 MAPS = ["softmax", "sparsemax", "entmax15"]
-
-
-def quartile(fns, calls: int) -> list:
-    """The first quartile of each function's wall time, calls interleaved (after three untimed rounds)."""
-    for _ in range(3):
-        for fn in fns:
-            fn()
-    times = [[] for _ in fns]
-    for _ in range(calls):
-        for fn, t in zip(fns, times):
-            start = time.perf_counter()
-            fn()
-            t.append(time.perf_counter() - start)
-    return [float(np.quantile(t, 0.25)) for t in times]
 
 
 def main() -> None:
