@@ -228,7 +228,8 @@ def clipped_link(ops, r: Routines, y, t, clip, peak=None, ceiling=None):
     (``peak`` 0 where ``None``: rows shifted to their maximum), inside the support where ``t <= -omega'(c/n)``.
 
     ``ceiling``: ``omega'(inf)``, where ``omega'`` is bounded above (Tsallis with ``alpha < 1``: ``1 / (alpha
-    (1 - alpha))``); ``z`` at or beyond it gives ``g = inf`` (no ``p`` has ``omega'(p) = z``).  ``None``: every
+    (1 - alpha))``); ``z`` at or beyond it gives ``g = inf`` (no ``p`` has ``omega'(p) = z``), or 1 where omega's
+    domain ends at 1 (there the ceiling is ``inf``, reached by a score of ``+inf`` alone).  ``None``: every
     ``z`` the caller passes has a link value.
     """
     z = y - t
@@ -239,7 +240,8 @@ def clipped_link(ops, r: Routines, y, t, clip, peak=None, ceiling=None):
         g = r.link(safe)
     else:
         g = ops.invert_link(safe, r.omega_prime, r.omega_second)
-    if ceiling is not None:
-        g = ops.where(pos & ops.not_(inside), float("inf"), g)
+    if ceiling is not None:  # (g at the ceiling: inf, or 1 where omega's domain ends at 1 and z is +inf)
+        top = ops.where(ops.isfinite(r.omega_prime(ops.full(ceiling, 1.0))), float("inf"), 1.0)
+        g = ops.where(pos & ops.not_(inside), top, g)
     pos = pos & (g > 0)
     return ops.where(pos, g, 0), pos

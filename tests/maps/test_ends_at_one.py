@@ -191,6 +191,8 @@ def test_sigmoid_is_the_logistic_function_and_loss(backend):
         loss = mpmath.fsum(mpmath.log1p(mpmath.exp(v)) - v * t + _entropy(t) for v, t in zip(x[0], y[0]))
     np.testing.assert_allclose(p[0], want, rtol=1e-15, atol=0)
     assert p[0, -1] == 1 and 0 < p[0, 1] < 1e-17
+    edge = backend.numpy(backend.call(m, backend.array(np.array([[INF, -INF, np.nan, 0.5]]))))
+    assert edge[0, 0] == 1 and edge[0, 1] == 0 and np.isnan(edge[0, 2])  # (+inf: the link's top, 1, not inf)
     value = backend.numpy(backend.loss(m, backend.array(x), backend.array(y), reduction="sum"))
     assert float(value) == pytest.approx(float(loss), rel=1e-13)
     if backend.name != "numpy":
