@@ -180,7 +180,8 @@ def halley_threshold(ops, r, y, lo, hi, *, steps: int = ROOT_STEPS, power=None, 
     width = hi - lo
     # where omega's domain ends at 1 the lower end comes from the smallest score, far from the root when the scores
     # spread (F is 1 to rounding from near the root down to it, and Newton's first steps from it are short): from hi
-    start = (ops.where(ops.isfinite(one), lo, hi) if power is None else lo) if start is None else start
+    ends = ops.not_(ops.isfinite(one))  # (omega's domain ends at 1: omega'(1) = +oo, Halley on F - 1 itself)
+    start = (ops.where(ends, hi, lo) if power is None else lo) if start is None else start
     going = ops.full(lo, True) if going is None else going
     state = (start, lo, hi, width, width, going, ops.full(lo, False))
 
@@ -200,8 +201,6 @@ def halley_threshold(ops, r, y, lo, hi, *, steps: int = ROOT_STEPS, power=None, 
         at = ops.where(some, total, 1)
         o2 = r.omega_second(at)
         o3 = r.omega_third(at)
-        # where omega's domain ends at 1 (omega'(1) = +oo) h is F - 1 itself
-        ends = ops.not_(ops.isfinite(one))
         h = ops.where(ends, total - 1, r.omega_prime(at) - one)
         h1 = ops.where(ends, d1, o2 * d1)
         h2 = ops.where(ends, d2, o3 * d1 * d1 + o2 * d2)
