@@ -293,8 +293,26 @@ def _plan(L: int, S: int, block: int | None, causal: bool, window: int | None = 
     return Plan(L, S, block, causal=causal, window=window)
 
 
+def _length_factor(xp, length, plan: Plan, sf, q, scores: tuple):
+    """``(factor, logs, coef)`` of the length scale ``length`` (:class:`numeric.modifiers.LengthScale`) for the
+    plan's query rows: the factor per row ``(..., L, 1)`` that the queries are multiplied by, ``log x`` and the
+    coefficient as arrays of ``q``'s dtype (the coefficient a float where given as a number); ``None`` for none."""
+    if length is None:
+        return None
+    if sf is not None:
+        raise ValueError(f"length_scale scales the queries of the dot product; the score function {sf!r} is not one")
+    logs = xp.asarray(length.logs(plan), dtype=q.dtype)
+    coef = length.coef
+    if not isinstance(coef, float):
+        coef = xp.asarray(coef)
+        if coef.dtype.kind not in "fiu":
+            raise TypeError(f"the length scale's coefficient must be real, got dtype {coef.dtype}")
+        coef = coef.reshape(length.coef_shape(coef.shape, scores)).astype(q.dtype, copy=False)
+    return length.factor(logs, coef), logs, coef
+
+
 def attention(q, k, v, *, mapping="softmax", mask=None, causal=False, scale=None, return_weights=False, block=None,
-              key_block=None, scores=None, window=None, softcap=None, **constraints):
+              key_block=None, scores=None, window=None, softcap=None, length_scale=None, **constraints):
     """``map(scale q k^T + mask) v`` along the keys (or ``map(f(q, k) + mask) v`` for a score function ``f``).
 
     Parameters
@@ -337,6 +355,11 @@ def attention(q, k, v, *, mapping="softmax", mask=None, causal=False, scale=None
     softcap:
         A cap ``c > 0`` on the scores (Gemma 2): each becomes ``c tanh(s / c)`` before the mask is added and the
         map is applied (:class:`numeric.modifiers.Softcap`); ``None``: none.
+    length_scale:
+        Each query's scores times a factor of its position or of the number of keys it sees, before the cap and
+        the mask: :func:`numeric.modifiers.ssmax` (Scalable-Softmax, ``s log n``) or
+        :func:`numeric.modifiers.llama4` (``1 + a log(1 + floor((i + 1) / floor))``), applied to the queries
+        (:class:`~numeric.modifiers.LengthScale`); the scaled dot product only.  ``None``: none.
     window:
         A sliding window (a positive integer, implying ``causal``): query ``i`` sees the ``window`` keys
         ``i - window < j <= i``; the key blocks before a query block's window are skipped (:class:`~numeric.plan.Plan`),
@@ -370,13 +393,14 @@ def attention(q, k, v, *, mapping="softmax", mask=None, causal=False, scale=None
     online = (m.threshold == "closed" and table is None and not return_weights and cset is SIMPLEX
               and (key_block is not None or S > DENSE_LIMIT // 4))
     key_block = key_block or DENSE_LIMIT // 4
+    plan = _plan(L, S, block, causal, window)
+    length = _length_factor(xp, modifiers.length_scale(length_scale), plan, sf, q, batch + (L, S))
     if sf is None:
-        q = q * q.dtype.type(scale)
+        q = q * q.dtype.type(scale) if length is None else q * (length[0] * q.dtype.type(scale))
     bad = _nonfinite_keys(xp, k, v)
     v0 = None if bad is None else _finite(xp, v)
 
     names = tuple(arrays)  # (an array goes with the tasks; a number is shared)
-    plan = _plan(L, S, block, causal, window)
 
     def core(q, k, v, v0, mask, table, *rest):
         *parts, out, weights = rest
@@ -402,7 +426,7 @@ def attention(q, k, v, *, mapping="softmax", mask=None, causal=False, scale=None
 
 
 def attention_backward(q, k, v, dout, *, mapping="softmax", mask=None, causal=False, scale=None, block=None,
-                       scores=None, param_grads=False, window=None, softcap=None, **constraints):
+                       scores=None, param_grads=False, window=None, softcap=None, length_scale=None, **constraints):
     """Gradients ``(dq, dk, dv)`` of ``sum(dout * attention(q, k, v, ...))``.
 
     Same keywords as :func:`attention`; the weights are recomputed block by
@@ -415,7 +439,8 @@ def attention_backward(q, k, v, dout, *, mapping="softmax", mask=None, causal=Fa
     number, an array of its shape for one given per row:
     ``dalpha = sum_rows dP . dp/dalpha``, from the KKT system) and
     ``grads["scores"]`` those of the score function's parameters; for each constraint keyword given as an
-    array (the box's ``upper``), ``grads[keyword]``, the gradient in it (of its shape).
+    array (the box's ``upper``), ``grads[keyword]``, the gradient in it (of its shape); for a length scale whose
+    coefficient is an array, ``grads["length_scale"]``, the gradient in it (of its shape).
     """
     block = _check_block(block, "block")
     cap = modifiers.softcap(softcap)
@@ -437,12 +462,16 @@ def attention_backward(q, k, v, dout, *, mapping="softmax", mask=None, causal=Fa
     dset = [xp.zeros(batch + (L, S if n in cset.per_score else 1), dtype=q.dtype) for n in names_set] \
         if param_grads else []
     score_grads = [{}]
+    plan = _plan(L, S, block, causal, window)
+    length = _length_factor(xp, modifiers.length_scale(length_scale), plan, sf, q, batch + (L, S))
+    q0 = q
+    if length is not None:  # (the queries times the factor; the chain rule through it below)
+        q = q * length[0]
     if L and S:
         table = _param_table(m, batch, L, S)
         qs = q * q.dtype.type(scale) if sf is None else q
         bad = _nonfinite_keys(xp, k, v)
         k0 = None if bad is None else _finite(xp, k)
-        plan = _plan(L, S, block, causal, window)
 
         def core(q, qs, k, k0, v, dout, mask, table, *rest):
             parts, (dq, dk, dv, drows), dparts = rest[:len(names_set)], rest[len(names_set):][:4], \
@@ -495,7 +524,14 @@ def attention_backward(q, k, v, dout, *, mapping="softmax", mask=None, causal=Fa
 
         score_grads = _run(xp, core, batch, (q, qs, k, k0, v, dout, mask, table, *arrays.values()),
                            (dq, dk, dv, drows, *dset), L * S)
-    grads = _unbroadcast(dq, q.shape, xp), _unbroadcast(dk, k.shape, xp), _unbroadcast(dv, v.shape, xp)
+    dlength = None
+    if length is not None:  # dq of the scaled queries q0 f: dq0 = dq f, df = sum_e dq q0, dcoef = df log x
+        factor, logs, coef = length
+        if param_grads and not isinstance(coef, float):
+            dlength = _unbroadcast((dq * q0).sum(axis=-1, keepdims=True) * logs, coef.shape, xp)
+            dlength = dlength.reshape(xp.asarray(length_scale.coef).shape)  # (as given)
+        dq = dq * factor
+    grads = _unbroadcast(dq, q0.shape, xp), _unbroadcast(dk, k.shape, xp), _unbroadcast(dv, v.shape, xp)
     if not param_grads:
         return grads
     per_row = {} if drows is None else {name: drows[..., i] for i, name in enumerate(names)}
@@ -508,6 +544,8 @@ def attention_backward(q, k, v, dout, *, mapping="softmax", mask=None, causal=Fa
     out = {"map": map_grads, "scores": totals}
     for name, d in zip(names_set, dset):
         out[name] = _unbroadcast(d, arrays[name].shape, xp).reshape(xp.asarray(constraints[name]).shape)  # (as given)
+    if dlength is not None:
+        out["length_scale"] = dlength
     return (*grads, out)
 
 

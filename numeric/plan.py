@@ -26,6 +26,8 @@ from __future__ import annotations
 import numbers
 from dataclasses import dataclass
 
+import numpy as np
+
 __all__ = ["Plan", "Block", "rows_within", "dense_rows", "keyword_shape", "CAUSAL_MIN_BLOCK"]
 
 #: Smallest query block of a causal dense call (smaller blocks cost more in overhead than they skip).
@@ -111,6 +113,17 @@ class Plan:
         hi = min(self.S, max(0, i + self.offset + 1)) if self.causal else self.S
         lo = 0 if self.window is None else min(hi, max(0, i + self.offset - self.window + 1))
         return lo, hi
+
+    def seen(self) -> np.ndarray:
+        """The number of keys each query row sees, ``(L,)`` (:meth:`keys` of every row at once).
+
+        >>> Plan(5, 4, window=2).seen().tolist()
+        [1, 2, 2, 2, 2]
+        """
+        i = np.arange(self.L, dtype=np.int64) + self.offset
+        hi = np.clip(i + 1, 0, self.S) if self.causal else np.full(self.L, self.S, dtype=np.int64)
+        lo = np.zeros_like(hi) if self.window is None else np.minimum(hi, np.maximum(0, i - self.window + 1))
+        return hi - lo
 
     def __iter__(self):
         for start in range(0, self.L, self.block):

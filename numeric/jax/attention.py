@@ -155,7 +155,8 @@ def resolve_mapping(mapping) -> JaxMap:
 
 
 def attention(query, key, value, mask=None, is_causal: bool = False, scale=None, mapping="softmax", *,
-              bias=None, block_size: int | None = None, window: int | None = None, softcap=None, **constraints):
+              bias=None, block_size: int | None = None, window: int | None = None, softcap=None, length_scale=None,
+              **constraints):
     """``mapping(scale * query key^T + bias, masked) value`` with :func:`jax.nn.dot_product_attention`'s shapes.
 
     See the module's description.  Returns ``(B, T, N, Hv)`` (``(T, N, Hv)`` for
@@ -166,7 +167,10 @@ def attention(query, key, value, mask=None, is_causal: bool = False, scale=None,
     bound, each query's unmasked bounds summing to at least 1.  ``window``: a sliding window (a positive integer,
     implying ``is_causal``), query ``i`` sees the keys ``i - window < j <= i``, tested by positions block by block
     (no ``T x S`` mask is made).  ``softcap``: a cap ``c > 0`` on the scores, each ``c tanh(s / c)`` before the
-    bias and the mask (:class:`numeric.modifiers.Softcap`).
+    bias and the mask (:class:`numeric.modifiers.Softcap`).  ``length_scale``: each query's scores times a factor
+    of its position or of the number of keys it sees, before the cap (:func:`numeric.modifiers.ssmax`,
+    :func:`numeric.modifiers.llama4`; its coefficient a number or an array, one per head ``(N,)`` or broadcastable
+    to ``(B, N, T, 1)``, differentiable), applied to the queries.
 
     >>> import jax.numpy as jnp
     >>> q, k = jnp.zeros((1, 1, 1)), jnp.zeros((3, 1, 1))  # (T, N, H), (S, K, H): equal scores, 1/3 each
@@ -194,6 +198,15 @@ def attention(query, key, value, mask=None, is_causal: bool = False, scale=None,
     params = param_values(m, shape, dtype)
     if window is not None:
         Plan(T, S, 1, window=window)  # (checks it)
+    length = modifiers.length_scale(length_scale)
+    if length is not None:  # a factor per query row, on the queries: (B, N, T, 1) -> (B, T, N, 1)
+        logs = jnp.asarray(length.logs(Plan(T, S, causal=bool(is_causal), window=window)), dtype)[None, None]
+        coef = length.coef
+        if not isinstance(coef, float):
+            coef = jnp.asarray(coef)
+            coef = _scores_shaped(coef.reshape(length.coef_shape(coef.shape, shape, "(B, N, T, S)")),
+                                  "the length scale's coefficient", shape, boolean=False).astype(dtype)
+        query = query * jnp.swapaxes(length.factor(logs, coef), 1, 2)
     out = attend(query, key, value, m, params, is_causal=bool(is_causal) or window is not None, scale=scale, mask=mask,
                  bias=bias, constraints=given, block_size=block_size, window=window, softcap=modifiers.softcap(softcap))
     out = out.astype(out_dtype)

@@ -407,6 +407,25 @@ def _closure_grads(spec, qs, key, mask) -> bool:
     a = block_scores(qs[..., :1, :], key[..., b.keys, :], _mask_block(mask, b), spec.plan.cuts(b), spec.softcap)
     with torch.enable_grad():
         return spec.weights(a.detach(), (), b.rows, b.keys).requires_grad
+def length_factor(length, plan, query, scores: tuple):
+    """The factor per query row ``(..., L, 1)`` of the length scale ``length`` (a
+    :class:`numeric.modifiers.LengthScale`) for the plan's rows, in the query's dtype and on its device; a tensor
+    coefficient (checked: real, on the query's device, one value per head ``(H,)`` or broadcastable to the
+    ``scores`` with size 1 along the keys) keeps its graph."""
+    logs = torch.as_tensor(length.logs(plan), dtype=query.dtype, device=query.device)
+    coef = length.coef
+    if isinstance(coef, torch.Tensor):
+        if not coef.is_floating_point():
+            raise TypeError(f"the length scale's coefficient must be a floating tensor, got dtype {coef.dtype}")
+        if coef.device != query.device:
+            raise ValueError(f"the length scale's coefficient must be on the query's device {query.device}, got "
+                             f"{coef.device}")
+        coef = coef.reshape(length.coef_shape(coef.shape, scores)).to(query.dtype)
+    elif not isinstance(coef, float):
+        raise TypeError(f"the length scale's coefficient must be a number or a tensor, got {type(coef).__name__}")
+    return length.factor(logs, coef)
+
+
 def check_constraints(constraints: dict, query, scores: tuple) -> tuple:
     """``(set, values)`` of :func:`attention`'s constraint keywords (:func:`numeric.constraints.choose`), each a
     number or a real tensor on the query's device broadcasting to the scores (adding no batch dimensions; a 1-D
@@ -437,7 +456,7 @@ def spec_constraints(cset, values: dict) -> tuple:
 
 
 def attention(query, key, value, attn_mask=None, is_causal=False, scale=None, mapping="softmax", *, dropout_p=0.0,
-              block=None, backend="auto", window=None, softcap=None, **constraints):
+              block=None, backend="auto", window=None, softcap=None, length_scale=None, **constraints):
     """``mapping(scale * query @ key^T + attn_mask) @ value``, SDPA's semantics (module docstring).
 
     Parameters
@@ -474,6 +493,12 @@ def attention(query, key, value, attn_mask=None, is_causal=False, scale=None, ma
         ``i - window < j <= i``; the blocks of keys before a query block's window are skipped
         (:class:`~numeric.plan.Plan`), no ``L x S`` mask is made (the fused kernels do not take it yet: the torch
         path runs).
+    length_scale:
+        Each query's scores times a factor of its position or of the number of keys it sees, before the cap and
+        the mask: :func:`numeric.modifiers.ssmax` (Scalable-Softmax, ``s log n``) or
+        :func:`numeric.modifiers.llama4` (``1 + a log(1 + floor((i + 1) / floor))``), its coefficient a number or
+        a tensor (one per head, ``(H,)``; a gradient flows to it), applied to the queries
+        (:class:`~numeric.modifiers.LengthScale`).
     constraints:
         The keywords of a constraint set other than the simplex (:mod:`numeric.constraints`; a regattn map only),
         each a number or a tensor broadcastable to the scores ``(..., L, S)`` (size 1 along the keys for one value
@@ -513,6 +538,9 @@ def attention(query, key, value, attn_mask=None, is_causal=False, scale=None, ma
     if window is not None:
         Plan(L, S, 1, window=window)  # (checks it)
     cap = modifiers.softcap(softcap)
+    length = modifiers.length_scale(length_scale)
+    if length is not None:  # a factor per query row, on the queries
+        query = query * length_factor(length, Plan(L, S, causal=bool(is_causal), window=window), query, scores)
     if backend == "triton" or backend == "auto" and query.is_cuda and block is None:
         # a family with one value per head in several cases: each case's heads through its own kernels
         groups = fused.case_groups(fn, batch) if is_map else None
