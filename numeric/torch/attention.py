@@ -498,7 +498,7 @@ def attention(query, key, value, attn_mask=None, is_causal=False, scale=None, ma
         the mask: :func:`numeric.modifiers.ssmax` (Scalable-Softmax, ``s log n``) or
         :func:`numeric.modifiers.llama4` (``1 + a log(1 + floor((i + 1) / floor))``), its coefficient a number or
         a tensor (one per head, ``(H,)``; a gradient flows to it), applied to the queries
-        (:class:`~numeric.modifiers.LengthScale`).
+        (:class:`~numeric.modifiers.LengthScale`), so the fused kernels take it too.
     constraints:
         The keywords of a constraint set other than the simplex (:mod:`numeric.constraints`; a regattn map only),
         each a number or a tensor broadcastable to the scores ``(..., L, S)`` (size 1 along the keys for one value

@@ -600,3 +600,23 @@ def test_forward_makes_at_most_twice_softmax_products(name, params, most, monkey
         assert (d["p"] > 0).sum(-1).max() > 64  # (rows beyond the kept scores)
     bound, _ = _bounds(d, 1 / 8)
     assert np.all(np.abs(out.double().numpy() - d["out"]) <= bound)
+
+
+def test_a_length_scale_runs_the_kernels_on_scaled_queries():
+    """``length_scale=`` is a factor per query row, so the kernels take it on the queries: no fallback, and the
+    output and the gradients (the coefficient's, one per head, too) equal the torch path's."""
+    from numeric.modifiers import llama4, ssmax
+
+    q, k, v, do = _inputs(5, L=21, S=19)
+    coef = torch.tensor([0.8, 1.2])
+    for make in (ssmax, lambda c: llama4(c, floor=4)):
+        got = []
+        for backend in ("triton", "torch"):
+            leaves = [t.clone().requires_grad_() for t in (q, k, v, coef)]
+            with warnings.catch_warnings():
+                warnings.simplefilter("error")  # no fallback: the kernels ran
+                out = attention(*leaves[:3], is_causal=True, mapping="entmax15", backend=backend,
+                                length_scale=make(leaves[3]))
+            got.append([out, *torch.autograd.grad(out, leaves, do)])
+        for a, b in zip(*got):
+            np.testing.assert_allclose(a.detach().numpy(), b.detach().numpy(), rtol=1e-4, atol=1e-5)
