@@ -13,7 +13,11 @@ A ``tl.constexpr`` argument is part of a kernel's specialisation, and Triton key
 it holds: each map gets its own compiled kernels, and a fix here is one edit for every map.  The constraint set is
 one too, every kernel's ``SET`` (:data:`SETS`, :attr:`numeric.constraints.ConstraintSet.fused`): ``"simplex"`` or
 ``"box"`` (``0 <= p <= u``, ``sum p = 1``, the bounds ``u`` in ``Upper``), whose bounds, sums and rounds enter
-through its hooks, :mod:`numeric.kernels.triton_box`.
+through its hooks, :mod:`numeric.kernels.triton_box`.  The scores' modifiers are two more (:mod:`numeric.modifiers`):
+``SOFTCAP`` (``> 0``: each score ``SOFTCAP tanh(s / SOFTCAP)`` before the mask, and the backward's score gradient
+times the cap's slope ``1 - tanh^2``, ``_capped_scores``) and ``WINDOW`` (``> 0``: query ``i`` sees the keys
+``i - WINDOW < j <= i``; every pass of a query block starts at the key block of its first row's window, and the
+keys' backward visits only the query blocks whose windows reach its keys).
 
 * :func:`attention_forward`: one program per (batch x head, block of ``BLOCK_M`` queries).  On the simplex with an
   exponential link (``EXP_LINK``, softmax) it is FlashAttention's one pass with online rescaling.  Otherwise a pass
@@ -71,7 +75,7 @@ import triton.language as tl
 from numeric import contract, trust
 from numeric.kernels.triton_box import (bounds, box_at, box_block_sums, box_bracket, box_divisor, box_first, box_jump,
                                         box_round)
-from numeric.kernels.triton_math import rg_log1p
+from numeric.kernels.triton_math import rg_log1p, rg_tanh
 from numeric.kernels.triton_sort import keep_largest
 
 _traced = contract.check_format(trust.import_generated("numeric._generated.newton_link_triton"))
@@ -137,18 +141,38 @@ def _mm(a, b, UPCAST: tl.constexpr):
 
 @triton.jit
 def _scores(q, scale, K, Mask, k_base, m_base, offs_m, start, L, S, E, stride_ks, stride_ke, stride_ml, stride_ms,
-            HAS_MASK: tl.constexpr, MASK_BOOL: tl.constexpr, CAUSAL: tl.constexpr,
+            HAS_MASK: tl.constexpr, MASK_BOOL: tl.constexpr, CAUSAL: tl.constexpr, WINDOW: tl.constexpr,
+            SOFTCAP: tl.constexpr,
             BLOCK_N: tl.constexpr, BLOCK_E: tl.constexpr, UPCAST: tl.constexpr):
     # the scaled scores of the query block (q already scaled) against the keys start:start+BLOCK_N, -inf where
-    # masked (key out of range, masked, above the diagonal); float masks are added
+    # masked (key out of range, masked, above the diagonal, before the window); float masks are added
+    s, _ = _capped_scores(q, scale, K, Mask, k_base, m_base, offs_m, start, L, S, E, stride_ks, stride_ke, stride_ml,
+                          stride_ms, HAS_MASK, MASK_BOOL, CAUSAL, WINDOW, SOFTCAP, BLOCK_N, BLOCK_E, UPCAST)
+    return s
+
+
+@triton.jit
+def _capped_scores(q, scale, K, Mask, k_base, m_base, offs_m, start, L, S, E, stride_ks, stride_ke, stride_ml,
+                   stride_ms, HAS_MASK: tl.constexpr, MASK_BOOL: tl.constexpr, CAUSAL: tl.constexpr,
+                   WINDOW: tl.constexpr, SOFTCAP: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_E: tl.constexpr,
+                   UPCAST: tl.constexpr):
+    # (_scores, d capped / d s): with SOFTCAP > 0 the scores are SOFTCAP tanh(s / SOFTCAP) before the mask
+    # (numeric.modifiers.Softcap), whose slope 1 - (capped / SOFTCAP)**2 the backward's chain rule takes (1 without)
     offs_n = start + tl.arange(0, BLOCK_N)
     offs_e = tl.arange(0, BLOCK_E)
     k = tl.load(K + k_base + offs_n[:, None] * stride_ks + offs_e[None, :] * stride_ke,
                 mask=(offs_n[:, None] < S) & (offs_e[None, :] < E), other=0.0)
     s = _mm(q, tl.trans(k), UPCAST) * scale
+    slope = 1.0
+    if SOFTCAP > 0:
+        t = rg_tanh(s / SOFTCAP)
+        s = SOFTCAP * t
+        slope = 1.0 - t * t
     keep = (offs_m[:, None] < L) & (offs_n[None, :] < S)
     if CAUSAL:
         keep = keep & (offs_n[None, :] <= offs_m[:, None])
+    if WINDOW > 0:  # (the keys i - WINDOW < j <= i; CAUSAL holds too)
+        keep = keep & (offs_n[None, :] > offs_m[:, None] - WINDOW)
     if HAS_MASK:
         mvals = tl.load(Mask + m_base + offs_m[:, None] * stride_ml + offs_n[None, :] * stride_ms,
                         mask=(offs_m[:, None] < L) & (offs_n[None, :] < S), other=0)
@@ -156,7 +180,7 @@ def _scores(q, scale, K, Mask, k_base, m_base, offs_m, start, L, S, E, stride_ks
             keep = keep & (mvals != 0)
         else:
             s = s + mvals.to(tl.float32)
-    return tl.where(keep, s, float("-inf"))
+    return tl.where(keep, s, float("-inf")), slope
 
 
 @triton.jit
@@ -233,9 +257,11 @@ def _solve_kept(top, tau, lo, hi, tail, rate, eta, m0, fixed, MAP: tl.constexpr,
 
 @triton.jit
 def _query_block(Q, H, L, S, E, sq_b, sq_h, sq_l, sq_e, sk_b, sk_h, sv_b, sv_h, sm_b, sm_h, Params, n_params,
-                 CAUSAL: tl.constexpr, BLOCK_M: tl.constexpr, BLOCK_E: tl.constexpr, MAP: tl.constexpr):
+                 CAUSAL: tl.constexpr, WINDOW: tl.constexpr, BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr,
+                 BLOCK_E: tl.constexpr, MAP: tl.constexpr):
     # a program's query block (the forward's and the backward's rows): (block, batch x head, batch, head, its rows,
-    # its queries, the bases of the keys, values and mask of its batch and head, the keys it sees, the map's
+    # its queries, the bases of the keys, values and mask of its batch and head, the keys it sees, the first key
+    # block some row of it sees (0, or with a window the block of key qb BLOCK_M - WINDOW + 1), the map's
     # parameters of its head, omega'(1))
     qb = tl.program_id(0)
     bh = tl.program_id(1)
@@ -249,24 +275,29 @@ def _query_block(Q, H, L, S, E, sq_b, sq_h, sq_l, sq_e, sk_b, sk_h, sv_b, sv_h, 
         n_keys = tl.minimum(S, (qb + 1) * BLOCK_M)
     else:
         n_keys = S
+    if WINDOW > 0:
+        k_lo = (tl.maximum(qb * BLOCK_M - WINDOW + 1, 0) // BLOCK_N) * BLOCK_N
+    else:
+        k_lo = 0
     params = MAP.params(Params, bh * n_params)
-    return (qb, bh, b, h, offs_m, q, b * sk_b + h * sk_h, b * sv_b + h * sv_h, b * sm_b + h * sm_h, n_keys, params,
-            MAP.omega_prime(1.0, params))
+    return (qb, bh, b, h, offs_m, q, b * sk_b + h * sk_h, b * sv_b + h * sv_h, b * sm_b + h * sm_h, n_keys, k_lo,
+            params, MAP.omega_prime(1.0, params))
 
 
 @triton.jit
-def _box_totals(tau, q, scale, K, Mask, Upper, k_base, m_base, u_base, offs_m, n_keys, L, S, E, sk_s, sk_e, sm_l,
+def _box_totals(tau, q, scale, K, Mask, Upper, k_base, m_base, u_base, offs_m, n_keys, k_lo, L, S, E, sk_s, sk_e, sm_l,
                 sm_s, su_l, su_s, ceiling, z_one, MAP: tl.constexpr, params, HAS_MASK: tl.constexpr,
-                MASK_BOOL: tl.constexpr, CAUSAL: tl.constexpr, BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr,
+                MASK_BOOL: tl.constexpr, CAUSAL: tl.constexpr, WINDOW: tl.constexpr, SOFTCAP: tl.constexpr,
+                BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr,
                 BLOCK_E: tl.constexpr, UPCAST: tl.constexpr):
     # (sum_free g_+(s - tau), sum_saturated u) at the thresholds tau ([BLOCK_M, 1]), the entries classified as the
     # output pass and the backward classify them (box_at): one pass over the keys, which gives the free entries'
     # scale before the output pass, so that it can cap them at their bounds
     share = tl.zeros([BLOCK_M, 1], tl.float32)
     fixed = tl.zeros([BLOCK_M, 1], tl.float32)
-    for start in range(0, n_keys, BLOCK_N):
+    for start in range(k_lo, n_keys, BLOCK_N):
         s = _scores(q, scale, K, Mask, k_base, m_base, offs_m, start, L, S, E, sk_s, sk_e, sm_l, sm_s,
-                    HAS_MASK, MASK_BOOL, CAUSAL, BLOCK_N, BLOCK_E, UPCAST)
+                    HAS_MASK, MASK_BOOL, CAUSAL, WINDOW, SOFTCAP, BLOCK_N, BLOCK_E, UPCAST)
         u = bounds(Upper, u_base, offs_m, start, L, S, su_l, su_s, BLOCK_N)
         p, free, saturated = box_at(s, u, tau, ceiling, z_one, MAP, params)
         share += tl.sum(tl.where(free, p, 0.0), 1, keep_dims=True)
@@ -276,9 +307,10 @@ def _box_totals(tau, q, scale, K, Mask, Upper, k_base, m_base, u_base, offs_m, n
 
 @triton.jit
 def _box_output(tau, f, far, theta, blend, wrong, q, scale, K, V, Mask, Upper, Support, k_base, v_base, m_base,
-                u_base, offs_m, qb, bh, n_kblocks, n_keys, L, S, E, EV, sk_s, sk_e, sv_s, sv_e, sm_l, sm_s, su_l,
+                u_base, offs_m, qb, bh, n_kblocks, n_keys, k_lo, L, S, E, EV, sk_s, sk_e, sv_s, sv_e, sm_l, sm_s, su_l,
                 su_s, ceiling, z_one, MAP: tl.constexpr, params, HAS_MASK: tl.constexpr, MASK_BOOL: tl.constexpr,
-                CAUSAL: tl.constexpr, WEIGHTED: tl.constexpr, BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr,
+                CAUSAL: tl.constexpr, WINDOW: tl.constexpr, SOFTCAP: tl.constexpr, WEIGHTED: tl.constexpr,
+                BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr,
                 BLOCK_E: tl.constexpr, BLOCK_EV: tl.constexpr, UPCAST: tl.constexpr):
     # the bounded forward's output pass at the thresholds tau and the free entries' divisors f ([BLOCK_M]):
     # (sum p v, sum_free w v, sum_free w) with the weights the backward reads (_box_weights_at: u on the saturated
@@ -289,9 +321,9 @@ def _box_output(tau, f, far, theta, blend, wrong, q, scale, K, V, Mask, Upper, S
     wv = tl.zeros([BLOCK_M, BLOCK_EV], tl.float32)
     wsum = tl.zeros([BLOCK_M, 1], tl.float32)
     blending = tl.max(blend.to(tl.int32)) > 0
-    for start in range(0, n_keys, BLOCK_N):
+    for start in range(k_lo, n_keys, BLOCK_N):
         s = _scores(q, scale, K, Mask, k_base, m_base, offs_m, start, L, S, E, sk_s, sk_e, sm_l, sm_s,
-                    HAS_MASK, MASK_BOOL, CAUSAL, BLOCK_N, BLOCK_E, UPCAST)
+                    HAS_MASK, MASK_BOOL, CAUSAL, WINDOW, SOFTCAP, BLOCK_N, BLOCK_E, UPCAST)
         u = bounds(Upper, u_base, offs_m, start, L, S, su_l, su_s, BLOCK_N)
         p, w, _ = _box_weights_at(s, u, tau, f, ceiling, z_one, MAP, params)
         if blending:
@@ -315,13 +347,14 @@ def attention_forward(Q, K, V, Out, Tau, Fsum, Support, Bmax, Mask, Params, U, W
                       H, L, S, E, EV, scale, n_kblocks, n_params,
                       sq_b, sq_h, sq_l, sq_e, sk_b, sk_h, sk_s, sk_e, sv_b, sv_h, sv_s, sv_e,
                       so_b, so_h, so_l, so_e, sm_b, sm_h, sm_l, sm_s, su_b, su_h, su_l, su_s,
-                      HAS_MASK: tl.constexpr, MASK_BOOL: tl.constexpr, CAUSAL: tl.constexpr, SET: tl.constexpr,
+                      HAS_MASK: tl.constexpr, MASK_BOOL: tl.constexpr, CAUSAL: tl.constexpr, WINDOW: tl.constexpr,
+                      SOFTCAP: tl.constexpr, SET: tl.constexpr,
                       EXP_LINK: tl.constexpr, MAX_STEPS: tl.constexpr, WEIGHTED: tl.constexpr,
                       BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_E: tl.constexpr, BLOCK_EV: tl.constexpr,
                       KEEP: tl.constexpr, UPCAST: tl.constexpr, MAP: tl.constexpr):
-    qb, bh, b, h, offs_m, q, k_base, v_base, m_base, n_keys, params, z_one = _query_block(
-        Q, H, L, S, E, sq_b, sq_h, sq_l, sq_e, sk_b, sk_h, sv_b, sv_h, sm_b, sm_h, Params, n_params, CAUSAL, BLOCK_M,
-        BLOCK_E, MAP)
+    qb, bh, b, h, offs_m, q, k_base, v_base, m_base, n_keys, k_lo, params, z_one = _query_block(
+        Q, H, L, S, E, sq_b, sq_h, sq_l, sq_e, sk_b, sk_h, sv_b, sv_h, sm_b, sm_h, Params, n_params, CAUSAL, WINDOW,
+        BLOCK_M, BLOCK_N, BLOCK_E, MAP)
     offs_v = tl.arange(0, BLOCK_EV)
     row_live = offs_m < L
     if SET == "box":
@@ -336,9 +369,9 @@ def attention_forward(Q, K, V, Out, Tau, Fsum, Support, Bmax, Mask, Params, U, W
         n = tl.zeros([BLOCK_M, 1], tl.float32)
         low = tl.full([BLOCK_M, 1], float("inf"), tl.float32)
         wrong = tl.zeros([BLOCK_M, 1], tl.int32)
-        for start in range(0, n_keys, BLOCK_N):
+        for start in range(k_lo, n_keys, BLOCK_N):
             s = _scores(q, scale, K, Mask, k_base, m_base, offs_m, start, L, S, E, sk_s, sk_e, sm_l, sm_s,
-                        HAS_MASK, MASK_BOOL, CAUSAL, BLOCK_N, BLOCK_E, UPCAST)
+                        HAS_MASK, MASK_BOOL, CAUSAL, WINDOW, SOFTCAP, BLOCK_N, BLOCK_E, UPCAST)
             m, n, low, wrong = box_first(s, bounds(Upper, u_base, offs_m, start, L, S, su_l, su_s, BLOCK_N), m, n, low,
                                          wrong, MAP, params)
         bad, dead, m0, lo, hi = box_bracket(m, n, low, wrong, MAP, params)
@@ -351,9 +384,9 @@ def attention_forward(Q, K, V, Out, Tau, Fsum, Support, Bmax, Mask, Params, U, W
         while (tl.max(going.to(tl.int32)) > 0) & (rounds < MAX_STEPS):
             f = tl.zeros([BLOCK_M, 1], tl.float32)
             slope = tl.zeros([BLOCK_M, 1], tl.float32)
-            for start in range(0, n_keys, BLOCK_N):
+            for start in range(k_lo, n_keys, BLOCK_N):
                 s = _scores(q, scale, K, Mask, k_base, m_base, offs_m, start, L, S, E, sk_s, sk_e, sm_l, sm_s,
-                            HAS_MASK, MASK_BOOL, CAUSAL, BLOCK_N, BLOCK_E, UPCAST)
+                            HAS_MASK, MASK_BOOL, CAUSAL, WINDOW, SOFTCAP, BLOCK_N, BLOCK_E, UPCAST)
                 f_block, w_block = box_block_sums(s, bounds(Upper, u_base, offs_m, start, L, S, su_l, su_s, BLOCK_N),
                                                   m0, t, clip, ceiling, MAP, params)
                 f += f_block
@@ -363,9 +396,9 @@ def attention_forward(Q, K, V, Out, Tau, Fsum, Support, Bmax, Mask, Params, U, W
         # the free entries' scale at the threshold as the backward reads it (box_at): the sums of the free entries'
         # g and of the saturated entries' bounds, one pass over the keys before the output pass
         tau = tl.where(bad, float("nan"), tl.where(dead, float("inf"), m0 + t))
-        share, fixed = _box_totals(tau, q, scale, K, Mask, Upper, k_base, m_base, u_base, offs_m, n_keys, L, S, E,
+        share, fixed = _box_totals(tau, q, scale, K, Mask, Upper, k_base, m_base, u_base, offs_m, n_keys, k_lo, L, S, E,
                                    sk_s, sk_e, sm_l, sm_s, su_l, su_s, ceiling, z_one, MAP, params, HAS_MASK,
-                                   MASK_BOOL, CAUSAL, BLOCK_M, BLOCK_N, BLOCK_E, UPCAST)
+                                   MASK_BOOL, CAUSAL, WINDOW, SOFTCAP, BLOCK_M, BLOCK_N, BLOCK_E, UPCAST)
         rest = 1.0 - fixed
         # the jump rows (box_jump; a row whose F(t) is 1 to 4 eps is done, as box_between's bisection stops there:
         # the bracket's other end may be far)
@@ -375,17 +408,17 @@ def attention_forward(Q, K, V, Out, Tau, Fsum, Support, Bmax, Mask, Params, U, W
         far = tau
         if tl.max(jump.to(tl.int32)) > 0:
             far = tl.where(jump, m0 + tl.where(rest < 0, hi, lo), tau)  # (the bracket's other end)
-            share2, fixed2 = _box_totals(far, q, scale, K, Mask, Upper, k_base, m_base, u_base, offs_m, n_keys, L, S,
-                                         E, sk_s, sk_e, sm_l, sm_s, su_l, su_s, ceiling, z_one, MAP, params, HAS_MASK,
-                                         MASK_BOOL, CAUSAL, BLOCK_M, BLOCK_N, BLOCK_E, UPCAST)
+            share2, fixed2 = _box_totals(far, q, scale, K, Mask, Upper, k_base, m_base, u_base, offs_m, n_keys, k_lo,
+                                         L, S, E, sk_s, sk_e, sm_l, sm_s, su_l, su_s, ceiling, z_one, MAP, params, HAS_MASK,
+                                         MASK_BOOL, CAUSAL, WINDOW, SOFTCAP, BLOCK_M, BLOCK_N, BLOCK_E, UPCAST)
             tau, share, fixed, blend, theta = box_jump(jump, tau, far, share, fixed, share2, fixed2)
         f = tl.reshape(box_divisor(share, fixed, dead, bad), [BLOCK_M])
         tau = tl.reshape(tau, [BLOCK_M])
         out, u, wsum = _box_output(
             tau, f, tl.reshape(far, [BLOCK_M]), theta, blend, wrong, q, scale, K, V, Mask, Upper, Support, k_base,
-            v_base, m_base, u_base, offs_m, qb, bh, n_kblocks, n_keys, L, S, E, EV, sk_s, sk_e, sv_s, sv_e, sm_l, sm_s,
-            su_l, su_s, ceiling, z_one, MAP, params, HAS_MASK, MASK_BOOL, CAUSAL, WEIGHTED, BLOCK_M, BLOCK_N,
-            BLOCK_E, BLOCK_EV, UPCAST)
+            v_base, m_base, u_base, offs_m, qb, bh, n_kblocks, n_keys, k_lo, L, S, E, EV, sk_s, sk_e, sv_s, sv_e, sm_l,
+            sm_s, su_l, su_s, ceiling, z_one, MAP, params, HAS_MASK, MASK_BOOL, CAUSAL, WINDOW, SOFTCAP, WEIGHTED,
+            BLOCK_M, BLOCK_N, BLOCK_E, BLOCK_EV, UPCAST)
         out = tl.where(bad, float("nan"), tl.where(dead, 0.0, out))
         u = tl.where(bad, float("nan"), u)
         wsum = tl.reshape(tl.where(bad, float("nan"), wsum), [BLOCK_M])
@@ -394,9 +427,9 @@ def attention_forward(Q, K, V, Out, Tau, Fsum, Support, Bmax, Mask, Params, U, W
         m = tl.full([BLOCK_M], float("-inf"), tl.float32)
         f = tl.zeros([BLOCK_M], tl.float32)
         acc = tl.zeros([BLOCK_M, BLOCK_EV], tl.float32)
-        for start in range(0, n_keys, BLOCK_N):
+        for start in range(k_lo, n_keys, BLOCK_N):
             s = _scores(q, scale, K, Mask, k_base, m_base, offs_m, start, L, S, E, sk_s, sk_e, sm_l, sm_s,
-                        HAS_MASK, MASK_BOOL, CAUSAL, BLOCK_N, BLOCK_E, UPCAST)
+                        HAS_MASK, MASK_BOOL, CAUSAL, WINDOW, SOFTCAP, BLOCK_N, BLOCK_E, UPCAST)
             m_new = tl.maximum(m, tl.max(s, 1))
             shift = tl.where(m_new == float("-inf"), 0.0, m_new)
             p = tl.exp(s - shift[:, None])
@@ -424,13 +457,14 @@ def attention_forward(Q, K, V, Out, Tau, Fsum, Support, Bmax, Mask, Params, U, W
         n = tl.zeros([BLOCK_M], tl.float32)
         top = tl.full([BLOCK_M, KEEP], float("-inf"), tl.float32)
         n_blocks = tl.cdiv(n_keys, BLOCK_N)
+        b_lo = k_lo // BLOCK_N  # (the key blocks before a window are not visited, here or in any pass)
         first = tl.minimum((qb * BLOCK_M) // BLOCK_N, n_blocks - 1)
         dense = MAP.clip(params) == float("-inf")
         z_all = tl.zeros([BLOCK_M], tl.float32)  # a dense map's sum of exp(s - m), rescaled as m grows
-        for j in range(0, n_blocks):
-            kb = (j + first) % n_blocks
+        for j in range(b_lo, n_blocks):
+            kb = b_lo + (j - b_lo + first - b_lo) % (n_blocks - b_lo)
             s = _scores(q, scale, K, Mask, k_base, m_base, offs_m, kb * BLOCK_N, L, S, E, sk_s, sk_e, sm_l, sm_s,
-                        HAS_MASK, MASK_BOOL, CAUSAL, BLOCK_N, BLOCK_E, UPCAST)
+                        HAS_MASK, MASK_BOOL, CAUSAL, WINDOW, SOFTCAP, BLOCK_N, BLOCK_E, UPCAST)
             top_s = tl.max(s, 1)
             if dense:
                 grown = tl.maximum(m, top_s)
@@ -492,10 +526,10 @@ def attention_forward(Q, K, V, Out, Tau, Fsum, Support, Bmax, Mask, Params, U, W
                 t_w = tl.zeros([BLOCK_M], tl.float32)
                 t_c = tl.zeros([BLOCK_M], tl.float32)
                 at_kth = tl.zeros([BLOCK_M], tl.float32)
-                for start in range(0, n_keys, BLOCK_N):
+                for start in range(k_lo, n_keys, BLOCK_N):
                     if tl.load(gap + start // BLOCK_N) > floor:
                         s = _scores(q, scale, K, Mask, k_base, m_base, offs_m, start, L, S, E, sk_s, sk_e, sm_l, sm_s,
-                                    HAS_MASK, MASK_BOOL, CAUSAL, BLOCK_N, BLOCK_E, UPCAST)
+                                    HAS_MASK, MASK_BOOL, CAUSAL, WINDOW, SOFTCAP, BLOCK_N, BLOCK_E, UPCAST)
                         f_block, w_block, c_block, n_block = _tail_sums(s, tau, kth, z_one, MAP, params)
                         t_f += f_block
                         t_w += w_block
@@ -534,11 +568,11 @@ def attention_forward(Q, K, V, Out, Tau, Fsum, Support, Bmax, Mask, Params, U, W
             acc = tl.zeros([BLOCK_M, BLOCK_EV], tl.float32)
             u = tl.zeros([BLOCK_M, BLOCK_EV], tl.float32)
             wsum = tl.zeros([BLOCK_M], tl.float32)
-            for start in range(0, n_keys, BLOCK_N):
+            for start in range(k_lo, n_keys, BLOCK_N):
                 has = False
                 if tl.load(gap + start // BLOCK_N) > floor:
                     s = _scores(q, scale, K, Mask, k_base, m_base, offs_m, start, L, S, E, sk_s, sk_e, sm_l, sm_s,
-                                HAS_MASK, MASK_BOOL, CAUSAL, BLOCK_N, BLOCK_E, UPCAST)
+                                HAS_MASK, MASK_BOOL, CAUSAL, WINDOW, SOFTCAP, BLOCK_N, BLOCK_E, UPCAST)
                     p = link_plus(s - tau[:, None], z_one, MAP, params)
                     p = tl.where(dead[:, None], 0.0, p)
                     offs_n = start + tl.arange(0, BLOCK_N)
@@ -565,7 +599,8 @@ def attention_forward(Q, K, V, Out, Tau, Fsum, Support, Bmax, Mask, Params, U, W
     tl.store(Out + b * so_b + h * so_h + offs_m[:, None] * so_l + offs_v[None, :] * so_e,
              out.to(Out.dtype.element_ty), mask=row_live[:, None] & (offs_v[None, :] < EV))
     if WEIGHTED:
-        tl.store(U + (bh * L + offs_m[:, None]) * EV + offs_v[None, :], u, mask=row_live[:, None] & (offs_v[None, :] < EV))
+        tl.store(U + (bh * L + offs_m[:, None]) * EV + offs_v[None, :], u,
+                 mask=row_live[:, None] & (offs_v[None, :] < EV))
         tl.store(Wsum + bh * L + offs_m, wsum, mask=row_live)
     tl.store(Tau + bh * L + offs_m, tau, mask=row_live)
     tl.store(Fsum + bh * L + offs_m, f, mask=row_live)
@@ -610,32 +645,34 @@ def _weights_of_block(s, Upper, u_base, offs_m, start, L, S, su_l, su_s, ceiling
 @triton.jit
 def _weights_and_dp(q, scale, do, K, V, Mask, Upper, k_base, v_base, m_base, u_base, offs_m, start, L, S, E, EV,
                     sk_s, sk_e, sv_s, sv_e, sm_l, sm_s, su_l, su_s, ceiling, tau, f, z_one, MAP: tl.constexpr, params,
-                    HAS_MASK: tl.constexpr, MASK_BOOL: tl.constexpr, CAUSAL: tl.constexpr, SET: tl.constexpr,
+                    HAS_MASK: tl.constexpr, MASK_BOOL: tl.constexpr, CAUSAL: tl.constexpr, WINDOW: tl.constexpr,
+                    SOFTCAP: tl.constexpr, SET: tl.constexpr,
                     BLOCK_N: tl.constexpr, BLOCK_E: tl.constexpr, BLOCK_EV: tl.constexpr, UPCAST: tl.constexpr):
-    # (w, saturated, dP) of the query block against the keys start:start+BLOCK_N: weight(p) on the support (the
-    # free entries with bounds), where p is at its bound, and dO v^T
-    s = _scores(q, scale, K, Mask, k_base, m_base, offs_m, start, L, S, E, sk_s, sk_e, sm_l, sm_s,
-                HAS_MASK, MASK_BOOL, CAUSAL, BLOCK_N, BLOCK_E, UPCAST)
+    # (w, saturated, dP, slope) of the query block against the keys start:start+BLOCK_N: weight(p) on the support
+    # (the free entries with bounds), where p is at its bound, dO v^T, and the cap's slope (_capped_scores)
+    s, slope = _capped_scores(q, scale, K, Mask, k_base, m_base, offs_m, start, L, S, E, sk_s, sk_e, sm_l, sm_s,
+                              HAS_MASK, MASK_BOOL, CAUSAL, WINDOW, SOFTCAP, BLOCK_N, BLOCK_E, UPCAST)
     _, w, saturated = _weights_of_block(s, Upper, u_base, offs_m, start, L, S, su_l, su_s, ceiling, tau, f, z_one,
                                         MAP, params, SET, BLOCK_N)
     offs_n = start + tl.arange(0, BLOCK_N)
     offs_v = tl.arange(0, BLOCK_EV)
     v = tl.load(V + v_base + offs_n[:, None] * sv_s + offs_v[None, :] * sv_e,
                 mask=(offs_n[:, None] < S) & (offs_v[None, :] < EV), other=0.0)
-    return w, saturated, _mm(do, tl.trans(v), UPCAST)
+    return w, saturated, _mm(do, tl.trans(v), UPCAST), slope
 
 
 @triton.jit
 def _exit_gaps(q, scale, K, Mask, Upper, k_base, m_base, u_base, offs_m, start, L, S, E, sk_s, sk_e, sm_l, sm_s,
                su_l, su_s, ceiling, tau, f, z_one, MAP: tl.constexpr, params, HAS_MASK: tl.constexpr,
-               MASK_BOOL: tl.constexpr, CAUSAL: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_E: tl.constexpr,
+               MASK_BOOL: tl.constexpr, CAUSAL: tl.constexpr, WINDOW: tl.constexpr, SOFTCAP: tl.constexpr,
+               BLOCK_N: tl.constexpr, BLOCK_E: tl.constexpr,
                UPCAST: tl.constexpr):
     # (u, saturated, s - omega'(u) on the saturated entries, inf elsewhere) of the query block against the keys
     # start:start+BLOCK_N, saturated as the forward's weights are (_box_weights_at: with the entries its cap holds):
     # the gaps whose least marks the entries that leave their bound first as tau rises
     # (numeric.constraints.box.box_exits)
     s = _scores(q, scale, K, Mask, k_base, m_base, offs_m, start, L, S, E, sk_s, sk_e, sm_l, sm_s,
-                HAS_MASK, MASK_BOOL, CAUSAL, BLOCK_N, BLOCK_E, UPCAST)
+                HAS_MASK, MASK_BOOL, CAUSAL, WINDOW, SOFTCAP, BLOCK_N, BLOCK_E, UPCAST)
     u = bounds(Upper, u_base, offs_m, start, L, S, su_l, su_s, BLOCK_N)
     _, _, saturated = _box_weights_at(s, u, tau, f, ceiling, z_one, MAP, params)
     gap = tl.where(saturated, s - MAP.omega_prime(tl.where(saturated, u, 1.0), params), float("inf"))
@@ -647,13 +684,14 @@ def attention_backward_rows(Q, K, V, DO, DQ, Tau, Fsum, C, Support, Mask, Params
                             H, L, S, E, EV, scale, n_kblocks, n_params,
                             sq_b, sq_h, sq_l, sq_e, sk_b, sk_h, sk_s, sk_e, sv_b, sv_h, sv_s, sv_e,
                             sd_b, sd_h, sd_l, sd_e, sm_b, sm_h, sm_l, sm_s, su_b, su_h, su_l, su_s,
-                            HAS_MASK: tl.constexpr, MASK_BOOL: tl.constexpr, CAUSAL: tl.constexpr,
+                            HAS_MASK: tl.constexpr, MASK_BOOL: tl.constexpr, CAUSAL: tl.constexpr, WINDOW: tl.constexpr,
+                            SOFTCAP: tl.constexpr,
                             SET: tl.constexpr, UPPER_GRAD: tl.constexpr,
                             BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_E: tl.constexpr,
                             BLOCK_EV: tl.constexpr, UPCAST: tl.constexpr, MAP: tl.constexpr):
-    qb, bh, b, h, offs_m, q, k_base, v_base, m_base, n_keys, params, z_one = _query_block(
-        Q, H, L, S, E, sq_b, sq_h, sq_l, sq_e, sk_b, sk_h, sv_b, sv_h, sm_b, sm_h, Params, n_params, CAUSAL, BLOCK_M,
-        BLOCK_E, MAP)
+    qb, bh, b, h, offs_m, q, k_base, v_base, m_base, n_keys, k_lo, params, z_one = _query_block(
+        Q, H, L, S, E, sq_b, sq_h, sq_l, sq_e, sk_b, sk_h, sv_b, sv_h, sm_b, sm_h, Params, n_params, CAUSAL, WINDOW,
+        BLOCK_M, BLOCK_N, BLOCK_E, MAP)
     offs_e = tl.arange(0, BLOCK_E)
     offs_v = tl.arange(0, BLOCK_EV)
     row_live = offs_m < L
@@ -680,20 +718,22 @@ def attention_backward_rows(Q, K, V, DO, DQ, Tau, Fsum, C, Support, Mask, Params
     if UPPER_GRAD:
         if tl.max(none.to(tl.int32)) > 0:
             least = tl.full([BLOCK_M], float("inf"), tl.float32)
-            for start in range(0, n_keys, BLOCK_N):
+            for start in range(k_lo, n_keys, BLOCK_N):
                 if tl.load(support + start // BLOCK_N) != 0:
                     _, saturated, gap = _exit_gaps(q, scale, K, Mask, Upper, k_base, m_base, u_base, offs_m, start,
                                                    L, S, E, sk_s, sk_e, sm_l, sm_s, su_l, su_s, ceiling, tau, f,
-                                                   z_one, MAP, params, HAS_MASK, MASK_BOOL, CAUSAL, BLOCK_N,
+                                                   z_one, MAP, params, HAS_MASK, MASK_BOOL, CAUSAL, WINDOW, SOFTCAP,
+                                                   BLOCK_N,
                                                    BLOCK_E, UPCAST)
                     least = tl.minimum(least, tl.min(gap, 1))
             w_k = tl.zeros([BLOCK_M], tl.float32)
             w_dp = tl.zeros([BLOCK_M], tl.float32)
-            for start in range(0, n_keys, BLOCK_N):
+            for start in range(k_lo, n_keys, BLOCK_N):
                 if tl.load(support + start // BLOCK_N) != 0:
                     u_k, saturated, gap = _exit_gaps(q, scale, K, Mask, Upper, k_base, m_base, u_base, offs_m,
                                                      start, L, S, E, sk_s, sk_e, sm_l, sm_s, su_l, su_s, ceiling,
-                                                     tau, f, z_one, MAP, params, HAS_MASK, MASK_BOOL, CAUSAL, BLOCK_N,
+                                                     tau, f, z_one, MAP, params, HAS_MASK, MASK_BOOL, CAUSAL, WINDOW,
+                                                     SOFTCAP, BLOCK_N,
                                                      BLOCK_E, UPCAST)
                     first = saturated & (gap <= least[:, None]) & none[:, None]
                     w_first = tl.where(first, MAP.weight(tl.where(first, u_k, 1.0), params), 0.0)
@@ -706,20 +746,20 @@ def attention_backward_rows(Q, K, V, DO, DQ, Tau, Fsum, C, Support, Mask, Params
             c_u = tl.where(none & (w_k > 0), w_dp / tl.where(w_k > 0, w_k, 1.0), c)
             least = tl.where(none, least, float("-inf"))
     dq = tl.zeros([BLOCK_M, BLOCK_E], tl.float32)
-    for start in range(0, n_keys, BLOCK_N):
+    for start in range(k_lo, n_keys, BLOCK_N):
         if tl.load(support + start // BLOCK_N) != 0:
-            w, saturated, dp = _weights_and_dp(q, scale, do, K, V, Mask, Upper, k_base, v_base, m_base, u_base, offs_m,
-                                               start, L, S, E, EV, sk_s, sk_e, sv_s, sv_e, sm_l, sm_s, su_l, su_s,
-                                               ceiling, tau, f, z_one, MAP, params, HAS_MASK, MASK_BOOL, CAUSAL, SET,
-                                               BLOCK_N, BLOCK_E, BLOCK_EV, UPCAST)
+            w, saturated, dp, slope = _weights_and_dp(
+                q, scale, do, K, V, Mask, Upper, k_base, v_base, m_base, u_base, offs_m, start, L, S, E, EV, sk_s, sk_e,
+                sv_s, sv_e, sm_l, sm_s, su_l, su_s, ceiling, tau, f, z_one, MAP, params, HAS_MASK, MASK_BOOL, CAUSAL,
+                WINDOW, SOFTCAP, SET, BLOCK_N, BLOCK_E, BLOCK_EV, UPCAST)
             offs_n = start + tl.arange(0, BLOCK_N)
             k = tl.load(K + k_base + offs_n[:, None] * sk_s + offs_e[None, :] * sk_e,
                         mask=(offs_n[:, None] < S) & (offs_e[None, :] < E), other=0.0)
-            dq += _mm((w * (dp - c[:, None])).to(k.dtype), k, UPCAST)
+            dq += _mm((w * (dp - c[:, None]) * slope).to(k.dtype), k, UPCAST)
             if UPPER_GRAD:  # the bounds' gradient: dP - c_u where p is at its bound (numeric.constraints.box.box_vjp)
                 _, _, gap = _exit_gaps(q, scale, K, Mask, Upper, k_base, m_base, u_base, offs_m, start, L, S, E,
                                        sk_s, sk_e, sm_l, sm_s, su_l, su_s, ceiling, tau, f, z_one, MAP, params,
-                                       HAS_MASK, MASK_BOOL, CAUSAL, BLOCK_N, BLOCK_E, UPCAST)
+                                       HAS_MASK, MASK_BOOL, CAUSAL, WINDOW, SOFTCAP, BLOCK_N, BLOCK_E, UPCAST)
                 counted = saturated & (gap > least[:, None])  # (K, in a row with no free entry, is not)
                 tl.store(DU + (bh * L + offs_m[:, None]) * S + offs_n[None, :],
                          tl.where(counted, dp - c_u[:, None], 0.0), mask=row_live[:, None] & (offs_n[None, :] < S))
@@ -732,7 +772,8 @@ def attention_backward_keys(Q, K, V, DO, DK, DV, Tau, Fsum, C, Support, Mask, Pa
                             H, L, S, E, EV, scale, n_kblocks, n_qblocks, n_params,
                             sq_b, sq_h, sq_l, sq_e, sk_b, sk_h, sk_s, sk_e, sv_b, sv_h, sv_s, sv_e,
                             sd_b, sd_h, sd_l, sd_e, sm_b, sm_h, sm_l, sm_s, su_b, su_h, su_l, su_s,
-                            HAS_MASK: tl.constexpr, MASK_BOOL: tl.constexpr, CAUSAL: tl.constexpr,
+                            HAS_MASK: tl.constexpr, MASK_BOOL: tl.constexpr, CAUSAL: tl.constexpr, WINDOW: tl.constexpr,
+                            SOFTCAP: tl.constexpr,
                             SET: tl.constexpr, BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_E: tl.constexpr,
                             BLOCK_EV: tl.constexpr, UPCAST: tl.constexpr, MAP: tl.constexpr):
     kb = tl.program_id(0)
@@ -758,7 +799,11 @@ def attention_backward_keys(Q, K, V, DO, DK, DV, Tau, Fsum, C, Support, Mask, Pa
         first = start // BLOCK_M
     else:
         first = 0
-    for qb in range(first, n_qblocks):
+    if WINDOW > 0:  # (the last query that sees a key of this block: start + BLOCK_N - 1 + WINDOW - 1)
+        last = tl.minimum(n_qblocks, (start + BLOCK_N + WINDOW - 2) // BLOCK_M + 1)
+    else:
+        last = n_qblocks
+    for qb in range(first, last):
         if tl.load(Support + (bh * n_qblocks + qb) * n_kblocks + kb) != 0:
             offs_m = qb * BLOCK_M + tl.arange(0, BLOCK_M)
             row_live = offs_m < L
@@ -769,12 +814,12 @@ def attention_backward_keys(Q, K, V, DO, DK, DV, Tau, Fsum, C, Support, Mask, Pa
             tau = tl.load(Tau + bh * L + offs_m, mask=row_live, other=float("inf"))
             f = tl.load(Fsum + bh * L + offs_m, mask=row_live, other=1.0)
             c = tl.load(C + bh * L + offs_m, mask=row_live, other=0.0)
-            s = _scores(q, scale, K, Mask, k_base, m_base, offs_m, start, L, S, E, sk_s, sk_e, sm_l, sm_s,
-                        HAS_MASK, MASK_BOOL, CAUSAL, BLOCK_N, BLOCK_E, UPCAST)
+            s, slope = _capped_scores(q, scale, K, Mask, k_base, m_base, offs_m, start, L, S, E, sk_s, sk_e, sm_l,
+                                      sm_s, HAS_MASK, MASK_BOOL, CAUSAL, WINDOW, SOFTCAP, BLOCK_N, BLOCK_E, UPCAST)
             p, w, _ = _weights_of_block(s, Upper, u_base, offs_m, start, L, S, su_l, su_s, ceiling, tau, f, z_one,
                                         MAP, params, SET, BLOCK_N)
             dv += _mm(tl.trans(p).to(do.dtype), do, UPCAST)
-            ds = w * (_mm(do, tl.trans(v), UPCAST) - c[:, None])
+            ds = w * (_mm(do, tl.trans(v), UPCAST) - c[:, None]) * slope
             dk += _mm(tl.trans(ds).to(q.dtype), q, UPCAST)
     tl.store(DK + bh * S * E + offs_n[:, None] * E + offs_e[None, :], dk * scale,
              mask=(offs_n[:, None] < S) & (offs_e[None, :] < E))

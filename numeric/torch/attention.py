@@ -487,12 +487,11 @@ def attention(query, key, value, attn_mask=None, is_causal=False, scale=None, ma
         installed and the call is one the kernels cover, the torch path otherwise.
     softcap:
         A cap ``c > 0`` on the scores (Gemma 2): each becomes ``c tanh(s / c)`` before the mask is added
-        (:class:`numeric.modifiers.Softcap`; the fused kernels do not take it yet: the torch path runs).
+        (:class:`numeric.modifiers.Softcap`; the fused kernels' ``SOFTCAP``).
     window:
         A sliding window (a positive integer, implying ``is_causal``): query ``i`` sees the ``window`` keys
         ``i - window < j <= i``; the blocks of keys before a query block's window are skipped
-        (:class:`~numeric.plan.Plan`), no ``L x S`` mask is made (the fused kernels do not take it yet: the torch
-        path runs).
+        (:class:`~numeric.plan.Plan`, and the fused kernels' ``WINDOW``), no ``L x S`` mask is made.
     length_scale:
         Each query's scores times a factor of its position or of the number of keys it sees, before the cap and
         the mask: :func:`numeric.modifiers.ssmax` (Scalable-Softmax, ``s log n``) or
@@ -547,14 +546,14 @@ def attention(query, key, value, attn_mask=None, is_causal=False, scale=None, ma
         whys = [fused.unsupported(query, attn_mask, m, True, float(dropout_p)) for _, m in groups or ()]
         why = next((w for w in whys if w is not None), None) if groups else \
             fused.unsupported(query, attn_mask, fn, is_map, float(dropout_p))
-        why = why or fused.unsupported_set(cset, values) or (None if window is None else "a sliding window") or \
-            (None if cap is None else "a softcap")
+        why = why or fused.unsupported_set(cset, values)
         if why is None and L and S:
-            hook = fused.set_arguments(cset, values, attn_mask, bool(is_causal), scores, query.dtype)
+            hook = fused.set_arguments(cset, values, attn_mask, bool(is_causal), scores, query.dtype, window)
             if groups:
                 return fused.grouped_attention(query, key, value, attn_mask, bool(is_causal), float(scale), groups,
-                                               batch, **hook)
-            return fused.fused_attention(query, key, value, attn_mask, bool(is_causal), float(scale), fn, batch, **hook)
+                                               batch, window=window, softcap=cap, **hook)
+            return fused.fused_attention(query, key, value, attn_mask, bool(is_causal), float(scale), fn, batch,
+                                         window=window, softcap=cap, **hook)
         if why is not None and backend == "triton":
             fused.warn_fallback(why)
     names = tuple(n for n in fn.params if isinstance(fn.params[n], torch.Tensor)) if is_map else ()

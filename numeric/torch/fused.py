@@ -217,7 +217,7 @@ def _param_values(fn, batch, B, H, device):
 
 class _Fused(torch.autograd.Function):
     @staticmethod
-    def forward(ctx, q, k, v, mask, upper, scale, causal, module, fns, params, shapes):
+    def forward(ctx, q, k, v, mask, upper, scale, causal, module, fns, params, shapes, scores):
         B, H, L, S, E, EV = shapes
         block = BLOCK["cuda" if q.is_cuda else "cpu"]
         nq, nk = math.ceil(L / block), math.ceil(S / block)
@@ -234,8 +234,10 @@ class _Fused(torch.autograd.Function):
         u = torch.empty(B * H, L, EV, dtype=torch.float32, device=q.device) if weighted else fsum
         wsum = torch.empty_like(tau) if weighted else fsum
         kt = _kernels()
-        flags = dict(HAS_MASK=mask is not None, MASK_BOOL=mask is None or mask.dtype == torch.bool, CAUSAL=causal,
-                     MAX_STEPS=MAX_STEPS, WEIGHTED=weighted, BLOCK_M=block, BLOCK_N=block, BLOCK_E=be, BLOCK_EV=bev,
+        window, cap = scores  # (WINDOW 0: none, SOFTCAP 0: none; a window implies causal)
+        flags = dict(HAS_MASK=mask is not None, MASK_BOOL=mask is None or mask.dtype == torch.bool,
+                     CAUSAL=causal or window > 0, WINDOW=window, SOFTCAP=cap, MAX_STEPS=MAX_STEPS, WEIGHTED=weighted,
+                     BLOCK_M=block, BLOCK_N=block, BLOCK_E=be, BLOCK_EV=bev,
                      UPCAST=not q.is_cuda, MAP=fns, **_options(q))
         # the constraint set, SET: the simplex, or the box 0 <= p <= upper with its Ceiling (omega'(inf) per batch and
         # head); the simplex's bounds and ceiling are placeholders the kernel does not read
@@ -243,17 +245,18 @@ class _Fused(torch.autograd.Function):
         bounds, us = _bounds_args(upper, q)
         kt.attention_forward[(nq, B * H)](q, k, v, out, tau, fsum, support, bmax, m, params, u, wsum, bounds, ceiling,
                                           H, L, S, E, EV, float(scale), nk, params.shape[1], *q.stride(), *k.stride(),
-                                          *v.stride(), *out.stride(), *ms, *us, SET="simplex" if upper is None else "box",
+                                          *v.stride(), *out.stride(), *ms, *us,
+                                          SET="simplex" if upper is None else "box",
                                           EXP_LINK=exp_link, KEEP=KEEP["cuda" if q.is_cuda else "cpu"], **flags)
         ctx.save_for_backward(q, k, v, mask, upper, params, tau, fsum, support, u, wsum)
         ctx.ceiling = None if upper is None else ceiling  # (the backward reads the bounds at the same ceiling)
-        ctx.args = (scale, causal, fns, shapes, block, be, bev)
+        ctx.args = (scale, causal, fns, shapes, block, be, bev, scores)
         return out
 
     @staticmethod
     def backward(ctx, dout):
         q, k, v, mask, upper, params, tau, fsum, support, u, wsum = ctx.saved_tensors
-        scale, causal, fns, (B, H, L, S, E, EV), block, be, bev = ctx.args
+        scale, causal, fns, (B, H, L, S, E, EV), block, be, bev, (window, cap) = ctx.args
         nq, nk = math.ceil(L / block), math.ceil(S / block)
         do = dout.contiguous()
         dq = torch.empty(B * H, L, E, dtype=torch.float32, device=q.device)
@@ -266,20 +269,22 @@ class _Fused(torch.autograd.Function):
         du = torch.zeros(B * H, L, S, dtype=torch.float32, device=q.device) if upper_grad else c
         bounds, us = _bounds_args(upper, q)
         ceiling = tau if upper is None else ctx.ceiling
-        flags = dict(HAS_MASK=mask is not None, MASK_BOOL=mask is None or mask.dtype == torch.bool, CAUSAL=causal,
-                     SET="simplex" if upper is None else "box", BLOCK_M=block, BLOCK_N=block, BLOCK_E=be, BLOCK_EV=bev,
+        flags = dict(HAS_MASK=mask is not None, MASK_BOOL=mask is None or mask.dtype == torch.bool,
+                     CAUSAL=causal or window > 0, WINDOW=window, SOFTCAP=cap, SET="simplex" if upper is None else "box",
+                     BLOCK_M=block, BLOCK_N=block, BLOCK_E=be, BLOCK_EV=bev,
                      UPCAST=not q.is_cuda, MAP=fns, **_options(q))
         common = (H, L, S, E, EV, float(scale))
         strides = (*q.stride(), *k.stride(), *v.stride(), *do.stride(), *ms, *us)
         kt = _kernels()
-        kt.attention_backward_rows[(nq, B * H)](q, k, v, do, dq, tau, fsum, c, support, m, params, u, wsum, bounds, ceiling,
-                                                 du, *common, nk, params.shape[1], *strides, UPPER_GRAD=upper_grad, **flags)
+        kt.attention_backward_rows[(nq, B * H)](q, k, v, do, dq, tau, fsum, c, support, m, params, u, wsum, bounds,
+                                                 ceiling, du, *common, nk, params.shape[1], *strides, UPPER_GRAD=upper_grad,
+                                                 **flags)
         kt.attention_backward_keys[(nk, B * H)](q, k, v, do, dk, dv, tau, fsum, c, support, m, params, bounds,
                                                  ceiling, *common, nk, nq, params.shape[1], *strides, **flags)
         shape = (B, H)
         return (dq.reshape(shape + (L, E)).to(q.dtype), dk.reshape(shape + (S, E)).to(q.dtype),
                 dv.reshape(shape + (S, EV)).to(q.dtype), None,
-                du.reshape(shape + (L, S)) if upper_grad else None, None, None, None, None, None, None)
+                du.reshape(shape + (L, S)) if upper_grad else None, None, None, None, None, None, None, None)
 
 
 def _ceiling(module, params):
@@ -326,10 +331,12 @@ def _bounds_args(upper, q):
     return upper, tuple(upper.stride())
 
 
-def fused_attention(query, key, value, attn_mask, is_causal: bool, scale: float, fn, batch: tuple, upper=None):
+def fused_attention(query, key, value, attn_mask, is_causal: bool, scale: float, fn, batch: tuple, upper=None,
+                    window=None, softcap=None):
     """``fn(scale q k^T + mask) v`` through the map's Triton kernels (:func:`unsupported` returned ``None``);
     ``upper``: ``None``, a number or a tensor broadcasting to the scores, checked (:func:`check_bounds`): the map
-    over the box ``0 <= p <= upper``."""
+    over the box ``0 <= p <= upper``; ``window``: a sliding window (the kernels skip the key blocks before it);
+    ``softcap``: a :class:`numeric.modifiers.Softcap` (or ``None``), the kernels' ``SOFTCAP``."""
     L, S, E, EV = query.shape[-2], key.shape[-2], query.shape[-1], value.shape[-1]
     q, k, v = (_heads(t, batch, t.shape[-2], t.shape[-1]) for t in (query, key, value))
     B, H = q.shape[0], q.shape[1]
@@ -342,7 +349,8 @@ def fused_attention(query, key, value, attn_mask, is_causal: bool, scale: float,
     params = _param_values(fn, batch, B, H, query.device)
     module = _case(fn)
     fns = map_functions(module)
-    out = _Fused.apply(q, k, v, mask, upper, scale, is_causal, module, fns, params, (B, H, L, S, E, EV))
+    scores = (0 if window is None else int(window), 0.0 if softcap is None else float(softcap.cap))
+    out = _Fused.apply(q, k, v, mask, upper, scale, is_causal, module, fns, params, (B, H, L, S, E, EV), scores)
     return out.reshape(batch + (L, EV))
 
 
@@ -357,19 +365,19 @@ def unsupported_set(cset, values: dict) -> str | None:
     return None
 
 
-def set_arguments(cset, values: dict, attn_mask, is_causal: bool, scores: tuple, dtype) -> dict:
+def set_arguments(cset, values: dict, attn_mask, is_causal: bool, scores: tuple, dtype, window=None) -> dict:
     """The fused kernels' keyword arguments for a constrained call the kernels run (:func:`unsupported_set`),
     its values checked as the map checks them first: ``{}`` on the simplex, the box's ``upper``."""
     if cset.fused != "box":
         return {}
-    check_bounds(values["upper"], attn_mask, is_causal, scores, dtype)
+    check_bounds(values["upper"], attn_mask, is_causal, scores, dtype, window)
     return {"upper": values["upper"]}
 
 
-def check_bounds(upper, attn_mask, is_causal: bool, scores: tuple, dtype) -> None:
+def check_bounds(upper, attn_mask, is_causal: bool, scores: tuple, dtype, window=None) -> None:
     """The checks the bounded map makes (:func:`numeric.constraints.box.box_rows`: bounds ``>= 0``, and those of each
-    query's keys, the mask's and with ``is_causal`` ``j <= i``, summing to at least 1), made before the kernels
-    run; raises as the map does."""
+    query's keys, the mask's and with ``is_causal`` ``j <= i`` (with a ``window`` also ``i - j < window``), summing
+    to at least 1), made before the kernels run; raises as the map does."""
     from ..constraints.box import box_rows
     from .maps import ARRAYS
 
@@ -378,8 +386,10 @@ def check_bounds(upper, attn_mask, is_causal: bool, scores: tuple, dtype) -> Non
     keep = torch.ones(scores, dtype=torch.bool, device=device)
     if attn_mask is not None:
         keep = keep & (attn_mask if attn_mask.dtype == torch.bool else attn_mask != float("-inf"))
-    if is_causal:
+    if is_causal or window is not None:
         keep = keep & torch.ones(L, S, dtype=torch.bool, device=device).tril()
+    if window is not None:
+        keep = keep & ~torch.ones(L, S, dtype=torch.bool, device=device).tril(-window)
     x = torch.zeros(scores, dtype=dtype, device=device).masked_fill(~keep, float("-inf"))
     box_rows(torch, ARRAYS, x, upper.detach() if isinstance(upper, torch.Tensor) else upper, 1.0, -1, "dim")
 
@@ -424,7 +434,7 @@ def case_groups(fn, batch: tuple):
 
 
 def grouped_attention(query, key, value, attn_mask, is_causal: bool, scale: float, groups, batch: tuple,
-                      upper=None):
+                      upper=None, window=None, softcap=None):
     """:func:`fused_attention` head group by head group (:func:`case_groups`), each with its case's kernels; the
     outputs put back in the heads' order."""
     H = batch[-1]
@@ -441,7 +451,8 @@ def grouped_attention(query, key, value, attn_mask, is_causal: bool, scale: floa
         part = batch[:-1] + (len(index),)
         outs.append(fused_attention(heads(query, index), heads(key, index), heads(value, index),
                                     heads(attn_mask, index), is_causal, scale, m, part,
-                                    heads(upper, index) if isinstance(upper, torch.Tensor) else upper))
+                                    heads(upper, index) if isinstance(upper, torch.Tensor) else upper, window,
+                                    softcap))
         order.append(index)
     out = torch.cat(outs, dim=-3)
     inverse = torch.empty(H, dtype=torch.long, device=out.device)

@@ -35,7 +35,9 @@ INPUTS = {"Q", "K", "V", "Out", "DO"}
 name, params, dtype, arch, boxes = json.loads(sys.argv[1])
 mapping = nm.get_map(name, **params)
 module = family.resolve(mapping.module, mapping.params)  # (a family's kernels are its cases')
-constexprs = dict(MAP=fused.map_functions(module), HAS_MASK=True, MASK_BOOL=True, CAUSAL=True, MAX_STEPS=60, WEIGHTED=True, BLOCK_M=64, BLOCK_N=64, BLOCK_E=64,
+# (a window and a softcap: their branches compile too)
+constexprs = dict(MAP=fused.map_functions(module), HAS_MASK=True, MASK_BOOL=True, CAUSAL=True, WINDOW=256, SOFTCAP=30.0,
+                  MAX_STEPS=60, WEIGHTED=True, BLOCK_M=64, BLOCK_N=64, BLOCK_E=64,
                   BLOCK_EV=64, KEEP=fused.KEEP["cuda"], UPCAST=False, EXP_LINK=bool(module.TERM_IS_EXP) and module.LINK_FORM == "exp")
 out = {}
 # (each kernel with and without bounds: SET and UPPER_GRAD are constexpr branches)

@@ -620,3 +620,67 @@ def test_a_length_scale_runs_the_kernels_on_scaled_queries():
             got.append([out, *torch.autograd.grad(out, leaves, do)])
         for a, b in zip(*got):
             np.testing.assert_allclose(a.detach().numpy(), b.detach().numpy(), rtol=1e-4, atol=1e-5)
+
+
+@pytest.mark.parametrize("name", ["softmax", "entmax15", "sparsemax"])
+@pytest.mark.parametrize(("L", "S", "window", "cap"), [(37, 37, 5, None), (37, 37, None, 1.5), (40, 23, 20, 2.0),
+                                                       (21, 19, 1, 3.0)], ids=["window", "softcap", "both-L>S", "w1"])
+def test_softcap_and_window_run_in_the_kernels(name, L, S, window, cap):
+    """``softcap=`` and ``window=`` run in the kernels (no fallback): output and gradients within float32 rounding
+    of the float64 reference, NumPy's attention with the same keywords."""
+    q, k, v, do = _inputs(7, L=L, S=S)
+    leaves = [t.clone().requires_grad_() for t in (q, k, v)]
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")  # no fallback: the kernels ran
+        out = attention(*leaves, is_causal=window is None, mapping=name, backend="triton", window=window,
+                        softcap=cap)
+        grads = torch.autograd.grad(out, leaves, do)
+    d = [t.double().numpy() for t in (q, k, v, do)]
+    want = nm.attention(*d[:3], mapping=name, causal=True, window=window, softcap=cap)
+    want_grads = nm.attention_backward(*d, mapping=name, causal=True, window=window, softcap=cap)
+    np.testing.assert_allclose(out.detach().double().numpy(), want, rtol=2e-5, atol=2e-5)
+    for g, w in zip(grads, want_grads):
+        np.testing.assert_allclose(g.double().numpy(), w, rtol=1e-4, atol=1e-4)
+
+
+def test_a_window_skips_the_key_blocks_before_it(monkeypatch):
+    """With ``window=8`` and 16-row blocks, query block ``qb`` of 8 sees key blocks ``qb - 1`` and ``qb`` (the first
+    sees one): 15 (query block, key block) pairs against causal attention's 36.  Softmax's forward makes 2 block
+    products per pair it visits, so exactly 30 with the window; its backward at most 7 per pair (3 in the rows'
+    kernel, 4 in the keys')."""
+    from numeric.kernels import triton_attention as mod
+
+    q, k, v, do = _inputs(3, B=1, H=1, L=128, S=128)
+    calls = [0]
+    product = mod._mm
+    monkeypatch.setattr(mod, "_mm", lambda *a: calls.__setitem__(0, calls[0] + 1) or product(*a))
+    counts = {}
+    for window in (8, None):
+        calls[0] = 0
+        leaves = [t.clone().requires_grad_() for t in (q, k, v)]
+        out = attention(*leaves, is_causal=True, mapping="softmax", backend="triton", window=window)
+        forward = calls[0]
+        torch.autograd.grad(out, leaves, do)
+        counts[window] = forward, calls[0] - forward
+    assert counts[8][0] == 2 * 15 and counts[None][0] == 2 * 36
+    assert counts[8][1] <= 7 * 15 < counts[None][1]
+
+
+def test_softcap_and_window_on_the_box():
+    """The box's bounds with a window and a cap: its feasibility read with the window's band (a row's first key
+    alone must take weight 1: bound 1 on the diagonal), output and gradients as NumPy's."""
+    q, k, v, do = _inputs(9, L=37, S=37)
+    u = torch.full((37, 37), 0.4)
+    u.diagonal().fill_(1.0)
+    leaves = [t.clone().requires_grad_() for t in (q, k, v)]
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")  # no fallback: the kernels ran
+        out = attention(*leaves, mapping="entmax15", backend="triton", window=6, softcap=2.0, upper=u)
+        grads = torch.autograd.grad(out, leaves, do)
+    d = [t.double().numpy() for t in (q, k, v, do)]
+    keywords = dict(mapping="entmax15", window=6, softcap=2.0, upper=u.double().numpy())
+    np.testing.assert_allclose(out.detach().double().numpy(), nm.attention(*d[:3], **keywords), rtol=2e-5, atol=2e-5)
+    for g, w in zip(grads, nm.attention_backward(*d, **keywords)):
+        np.testing.assert_allclose(g.double().numpy(), w, rtol=1e-4, atol=1e-4)
+    with pytest.raises(ValueError, match="infeasible bounds"):  # (row 0 sees one key, bound 0.4)
+        attention(q, k, v, mapping="entmax15", backend="triton", window=6, upper=0.4)
