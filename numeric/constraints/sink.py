@@ -70,7 +70,7 @@ class Sink(ConstraintSet):
     keywords = {"sink": None}
     appends = "sink"
     jacobian_scores = True
-    fused = None
+    fused = "sink"
 
     def asks(self, values: dict) -> bool:
         return values["sink"] is not None

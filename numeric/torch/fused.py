@@ -217,7 +217,7 @@ def _param_values(fn, batch, B, H, device):
 
 class _Fused(torch.autograd.Function):
     @staticmethod
-    def forward(ctx, q, k, v, mask, upper, scale, causal, module, fns, params, shapes, scores):
+    def forward(ctx, q, k, v, mask, upper, scale, causal, module, fns, params, shapes, scores, sink):
         B, H, L, S, E, EV = shapes
         block = BLOCK["cuda" if q.is_cuda else "cpu"]
         nq, nk = math.ceil(L / block), math.ceil(S / block)
@@ -230,7 +230,7 @@ class _Fused(torch.autograd.Function):
         be, bev = max(16, _triton().next_power_of_2(E)), max(16, _triton().next_power_of_2(EV))
         exp_link = bool(module.TERM_IS_EXP) and module.LINK_FORM == "exp"
         # what the backward's c = dO . U / sum w needs: U = sum_j w_j v_j and sum_j w_j per row, where it will run
-        weighted = any(ctx.needs_input_grad[:3]) or ctx.needs_input_grad[4]
+        weighted = any(ctx.needs_input_grad[:3]) or ctx.needs_input_grad[4] or ctx.needs_input_grad[12]
         u = torch.empty(B * H, L, EV, dtype=torch.float32, device=q.device) if weighted else fsum
         wsum = torch.empty_like(tau) if weighted else fsum
         kt = _kernels()
@@ -244,18 +244,18 @@ class _Fused(torch.autograd.Function):
         ceiling = tau if upper is None else _ceiling(module, params)
         bounds, us = _bounds_args(upper, q)
         kt.attention_forward[(nq, B * H)](q, k, v, out, tau, fsum, support, bmax, m, params, u, wsum, bounds, ceiling,
-                                          H, L, S, E, EV, float(scale), nk, params.shape[1], *q.stride(), *k.stride(),
+                                          tau if sink is None else sink, H, L, S, E, EV, float(scale), nk, params.shape[1], *q.stride(), *k.stride(),
                                           *v.stride(), *out.stride(), *ms, *us,
-                                          SET="simplex" if upper is None else "box",
+                                          SET=_set(upper, sink),
                                           EXP_LINK=exp_link, KEEP=KEEP["cuda" if q.is_cuda else "cpu"], **flags)
-        ctx.save_for_backward(q, k, v, mask, upper, params, tau, fsum, support, u, wsum)
+        ctx.save_for_backward(q, k, v, mask, upper, params, tau, fsum, support, u, wsum, sink)
         ctx.ceiling = None if upper is None else ceiling  # (the backward reads the bounds at the same ceiling)
         ctx.args = (scale, causal, fns, shapes, block, be, bev, scores)
         return out
 
     @staticmethod
     def backward(ctx, dout):
-        q, k, v, mask, upper, params, tau, fsum, support, u, wsum = ctx.saved_tensors
+        q, k, v, mask, upper, params, tau, fsum, support, u, wsum, sink = ctx.saved_tensors
         scale, causal, fns, (B, H, L, S, E, EV), block, be, bev, (window, cap) = ctx.args
         nq, nk = math.ceil(L / block), math.ceil(S / block)
         do = dout.contiguous()
@@ -263,6 +263,7 @@ class _Fused(torch.autograd.Function):
         dk = torch.empty(B * H, S, E, dtype=torch.float32, device=q.device)
         dv = torch.empty(B * H, S, EV, dtype=torch.float32, device=q.device)
         c = torch.empty_like(tau)
+        dsink = c if sink is None else torch.empty_like(tau)  # (the sink's gradient per row)
         m, ms = _mask_args(mask, q)
         upper_grad = upper is not None and ctx.needs_input_grad[4]
         # (the bounds' gradient: 0 where a block holds no weight, which the kernel skips)
@@ -270,21 +271,27 @@ class _Fused(torch.autograd.Function):
         bounds, us = _bounds_args(upper, q)
         ceiling = tau if upper is None else ctx.ceiling
         flags = dict(HAS_MASK=mask is not None, MASK_BOOL=mask is None or mask.dtype == torch.bool,
-                     CAUSAL=causal or window > 0, WINDOW=window, SOFTCAP=cap, SET="simplex" if upper is None else "box",
+                     CAUSAL=causal or window > 0, WINDOW=window, SOFTCAP=cap, SET=_set(upper, sink),
                      BLOCK_M=block, BLOCK_N=block, BLOCK_E=be, BLOCK_EV=bev,
                      UPCAST=not q.is_cuda, MAP=fns, **_options(q))
         common = (H, L, S, E, EV, float(scale))
         strides = (*q.stride(), *k.stride(), *v.stride(), *do.stride(), *ms, *us)
         kt = _kernels()
         kt.attention_backward_rows[(nq, B * H)](q, k, v, do, dq, tau, fsum, c, support, m, params, u, wsum, bounds,
-                                                 ceiling, du, *common, nk, params.shape[1], *strides, UPPER_GRAD=upper_grad,
+                                                 ceiling, du, tau if sink is None else sink, dsink, *common, nk, params.shape[1], *strides, UPPER_GRAD=upper_grad,
                                                  **flags)
         kt.attention_backward_keys[(nk, B * H)](q, k, v, do, dk, dv, tau, fsum, c, support, m, params, bounds,
                                                  ceiling, *common, nk, nq, params.shape[1], *strides, **flags)
         shape = (B, H)
         return (dq.reshape(shape + (L, E)).to(q.dtype), dk.reshape(shape + (S, E)).to(q.dtype),
                 dv.reshape(shape + (S, EV)).to(q.dtype), None,
-                du.reshape(shape + (L, S)) if upper_grad else None, None, None, None, None, None, None, None)
+                du.reshape(shape + (L, S)) if upper_grad else None, None, None, None, None, None, None, None,
+                None if sink is None else dsink)
+
+
+def _set(upper, sink) -> str:
+    """The kernels' ``SET``: the box with bounds, the sink with sinks, else the simplex."""
+    return "box" if upper is not None else "sink" if sink is not None else "simplex"
 
 
 def _ceiling(module, params):
@@ -332,11 +339,12 @@ def _bounds_args(upper, q):
 
 
 def fused_attention(query, key, value, attn_mask, is_causal: bool, scale: float, fn, batch: tuple, upper=None,
-                    window=None, softcap=None):
+                    window=None, softcap=None, sink=None):
     """``fn(scale q k^T + mask) v`` through the map's Triton kernels (:func:`unsupported` returned ``None``);
     ``upper``: ``None``, a number or a tensor broadcasting to the scores, checked (:func:`check_bounds`): the map
     over the box ``0 <= p <= upper``; ``window``: a sliding window (the kernels skip the key blocks before it);
-    ``softcap``: a :class:`numeric.modifiers.Softcap` (or ``None``), the kernels' ``SOFTCAP``."""
+    ``softcap``: a :class:`numeric.modifiers.Softcap` (or ``None``), the kernels' ``SOFTCAP``; ``sink``: a number or
+    a tensor broadcasting to the scores with size 1 along the keys (its gradient flows), the kernels' ``SET='sink'``."""
     L, S, E, EV = query.shape[-2], key.shape[-2], query.shape[-1], value.shape[-1]
     q, k, v = (_heads(t, batch, t.shape[-2], t.shape[-1]) for t in (query, key, value))
     B, H = q.shape[0], q.shape[1]
@@ -346,19 +354,25 @@ def fused_attention(query, key, value, attn_mask, is_causal: bool, scale: float,
         upper = (torch.full((), float(upper), dtype=torch.float32, device=query.device) if not
                  isinstance(upper, torch.Tensor) else upper.to(torch.float32))
         upper = _heads(upper, batch, L, S)
+    if sink is not None:  # (float32, one per (batch x head, row); a tensor's gradient flows back)
+        sink = (torch.full((), float(sink), dtype=torch.float32, device=query.device) if not
+                isinstance(sink, torch.Tensor) else sink.to(torch.float32))
+        sink = _heads(sink, batch, L, 1).reshape(-1, L).contiguous()
     params = _param_values(fn, batch, B, H, query.device)
     module = _case(fn)
     fns = map_functions(module)
     scores = (0 if window is None else int(window), 0.0 if softcap is None else float(softcap.cap))
-    out = _Fused.apply(q, k, v, mask, upper, scale, is_causal, module, fns, params, (B, H, L, S, E, EV), scores)
+    out = _Fused.apply(q, k, v, mask, upper, scale, is_causal, module, fns, params, (B, H, L, S, E, EV), scores,
+                       sink)
     return out.reshape(batch + (L, EV))
 
 
 def unsupported_set(cset, values: dict) -> str | None:
     """Why the fused kernels cannot run the constraint set ``cset`` with its keywords' ``values``
     (:mod:`numeric.constraints`), or ``None``: they run the sets whose hook
-    (:attr:`~numeric.constraints.ConstraintSet.fused`) they know, the simplex and the box with a total of 1."""
-    if cset.fused not in ("simplex", "box"):
+    (:attr:`~numeric.constraints.ConstraintSet.fused`) they know (:data:`numeric.kernels.triton_attention.SETS`:
+    the simplex, the box with a total of 1, the sink)."""
+    if cset.fused not in ("simplex", "box", "sink"):
         return f"the fused kernels do not run the {cset.name} constraint set"
     if cset.fused == "box" and not left_out(values["total"], 1.0):
         return "the fused kernels bound the weights with a total of 1 only"
@@ -367,7 +381,10 @@ def unsupported_set(cset, values: dict) -> str | None:
 
 def set_arguments(cset, values: dict, attn_mask, is_causal: bool, scores: tuple, dtype, window=None) -> dict:
     """The fused kernels' keyword arguments for a constrained call the kernels run (:func:`unsupported_set`),
-    its values checked as the map checks them first: ``{}`` on the simplex, the box's ``upper``."""
+    its values checked as the map checks them first: ``{}`` on the simplex, the box's ``upper``, the sink's
+    ``sink``."""
+    if cset.fused == "sink":
+        return {"sink": values["sink"]}
     if cset.fused != "box":
         return {}
     check_bounds(values["upper"], attn_mask, is_causal, scores, dtype, window)
@@ -434,7 +451,7 @@ def case_groups(fn, batch: tuple):
 
 
 def grouped_attention(query, key, value, attn_mask, is_causal: bool, scale: float, groups, batch: tuple,
-                      upper=None, window=None, softcap=None):
+                      upper=None, window=None, softcap=None, sink=None):
     """:func:`fused_attention` head group by head group (:func:`case_groups`), each with its case's kernels; the
     outputs put back in the heads' order."""
     H = batch[-1]
@@ -452,7 +469,7 @@ def grouped_attention(query, key, value, attn_mask, is_causal: bool, scale: floa
         outs.append(fused_attention(heads(query, index), heads(key, index), heads(value, index),
                                     heads(attn_mask, index), is_causal, scale, m, part,
                                     heads(upper, index) if isinstance(upper, torch.Tensor) else upper, window,
-                                    softcap))
+                                    softcap, heads(sink, index) if isinstance(sink, torch.Tensor) else sink))
         order.append(index)
     out = torch.cat(outs, dim=-3)
     inverse = torch.empty(H, dtype=torch.long, device=out.device)

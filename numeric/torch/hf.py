@@ -220,7 +220,7 @@ def attention_forward(module, query, key, value, attention_mask, dropout: float 
     dtype = query.dtype
     # the map in float32: half types are cast, unless the fused kernels take them (they compute in float32)
     half = dtype in (torch.float16, torch.bfloat16)
-    keep = half and query.is_cuda and backend != "torch" and s_aux is None and \
+    keep = half and query.is_cuda and backend != "torch" and \
         fused.unsupported(query, mask, tm, True, float(dropout)) is None
     compute = dtype if (not half or keep) else torch.float32
     q = query.reshape(B, Hk, G, T, D).to(compute)

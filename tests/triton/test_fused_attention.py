@@ -684,3 +684,66 @@ def test_softcap_and_window_on_the_box():
         np.testing.assert_allclose(g.double().numpy(), w, rtol=1e-4, atol=1e-4)
     with pytest.raises(ValueError, match="infeasible bounds"):  # (row 0 sees one key, bound 0.4)
         attention(q, k, v, mapping="entmax15", backend="triton", window=6, upper=0.4)
+
+
+def _sink_case(name, L, S, sink, causal=True, seed=13, params=None, **keywords):
+    """The kernels (no fallback) with ``sink=`` against NumPy's attention with the same sink in float64: output and
+    gradients in q, k, v and a tensor sink."""
+    q, k, v, do = _inputs(seed, L=L, S=S)
+    b = sink.clone().requires_grad_() if isinstance(sink, torch.Tensor) else sink
+    leaves = [t.clone().requires_grad_() for t in (q, k, v)]
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")  # no fallback: the kernels ran
+        out = attention(*leaves, mapping=get_map(name, **(params or {})), backend="triton", is_causal=causal, sink=b,
+                        **keywords)
+        grads = torch.autograd.grad(out, leaves + ([b] if isinstance(b, torch.Tensor) else []), do)
+    d = [t.double().numpy() for t in (q, k, v, do)]
+    np_sink = sink.double().numpy() if isinstance(sink, torch.Tensor) else sink
+    mapping = nm.get_map(name, **(params or {}))
+    want = nm.attention(*d[:3], mapping=mapping, causal=causal, sink=np_sink, **keywords)
+    *want_grads, extra = nm.attention_backward(*d, mapping=mapping, causal=causal, sink=np_sink, param_grads=True,
+                                               **keywords)
+    if isinstance(sink, torch.Tensor):
+        want_grads.append(extra["sink"])
+    np.testing.assert_allclose(out.detach().double().numpy(), want, rtol=2e-5, atol=2e-5)
+    for g, w in zip(grads, want_grads):
+        np.testing.assert_allclose(g.double().numpy(), w, rtol=1e-4, atol=1e-4)
+    return want
+
+
+@pytest.mark.parametrize(("name", "params"), [("softmax", {}), ("entmax15", {}), ("sparsemax", {}),
+                                             ("entmax_dense", {"alpha": 0.5})], ids=["softmax", "entmax15", "sparsemax",
+                                                                                      "dense-0.5"])
+def test_sinks_per_head_run_in_the_kernels(name, params):
+    """``sink=`` (one per head, a tensor with its gradient; a number, softmax1's 0) runs in the kernels: the sink is
+    one more score without a value (:mod:`numeric.constraints.sink`), against NumPy's attention in float64 (a dense
+    map's first pass sums the sink's exp(b - m) too)."""
+    _sink_case(name, 37, 37, torch.tensor([0.5, -0.3]), params=params)
+    _sink_case(name, 21, 40, 0.0, causal=False, params=params)
+
+
+def test_sinks_per_row_with_a_window_and_a_softcap():
+    """A sink per row (``(B, H, L, 1)``) with the scores' modifiers, and rows whose support passes the kept scores
+    (16 kept of 40 keys: the sink in the tail of some rows)."""
+    from numeric.torch import fused
+
+    sink = torch.randn(2, 2, 40, 1, generator=torch.Generator().manual_seed(2))
+    q, k, v, _ = _inputs(11, L=40, S=40)
+    _, weights = nm.attention(q.double().numpy(), k.double().numpy(), v.double().numpy(),
+                              mapping=nm.get_map("entmax", alpha=1.3), sink=sink.double().numpy() - 1.0,
+                              return_weights=True)
+    assert ((weights > 0).sum(-1) > 16).any()  # (rows beyond the 16 kept scores: their tails take steps)
+    _sink_case("entmax15", 40, 40, sink, window=9, softcap=2.0)
+    old = fused.KEEP["cpu"]
+    fused.KEEP["cpu"] = 16
+    try:
+        _sink_case("entmax", 40, 40, sink - 1.0, causal=False, seed=11, params={"alpha": 1.3})
+    finally:
+        fused.KEEP["cpu"] = old
+
+
+def test_a_sparse_head_attends_to_nothing_in_the_kernels():
+    """A sink far above the scores takes every weight of a sparse map: output exactly 0 on those rows, and the
+    gradients 0 in q, k, v (the sink's too: ``p_b = 1`` whatever ``b``)."""
+    want = _sink_case("sparsemax", 21, 19, torch.tensor([50.0, 0.0]))
+    assert np.all(want[:, 0] == 0) and np.any(want[:, 1] != 0)
