@@ -63,7 +63,7 @@ class NoSum(ConstraintSet):
     per_score = frozenset({"upper"})
     free = {"upper": math.inf}
     summed = False
-    fused = None
+    fused = "nosum"
 
     def asks(self, values: dict) -> bool:
         return values["total"] is None

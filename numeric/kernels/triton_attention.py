@@ -18,7 +18,9 @@ over ``[s, b]``, the sink's score ``b`` per row in ``Sink``): the sink is one mo
 running maximum, the count, the kept scores (from the start), the tail and ``F`` and ``sum w`` of the output pass
 (softmax's online pass starts from it, ``exp(b - b) = 1``); the backward's ``c`` takes its weight through ``sum
 w``, and the rows' kernel writes its gradient, ``w_b (0 - c)`` per row, in ``DSink``.  Without a sink the same code
-runs with ``b = -inf``.  The scores' modifiers are two more (:mod:`numeric.modifiers`):
+runs with ``b = -inf``.  ``"nosum"`` (:mod:`numeric.constraints.nosum`, no bound): ``p = g_+(s)``, no threshold
+(``tau = 0``, ``F = 1``), one pass of softmax's 2 products per pair; its Jacobian is ``diag(w)``, so the backward's
+``c`` is 0 (``U = 0``).  The scores' modifiers are two more (:mod:`numeric.modifiers`):
 ``SOFTCAP`` (``> 0``: each score ``SOFTCAP tanh(s / SOFTCAP)`` before the mask, and the backward's score gradient
 times the cap's slope ``1 - tanh^2``, ``_capped_scores``) and ``WINDOW`` (``> 0``: query ``i`` sees the keys
 ``i - WINDOW < j <= i``; every pass of a query block starts at the key block of its first row's window, and the
@@ -97,7 +99,7 @@ __all__ = ["MapFunctions", "KERNELS", "SETS", "FREE_STEPS", "TRUST", "F_TOLERANC
 #: The kernels, by name.
 KERNELS = ("attention_forward", "attention_backward_rows", "attention_backward_keys")
 #: The constraint sets the kernels take as ``SET`` (:attr:`numeric.constraints.ConstraintSet.fused`).
-SETS = ("simplex", "box", "sink")
+SETS = ("simplex", "box", "sink", "nosum")
 #: Steps of the passes over the keys whose point needs only lie in the bracket (``threshold_round``'s ``free``).
 FREE_STEPS = tl.constexpr(2)
 #: A step of the tail model is taken without a pass to measure F where the model's curvature term there (its
@@ -262,12 +264,12 @@ def _solve_kept(top, tau, lo, hi, tail, rate, eta, m0, fixed, MAP: tl.constexpr,
 
 @triton.jit
 def _query_block(Q, H, L, S, E, sq_b, sq_h, sq_l, sq_e, sk_b, sk_h, sv_b, sv_h, sm_b, sm_h, Params, n_params,
-                 CAUSAL: tl.constexpr, WINDOW: tl.constexpr, BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr,
-                 BLOCK_E: tl.constexpr, MAP: tl.constexpr):
+                 CAUSAL: tl.constexpr, WINDOW: tl.constexpr, SET: tl.constexpr, BLOCK_M: tl.constexpr,
+                 BLOCK_N: tl.constexpr, BLOCK_E: tl.constexpr, MAP: tl.constexpr):
     # a program's query block (the forward's and the backward's rows): (block, batch x head, batch, head, its rows,
     # its queries, the bases of the keys, values and mask of its batch and head, the keys it sees, the first key
     # block some row of it sees (0, or with a window the block of key qb BLOCK_M - WINDOW + 1), the map's
-    # parameters of its head, omega'(1))
+    # parameters of its head, omega'(1): the link's stand-in argument off the support, _stand_in)
     qb = tl.program_id(0)
     bh = tl.program_id(1)
     b = bh // H
@@ -286,7 +288,16 @@ def _query_block(Q, H, L, S, E, sq_b, sq_h, sq_l, sq_e, sk_b, sk_h, sv_b, sv_h, 
         k_lo = 0
     params = MAP.params(Params, bh * n_params)
     return (qb, bh, b, h, offs_m, q, b * sk_b + h * sk_h, b * sv_b + h * sv_h, b * sm_b + h * sm_h, n_keys, k_lo,
-            params, MAP.omega_prime(1.0, params))
+            params, _stand_in(MAP, params, SET))
+
+
+@triton.jit
+def _stand_in(MAP: tl.constexpr, params, SET: tl.constexpr):
+    # z_one, the link's argument off the support: omega'(1), the bracket's left end on the sets with a sum; without a
+    # sum omega'(1/2), which is finite also where omega's domain ends at 1 (omega'(1) = +oo, the sigmoid's)
+    if SET == "nosum":
+        return MAP.omega_prime(0.5, params)
+    return MAP.omega_prime(1.0, params)
 
 
 @triton.jit
@@ -359,7 +370,7 @@ def attention_forward(Q, K, V, Out, Tau, Fsum, Support, Bmax, Mask, Params, U, W
                       KEEP: tl.constexpr, UPCAST: tl.constexpr, MAP: tl.constexpr):
     qb, bh, b, h, offs_m, q, k_base, v_base, m_base, n_keys, k_lo, params, z_one = _query_block(
         Q, H, L, S, E, sq_b, sq_h, sq_l, sq_e, sk_b, sk_h, sv_b, sv_h, sm_b, sm_h, Params, n_params, CAUSAL, WINDOW,
-        BLOCK_M, BLOCK_N, BLOCK_E, MAP)
+        SET, BLOCK_M, BLOCK_N, BLOCK_E, MAP)
     offs_v = tl.arange(0, BLOCK_EV)
     row_live = offs_m < L
     # the sink's score per row (SET "sink": one more entry, without a value; -inf: none, which changes nothing)
@@ -419,8 +430,9 @@ def attention_forward(Q, K, V, Out, Tau, Fsum, Support, Bmax, Mask, Params, U, W
         if tl.max(jump.to(tl.int32)) > 0:
             far = tl.where(jump, m0 + tl.where(rest < 0, hi, lo), tau)  # (the bracket's other end)
             share2, fixed2 = _box_totals(far, q, scale, K, Mask, Upper, k_base, m_base, u_base, offs_m, n_keys, k_lo,
-                                         L, S, E, sk_s, sk_e, sm_l, sm_s, su_l, su_s, ceiling, z_one, MAP, params, HAS_MASK,
-                                         MASK_BOOL, CAUSAL, WINDOW, SOFTCAP, BLOCK_M, BLOCK_N, BLOCK_E, UPCAST)
+                                         L, S, E, sk_s, sk_e, sm_l, sm_s, su_l, su_s, ceiling, z_one, MAP, params,
+                                         HAS_MASK, MASK_BOOL, CAUSAL, WINDOW, SOFTCAP, BLOCK_M, BLOCK_N, BLOCK_E,
+                                         UPCAST)
             tau, share, fixed, blend, theta = box_jump(jump, tau, far, share, fixed, share2, fixed2)
         f = tl.reshape(box_divisor(share, fixed, dead, bad), [BLOCK_M])
         tau = tl.reshape(tau, [BLOCK_M])
@@ -432,6 +444,26 @@ def attention_forward(Q, K, V, Out, Tau, Fsum, Support, Bmax, Mask, Params, U, W
         out = tl.where(bad, float("nan"), tl.where(dead, 0.0, out))
         u = tl.where(bad, float("nan"), u)
         wsum = tl.reshape(tl.where(bad, float("nan"), wsum), [BLOCK_M])
+    elif SET == "nosum":
+        # p = g_+(s) at tau = 0, each score on its own: one pass, 2 products per pair; c = 0 in the backward (U = 0)
+        acc = tl.zeros([BLOCK_M, BLOCK_EV], tl.float32)
+        broken = tl.zeros([BLOCK_M], tl.int32)  # (a NaN score makes its row NaN)
+        for start in range(k_lo, n_keys, BLOCK_N):
+            s = _scores(q, scale, K, Mask, k_base, m_base, offs_m, start, L, S, E, sk_s, sk_e, sm_l, sm_s,
+                        HAS_MASK, MASK_BOOL, CAUSAL, WINDOW, SOFTCAP, BLOCK_N, BLOCK_E, UPCAST)
+            p = link_plus(s, z_one, MAP, params)
+            broken = tl.maximum(broken, tl.max((s != s).to(tl.int32), 1))
+            offs_n = start + tl.arange(0, BLOCK_N)
+            v = tl.load(V + v_base + offs_n[:, None] * sv_s + offs_v[None, :] * sv_e,
+                        mask=(offs_n[:, None] < S) & (offs_v[None, :] < EV), other=0.0)
+            acc += _mm(p.to(v.dtype), v, UPCAST)
+            tl.store(Support + (bh * tl.num_programs(0) + qb) * n_kblocks + start // BLOCK_N,
+                     (tl.max(tl.max(p, 1), 0) > 0).to(tl.int8))
+        out = tl.where(broken[:, None] > 0, float("nan"), acc)
+        tau = tl.zeros([BLOCK_M], tl.float32)
+        f = tl.full([BLOCK_M], 1.0, tl.float32)
+        u = tl.zeros([BLOCK_M, BLOCK_EV], tl.float32)
+        wsum = tl.zeros([BLOCK_M], tl.float32)
     elif EXP_LINK:
         # one pass: running maximum m, running sum l of exp(s - m), output rescaled as m grows (from the sink's
         # exp(b - b) = 1)
@@ -713,7 +745,7 @@ def attention_backward_rows(Q, K, V, DO, DQ, Tau, Fsum, C, Support, Mask, Params
                             BLOCK_EV: tl.constexpr, UPCAST: tl.constexpr, MAP: tl.constexpr):
     qb, bh, b, h, offs_m, q, k_base, v_base, m_base, n_keys, k_lo, params, z_one = _query_block(
         Q, H, L, S, E, sq_b, sq_h, sq_l, sq_e, sk_b, sk_h, sv_b, sv_h, sm_b, sm_h, Params, n_params, CAUSAL, WINDOW,
-        BLOCK_M, BLOCK_N, BLOCK_E, MAP)
+        SET, BLOCK_M, BLOCK_N, BLOCK_E, MAP)
     offs_e = tl.arange(0, BLOCK_E)
     offs_v = tl.arange(0, BLOCK_EV)
     row_live = offs_m < L
@@ -807,7 +839,7 @@ def attention_backward_keys(Q, K, V, DO, DK, DV, Tau, Fsum, C, Support, Mask, Pa
     b = bh // H
     h = bh % H
     params = MAP.params(Params, bh * n_params)
-    z_one = MAP.omega_prime(1.0, params)
+    z_one = _stand_in(MAP, params, SET)
     start = kb * BLOCK_N
     offs_n = start + tl.arange(0, BLOCK_N)
     offs_e = tl.arange(0, BLOCK_E)

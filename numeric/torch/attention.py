@@ -543,9 +543,9 @@ def attention(query, key, value, attn_mask=None, is_causal=False, scale=None, ma
     if backend == "triton" or backend == "auto" and query.is_cuda and block is None:
         # a family with one value per head in several cases: each case's heads through its own kernels
         groups = fused.case_groups(fn, batch) if is_map else None
-        whys = [fused.unsupported(query, attn_mask, m, True, float(dropout_p)) for _, m in groups or ()]
+        whys = [fused.unsupported(query, attn_mask, m, True, float(dropout_p), cset) for _, m in groups or ()]
         why = next((w for w in whys if w is not None), None) if groups else \
-            fused.unsupported(query, attn_mask, fn, is_map, float(dropout_p))
+            fused.unsupported(query, attn_mask, fn, is_map, float(dropout_p), cset)
         why = why or fused.unsupported_set(cset, values)
         if why is None and L and S:
             hook = fused.set_arguments(cset, values, attn_mask, bool(is_causal), scores, query.dtype, window)

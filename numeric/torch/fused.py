@@ -73,8 +73,9 @@ def check_backend(backend) -> str:
     return backend
 
 
-def unsupported(query, attn_mask, fn, is_map: bool, dropout_p: float) -> str | None:
-    """Why the Triton kernels cannot run this call (``None``: they can)."""
+def unsupported(query, attn_mask, fn, is_map: bool, dropout_p: float, cset=None) -> str | None:
+    """Why the Triton kernels cannot run this call (``None``: they can); ``cset``: its constraint set (a map
+    without a sum, which solves no threshold, may have any link)."""
     triton = _triton()
     if triton is None:
         return "Triton is not installed (pip install triton)"
@@ -101,7 +102,7 @@ def unsupported(query, attn_mask, fn, is_map: bool, dropout_p: float) -> str | N
     if family.is_family(module):
         return (f"map {module.NAME}: the values of {module.FAMILY_PARAMETER} do not all lie in one of its open cases "
                 "(the kernels run one case's functions)")
-    return steep_at_clip(module, fn.params)
+    return None if cset is not None and cset.fused == "nosum" else steep_at_clip(module, fn.params)
 
 
 def _case(fn):
@@ -217,7 +218,7 @@ def _param_values(fn, batch, B, H, device):
 
 class _Fused(torch.autograd.Function):
     @staticmethod
-    def forward(ctx, q, k, v, mask, upper, scale, causal, module, fns, params, shapes, scores, sink):
+    def forward(ctx, q, k, v, mask, upper, scale, causal, module, fns, params, shapes, scores, sink, nosum):
         B, H, L, S, E, EV = shapes
         block = BLOCK["cuda" if q.is_cuda else "cpu"]
         nq, nk = math.ceil(L / block), math.ceil(S / block)
@@ -246,17 +247,17 @@ class _Fused(torch.autograd.Function):
         kt.attention_forward[(nq, B * H)](q, k, v, out, tau, fsum, support, bmax, m, params, u, wsum, bounds, ceiling,
                                           tau if sink is None else sink, H, L, S, E, EV, float(scale), nk, params.shape[1], *q.stride(), *k.stride(),
                                           *v.stride(), *out.stride(), *ms, *us,
-                                          SET=_set(upper, sink),
+                                          SET=_set(upper, sink, nosum),
                                           EXP_LINK=exp_link, KEEP=KEEP["cuda" if q.is_cuda else "cpu"], **flags)
         ctx.save_for_backward(q, k, v, mask, upper, params, tau, fsum, support, u, wsum, sink)
         ctx.ceiling = None if upper is None else ceiling  # (the backward reads the bounds at the same ceiling)
-        ctx.args = (scale, causal, fns, shapes, block, be, bev, scores)
+        ctx.args = (scale, causal, fns, shapes, block, be, bev, scores, nosum)
         return out
 
     @staticmethod
     def backward(ctx, dout):
         q, k, v, mask, upper, params, tau, fsum, support, u, wsum, sink = ctx.saved_tensors
-        scale, causal, fns, (B, H, L, S, E, EV), block, be, bev, (window, cap) = ctx.args
+        scale, causal, fns, (B, H, L, S, E, EV), block, be, bev, (window, cap), nosum = ctx.args
         nq, nk = math.ceil(L / block), math.ceil(S / block)
         do = dout.contiguous()
         dq = torch.empty(B * H, L, E, dtype=torch.float32, device=q.device)
@@ -271,7 +272,7 @@ class _Fused(torch.autograd.Function):
         bounds, us = _bounds_args(upper, q)
         ceiling = tau if upper is None else ctx.ceiling
         flags = dict(HAS_MASK=mask is not None, MASK_BOOL=mask is None or mask.dtype == torch.bool,
-                     CAUSAL=causal or window > 0, WINDOW=window, SOFTCAP=cap, SET=_set(upper, sink),
+                     CAUSAL=causal or window > 0, WINDOW=window, SOFTCAP=cap, SET=_set(upper, sink, nosum),
                      BLOCK_M=block, BLOCK_N=block, BLOCK_E=be, BLOCK_EV=bev,
                      UPCAST=not q.is_cuda, MAP=fns, **_options(q))
         common = (H, L, S, E, EV, float(scale))
@@ -286,12 +287,12 @@ class _Fused(torch.autograd.Function):
         return (dq.reshape(shape + (L, E)).to(q.dtype), dk.reshape(shape + (S, E)).to(q.dtype),
                 dv.reshape(shape + (S, EV)).to(q.dtype), None,
                 du.reshape(shape + (L, S)) if upper_grad else None, None, None, None, None, None, None, None,
-                None if sink is None else dsink)
+                None if sink is None else dsink, None)
 
 
-def _set(upper, sink) -> str:
-    """The kernels' ``SET``: the box with bounds, the sink with sinks, else the simplex."""
-    return "box" if upper is not None else "sink" if sink is not None else "simplex"
+def _set(upper, sink, nosum: bool) -> str:
+    """The kernels' ``SET``: the box with bounds, the sink with sinks, no sum, else the simplex."""
+    return "box" if upper is not None else "sink" if sink is not None else "nosum" if nosum else "simplex"
 
 
 def _ceiling(module, params):
@@ -339,12 +340,13 @@ def _bounds_args(upper, q):
 
 
 def fused_attention(query, key, value, attn_mask, is_causal: bool, scale: float, fn, batch: tuple, upper=None,
-                    window=None, softcap=None, sink=None):
+                    window=None, softcap=None, sink=None, nosum=False):
     """``fn(scale q k^T + mask) v`` through the map's Triton kernels (:func:`unsupported` returned ``None``);
     ``upper``: ``None``, a number or a tensor broadcasting to the scores, checked (:func:`check_bounds`): the map
     over the box ``0 <= p <= upper``; ``window``: a sliding window (the kernels skip the key blocks before it);
     ``softcap``: a :class:`numeric.modifiers.Softcap` (or ``None``), the kernels' ``SOFTCAP``; ``sink``: a number or
-    a tensor broadcasting to the scores with size 1 along the keys (its gradient flows), the kernels' ``SET='sink'``."""
+    a tensor broadcasting to the scores with size 1 along the keys (its gradient flows), the kernels' ``SET='sink'``;
+    ``nosum``: no sum and no bound, ``SET='nosum'``."""
     L, S, E, EV = query.shape[-2], key.shape[-2], query.shape[-1], value.shape[-1]
     q, k, v = (_heads(t, batch, t.shape[-2], t.shape[-1]) for t in (query, key, value))
     B, H = q.shape[0], q.shape[1]
@@ -363,7 +365,7 @@ def fused_attention(query, key, value, attn_mask, is_causal: bool, scale: float,
     fns = map_functions(module)
     scores = (0 if window is None else int(window), 0.0 if softcap is None else float(softcap.cap))
     out = _Fused.apply(q, k, v, mask, upper, scale, is_causal, module, fns, params, (B, H, L, S, E, EV), scores,
-                       sink)
+                       sink, nosum)
     return out.reshape(batch + (L, EV))
 
 
@@ -371,9 +373,11 @@ def unsupported_set(cset, values: dict) -> str | None:
     """Why the fused kernels cannot run the constraint set ``cset`` with its keywords' ``values``
     (:mod:`numeric.constraints`), or ``None``: they run the sets whose hook
     (:attr:`~numeric.constraints.ConstraintSet.fused`) they know (:data:`numeric.kernels.triton_attention.SETS`:
-    the simplex, the box with a total of 1, the sink)."""
-    if cset.fused not in ("simplex", "box", "sink"):
+    the simplex, the box with a total of 1, the sink, no sum without a bound)."""
+    if cset.fused not in ("simplex", "box", "sink", "nosum"):
         return f"the fused kernels do not run the {cset.name} constraint set"
+    if cset.fused == "nosum" and values["upper"] is not None and not left_out(values["upper"], math.inf):
+        return "the fused kernels run maps without a sum unbounded only"
     if cset.fused == "box" and not left_out(values["total"], 1.0):
         return "the fused kernels bound the weights with a total of 1 only"
     return None
@@ -385,6 +389,8 @@ def set_arguments(cset, values: dict, attn_mask, is_causal: bool, scores: tuple,
     ``sink``."""
     if cset.fused == "sink":
         return {"sink": values["sink"]}
+    if cset.fused == "nosum":
+        return {"nosum": True}
     if cset.fused != "box":
         return {}
     check_bounds(values["upper"], attn_mask, is_causal, scores, dtype, window)
@@ -451,7 +457,7 @@ def case_groups(fn, batch: tuple):
 
 
 def grouped_attention(query, key, value, attn_mask, is_causal: bool, scale: float, groups, batch: tuple,
-                      upper=None, window=None, softcap=None, sink=None):
+                      upper=None, window=None, softcap=None, sink=None, nosum=False):
     """:func:`fused_attention` head group by head group (:func:`case_groups`), each with its case's kernels; the
     outputs put back in the heads' order."""
     H = batch[-1]
@@ -469,7 +475,7 @@ def grouped_attention(query, key, value, attn_mask, is_causal: bool, scale: floa
         outs.append(fused_attention(heads(query, index), heads(key, index), heads(value, index),
                                     heads(attn_mask, index), is_causal, scale, m, part,
                                     heads(upper, index) if isinstance(upper, torch.Tensor) else upper, window,
-                                    softcap, heads(sink, index) if isinstance(sink, torch.Tensor) else sink))
+                                    softcap, heads(sink, index) if isinstance(sink, torch.Tensor) else sink, nosum))
         order.append(index)
     out = torch.cat(outs, dim=-3)
     inverse = torch.empty(H, dtype=torch.long, device=out.device)

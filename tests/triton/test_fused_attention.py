@@ -747,3 +747,41 @@ def test_a_sparse_head_attends_to_nothing_in_the_kernels():
     gradients 0 in q, k, v (the sink's too: ``p_b = 1`` whatever ``b``)."""
     want = _sink_case("sparsemax", 21, 19, torch.tensor([50.0, 0.0]))
     assert np.all(want[:, 0] == 0) and np.any(want[:, 1] != 0)
+
+
+@pytest.mark.parametrize(("name", "keywords"), [("sigmoid", {}), ("relu", {}), ("entmax15", {"total": None}),
+                                                ("sigmoid", {"window": 5, "softcap": 2.0})],
+                         ids=["sigmoid", "relu", "entmax15-nosum", "sigmoid-window-softcap"])
+def test_maps_without_a_sum_run_in_the_kernels(name, keywords, monkeypatch):
+    """A map without a sum (``sigmoid``, ``relu``, any map with ``total=None``) runs in the kernels with no threshold:
+    ``p = g_+(s)``, 2 block products per pair in the inference forward (softmax's), ``c = 0`` in the backward (its
+    Jacobian is diagonal); output and gradients as NumPy's in float64, to float32 rounding of their scale."""
+    from numeric.kernels import triton_attention as mod
+
+    q, k, v, do = _inputs(17, L=37, S=37)
+    leaves = [t.clone().requires_grad_() for t in (q, k, v)]
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")  # no fallback: the kernels ran
+        out = attention(*leaves, mapping=name, backend="triton", is_causal=True, **keywords)
+        grads = torch.autograd.grad(out, leaves, do)
+    d = [t.double().numpy() for t in (q, k, v, do)]
+    want = nm.attention(*d[:3], mapping=name, causal=True, **keywords)
+    scale = float(np.abs(want).max())
+    np.testing.assert_allclose(out.detach().double().numpy(), want, rtol=2e-5, atol=2e-6 * scale)
+    for g, w in zip(grads, nm.attention_backward(*d, mapping=name, causal=True, **keywords)):
+        np.testing.assert_allclose(g.double().numpy(), w, rtol=1e-4, atol=2e-6 * float(np.abs(w).max()))
+    calls = [0]
+    product = mod._mm
+    monkeypatch.setattr(mod, "_mm", lambda *a: calls.__setitem__(0, calls[0] + 1) or product(*a))
+    x = torch.randn(1, 1, 64, 16, generator=torch.Generator().manual_seed(1))
+    with torch.no_grad():
+        attention(x, x, x, mapping=name, backend="triton", **{n: v for n, v in keywords.items() if n == "total"})
+    assert calls[0] == 2 * 16  # (4 x 4 pairs)
+
+
+def test_a_bounded_map_without_a_sum_falls_back():
+    q, k, v, _ = _inputs(1, L=8, S=8)
+    with pytest.warns(RuntimeWarning, match="maps without a sum unbounded only"):
+        out = attention(q, k, v, mapping="relu", backend="triton", upper=0.5)
+    np.testing.assert_allclose(out.double().numpy(), nm.attention(*(t.double().numpy() for t in (q, k, v)),
+                                                                 mapping="relu", upper=0.5), rtol=1e-5, atol=1e-6)
