@@ -34,7 +34,7 @@ os.environ.setdefault("TRITON_INTERPRET", "1")
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 MAPS = {"softmax": {}, "sparsemax": {}, "entmax15": {}, "entmax-1.3": {"alpha": 1.3}, "plogp_cube": {},
-        "gini_log1p": {}}
+        "gini_log1p": {}, "sigmoid": {}, "relu": {}}  # (the last two without a sum: no threshold)
 
 
 def count(mapping, length: int, dim: int, seed: int = 0, inference_only: bool = False, upper=None, **keywords) -> dict:
