@@ -36,13 +36,13 @@ def run_example(script: Path, cwd: Path, *args: str) -> subprocess.CompletedProc
 #: examples that need an optional framework: script name -> the module it imports
 NEEDS = {"distributed_torch.py": "torch", "distributed_jax.py": "jax", "alpha_across_one.py": "torch",
          "constrained_attention.py": "torch", "hf_adaptive_sparsity.py": "transformers",
-         "context_parallel_torch.py": "torch"}
+         "context_parallel_torch.py": "torch", "attention_sinks.py": "torch"}
 
 
 #: examples a test below runs and checks the claims of (its exit status among them): not run twice
 CLAIMED = {"birds_sometimes_walk.py", "attention_exploration.py", "simplex_geometry.py", "derive_a_new_map.py",
            "train_flag_retrieval.py", "continuous_attention.py", "hf_adaptive_sparsity.py",
-           "context_parallel_torch.py"}
+           "context_parallel_torch.py", "attention_sinks.py"}
 
 
 @pytest.mark.parametrize("script", [s for s in EXAMPLES if s.name not in CLAIMED], ids=lambda p: p.name)
@@ -134,6 +134,32 @@ def test_training_learns_and_sparse_maps_are_sparse(tmp_path):
         zeros = float(line.split("exactly 0: ")[1].split("%")[0])
         assert accuracy >= 95, line
         assert (zeros == 0) if name == "softmax" else (zeros >= 50), line
+
+
+def test_attention_sinks_claims(tmp_path):
+    """The example's claims: every model learns the task; where no active symbol has been seen, one of entmax15's
+    heads attends to nothing (its sink takes every weight, exactly) on (nearly) every position, softmax's heads never
+    do, and sigmoid's best head leaves at most a hundredth of a weight on a token."""
+    import re
+
+    pytest.importorskip("torch")
+    out = _run("attention_sinks.py", tmp_path)
+    blocks = re.split(r"\n  (?=\S)", out)
+    found = {}
+    for block in blocks[1:]:
+        label = block.split(":")[0]
+        accuracy = float(re.search(r"accuracy ([0-9.]+)%", block).group(1))
+        heads = [(float(a), float(b)) for a, b in
+                 re.findall(r"attends to nothing on ([0-9.]+)% of the positions, largest weight on a token ([0-9.e+-]+)",
+                            block)]
+        assert accuracy >= 99 and len(heads) == 2, block
+        found[label] = heads
+    assert set(found) == {"softmax + sink", "entmax15 + sink", "sigmoid"}
+    assert max(nothing for nothing, _ in found["entmax15 + sink"]) >= 90
+    assert any(nothing >= 90 and top == 0 for nothing, top in found["entmax15 + sink"])
+    assert all(nothing < 50 for nothing, _ in found["softmax + sink"])
+    assert min(top for _, top in found["sigmoid"]) <= 1e-2
+    assert (tmp_path / "attention_sinks.png").exists()
 
 
 def test_continuous_attention_claims(tmp_path):
