@@ -79,6 +79,8 @@ class Sink(ConstraintSet):
         return (lay_out(xp, arrays, x, values["sink"], "sink", False, axis, word),)
 
     def solve(self, ops, r, x, b):
+        if r.module.THRESHOLD == "closed":  # (softmax: the sink's term joins the row sums, no copy of the rows)
+            return rules.closed_with(ops, r, x, b)
         p, tau = rules.solve(ops, r, ops.cat(x, b))
         return uncat(p, x.shape[-1])[0], tau
 

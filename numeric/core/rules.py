@@ -50,14 +50,25 @@ def solve(ops: TensorOps, r: Routines, x, *, method: str = "auto", relative: boo
     return _solve_shifted(ops, r, x, method, kind, relative)
 
 
-def _solve_shifted(ops, r, x, method, kind, relative):
-    """:func:`solve` with every row shifted by its maximum."""
+def closed_with(ops: TensorOps, r: Routines, x, extra):
+    """``(p, tau)`` of a map with a closed threshold over the rows ``[x, extra]`` (``extra`` one more score per row,
+    ``(rows, 1)``), ``p`` without ``extra``'s column: :func:`solve` of the concatenated rows, with no copy of them
+    (the extra column's term joins the row sums).  A sink (:mod:`numeric.constraints.sink`) is such a column."""
+    return _solve_shifted(ops, r, x, "auto", "closed", False, extra)
+
+
+def _solve_shifted(ops, r, x, method, kind, relative, extra=None):
+    """:func:`solve` with every row shifted by its maximum; ``extra``: one more score per row (:func:`closed_with`)."""
     m = ops.row_max(x)  # NaN with a NaN in the row, -inf when fully masked, +inf with a +inf score
+    if extra is not None:  # (NaN stays NaN: a NaN extra score makes its row NaN)
+        m = ops.where(ops.isnan(extra) | (extra > m), extra, m)
     bad = ops.not_(ops.isfinite(m))
     m0 = ops.where(bad, 0, m)
     # bad rows are solved as zeros and overwritten below (full-size masks only where there are some)
     y = ops.branch(bad, lambda: ops.where(bad, 0, x - m0), lambda: x - m0)
-    if kind == "closed":
+    if extra is not None:
+        p, t = closed_rule(ops, r, y, extra - m0)
+    elif kind == "closed":
         p, t = closed_rule(ops, r, y)
     elif kind == "root":
         p, t = root_rule(ops, r, y)
@@ -124,10 +135,11 @@ def at_threshold(ops: TensorOps, r: Routines, x, t):
     return ops.on_rows(redo, again, (x, *r.params), p)
 
 
-def closed_rule(ops: TensorOps, r: Routines, y):
-    """``(p, tau - m)`` for shifted rows ``y`` (maximum 0) of a map with a closed threshold."""
+def closed_rule(ops: TensorOps, r: Routines, y, extra=None):
+    """``(p, tau - m)`` for shifted rows ``y`` (maximum 0) of a map with a closed threshold; ``extra``: one more
+    shifted score per row, whose term joins the sums and whose ``p`` is left out (:func:`closed_with`)."""
     b = r.term(y)
-    total = ops.row_sum(b)
+    total = ops.row_sum(b) if extra is None else ops.row_sum(b) + r.term(extra)
     return b / total, r.tau_from_sum(total)
 
 
