@@ -31,8 +31,9 @@ def nosum_solve(ops, r, x, upper):
     """``(p, tau)``: ``p_i = min(u_i, g_+(s_i))`` for the rows of ``x`` (2-D) and bounds ``upper`` (``x``'s shape,
     ``inf``: none), ``tau = 0`` (``(rows, 1)``)."""
     zero = ops.full(ops.row_max(x), 0.0)
-    g, _ = clipped_link(ops, r, ops.where(ops.isnan(x), -math.inf, x), zero, r.clip(), ceiling=box_ceiling(ops, r, zero))
-    p = ops.where(x == -math.inf, 0, ops.where(g < upper, g, upper))
+    # (the clipped link is 0 at a score of -inf and at a NaN one, which the last line makes NaN)
+    g, _ = clipped_link(ops, r, x, zero, r.clip(), ceiling=box_ceiling(ops, r, zero))
+    p = ops.where(g < upper, g, upper)
     return ops.where(ops.isnan(x) | ops.isnan(upper), math.nan, p), zero
 
 
