@@ -94,6 +94,11 @@ class ConstraintSet:
     #: do not run this set)
     fused: str | None = None
 
+    def fused_arguments(self, values: dict) -> dict:
+        """The fused kernels' keyword arguments for a call's ``values`` of this set's keywords
+        (:func:`numeric.torch.fused.fused_attention`'s, for the hook :attr:`fused`): none by default."""
+        return {}
+
     def asks(self, values: dict) -> bool:
         """Whether a call's constraint keywords ``values`` (every keyword of :data:`numeric.constraints.KEYWORDS`,
         defaults filled in) select this set."""

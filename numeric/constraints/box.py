@@ -344,6 +344,9 @@ class Box(ConstraintSet):
     needs_scores = True
     fused = "box"
 
+    def fused_arguments(self, values: dict) -> dict:
+        return {"upper": values["upper"]}
+
     def asks(self, values: dict) -> bool:
         return values["total"] is not None and not (left_out(values["upper"], None) and left_out(values["total"], 1.0))
 

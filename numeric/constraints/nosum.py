@@ -66,6 +66,9 @@ class NoSum(ConstraintSet):
     summed = False
     fused = "nosum"
 
+    def fused_arguments(self, values: dict) -> dict:
+        return {"nosum": True}
+
     def asks(self, values: dict) -> bool:
         return values["total"] is None
 

@@ -70,7 +70,10 @@ class Sink(ConstraintSet):
     keywords = {"sink": None}
     appends = "sink"
     jacobian_scores = True
-    fused = "sink"
+    fused = "column"  # (the kernels' hook: one more score per row, without a value)
+
+    def fused_arguments(self, values: dict) -> dict:
+        return {"column": values["sink"]}
 
     def asks(self, values: dict) -> bool:
         return values["sink"] is not None

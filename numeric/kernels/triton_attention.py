@@ -13,11 +13,11 @@ A ``tl.constexpr`` argument is part of a kernel's specialisation, and Triton key
 it holds: each map gets its own compiled kernels, and a fix here is one edit for every map.  The constraint set is
 one too, every kernel's ``SET`` (:data:`SETS`, :attr:`numeric.constraints.ConstraintSet.fused`): ``"simplex"``,
 ``"box"`` (``0 <= p <= u``, ``sum p = 1``, the bounds ``u`` in ``Upper``), whose bounds, sums and rounds enter
-through its hooks, :mod:`numeric.kernels.triton_box`, or ``"sink"`` (:mod:`numeric.constraints.sink`: the simplex
-over ``[s, b]``, the sink's score ``b`` per row in ``Sink``): the sink is one more score, without a value, in the
+through its hooks, :mod:`numeric.kernels.triton_box`, or ``"column"`` (a sink, :mod:`numeric.constraints.sink`: the
+simplex over ``[s, b]``, the column's score ``b`` per row in ``Column``): the column is one more score, without a value, in the
 running maximum, the count, the kept scores (from the start), the tail and ``F`` and ``sum w`` of the output pass
 (softmax's online pass starts from it, ``exp(b - b) = 1``); the backward's ``c`` takes its weight through ``sum
-w``, and the rows' kernel writes its gradient, ``w_b (0 - c)`` per row, in ``DSink``.  Without a sink the same code
+w``, and the rows' kernel writes its gradient, ``w_b (0 - c)`` per row, in ``DColumn``.  Without a column the same code
 runs with ``b = -inf``.  ``"nosum"`` (:mod:`numeric.constraints.nosum`, no bound): ``p = g_+(s)``, no threshold
 (``tau = 0``, ``F = 1``), one pass of softmax's 2 products per pair; its Jacobian is ``diag(w)``, so the backward's
 ``c`` is 0 (``U = 0``).  The scores' modifiers are two more (:mod:`numeric.modifiers`):
@@ -99,7 +99,7 @@ __all__ = ["MapFunctions", "KERNELS", "SETS", "FREE_STEPS", "TRUST", "F_TOLERANC
 #: The kernels, by name.
 KERNELS = ("attention_forward", "attention_backward_rows", "attention_backward_keys")
 #: The constraint sets the kernels take as ``SET`` (:attr:`numeric.constraints.ConstraintSet.fused`).
-SETS = ("simplex", "box", "sink", "nosum")
+SETS = ("simplex", "box", "column", "nosum")
 #: Steps of the passes over the keys whose point needs only lie in the bracket (``threshold_round``'s ``free``).
 FREE_STEPS = tl.constexpr(2)
 #: A step of the tail model is taken without a pass to measure F where the model's curvature term there (its
@@ -359,7 +359,7 @@ def _box_output(tau, f, far, theta, blend, wrong, q, scale, K, V, Mask, Upper, S
 
 
 @triton.jit
-def attention_forward(Q, K, V, Out, Tau, Fsum, Support, Bmax, Mask, Params, U, Wsum, Upper, Ceiling, Sink,
+def attention_forward(Q, K, V, Out, Tau, Fsum, Support, Bmax, Mask, Params, U, Wsum, Upper, Ceiling, Column,
                       H, L, S, E, EV, scale, n_kblocks, n_params,
                       sq_b, sq_h, sq_l, sq_e, sk_b, sk_h, sk_s, sk_e, sv_b, sv_h, sv_s, sv_e,
                       so_b, so_h, so_l, so_e, sm_b, sm_h, sm_l, sm_s, su_b, su_h, su_l, su_s,
@@ -374,10 +374,10 @@ def attention_forward(Q, K, V, Out, Tau, Fsum, Support, Bmax, Mask, Params, U, W
     offs_v = tl.arange(0, BLOCK_EV)
     row_live = offs_m < L
     # the sink's score per row (SET "sink": one more entry, without a value; -inf: none, which changes nothing)
-    if SET == "sink":
-        sink = tl.load(Sink + bh * L + offs_m, mask=row_live, other=float("-inf"))
+    if SET == "column":
+        column = tl.load(Column + bh * L + offs_m, mask=row_live, other=float("-inf"))
     else:
-        sink = tl.full([BLOCK_M], float("-inf"), tl.float32)
+        column = tl.full([BLOCK_M], float("-inf"), tl.float32)
     if SET == "box":
         # p = min(u, g_+(s - tau)) with sum p = 1 (numeric.constraints.box.box_solve, whose pieces run traced on each
         # key block through the box's hooks, numeric.kernels.triton_box); the rows are [BLOCK_M, 1].  Passes over
@@ -467,8 +467,8 @@ def attention_forward(Q, K, V, Out, Tau, Fsum, Support, Bmax, Mask, Params, U, W
     elif EXP_LINK:
         # one pass: running maximum m, running sum l of exp(s - m), output rescaled as m grows (from the sink's
         # exp(b - b) = 1)
-        m = sink
-        f = (sink > float("-inf")).to(tl.float32)
+        m = column
+        f = (column > float("-inf")).to(tl.float32)
         acc = tl.zeros([BLOCK_M, BLOCK_EV], tl.float32)
         for start in range(k_lo, n_keys, BLOCK_N):
             s = _scores(q, scale, K, Mask, k_base, m_base, offs_m, start, L, S, E, sk_s, sk_e, sm_l, sm_s,
@@ -497,9 +497,9 @@ def attention_forward(Q, K, V, Out, Tau, Fsum, Support, Bmax, Mask, Params, U, W
         # bound of max_i (max_j s_ij - m_i) (the running maximum is at most the final one), from the diagonal block
         # (the sink counts as one more score, kept from the start)
         gap = Bmax + (bh * tl.num_programs(0) + qb) * n_kblocks
-        m = sink
-        n = (sink > float("-inf")).to(tl.float32)
-        top = tl.where(tl.arange(0, KEEP)[None, :] == 0, sink[:, None], float("-inf"))
+        m = column
+        n = (column > float("-inf")).to(tl.float32)
+        top = tl.where(tl.arange(0, KEEP)[None, :] == 0, column[:, None], float("-inf"))
         n_blocks = tl.cdiv(n_keys, BLOCK_N)
         b_lo = k_lo // BLOCK_N  # (the key blocks before a window are not visited, here or in any pass)
         first = tl.minimum((qb * BLOCK_M) // BLOCK_N, n_blocks - 1)
@@ -579,7 +579,7 @@ def attention_forward(Q, K, V, Out, Tau, Fsum, Support, Bmax, Mask, Params, U, W
                         t_w += w_block
                         t_c += c_block
                         at_kth += n_block
-                f_block, w_block, c_block, n_block = _tail_sums(sink[:, None], tau, kth, z_one, MAP, params)
+                f_block, w_block, c_block, n_block = _tail_sums(column[:, None], tau, kth, z_one, MAP, params)
                 t_f += f_block  # (the sink, where it is not kept)
                 t_w += w_block
                 t_c += c_block
@@ -635,10 +635,10 @@ def attention_forward(Q, K, V, Out, Tau, Fsum, Support, Bmax, Mask, Params, U, W
                         u += _mm(w.to(v.dtype), v, UPCAST)
                         wsum += tl.sum(w, 1)
                 tl.store(Support + (bh * tl.num_programs(0) + qb) * n_kblocks + start // BLOCK_N, has.to(tl.int8))
-            p_sink = tl.where(dead, 0.0, link_plus(sink - tau, z_one, MAP, params))  # (in F, without a value)
-            f += p_sink
+            p_column = tl.where(dead, 0.0, link_plus(column - tau, z_one, MAP, params))  # (in F, without a value)
+            f += p_column
             if WEIGHTED:
-                wsum += _weight_plus(p_sink, MAP, params)
+                wsum += _weight_plus(p_column, MAP, params)
             # a trusted tau is kept where the output pass finds F within F_TOLERANCE of 1, or within what the step
             # to its root would move tau by less than the resolution of s - tau (threshold_round's rule)
             resolution = RESOLUTION * (1.0 + tl.abs(m0) + tl.abs(tau))
@@ -733,8 +733,8 @@ def _exit_gaps(q, scale, K, Mask, Upper, k_base, m_base, u_base, offs_m, start, 
 
 
 @triton.jit
-def attention_backward_rows(Q, K, V, DO, DQ, Tau, Fsum, C, Support, Mask, Params, U, Wsum, Upper, Ceiling, DU, Sink,
-                            DSink,
+def attention_backward_rows(Q, K, V, DO, DQ, Tau, Fsum, C, Support, Mask, Params, U, Wsum, Upper, Ceiling, DU, Column,
+                            DColumn,
                             H, L, S, E, EV, scale, n_kblocks, n_params,
                             sq_b, sq_h, sq_l, sq_e, sk_b, sk_h, sk_s, sk_e, sv_b, sv_h, sv_s, sv_e,
                             sd_b, sd_h, sd_l, sd_e, sm_b, sm_h, sm_l, sm_s, su_b, su_h, su_l, su_s,
@@ -819,10 +819,10 @@ def attention_backward_rows(Q, K, V, DO, DQ, Tau, Fsum, C, Support, Mask, Params
                          tl.where(counted, dp - c_u[:, None], 0.0), mask=row_live[:, None] & (offs_n[None, :] < S))
     tl.store(DQ + bh * L * E + offs_m[:, None] * E + offs_e[None, :], dq * scale,
              mask=row_live[:, None] & (offs_e[None, :] < E))
-    if SET == "sink":  # the sink's column: dS_b = w_b (dP_b - c) with dP_b = 0 (it has no value)
-        sink = tl.load(Sink + bh * L + offs_m, mask=row_live, other=float("-inf"))
-        w_b = _weight_plus(link_plus(sink - tau, z_one, MAP, params) / f, MAP, params)
-        tl.store(DSink + bh * L + offs_m, -w_b * c, mask=row_live)
+    if SET == "column":  # the sink's column: dS_b = w_b (dP_b - c) with dP_b = 0 (it has no value)
+        column = tl.load(Column + bh * L + offs_m, mask=row_live, other=float("-inf"))
+        w_b = _weight_plus(link_plus(column - tau, z_one, MAP, params) / f, MAP, params)
+        tl.store(DColumn + bh * L + offs_m, -w_b * c, mask=row_live)
 
 
 @triton.jit

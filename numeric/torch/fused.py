@@ -218,7 +218,7 @@ def _param_values(fn, batch, B, H, device):
 
 class _Fused(torch.autograd.Function):
     @staticmethod
-    def forward(ctx, q, k, v, mask, upper, scale, causal, module, fns, params, shapes, scores, sink, nosum):
+    def forward(ctx, q, k, v, mask, upper, scale, causal, module, fns, params, shapes, scores, column, nosum):
         B, H, L, S, E, EV = shapes
         block = BLOCK["cuda" if q.is_cuda else "cpu"]
         nq, nk = math.ceil(L / block), math.ceil(S / block)
@@ -245,18 +245,18 @@ class _Fused(torch.autograd.Function):
         ceiling = tau if upper is None else _ceiling(module, params)
         bounds, us = _bounds_args(upper, q)
         kt.attention_forward[(nq, B * H)](q, k, v, out, tau, fsum, support, bmax, m, params, u, wsum, bounds, ceiling,
-                                          tau if sink is None else sink, H, L, S, E, EV, float(scale), nk, params.shape[1], *q.stride(), *k.stride(),
-                                          *v.stride(), *out.stride(), *ms, *us,
-                                          SET=_set(upper, sink, nosum),
+                                          tau if column is None else column, H, L, S, E, EV, float(scale), nk,
+                                          params.shape[1], *q.stride(), *k.stride(), *v.stride(), *out.stride(), *ms,
+                                          *us, SET=_set(upper, column, nosum),
                                           EXP_LINK=exp_link, KEEP=KEEP["cuda" if q.is_cuda else "cpu"], **flags)
-        ctx.save_for_backward(q, k, v, mask, upper, params, tau, fsum, support, u, wsum, sink)
+        ctx.save_for_backward(q, k, v, mask, upper, params, tau, fsum, support, u, wsum, column)
         ctx.ceiling = None if upper is None else ceiling  # (the backward reads the bounds at the same ceiling)
         ctx.args = (scale, causal, fns, shapes, block, be, bev, scores, nosum)
         return out
 
     @staticmethod
     def backward(ctx, dout):
-        q, k, v, mask, upper, params, tau, fsum, support, u, wsum, sink = ctx.saved_tensors
+        q, k, v, mask, upper, params, tau, fsum, support, u, wsum, column = ctx.saved_tensors
         scale, causal, fns, (B, H, L, S, E, EV), block, be, bev, (window, cap), nosum = ctx.args
         nq, nk = math.ceil(L / block), math.ceil(S / block)
         do = dout.contiguous()
@@ -264,7 +264,7 @@ class _Fused(torch.autograd.Function):
         dk = torch.empty(B * H, S, E, dtype=torch.float32, device=q.device)
         dv = torch.empty(B * H, S, EV, dtype=torch.float32, device=q.device)
         c = torch.empty_like(tau)
-        dsink = c if sink is None else torch.empty_like(tau)  # (the sink's gradient per row)
+        dcolumn = c if column is None else torch.empty_like(tau)  # (the sink's gradient per row)
         m, ms = _mask_args(mask, q)
         upper_grad = upper is not None and ctx.needs_input_grad[4]
         # (the bounds' gradient: 0 where a block holds no weight, which the kernel skips)
@@ -272,27 +272,27 @@ class _Fused(torch.autograd.Function):
         bounds, us = _bounds_args(upper, q)
         ceiling = tau if upper is None else ctx.ceiling
         flags = dict(HAS_MASK=mask is not None, MASK_BOOL=mask is None or mask.dtype == torch.bool,
-                     CAUSAL=causal or window > 0, WINDOW=window, SOFTCAP=cap, SET=_set(upper, sink, nosum),
+                     CAUSAL=causal or window > 0, WINDOW=window, SOFTCAP=cap, SET=_set(upper, column, nosum),
                      BLOCK_M=block, BLOCK_N=block, BLOCK_E=be, BLOCK_EV=bev,
                      UPCAST=not q.is_cuda, MAP=fns, **_options(q))
         common = (H, L, S, E, EV, float(scale))
         strides = (*q.stride(), *k.stride(), *v.stride(), *do.stride(), *ms, *us)
         kt = _kernels()
         kt.attention_backward_rows[(nq, B * H)](q, k, v, do, dq, tau, fsum, c, support, m, params, u, wsum, bounds,
-                                                 ceiling, du, tau if sink is None else sink, dsink, *common, nk, params.shape[1], *strides, UPPER_GRAD=upper_grad,
-                                                 **flags)
+                                                 ceiling, du, tau if column is None else column, dcolumn, *common, nk,
+                                                 params.shape[1], *strides, UPPER_GRAD=upper_grad, **flags)
         kt.attention_backward_keys[(nk, B * H)](q, k, v, do, dk, dv, tau, fsum, c, support, m, params, bounds,
                                                  ceiling, *common, nk, nq, params.shape[1], *strides, **flags)
         shape = (B, H)
         return (dq.reshape(shape + (L, E)).to(q.dtype), dk.reshape(shape + (S, E)).to(q.dtype),
                 dv.reshape(shape + (S, EV)).to(q.dtype), None,
                 du.reshape(shape + (L, S)) if upper_grad else None, None, None, None, None, None, None, None,
-                None if sink is None else dsink, None)
+                None if column is None else dcolumn, None)
 
 
-def _set(upper, sink, nosum: bool) -> str:
-    """The kernels' ``SET``: the box with bounds, the sink with sinks, no sum, else the simplex."""
-    return "box" if upper is not None else "sink" if sink is not None else "nosum" if nosum else "simplex"
+def _set(upper, column, nosum: bool) -> str:
+    """The kernels' ``SET``: the box with bounds, one more column per row, no sum, else the simplex."""
+    return "box" if upper is not None else "column" if column is not None else "nosum" if nosum else "simplex"
 
 
 def _ceiling(module, params):
@@ -340,12 +340,13 @@ def _bounds_args(upper, q):
 
 
 def fused_attention(query, key, value, attn_mask, is_causal: bool, scale: float, fn, batch: tuple, upper=None,
-                    window=None, softcap=None, sink=None, nosum=False):
+                    window=None, softcap=None, column=None, nosum=False):
     """``fn(scale q k^T + mask) v`` through the map's Triton kernels (:func:`unsupported` returned ``None``);
     ``upper``: ``None``, a number or a tensor broadcasting to the scores, checked (:func:`check_bounds`): the map
     over the box ``0 <= p <= upper``; ``window``: a sliding window (the kernels skip the key blocks before it);
-    ``softcap``: a :class:`numeric.modifiers.Softcap` (or ``None``), the kernels' ``SOFTCAP``; ``sink``: a number or
-    a tensor broadcasting to the scores with size 1 along the keys (its gradient flows), the kernels' ``SET='sink'``;
+    ``softcap``: a :class:`numeric.modifiers.Softcap` (or ``None``), the kernels' ``SOFTCAP``; ``column``: one more
+    score per row without a value (a sink, :mod:`numeric.constraints.sink`), a number or a tensor broadcasting to the
+    scores with size 1 along the keys (its gradient flows), the kernels' ``SET='column'``;
     ``nosum``: no sum and no bound, ``SET='nosum'``."""
     L, S, E, EV = query.shape[-2], key.shape[-2], query.shape[-1], value.shape[-1]
     q, k, v = (_heads(t, batch, t.shape[-2], t.shape[-1]) for t in (query, key, value))
@@ -356,16 +357,16 @@ def fused_attention(query, key, value, attn_mask, is_causal: bool, scale: float,
         upper = (torch.full((), float(upper), dtype=torch.float32, device=query.device) if not
                  isinstance(upper, torch.Tensor) else upper.to(torch.float32))
         upper = _heads(upper, batch, L, S)
-    if sink is not None:  # (float32, one per (batch x head, row); a tensor's gradient flows back)
-        sink = (torch.full((), float(sink), dtype=torch.float32, device=query.device) if not
-                isinstance(sink, torch.Tensor) else sink.to(torch.float32))
-        sink = _heads(sink, batch, L, 1).reshape(-1, L).contiguous()
+    if column is not None:  # (float32, one per (batch x head, row); a tensor's gradient flows back)
+        column = (torch.full((), float(column), dtype=torch.float32, device=query.device) if not
+                  isinstance(column, torch.Tensor) else column.to(torch.float32))
+        column = _heads(column, batch, L, 1).reshape(-1, L).contiguous()
     params = _param_values(fn, batch, B, H, query.device)
     module = _case(fn)
     fns = map_functions(module)
     scores = (0 if window is None else int(window), 0.0 if softcap is None else float(softcap.cap))
     out = _Fused.apply(q, k, v, mask, upper, scale, is_causal, module, fns, params, (B, H, L, S, E, EV), scores,
-                       sink, nosum)
+                       column, nosum)
     return out.reshape(batch + (L, EV))
 
 
@@ -373,8 +374,8 @@ def unsupported_set(cset, values: dict) -> str | None:
     """Why the fused kernels cannot run the constraint set ``cset`` with its keywords' ``values``
     (:mod:`numeric.constraints`), or ``None``: they run the sets whose hook
     (:attr:`~numeric.constraints.ConstraintSet.fused`) they know (:data:`numeric.kernels.triton_attention.SETS`:
-    the simplex, the box with a total of 1, the sink, no sum without a bound)."""
-    if cset.fused not in ("simplex", "box", "sink", "nosum"):
+    the simplex, the box with a total of 1, one more column per row (a sink), no sum without a bound)."""
+    if cset.fused not in ("simplex", "box", "column", "nosum"):
         return f"the fused kernels do not run the {cset.name} constraint set"
     if cset.fused == "nosum" and values["upper"] is not None and not left_out(values["upper"], math.inf):
         return "the fused kernels run maps without a sum unbounded only"
@@ -385,16 +386,12 @@ def unsupported_set(cset, values: dict) -> str | None:
 
 def set_arguments(cset, values: dict, attn_mask, is_causal: bool, scores: tuple, dtype, window=None) -> dict:
     """The fused kernels' keyword arguments for a constrained call the kernels run (:func:`unsupported_set`),
-    its values checked as the map checks them first: ``{}`` on the simplex, the box's ``upper``, the sink's
-    ``sink``."""
-    if cset.fused == "sink":
-        return {"sink": values["sink"]}
-    if cset.fused == "nosum":
-        return {"nosum": True}
-    if cset.fused != "box":
-        return {}
-    check_bounds(values["upper"], attn_mask, is_causal, scores, dtype, window)
-    return {"upper": values["upper"]}
+    the set's own (:meth:`~numeric.constraints.ConstraintSet.fused_arguments`), the box's bounds checked as the map
+    checks them first."""
+    hook = cset.fused_arguments(values)
+    if "upper" in hook:
+        check_bounds(hook["upper"], attn_mask, is_causal, scores, dtype, window)
+    return hook
 
 
 def check_bounds(upper, attn_mask, is_causal: bool, scores: tuple, dtype, window=None) -> None:
@@ -457,7 +454,7 @@ def case_groups(fn, batch: tuple):
 
 
 def grouped_attention(query, key, value, attn_mask, is_causal: bool, scale: float, groups, batch: tuple,
-                      upper=None, window=None, softcap=None, sink=None, nosum=False):
+                      upper=None, window=None, softcap=None, column=None, nosum=False):
     """:func:`fused_attention` head group by head group (:func:`case_groups`), each with its case's kernels; the
     outputs put back in the heads' order."""
     H = batch[-1]
@@ -475,7 +472,8 @@ def grouped_attention(query, key, value, attn_mask, is_causal: bool, scale: floa
         outs.append(fused_attention(heads(query, index), heads(key, index), heads(value, index),
                                     heads(attn_mask, index), is_causal, scale, m, part,
                                     heads(upper, index) if isinstance(upper, torch.Tensor) else upper, window,
-                                    softcap, heads(sink, index) if isinstance(sink, torch.Tensor) else sink, nosum))
+                                    softcap, heads(column, index) if isinstance(column, torch.Tensor) else column,
+                                    nosum))
         order.append(index)
     out = torch.cat(outs, dim=-3)
     inverse = torch.empty(H, dtype=torch.long, device=out.device)

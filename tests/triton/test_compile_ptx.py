@@ -30,7 +30,7 @@ from numeric.torch import fused
 
 POINTERS = {"Tau": "fp32", "Fsum": "fp32", "C": "fp32", "Params": "fp32", "DQ": "fp32", "DK": "fp32", "DV": "fp32",
             "Support": "i8", "Mask": "u8", "Bmax": "fp32", "U": "fp32", "Wsum": "fp32", "Upper": "fp32",
-            "Ceiling": "fp32", "DU": "fp32", "Sink": "fp32", "DSink": "fp32"}
+            "Ceiling": "fp32", "DU": "fp32", "Column": "fp32", "DColumn": "fp32"}
 INPUTS = {"Q", "K", "V", "Out", "DO"}
 name, params, dtype, arch, boxes = json.loads(sys.argv[1])
 mapping = nm.get_map(name, **params)
