@@ -785,3 +785,20 @@ def test_a_bounded_map_without_a_sum_falls_back():
         out = attention(q, k, v, mapping="relu", backend="triton", upper=0.5)
     np.testing.assert_allclose(out.double().numpy(), nm.attention(*(t.double().numpy() for t in (q, k, v)),
                                                                  mapping="relu", upper=0.5), rtol=1e-5, atol=1e-6)
+
+
+def test_a_typed_map_with_a_sink_and_without_a_sum_in_the_kernels():
+    """A typed map whose link has no closed form (``gini_log1p``: its inversion traced into Triton) with a sink per
+    head and a window, and without a sum, through the kernels, as NumPy's attention in float64."""
+    _sink_case("gini_log1p", 21, 19, torch.tensor([0.4, -0.6]), window=7)
+    q, k, v, do = _inputs(19, L=21, S=19)
+    leaves = [t.clone().requires_grad_() for t in (q, k, v)]
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")  # no fallback: the kernels ran
+        out = attention(*leaves, mapping="gini_log1p", backend="triton", is_causal=True, total=None)
+        grads = torch.autograd.grad(out, leaves, do)
+    d = [t.double().numpy() for t in (q, k, v, do)]
+    want = nm.attention(*d[:3], mapping="gini_log1p", causal=True, total=None)
+    np.testing.assert_allclose(out.detach().double().numpy(), want, rtol=2e-5, atol=2e-6 * float(np.abs(want).max()))
+    for g, w in zip(grads, nm.attention_backward(*d, mapping="gini_log1p", causal=True, total=None)):
+        np.testing.assert_allclose(g.double().numpy(), w, rtol=1e-4, atol=2e-6 * float(np.abs(w).max()))
