@@ -622,12 +622,19 @@ def test_a_length_scale_runs_the_kernels_on_scaled_queries():
             np.testing.assert_allclose(a.detach().numpy(), b.detach().numpy(), rtol=1e-4, atol=1e-5)
 
 
-@pytest.mark.parametrize("name", ["softmax", "entmax15", "sparsemax"])
-@pytest.mark.parametrize(("L", "S", "window", "cap"), [(37, 37, 5, None), (37, 37, None, 1.5), (40, 23, 20, 2.0),
-                                                       (21, 19, 1, 3.0)], ids=["window", "softcap", "both-L>S", "w1"])
-def test_softcap_and_window_run_in_the_kernels(name, L, S, window, cap):
+#: (map, L, S, window, cap): each map with each layout in the thorough profile, a map per layout in the CI one (the
+#: three passes the maps take, softmax's online one, sparsemax's and entmax15's threshold, all run)
+LAYOUTS_MODIFIED = {"window": (37, 37, 5, None), "softcap": (37, 37, None, 1.5), "both-L>S": (40, 23, 20, 2.0),
+                    "w1": (21, 19, 1, 3.0)}
+MODIFIED = ([(n, c) for n in ("softmax", "entmax15", "sparsemax") for c in LAYOUTS_MODIFIED] if THOROUGH else
+            [("softmax", "window"), ("entmax15", "softcap"), ("entmax15", "both-L>S"), ("sparsemax", "w1")])
+
+
+@pytest.mark.parametrize(("name", "layout"), MODIFIED, ids=[f"{n}-{c}" for n, c in MODIFIED])
+def test_softcap_and_window_run_in_the_kernels(name, layout):
     """``softcap=`` and ``window=`` run in the kernels (no fallback): output and gradients within float32 rounding
     of the float64 reference, NumPy's attention with the same keywords."""
+    L, S, window, cap = LAYOUTS_MODIFIED[layout]
     q, k, v, do = _inputs(7, L=L, S=S)
     leaves = [t.clone().requires_grad_() for t in (q, k, v)]
     with warnings.catch_warnings():
@@ -711,9 +718,12 @@ def _sink_case(name, L, S, sink, causal=True, seed=13, params=None, **keywords):
     return want
 
 
-@pytest.mark.parametrize(("name", "params"), [("softmax", {}), ("entmax15", {}), ("sparsemax", {}),
-                                             ("entmax_dense", {"alpha": 0.5})], ids=["softmax", "entmax15", "sparsemax",
-                                                                                      "dense-0.5"])
+#: the maps of the sink's tests (sparsemax's sink also in test_a_sparse_head_attends_to_nothing_in_the_kernels)
+SINK_MAPS = [("softmax", {}), ("entmax15", {}), ("entmax_dense", {"alpha": 0.5})] + (
+    [("sparsemax", {})] if THOROUGH else [])
+
+
+@pytest.mark.parametrize(("name", "params"), SINK_MAPS, ids=[n if n != "entmax_dense" else "dense-0.5" for n, _ in SINK_MAPS])
 def test_sinks_per_head_run_in_the_kernels(name, params):
     """``sink=`` (one per head, a tensor with its gradient; a number, softmax1's 0) runs in the kernels: the sink is
     one more score without a value (:mod:`numeric.constraints.sink`), against NumPy's attention in float64 (a dense
