@@ -7,7 +7,7 @@ On a GPU the fused kernels' cost is their matrix products over (query block, key
 block) pairs: every pass over the key blocks recomputes ``Q K^T``.  This script
 runs the kernels on CPU tensors through Triton's interpreter (``TRITON_INTERPRET=1``,
 16-wide blocks, each row's 64 largest scores kept as on a GPU: ``numeric.torch.fused.KEEP``), counts the calls
-of the kernels' product (``_mm``: ``Q K^T``,
+of the kernels' product (``block_product``: ``Q K^T``,
 ``P V``, ``dO V^T``, ``dS K``, ``dS^T Q``, ``P^T dO``), and reports them per
 (query block, key block) pair, forward and backward, for random normal q, k, v
 (one batch, one head, L = S, not causal).  Softmax's forward is FlashAttention's
@@ -50,14 +50,18 @@ def count(mapping, length: int, dim: int, seed: int = 0, inference_only: bool = 
     g = torch.Generator().manual_seed(seed)
     q, k, v, do = (torch.randn(1, 1, length, dim, generator=g) for _ in range(4))
     leaves = [t.clone().requires_grad_() for t in (q, k, v)]
+    import importlib
+
     calls = [0]
-    product = kernels._mm
+    modules = [importlib.import_module(name) for name in kernels.PRODUCT_MODULES]  # (forward and backward kernels)
+    product = kernels.block_product
 
     def counted(*args):
         calls[0] += 1
         return product(*args)
 
-    kernels._mm = counted
+    for module in modules:
+        module.block_product = counted
     try:
         start = time.perf_counter()
         with torch.no_grad():
@@ -71,7 +75,8 @@ def count(mapping, length: int, dim: int, seed: int = 0, inference_only: bool = 
             torch.autograd.grad(out, leaves, do)
         seconds = time.perf_counter() - start
     finally:
-        kernels._mm = product
+        for module in modules:
+            module.block_product = product
     from numeric.plan import Plan
     from numeric.torch.fused import BLOCK
 

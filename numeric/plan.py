@@ -117,8 +117,8 @@ class Plan:
     def seen(self) -> np.ndarray:
         """The number of keys each query row sees, ``(L,)`` (:meth:`keys` of every row at once).
 
-        >>> Plan(5, 4, window=2).seen().tolist()
-        [1, 2, 2, 2, 2]
+        >>> Plan(5, 4, window=2).seen().tolist()  # (row 4 sees key 3 alone: there is no key 4)
+        [1, 2, 2, 2, 1]
         """
         i = np.arange(self.L, dtype=np.int64) + self.offset
         hi = np.clip(i + 1, 0, self.S) if self.causal else np.full(self.L, self.S, dtype=np.int64)

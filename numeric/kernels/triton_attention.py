@@ -14,15 +14,15 @@ it holds: each map gets its own compiled kernels, and a fix here is one edit for
 one too, every kernel's ``SET`` (:data:`SETS`, :attr:`numeric.constraints.ConstraintSet.fused`): ``"simplex"``,
 ``"box"`` (``0 <= p <= u``, ``sum p = 1``, the bounds ``u`` in ``Upper``), whose bounds, sums and rounds enter
 through its hooks, :mod:`numeric.kernels.triton_box`, or ``"column"`` (a sink, :mod:`numeric.constraints.sink`: the
-simplex over ``[s, b]``, the column's score ``b`` per row in ``Column``): the column is one more score, without a value, in the
-running maximum, the count, the kept scores (from the start), the tail and ``F`` and ``sum w`` of the output pass
+simplex over ``[s, b]``, the column's score ``b`` per row in ``Column``): the column is one more score, without a
+value, in the running maximum, the count, the kept scores (from the start), the tail and ``F`` and ``sum w`` of the output pass
 (softmax's online pass starts from it, ``exp(b - b) = 1``); the backward's ``c`` takes its weight through ``sum
 w``, and the rows' kernel writes its gradient, ``w_b (0 - c)`` per row, in ``DColumn``.  Without a column the same code
 runs with ``b = -inf``.  ``"nosum"`` (:mod:`numeric.constraints.nosum`, no bound): ``p = g_+(s)``, no threshold
 (``tau = 0``, ``F = 1``), one pass of softmax's 2 products per pair; its Jacobian is ``diag(w)``, so the backward's
 ``c`` is 0 (``U = 0``).  The scores' modifiers are two more (:mod:`numeric.modifiers`):
 ``SOFTCAP`` (``> 0``: each score ``SOFTCAP tanh(s / SOFTCAP)`` before the mask, and the backward's score gradient
-times the cap's slope ``1 - tanh^2``, ``_capped_scores``) and ``WINDOW`` (``> 0``: query ``i`` sees the keys
+times the cap's slope ``1 - tanh^2``, ``capped_scores``) and ``WINDOW`` (``> 0``: query ``i`` sees the keys
 ``i - WINDOW < j <= i``; every pass of a query block starts at the key block of its first row's window, and the
 keys' backward visits only the query blocks whose windows reach its keys).
 
@@ -58,11 +58,12 @@ keys' backward visits only the query blocks whose windows reach its keys).
   scaled and capped, as ``box_solve`` caps them, with ``U`` and ``Wsum`` over the entries left free (one more sums
   pass in a query block with a jump row).  ``Ceiling``: ``omega'(inf)`` per batch and head
   (:func:`numeric.constraints.box.box_ceiling`, from the host);
-* :func:`attention_backward_rows`: per query block, ``c = sum w dP / sum w`` with ``dP = dO v^T`` and ``w =
-  weight(p)`` on the support (the map's JVP is ``w * dP - w c``), read off the forward's ``U`` as ``dO . U / sum
+* :func:`~numeric.kernels.triton_backward.attention_backward_rows`: per query block, ``c = sum w dP / sum w`` with
+  ``dP = dO v^T`` and ``w = weight(p)`` on the support (the map's JVP is ``w * dP - w c``), read off the forward's ``U`` as ``dO . U / sum
   w`` (no pass over the keys), then ``dQ = scale * dS k`` with ``dS = w (dP - c)``; on the box, ``w`` on the free
   entries, and with ``UPPER_GRAD`` the bounds' gradient;
-* :func:`attention_backward_keys`: per key block, ``dV = p^T dO`` and ``dK = scale * dS^T q`` over the query blocks.
+* :func:`~numeric.kernels.triton_backward.attention_backward_keys`: per key block, ``dV = p^T dO`` and ``dK = scale *
+  dS^T q`` over the query blocks.
 
 Both backward kernels recompute the scores and take ``p`` from the forward's ``tau`` and ``F``; they skip the (query
 block, key block) pairs the forward found without support.  Fully masked rows get ``tau = inf``: weights, output
@@ -93,11 +94,14 @@ threshold_round = _traced.threshold_round
 #: the threshold of a block of rows, traced from numeric.core.halley.halley_threshold (generated)
 kept_threshold = _traced.kept_threshold
 
-__all__ = ["MapFunctions", "KERNELS", "SETS", "FREE_STEPS", "TRUST", "F_TOLERANCE", "RESOLUTION", "link_plus",
-           "attention_forward", "attention_backward_rows", "attention_backward_keys"]
+__all__ = ["MapFunctions", "KERNELS", "PRODUCT_MODULES", "SETS", "FREE_STEPS", "TRUST", "F_TOLERANCE", "RESOLUTION",
+           "link_plus", "attention_forward"]
 
 #: The kernels, by name.
 KERNELS = ("attention_forward", "attention_backward_rows", "attention_backward_keys")
+#: the modules of the kernels (the forward here, the backward in numeric.kernels.triton_backward), each calling the
+#: block product ``block_product`` through its own name for it: a count of the products patches it in each
+PRODUCT_MODULES = ("numeric.kernels.triton_attention", "numeric.kernels.triton_backward")
 #: The constraint sets the kernels take as ``SET`` (:attr:`numeric.constraints.ConstraintSet.fused`).
 SETS = ("simplex", "box", "column", "nosum")
 #: Steps of the passes over the keys whose point needs only lie in the bracket (``threshold_round``'s ``free``).
@@ -137,7 +141,7 @@ def link_plus(z, z_one, MAP: tl.constexpr, params):
 
 
 @triton.jit
-def _mm(a, b, UPCAST: tl.constexpr):
+def block_product(a, b, UPCAST: tl.constexpr):
     # a @ b accumulated in float32 (float32 operands with IEEE precision, not TF32); UPCAST: float32 operands
     # (half-type products are exact in float32, so the values are those of the half-type product; Triton's
     # interpreter multiplies bfloat16 operands wrongly)
@@ -147,29 +151,29 @@ def _mm(a, b, UPCAST: tl.constexpr):
 
 
 @triton.jit
-def _scores(q, scale, K, Mask, k_base, m_base, offs_m, start, L, S, E, stride_ks, stride_ke, stride_ml, stride_ms,
+def block_scores(q, scale, K, Mask, k_base, m_base, offs_m, start, L, S, E, stride_ks, stride_ke, stride_ml, stride_ms,
             HAS_MASK: tl.constexpr, MASK_BOOL: tl.constexpr, CAUSAL: tl.constexpr, WINDOW: tl.constexpr,
             SOFTCAP: tl.constexpr,
             BLOCK_N: tl.constexpr, BLOCK_E: tl.constexpr, UPCAST: tl.constexpr):
     # the scaled scores of the query block (q already scaled) against the keys start:start+BLOCK_N, -inf where
     # masked (key out of range, masked, above the diagonal, before the window); float masks are added
-    s, _ = _capped_scores(q, scale, K, Mask, k_base, m_base, offs_m, start, L, S, E, stride_ks, stride_ke, stride_ml,
+    s, _ = capped_scores(q, scale, K, Mask, k_base, m_base, offs_m, start, L, S, E, stride_ks, stride_ke, stride_ml,
                           stride_ms, HAS_MASK, MASK_BOOL, CAUSAL, WINDOW, SOFTCAP, BLOCK_N, BLOCK_E, UPCAST)
     return s
 
 
 @triton.jit
-def _capped_scores(q, scale, K, Mask, k_base, m_base, offs_m, start, L, S, E, stride_ks, stride_ke, stride_ml,
+def capped_scores(q, scale, K, Mask, k_base, m_base, offs_m, start, L, S, E, stride_ks, stride_ke, stride_ml,
                    stride_ms, HAS_MASK: tl.constexpr, MASK_BOOL: tl.constexpr, CAUSAL: tl.constexpr,
                    WINDOW: tl.constexpr, SOFTCAP: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_E: tl.constexpr,
                    UPCAST: tl.constexpr):
-    # (_scores, d capped / d s): with SOFTCAP > 0 the scores are SOFTCAP tanh(s / SOFTCAP) before the mask
+    # (block_scores, d capped / d s): with SOFTCAP > 0 the scores are SOFTCAP tanh(s / SOFTCAP) before the mask
     # (numeric.modifiers.Softcap), whose slope 1 - (capped / SOFTCAP)**2 the backward's chain rule takes (1 without)
     offs_n = start + tl.arange(0, BLOCK_N)
     offs_e = tl.arange(0, BLOCK_E)
     k = tl.load(K + k_base + offs_n[:, None] * stride_ks + offs_e[None, :] * stride_ke,
                 mask=(offs_n[:, None] < S) & (offs_e[None, :] < E), other=0.0)
-    s = _mm(q, tl.trans(k), UPCAST) * scale
+    s = block_product(q, tl.trans(k), UPCAST) * scale
     slope = 1.0
     if SOFTCAP > 0:
         t = rg_tanh(s / SOFTCAP)
@@ -191,7 +195,7 @@ def _capped_scores(q, scale, K, Mask, k_base, m_base, offs_m, start, L, S, E, st
 
 
 @triton.jit
-def _weight_plus(p, MAP: tl.constexpr, params):
+def weight_plus(p, MAP: tl.constexpr, params):
     # weight(p) on the support (p > 0), 0 off it (weight is evaluated at 1 there)
     live = p > 0
     return tl.where(live, MAP.weight(tl.where(live, p, 1.0), params), 0.0)
@@ -201,7 +205,7 @@ def _weight_plus(p, MAP: tl.constexpr, params):
 def _sums(s, tau, z_one, MAP: tl.constexpr, params):
     # per row, F = sum g_+(s - tau) and sum w(p) over the support, for scores s of a block
     p = link_plus(s - tau[:, None], z_one, MAP, params)
-    return tl.sum(p, 1), tl.sum(_weight_plus(p, MAP, params), 1)
+    return tl.sum(p, 1), tl.sum(weight_plus(p, MAP, params), 1)
 
 
 @triton.jit
@@ -219,7 +223,7 @@ def _tail_sums(s, tau, kth, z_one, MAP: tl.constexpr, params):
     # _bend, and the number of scores equal to kth (of which the kept hold some)
     z = s - tau[:, None]
     p = link_plus(z, z_one, MAP, params)
-    w = _weight_plus(p, MAP, params)
+    w = weight_plus(p, MAP, params)
     below = s < kth[:, None]
     return (tl.sum(tl.where(below, p, 0.0), 1), tl.sum(tl.where(below, w, 0.0), 1),
             tl.sum(tl.where(below, _bend(p, w, z, MAP.clip(params)), 0.0), 1),
@@ -263,13 +267,13 @@ def _solve_kept(top, tau, lo, hi, tail, rate, eta, m0, fixed, MAP: tl.constexpr,
 
 
 @triton.jit
-def _query_block(Q, H, L, S, E, sq_b, sq_h, sq_l, sq_e, sk_b, sk_h, sv_b, sv_h, sm_b, sm_h, Params, n_params,
+def query_block(Q, H, L, S, E, sq_b, sq_h, sq_l, sq_e, sk_b, sk_h, sv_b, sv_h, sm_b, sm_h, Params, n_params,
                  CAUSAL: tl.constexpr, WINDOW: tl.constexpr, SET: tl.constexpr, BLOCK_M: tl.constexpr,
                  BLOCK_N: tl.constexpr, BLOCK_E: tl.constexpr, MAP: tl.constexpr):
     # a program's query block (the forward's and the backward's rows): (block, batch x head, batch, head, its rows,
     # its queries, the bases of the keys, values and mask of its batch and head, the keys it sees, the first key
     # block some row of it sees (0, or with a window the block of key qb BLOCK_M - WINDOW + 1), the map's
-    # parameters of its head, omega'(1): the link's stand-in argument off the support, _stand_in)
+    # parameters of its head, omega'(1): the link's stand-in argument off the support, stand_in)
     qb = tl.program_id(0)
     bh = tl.program_id(1)
     b = bh // H
@@ -288,11 +292,11 @@ def _query_block(Q, H, L, S, E, sq_b, sq_h, sq_l, sq_e, sk_b, sk_h, sv_b, sv_h, 
         k_lo = 0
     params = MAP.params(Params, bh * n_params)
     return (qb, bh, b, h, offs_m, q, b * sk_b + h * sk_h, b * sv_b + h * sv_h, b * sm_b + h * sm_h, n_keys, k_lo,
-            params, _stand_in(MAP, params, SET))
+            params, stand_in(MAP, params, SET))
 
 
 @triton.jit
-def _stand_in(MAP: tl.constexpr, params, SET: tl.constexpr):
+def stand_in(MAP: tl.constexpr, params, SET: tl.constexpr):
     # z_one, the link's argument off the support: omega'(1), the bracket's left end on the sets with a sum; without a
     # sum omega'(1/2), which is finite also where omega's domain ends at 1 (omega'(1) = +oo, the sigmoid's)
     if SET == "nosum":
@@ -312,7 +316,7 @@ def _box_totals(tau, q, scale, K, Mask, Upper, k_base, m_base, u_base, offs_m, n
     share = tl.zeros([BLOCK_M, 1], tl.float32)
     fixed = tl.zeros([BLOCK_M, 1], tl.float32)
     for start in range(k_lo, n_keys, BLOCK_N):
-        s = _scores(q, scale, K, Mask, k_base, m_base, offs_m, start, L, S, E, sk_s, sk_e, sm_l, sm_s,
+        s = block_scores(q, scale, K, Mask, k_base, m_base, offs_m, start, L, S, E, sk_s, sk_e, sm_l, sm_s,
                     HAS_MASK, MASK_BOOL, CAUSAL, WINDOW, SOFTCAP, BLOCK_N, BLOCK_E, UPCAST)
         u = bounds(Upper, u_base, offs_m, start, L, S, su_l, su_s, BLOCK_N)
         p, free, saturated = box_at(s, u, tau, ceiling, z_one, MAP, params)
@@ -329,7 +333,7 @@ def _box_output(tau, f, far, theta, blend, wrong, q, scale, K, V, Mask, Upper, S
                 BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr,
                 BLOCK_E: tl.constexpr, BLOCK_EV: tl.constexpr, UPCAST: tl.constexpr):
     # the bounded forward's output pass at the thresholds tau and the free entries' divisors f ([BLOCK_M]):
-    # (sum p v, sum_free w v, sum_free w) with the weights the backward reads (_box_weights_at: u on the saturated
+    # (sum p v, sum_free w v, sum_free w) with the weights the backward reads (box_weights_at: u on the saturated
     # entries, min(u, g_+(s - tau) / f) on the free ones); on the rows `blend` ([BLOCK_M, 1]) p is blended by theta
     # towards its weights at the thresholds `far`.  It marks the key blocks holding weight in Support
     offs_v = tl.arange(0, BLOCK_EV)
@@ -338,19 +342,19 @@ def _box_output(tau, f, far, theta, blend, wrong, q, scale, K, V, Mask, Upper, S
     wsum = tl.zeros([BLOCK_M, 1], tl.float32)
     blending = tl.max(blend.to(tl.int32)) > 0
     for start in range(k_lo, n_keys, BLOCK_N):
-        s = _scores(q, scale, K, Mask, k_base, m_base, offs_m, start, L, S, E, sk_s, sk_e, sm_l, sm_s,
+        s = block_scores(q, scale, K, Mask, k_base, m_base, offs_m, start, L, S, E, sk_s, sk_e, sm_l, sm_s,
                     HAS_MASK, MASK_BOOL, CAUSAL, WINDOW, SOFTCAP, BLOCK_N, BLOCK_E, UPCAST)
         u = bounds(Upper, u_base, offs_m, start, L, S, su_l, su_s, BLOCK_N)
-        p, w, _ = _box_weights_at(s, u, tau, f, ceiling, z_one, MAP, params)
+        p, w, _ = box_weights_at(s, u, tau, f, ceiling, z_one, MAP, params)
         if blending:
-            p_far, _, _ = _box_weights_at(s, u, far, f, ceiling, z_one, MAP, params)
+            p_far, _, _ = box_weights_at(s, u, far, f, ceiling, z_one, MAP, params)
             p = tl.where(blend, p + theta * (p_far - p), p)
         offs_n = start + tl.arange(0, BLOCK_N)
         v = tl.load(V + v_base + offs_n[:, None] * sv_s + offs_v[None, :] * sv_e,
                     mask=(offs_n[:, None] < S) & (offs_v[None, :] < EV), other=0.0)
-        acc += _mm(p.to(v.dtype), v, UPCAST)
+        acc += block_product(p.to(v.dtype), v, UPCAST)
         if WEIGHTED:
-            wv += _mm(w.to(v.dtype), v, UPCAST)
+            wv += block_product(w.to(v.dtype), v, UPCAST)
             wsum += tl.sum(w, 1, keep_dims=True)
         # (a NaN row's blocks count: the backward passes its NaN on)
         tl.store(Support + (bh * tl.num_programs(0) + qb) * n_kblocks + start // BLOCK_N,
@@ -368,7 +372,7 @@ def attention_forward(Q, K, V, Out, Tau, Fsum, Support, Bmax, Mask, Params, U, W
                       EXP_LINK: tl.constexpr, MAX_STEPS: tl.constexpr, WEIGHTED: tl.constexpr,
                       BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_E: tl.constexpr, BLOCK_EV: tl.constexpr,
                       KEEP: tl.constexpr, UPCAST: tl.constexpr, MAP: tl.constexpr):
-    qb, bh, b, h, offs_m, q, k_base, v_base, m_base, n_keys, k_lo, params, z_one = _query_block(
+    qb, bh, b, h, offs_m, q, k_base, v_base, m_base, n_keys, k_lo, params, z_one = query_block(
         Q, H, L, S, E, sq_b, sq_h, sq_l, sq_e, sk_b, sk_h, sv_b, sv_h, sm_b, sm_h, Params, n_params, CAUSAL, WINDOW,
         SET, BLOCK_M, BLOCK_N, BLOCK_E, MAP)
     offs_v = tl.arange(0, BLOCK_EV)
@@ -391,7 +395,7 @@ def attention_forward(Q, K, V, Out, Tau, Fsum, Support, Bmax, Mask, Params, U, W
         low = tl.full([BLOCK_M, 1], float("inf"), tl.float32)
         wrong = tl.zeros([BLOCK_M, 1], tl.int32)
         for start in range(k_lo, n_keys, BLOCK_N):
-            s = _scores(q, scale, K, Mask, k_base, m_base, offs_m, start, L, S, E, sk_s, sk_e, sm_l, sm_s,
+            s = block_scores(q, scale, K, Mask, k_base, m_base, offs_m, start, L, S, E, sk_s, sk_e, sm_l, sm_s,
                         HAS_MASK, MASK_BOOL, CAUSAL, WINDOW, SOFTCAP, BLOCK_N, BLOCK_E, UPCAST)
             m, n, low, wrong = box_first(s, bounds(Upper, u_base, offs_m, start, L, S, su_l, su_s, BLOCK_N), m, n, low,
                                          wrong, MAP, params)
@@ -406,7 +410,7 @@ def attention_forward(Q, K, V, Out, Tau, Fsum, Support, Bmax, Mask, Params, U, W
             f = tl.zeros([BLOCK_M, 1], tl.float32)
             slope = tl.zeros([BLOCK_M, 1], tl.float32)
             for start in range(k_lo, n_keys, BLOCK_N):
-                s = _scores(q, scale, K, Mask, k_base, m_base, offs_m, start, L, S, E, sk_s, sk_e, sm_l, sm_s,
+                s = block_scores(q, scale, K, Mask, k_base, m_base, offs_m, start, L, S, E, sk_s, sk_e, sm_l, sm_s,
                             HAS_MASK, MASK_BOOL, CAUSAL, WINDOW, SOFTCAP, BLOCK_N, BLOCK_E, UPCAST)
                 f_block, w_block = box_block_sums(s, bounds(Upper, u_base, offs_m, start, L, S, su_l, su_s, BLOCK_N),
                                                   m0, t, clip, ceiling, MAP, params)
@@ -449,14 +453,14 @@ def attention_forward(Q, K, V, Out, Tau, Fsum, Support, Bmax, Mask, Params, U, W
         acc = tl.zeros([BLOCK_M, BLOCK_EV], tl.float32)
         broken = tl.zeros([BLOCK_M], tl.int32)  # (a NaN score makes its row NaN)
         for start in range(k_lo, n_keys, BLOCK_N):
-            s = _scores(q, scale, K, Mask, k_base, m_base, offs_m, start, L, S, E, sk_s, sk_e, sm_l, sm_s,
+            s = block_scores(q, scale, K, Mask, k_base, m_base, offs_m, start, L, S, E, sk_s, sk_e, sm_l, sm_s,
                         HAS_MASK, MASK_BOOL, CAUSAL, WINDOW, SOFTCAP, BLOCK_N, BLOCK_E, UPCAST)
             p = link_plus(s, z_one, MAP, params)
             broken = tl.maximum(broken, tl.max((s != s).to(tl.int32), 1))
             offs_n = start + tl.arange(0, BLOCK_N)
             v = tl.load(V + v_base + offs_n[:, None] * sv_s + offs_v[None, :] * sv_e,
                         mask=(offs_n[:, None] < S) & (offs_v[None, :] < EV), other=0.0)
-            acc += _mm(p.to(v.dtype), v, UPCAST)
+            acc += block_product(p.to(v.dtype), v, UPCAST)
             tl.store(Support + (bh * tl.num_programs(0) + qb) * n_kblocks + start // BLOCK_N,
                      (tl.max(tl.max(p, 1), 0) > 0).to(tl.int8))
         out = tl.where(broken[:, None] > 0, float("nan"), acc)
@@ -471,7 +475,7 @@ def attention_forward(Q, K, V, Out, Tau, Fsum, Support, Bmax, Mask, Params, U, W
         f = (column > float("-inf")).to(tl.float32)
         acc = tl.zeros([BLOCK_M, BLOCK_EV], tl.float32)
         for start in range(k_lo, n_keys, BLOCK_N):
-            s = _scores(q, scale, K, Mask, k_base, m_base, offs_m, start, L, S, E, sk_s, sk_e, sm_l, sm_s,
+            s = block_scores(q, scale, K, Mask, k_base, m_base, offs_m, start, L, S, E, sk_s, sk_e, sm_l, sm_s,
                         HAS_MASK, MASK_BOOL, CAUSAL, WINDOW, SOFTCAP, BLOCK_N, BLOCK_E, UPCAST)
             m_new = tl.maximum(m, tl.max(s, 1))
             shift = tl.where(m_new == float("-inf"), 0.0, m_new)
@@ -480,7 +484,7 @@ def attention_forward(Q, K, V, Out, Tau, Fsum, Support, Bmax, Mask, Params, U, W
             offs_n = start + tl.arange(0, BLOCK_N)
             v = tl.load(V + v_base + offs_n[:, None] * sv_s + offs_v[None, :] * sv_e,
                         mask=(offs_n[:, None] < S) & (offs_v[None, :] < EV), other=0.0)
-            acc = acc * rescale[:, None] + _mm(p.to(v.dtype), v, UPCAST)
+            acc = acc * rescale[:, None] + block_product(p.to(v.dtype), v, UPCAST)
             f = f * rescale + tl.sum(p, 1)
             m = m_new
             tl.store(Support + (bh * tl.num_programs(0) + qb) * n_kblocks + start // BLOCK_N,
@@ -507,7 +511,7 @@ def attention_forward(Q, K, V, Out, Tau, Fsum, Support, Bmax, Mask, Params, U, W
         z_all = n  # a dense map's sum of exp(s - m), rescaled as m grows (the sink's exp(b - b))
         for j in range(b_lo, n_blocks):
             kb = b_lo + (j - b_lo + first - b_lo) % (n_blocks - b_lo)
-            s = _scores(q, scale, K, Mask, k_base, m_base, offs_m, kb * BLOCK_N, L, S, E, sk_s, sk_e, sm_l, sm_s,
+            s = block_scores(q, scale, K, Mask, k_base, m_base, offs_m, kb * BLOCK_N, L, S, E, sk_s, sk_e, sm_l, sm_s,
                         HAS_MASK, MASK_BOOL, CAUSAL, WINDOW, SOFTCAP, BLOCK_N, BLOCK_E, UPCAST)
             top_s = tl.max(s, 1)
             if dense:
@@ -542,7 +546,7 @@ def attention_forward(Q, K, V, Out, Tau, Fsum, Support, Bmax, Mask, Params, U, W
             z_tail = tl.maximum(z_all - tl.sum(tl.exp(top - m0[:, None]), 1), 0.0)
             scaled = p_kth > 0  # (kth = -inf where a row has fewer keys than KEEP: exact)
             z_tail = tl.where(scaled, z_tail * tl.exp(tl.where(scaled, m0 - kth, 0.0)) * p_kth, 0.0)
-            rate = tl.where(scaled, _weight_plus(p_kth, MAP, params) / tl.where(scaled, p_kth, 1.0), 0.0)
+            rate = tl.where(scaled, weight_plus(p_kth, MAP, params) / tl.where(scaled, p_kth, 1.0), 0.0)
             tau = _solve_kept(top, tau, lo, hi, tl.where(exact, 0.0, z_tail), rate, nothing, m0, exact, MAP, params)
         # the other rows: steps from tau_k (a dense map: from its estimate above), one pass over the keys
         # each, which sums F, F' = -sum w and the curvature term over the scores left out (the tail); the step
@@ -572,7 +576,7 @@ def attention_forward(Q, K, V, Out, Tau, Fsum, Support, Bmax, Mask, Params, U, W
                 at_kth = tl.zeros([BLOCK_M], tl.float32)
                 for start in range(k_lo, n_keys, BLOCK_N):
                     if tl.load(gap + start // BLOCK_N) > floor:
-                        s = _scores(q, scale, K, Mask, k_base, m_base, offs_m, start, L, S, E, sk_s, sk_e, sm_l, sm_s,
+                        s = block_scores(q, scale, K, Mask, k_base, m_base, offs_m, start, L, S, E, sk_s, sk_e, sm_l, sm_s,
                                     HAS_MASK, MASK_BOOL, CAUSAL, WINDOW, SOFTCAP, BLOCK_N, BLOCK_E, UPCAST)
                         f_block, w_block, c_block, n_block = _tail_sums(s, tau, kth, z_one, MAP, params)
                         t_f += f_block
@@ -587,7 +591,7 @@ def attention_forward(Q, K, V, Out, Tau, Fsum, Support, Bmax, Mask, Params, U, W
                 # the scores equal to kth that the kept do not hold belong to the tail
                 extra = tl.maximum(at_kth - kept_at_kth, 0.0)
                 p_at = link_plus(kth - tau, z_one, MAP, params)
-                w_at = _weight_plus(p_at, MAP, params)
+                w_at = weight_plus(p_at, MAP, params)
                 t_f += extra * p_at
                 t_w += extra * w_at
                 t_c += extra * _bend(p_at, w_at, kth - tau, MAP.clip(params))
@@ -620,25 +624,25 @@ def attention_forward(Q, K, V, Out, Tau, Fsum, Support, Bmax, Mask, Params, U, W
             for start in range(k_lo, n_keys, BLOCK_N):
                 has = False
                 if tl.load(gap + start // BLOCK_N) > floor:
-                    s = _scores(q, scale, K, Mask, k_base, m_base, offs_m, start, L, S, E, sk_s, sk_e, sm_l, sm_s,
+                    s = block_scores(q, scale, K, Mask, k_base, m_base, offs_m, start, L, S, E, sk_s, sk_e, sm_l, sm_s,
                                 HAS_MASK, MASK_BOOL, CAUSAL, WINDOW, SOFTCAP, BLOCK_N, BLOCK_E, UPCAST)
                     p = link_plus(s - tau[:, None], z_one, MAP, params)
                     p = tl.where(dead[:, None], 0.0, p)
                     offs_n = start + tl.arange(0, BLOCK_N)
                     v = tl.load(V + v_base + offs_n[:, None] * sv_s + offs_v[None, :] * sv_e,
                                 mask=(offs_n[:, None] < S) & (offs_v[None, :] < EV), other=0.0)
-                    acc += _mm(p.to(v.dtype), v, UPCAST)
+                    acc += block_product(p.to(v.dtype), v, UPCAST)
                     f += tl.sum(p, 1)
                     has = tl.max(tl.max(p, 1), 0) > 0
                     if WEIGHTED:  # w(p) with p = g (F is 1 to the rounds' tolerance; see the module's docstring)
-                        w = _weight_plus(p, MAP, params)
-                        u += _mm(w.to(v.dtype), v, UPCAST)
+                        w = weight_plus(p, MAP, params)
+                        u += block_product(w.to(v.dtype), v, UPCAST)
                         wsum += tl.sum(w, 1)
                 tl.store(Support + (bh * tl.num_programs(0) + qb) * n_kblocks + start // BLOCK_N, has.to(tl.int8))
             p_column = tl.where(dead, 0.0, link_plus(column - tau, z_one, MAP, params))  # (in F, without a value)
             f += p_column
             if WEIGHTED:
-                wsum += _weight_plus(p_column, MAP, params)
+                wsum += weight_plus(p_column, MAP, params)
             # a trusted tau is kept where the output pass finds F within F_TOLERANCE of 1, or within what the step
             # to its root would move tau by less than the resolution of s - tau (threshold_round's rule)
             resolution = RESOLUTION * (1.0 + tl.abs(m0) + tl.abs(tau))
@@ -660,15 +664,15 @@ def attention_forward(Q, K, V, Out, Tau, Fsum, Support, Bmax, Mask, Params, U, W
 
 
 @triton.jit
-def _weights_at(s, tau, f, z_one, MAP: tl.constexpr, params):
+def weights_at(s, tau, f, z_one, MAP: tl.constexpr, params):
     # (p, w): the weights of scores s at the forward's tau and F, and weight(p) on the support (0 off it)
     p = link_plus(s - tau[:, None], z_one, MAP, params) / f[:, None]
-    w = _weight_plus(p, MAP, params)
+    w = weight_plus(p, MAP, params)
     return p, w
 
 
 @triton.jit
-def _box_weights_at(s, u, tau, f, ceiling, z_one, MAP: tl.constexpr, params):
+def box_weights_at(s, u, tau, f, ceiling, z_one, MAP: tl.constexpr, params):
     # (p, w, saturated) with bounds u at the thresholds tau and the free entries' divisors F ([BLOCK_M]): p = u
     # where saturated, min(u, g_+(s - tau) / F) on the free entries (scaled, and capped at their bounds as
     # numeric.constraints.box.box_solve caps them; an entry the cap holds is saturated, as box_vjp reads p = u),
@@ -678,208 +682,4 @@ def _box_weights_at(s, u, tau, f, ceiling, z_one, MAP: tl.constexpr, params):
     scaled = p / f[:, None]
     capped = free & (scaled >= u)
     p = tl.where(free, tl.where(capped, u, scaled), p)
-    return p, _weight_plus(tl.where(free & (capped == 0), p, 0.0), MAP, params), saturated | capped
-
-
-@triton.jit
-def _weights_of_block(s, Upper, u_base, offs_m, start, L, S, su_l, su_s, ceiling, tau, f, z_one, MAP: tl.constexpr,
-                      params, SET: tl.constexpr, BLOCK_N: tl.constexpr):
-    # (p, w, saturated) of the scores s of the query block against the keys start:start+BLOCK_N (_weights_at,
-    # or _box_weights_at with the bounds; saturated: where p = u, nowhere without bounds)
-    if SET == "box":
-        u = bounds(Upper, u_base, offs_m, start, L, S, su_l, su_s, BLOCK_N)
-        p, w, saturated = _box_weights_at(s, u, tau, f, ceiling, z_one, MAP, params)
-    else:
-        p, w = _weights_at(s, tau, f, z_one, MAP, params)
-        saturated = p != p
-    return p, w, saturated
-
-
-@triton.jit
-def _weights_and_dp(q, scale, do, K, V, Mask, Upper, k_base, v_base, m_base, u_base, offs_m, start, L, S, E, EV,
-                    sk_s, sk_e, sv_s, sv_e, sm_l, sm_s, su_l, su_s, ceiling, tau, f, z_one, MAP: tl.constexpr, params,
-                    HAS_MASK: tl.constexpr, MASK_BOOL: tl.constexpr, CAUSAL: tl.constexpr, WINDOW: tl.constexpr,
-                    SOFTCAP: tl.constexpr, SET: tl.constexpr,
-                    BLOCK_N: tl.constexpr, BLOCK_E: tl.constexpr, BLOCK_EV: tl.constexpr, UPCAST: tl.constexpr):
-    # (w, saturated, dP, slope) of the query block against the keys start:start+BLOCK_N: weight(p) on the support
-    # (the free entries with bounds), where p is at its bound, dO v^T, and the cap's slope (_capped_scores)
-    s, slope = _capped_scores(q, scale, K, Mask, k_base, m_base, offs_m, start, L, S, E, sk_s, sk_e, sm_l, sm_s,
-                              HAS_MASK, MASK_BOOL, CAUSAL, WINDOW, SOFTCAP, BLOCK_N, BLOCK_E, UPCAST)
-    _, w, saturated = _weights_of_block(s, Upper, u_base, offs_m, start, L, S, su_l, su_s, ceiling, tau, f, z_one,
-                                        MAP, params, SET, BLOCK_N)
-    offs_n = start + tl.arange(0, BLOCK_N)
-    offs_v = tl.arange(0, BLOCK_EV)
-    v = tl.load(V + v_base + offs_n[:, None] * sv_s + offs_v[None, :] * sv_e,
-                mask=(offs_n[:, None] < S) & (offs_v[None, :] < EV), other=0.0)
-    return w, saturated, _mm(do, tl.trans(v), UPCAST), slope
-
-
-@triton.jit
-def _exit_gaps(q, scale, K, Mask, Upper, k_base, m_base, u_base, offs_m, start, L, S, E, sk_s, sk_e, sm_l, sm_s,
-               su_l, su_s, ceiling, tau, f, z_one, MAP: tl.constexpr, params, HAS_MASK: tl.constexpr,
-               MASK_BOOL: tl.constexpr, CAUSAL: tl.constexpr, WINDOW: tl.constexpr, SOFTCAP: tl.constexpr,
-               BLOCK_N: tl.constexpr, BLOCK_E: tl.constexpr,
-               UPCAST: tl.constexpr):
-    # (u, saturated, s - omega'(u) on the saturated entries, inf elsewhere) of the query block against the keys
-    # start:start+BLOCK_N, saturated as the forward's weights are (_box_weights_at: with the entries its cap holds):
-    # the gaps whose least marks the entries that leave their bound first as tau rises
-    # (numeric.constraints.box.box_exits)
-    s = _scores(q, scale, K, Mask, k_base, m_base, offs_m, start, L, S, E, sk_s, sk_e, sm_l, sm_s,
-                HAS_MASK, MASK_BOOL, CAUSAL, WINDOW, SOFTCAP, BLOCK_N, BLOCK_E, UPCAST)
-    u = bounds(Upper, u_base, offs_m, start, L, S, su_l, su_s, BLOCK_N)
-    _, _, saturated = _box_weights_at(s, u, tau, f, ceiling, z_one, MAP, params)
-    gap = tl.where(saturated, s - MAP.omega_prime(tl.where(saturated, u, 1.0), params), float("inf"))
-    return u, saturated, gap
-
-
-@triton.jit
-def attention_backward_rows(Q, K, V, DO, DQ, Tau, Fsum, C, Support, Mask, Params, U, Wsum, Upper, Ceiling, DU, Column,
-                            DColumn,
-                            H, L, S, E, EV, scale, n_kblocks, n_params,
-                            sq_b, sq_h, sq_l, sq_e, sk_b, sk_h, sk_s, sk_e, sv_b, sv_h, sv_s, sv_e,
-                            sd_b, sd_h, sd_l, sd_e, sm_b, sm_h, sm_l, sm_s, su_b, su_h, su_l, su_s,
-                            HAS_MASK: tl.constexpr, MASK_BOOL: tl.constexpr, CAUSAL: tl.constexpr, WINDOW: tl.constexpr,
-                            SOFTCAP: tl.constexpr,
-                            SET: tl.constexpr, UPPER_GRAD: tl.constexpr,
-                            BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_E: tl.constexpr,
-                            BLOCK_EV: tl.constexpr, UPCAST: tl.constexpr, MAP: tl.constexpr):
-    qb, bh, b, h, offs_m, q, k_base, v_base, m_base, n_keys, k_lo, params, z_one = _query_block(
-        Q, H, L, S, E, sq_b, sq_h, sq_l, sq_e, sk_b, sk_h, sv_b, sv_h, sm_b, sm_h, Params, n_params, CAUSAL, WINDOW,
-        SET, BLOCK_M, BLOCK_N, BLOCK_E, MAP)
-    offs_e = tl.arange(0, BLOCK_E)
-    offs_v = tl.arange(0, BLOCK_EV)
-    row_live = offs_m < L
-    do = tl.load(DO + b * sd_b + h * sd_h + offs_m[:, None] * sd_l + offs_v[None, :] * sd_e,
-                 mask=row_live[:, None] & (offs_v[None, :] < EV), other=0.0)
-    tau = tl.load(Tau + bh * L + offs_m, mask=row_live, other=float("inf"))
-    f = tl.load(Fsum + bh * L + offs_m, mask=row_live, other=1.0)
-    support = Support + (bh * tl.num_programs(0) + qb) * n_kblocks
-    # c = sum_j w_j dP_j / sum_j w_j = dO . U / sum_j w_j, with U = sum_j w_j v_j from the forward
-    u = tl.load(U + (bh * L + offs_m[:, None]) * EV + offs_v[None, :], mask=row_live[:, None] & (offs_v[None, :] < EV),
-                other=0.0)
-    wsum = tl.load(Wsum + bh * L + offs_m, mask=row_live, other=0.0)
-    c = tl.sum(do.to(tl.float32) * u, 1) / tl.where(wsum > 0, wsum, 1.0)
-    tl.store(C + bh * L + offs_m, c, mask=row_live)
-    u_base = b * su_b + h * su_h
-    ceiling = tl.load(Ceiling + bh) if SET == "box" else 0.0
-    # the bounds' gradient in a row with no free entry (numeric.constraints.box.box_exits): the one-sided derivative
-    # on the side where tau rises, the saturated entries K with the least s_k - omega'(u_k) standing in for the
-    # free ones with weights w_k = 1 / omega''(u_k): c_u = sum_K w_k dP_k / sum_K w_k, dU = dP - c_u on the
-    # saturated entries outside K, 0 in K (so that d sum(p)/du = 0).  Elsewhere c_u = c and K is empty.
-    c_u = c
-    none = row_live & (wsum <= 0) & (tau == tau) & (tau != float("inf"))
-    least = tl.full([BLOCK_M], float("-inf"), tl.float32)
-    if UPPER_GRAD:
-        if tl.max(none.to(tl.int32)) > 0:
-            least = tl.full([BLOCK_M], float("inf"), tl.float32)
-            for start in range(k_lo, n_keys, BLOCK_N):
-                if tl.load(support + start // BLOCK_N) != 0:
-                    _, saturated, gap = _exit_gaps(q, scale, K, Mask, Upper, k_base, m_base, u_base, offs_m, start,
-                                                   L, S, E, sk_s, sk_e, sm_l, sm_s, su_l, su_s, ceiling, tau, f,
-                                                   z_one, MAP, params, HAS_MASK, MASK_BOOL, CAUSAL, WINDOW, SOFTCAP,
-                                                   BLOCK_N,
-                                                   BLOCK_E, UPCAST)
-                    least = tl.minimum(least, tl.min(gap, 1))
-            w_k = tl.zeros([BLOCK_M], tl.float32)
-            w_dp = tl.zeros([BLOCK_M], tl.float32)
-            for start in range(k_lo, n_keys, BLOCK_N):
-                if tl.load(support + start // BLOCK_N) != 0:
-                    u_k, saturated, gap = _exit_gaps(q, scale, K, Mask, Upper, k_base, m_base, u_base, offs_m,
-                                                     start, L, S, E, sk_s, sk_e, sm_l, sm_s, su_l, su_s, ceiling,
-                                                     tau, f, z_one, MAP, params, HAS_MASK, MASK_BOOL, CAUSAL, WINDOW,
-                                                     SOFTCAP, BLOCK_N,
-                                                     BLOCK_E, UPCAST)
-                    first = saturated & (gap <= least[:, None]) & none[:, None]
-                    w_first = tl.where(first, MAP.weight(tl.where(first, u_k, 1.0), params), 0.0)
-                    offs_n = start + tl.arange(0, BLOCK_N)
-                    v = tl.load(V + v_base + offs_n[:, None] * sv_s + offs_v[None, :] * sv_e,
-                                mask=(offs_n[:, None] < S) & (offs_v[None, :] < EV), other=0.0)
-                    dp = _mm(do, tl.trans(v), UPCAST)
-                    w_k += tl.sum(w_first, 1)
-                    w_dp += tl.sum(w_first * dp, 1)
-            c_u = tl.where(none & (w_k > 0), w_dp / tl.where(w_k > 0, w_k, 1.0), c)
-            least = tl.where(none, least, float("-inf"))
-    dq = tl.zeros([BLOCK_M, BLOCK_E], tl.float32)
-    for start in range(k_lo, n_keys, BLOCK_N):
-        if tl.load(support + start // BLOCK_N) != 0:
-            w, saturated, dp, slope = _weights_and_dp(
-                q, scale, do, K, V, Mask, Upper, k_base, v_base, m_base, u_base, offs_m, start, L, S, E, EV, sk_s, sk_e,
-                sv_s, sv_e, sm_l, sm_s, su_l, su_s, ceiling, tau, f, z_one, MAP, params, HAS_MASK, MASK_BOOL, CAUSAL,
-                WINDOW, SOFTCAP, SET, BLOCK_N, BLOCK_E, BLOCK_EV, UPCAST)
-            offs_n = start + tl.arange(0, BLOCK_N)
-            k = tl.load(K + k_base + offs_n[:, None] * sk_s + offs_e[None, :] * sk_e,
-                        mask=(offs_n[:, None] < S) & (offs_e[None, :] < E), other=0.0)
-            dq += _mm((w * (dp - c[:, None]) * slope).to(k.dtype), k, UPCAST)
-            if UPPER_GRAD:  # the bounds' gradient: dP - c_u where p is at its bound (numeric.constraints.box.box_vjp)
-                _, _, gap = _exit_gaps(q, scale, K, Mask, Upper, k_base, m_base, u_base, offs_m, start, L, S, E,
-                                       sk_s, sk_e, sm_l, sm_s, su_l, su_s, ceiling, tau, f, z_one, MAP, params,
-                                       HAS_MASK, MASK_BOOL, CAUSAL, WINDOW, SOFTCAP, BLOCK_N, BLOCK_E, UPCAST)
-                counted = saturated & (gap > least[:, None])  # (K, in a row with no free entry, is not)
-                tl.store(DU + (bh * L + offs_m[:, None]) * S + offs_n[None, :],
-                         tl.where(counted, dp - c_u[:, None], 0.0), mask=row_live[:, None] & (offs_n[None, :] < S))
-    tl.store(DQ + bh * L * E + offs_m[:, None] * E + offs_e[None, :], dq * scale,
-             mask=row_live[:, None] & (offs_e[None, :] < E))
-    if SET == "column":  # the sink's column: dS_b = w_b (dP_b - c) with dP_b = 0 (it has no value)
-        column = tl.load(Column + bh * L + offs_m, mask=row_live, other=float("-inf"))
-        w_b = _weight_plus(link_plus(column - tau, z_one, MAP, params) / f, MAP, params)
-        tl.store(DColumn + bh * L + offs_m, -w_b * c, mask=row_live)
-
-
-@triton.jit
-def attention_backward_keys(Q, K, V, DO, DK, DV, Tau, Fsum, C, Support, Mask, Params, Upper, Ceiling,
-                            H, L, S, E, EV, scale, n_kblocks, n_qblocks, n_params,
-                            sq_b, sq_h, sq_l, sq_e, sk_b, sk_h, sk_s, sk_e, sv_b, sv_h, sv_s, sv_e,
-                            sd_b, sd_h, sd_l, sd_e, sm_b, sm_h, sm_l, sm_s, su_b, su_h, su_l, su_s,
-                            HAS_MASK: tl.constexpr, MASK_BOOL: tl.constexpr, CAUSAL: tl.constexpr, WINDOW: tl.constexpr,
-                            SOFTCAP: tl.constexpr,
-                            SET: tl.constexpr, BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_E: tl.constexpr,
-                            BLOCK_EV: tl.constexpr, UPCAST: tl.constexpr, MAP: tl.constexpr):
-    kb = tl.program_id(0)
-    bh = tl.program_id(1)
-    b = bh // H
-    h = bh % H
-    params = MAP.params(Params, bh * n_params)
-    z_one = _stand_in(MAP, params, SET)
-    start = kb * BLOCK_N
-    offs_n = start + tl.arange(0, BLOCK_N)
-    offs_e = tl.arange(0, BLOCK_E)
-    offs_v = tl.arange(0, BLOCK_EV)
-    k_base = b * sk_b + h * sk_h
-    v_base = b * sv_b + h * sv_h
-    m_base = b * sm_b + h * sm_h
-    u_base = b * su_b + h * su_h
-    ceiling = tl.load(Ceiling + bh) if SET == "box" else 0.0
-    v = tl.load(V + v_base + offs_n[:, None] * sv_s + offs_v[None, :] * sv_e,
-                mask=(offs_n[:, None] < S) & (offs_v[None, :] < EV), other=0.0)
-    dk = tl.zeros([BLOCK_N, BLOCK_E], tl.float32)
-    dv = tl.zeros([BLOCK_N, BLOCK_EV], tl.float32)
-    if CAUSAL:
-        first = start // BLOCK_M
-    else:
-        first = 0
-    if WINDOW > 0:  # (the last query that sees a key of this block: start + BLOCK_N - 1 + WINDOW - 1)
-        last = tl.minimum(n_qblocks, (start + BLOCK_N + WINDOW - 2) // BLOCK_M + 1)
-    else:
-        last = n_qblocks
-    for qb in range(first, last):
-        if tl.load(Support + (bh * n_qblocks + qb) * n_kblocks + kb) != 0:
-            offs_m = qb * BLOCK_M + tl.arange(0, BLOCK_M)
-            row_live = offs_m < L
-            q = tl.load(Q + b * sq_b + h * sq_h + offs_m[:, None] * sq_l + offs_e[None, :] * sq_e,
-                        mask=row_live[:, None] & (offs_e[None, :] < E), other=0.0)
-            do = tl.load(DO + b * sd_b + h * sd_h + offs_m[:, None] * sd_l + offs_v[None, :] * sd_e,
-                         mask=row_live[:, None] & (offs_v[None, :] < EV), other=0.0)
-            tau = tl.load(Tau + bh * L + offs_m, mask=row_live, other=float("inf"))
-            f = tl.load(Fsum + bh * L + offs_m, mask=row_live, other=1.0)
-            c = tl.load(C + bh * L + offs_m, mask=row_live, other=0.0)
-            s, slope = _capped_scores(q, scale, K, Mask, k_base, m_base, offs_m, start, L, S, E, sk_s, sk_e, sm_l,
-                                      sm_s, HAS_MASK, MASK_BOOL, CAUSAL, WINDOW, SOFTCAP, BLOCK_N, BLOCK_E, UPCAST)
-            p, w, _ = _weights_of_block(s, Upper, u_base, offs_m, start, L, S, su_l, su_s, ceiling, tau, f, z_one,
-                                        MAP, params, SET, BLOCK_N)
-            dv += _mm(tl.trans(p).to(do.dtype), do, UPCAST)
-            ds = w * (_mm(do, tl.trans(v), UPCAST) - c[:, None]) * slope
-            dk += _mm(tl.trans(ds).to(q.dtype), q, UPCAST)
-    tl.store(DK + bh * S * E + offs_n[:, None] * E + offs_e[None, :], dk * scale,
-             mask=(offs_n[:, None] < S) & (offs_e[None, :] < E))
-    tl.store(DV + bh * S * EV + offs_n[:, None] * EV + offs_v[None, :], dv,
-             mask=(offs_n[:, None] < S) & (offs_v[None, :] < EV))
+    return p, weight_plus(tl.where(free & (capped == 0), p, 0.0), MAP, params), saturated | capped

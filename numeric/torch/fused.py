@@ -277,7 +277,7 @@ class _Fused(torch.autograd.Function):
                      UPCAST=not q.is_cuda, MAP=fns, **_options(q))
         common = (H, L, S, E, EV, float(scale))
         strides = (*q.stride(), *k.stride(), *v.stride(), *do.stride(), *ms, *us)
-        kt = _kernels()
+        kt = _kernels(backward=True)
         kt.attention_backward_rows[(nq, B * H)](q, k, v, do, dq, tau, fsum, c, support, m, params, u, wsum, bounds,
                                                  ceiling, du, tau if column is None else column, dcolumn, *common, nk,
                                                  params.shape[1], *strides, UPPER_GRAD=upper_grad, **flags)
@@ -310,8 +310,13 @@ def _ceiling(module, params):
     return box_ceiling(ops_for(torch.float32), r, like).reshape(-1).contiguous()
 
 
-def _kernels():
-    """:mod:`numeric.kernels.triton_attention` (imported on first use: it imports Triton)."""
+def _kernels(backward: bool = False):
+    """:mod:`numeric.kernels.triton_attention`, or with ``backward`` :mod:`numeric.kernels.triton_backward` (imported
+    on first use: they import Triton)."""
+    if backward:
+        from numeric.kernels import triton_backward
+
+        return triton_backward
     from numeric.kernels import triton_attention
 
     return triton_attention

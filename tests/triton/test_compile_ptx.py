@@ -26,6 +26,7 @@ from triton.compiler import ASTSource
 import numeric as nm
 from numeric import family
 from numeric.kernels import triton_attention as kernels
+from numeric.kernels import triton_backward as backward
 from numeric.torch import fused
 
 POINTERS = {"Tau": "fp32", "Fsum": "fp32", "C": "fp32", "Params": "fp32", "DQ": "fp32", "DK": "fp32", "DV": "fp32",
@@ -43,7 +44,7 @@ out = {}
 # (each kernel with and without bounds: SET and UPPER_GRAD are constexpr branches)
 for kernel, box in [(kernel, box) for kernel in ("attention_forward", "attention_backward_rows", "attention_backward_keys")
                     for box in ((False, True) if boxes else (False,))]:
-    fn = getattr(kernels, kernel)
+    fn = getattr(kernels if kernel == "attention_forward" else backward, kernel)
     signature, values = {}, {}
     for i, p in enumerate(fn.params):
         if p.is_constexpr:

@@ -335,13 +335,10 @@ def test_backward_takes_c_from_the_forward(name, monkeypatch):
     over the keys: 7 block products per (query block, key block) pair (Q K^T, dO V^T and dS K for dQ; Q K^T,
     P^T dO, dO V^T and dS^T Q for dK and dV), where every pair holds weights; the forward makes one product more
     for it (none for softmax, whose U is its output); the gradients are the reference's within the bound."""
-    from numeric.kernels import triton_attention as mod
 
     q, k, v, do = _inputs(5, B=1, H=1, L=32, S=32)
     q = q * 0.05  # small scores: entmax15's weights are all positive, every pair has support
-    calls = [0]
-    product = mod._mm
-    monkeypatch.setattr(mod, "_mm", lambda *a: calls.__setitem__(0, calls[0] + 1) or product(*a))
+    calls = count_products(monkeypatch)
     with torch.no_grad():
         attention(q, k, v, mapping=name, backend="triton")
     inference, calls[0] = calls[0], 0
@@ -470,8 +467,8 @@ def test_threshold_passes_skip_blocks_without_weight(monkeypatch):
     x = (4 * torch.nn.functional.one_hot(blocks, 8).float() + 0.1 * torch.randn(64, 8, generator=g))[None, None]
     v = torch.randn(1, 1, 64, 4, generator=g)
     calls = []
-    scores = mod._scores
-    monkeypatch.setattr(mod, "_scores", lambda *a: calls.append((int(a[6].handle.data.ravel()[0]) // 16,
+    scores = mod.block_scores
+    monkeypatch.setattr(mod, "block_scores", lambda *a: calls.append((int(a[6].handle.data.ravel()[0]) // 16,
                                                                  int(a[7]) // 16)) or scores(*a))
     out = attention(x, x, v, mapping="sparsemax", backend="triton")
     counts = {(i, j): calls.count((i, j)) for i in range(4) for j in range(4)}
@@ -487,16 +484,26 @@ def test_threshold_passes_skip_blocks_without_weight(monkeypatch):
     assert np.all(np.abs(out.double().numpy() - d["out"]) <= bound)
 
 
-def _forward_products(monkeypatch, q, k, v, mapping):
-    """Block products per (query block, key block) pair of a forward with no gradient."""
-    from numeric.kernels import triton_attention as mod
+def count_products(monkeypatch) -> list:
+    """``[n]``: the block products (``block_product``) the kernels make from here on, forward and backward (each
+    kernel module's name for it patched, ``PRODUCT_MODULES``)."""
+    import importlib
 
     calls = [0]
-    product = mod._mm
-    monkeypatch.setattr(mod, "_mm", lambda *a: calls.__setitem__(0, calls[0] + 1) or product(*a))
+    for name in _kernels.PRODUCT_MODULES:
+        module = importlib.import_module(name)
+        product = module.block_product
+        monkeypatch.setattr(module, "block_product",
+                            lambda *a, product=product: calls.__setitem__(0, calls[0] + 1) or product(*a))
+    return calls
+
+
+def _forward_products(monkeypatch, q, k, v, mapping):
+    """Block products per (query block, key block) pair of a forward with no gradient."""
+
+    calls = count_products(monkeypatch)
     with torch.no_grad():
         attention(q, k, v, mapping=mapping, backend="triton")
-    monkeypatch.setattr(mod, "_mm", product)
     return calls[0] / (q.shape[0] * q.shape[1] * math.ceil(q.shape[-2] / 16) * math.ceil(k.shape[-2] / 16))
 
 
@@ -655,12 +662,9 @@ def test_a_window_skips_the_key_blocks_before_it(monkeypatch):
     sees one): 15 (query block, key block) pairs against causal attention's 36.  Softmax's forward makes 2 block
     products per pair it visits, so exactly 30 with the window; its backward at most 7 per pair (3 in the rows'
     kernel, 4 in the keys')."""
-    from numeric.kernels import triton_attention as mod
 
     q, k, v, do = _inputs(3, B=1, H=1, L=128, S=128)
-    calls = [0]
-    product = mod._mm
-    monkeypatch.setattr(mod, "_mm", lambda *a: calls.__setitem__(0, calls[0] + 1) or product(*a))
+    calls = count_products(monkeypatch)
     counts = {}
     for window in (8, None):
         calls[0] = 0
@@ -766,7 +770,6 @@ def test_maps_without_a_sum_run_in_the_kernels(name, keywords, monkeypatch):
     """A map without a sum (``sigmoid``, ``relu``, any map with ``total=None``) runs in the kernels with no threshold:
     ``p = g_+(s)``, 2 block products per pair in the inference forward (softmax's), ``c = 0`` in the backward (its
     Jacobian is diagonal); output and gradients as NumPy's in float64, to float32 rounding of their scale."""
-    from numeric.kernels import triton_attention as mod
 
     q, k, v, do = _inputs(17, L=37, S=37)
     leaves = [t.clone().requires_grad_() for t in (q, k, v)]
@@ -780,9 +783,7 @@ def test_maps_without_a_sum_run_in_the_kernels(name, keywords, monkeypatch):
     np.testing.assert_allclose(out.detach().double().numpy(), want, rtol=2e-5, atol=2e-6 * scale)
     for g, w in zip(grads, nm.attention_backward(*d, mapping=name, causal=True, **keywords)):
         np.testing.assert_allclose(g.double().numpy(), w, rtol=1e-4, atol=2e-6 * float(np.abs(w).max()))
-    calls = [0]
-    product = mod._mm
-    monkeypatch.setattr(mod, "_mm", lambda *a: calls.__setitem__(0, calls[0] + 1) or product(*a))
+    calls = count_products(monkeypatch)
     x = torch.randn(1, 1, 64, 16, generator=torch.Generator().manual_seed(1))
     with torch.no_grad():
         attention(x, x, x, mapping=name, backend="triton", **{n: v for n, v in keywords.items() if n == "total"})
