@@ -267,6 +267,13 @@ def _solve_kept(top, tau, lo, hi, tail, rate, eta, m0, fixed, MAP: tl.constexpr,
 
 
 @triton.jit
+def program_head(H):
+    # (batch x head, batch, head) of a program, the second axis of its grid
+    bh = tl.program_id(1)
+    return bh, bh // H, bh % H
+
+
+@triton.jit
 def query_block(Q, H, L, S, E, sq_b, sq_h, sq_l, sq_e, sk_b, sk_h, sv_b, sv_h, sm_b, sm_h, Params, n_params,
                  CAUSAL: tl.constexpr, WINDOW: tl.constexpr, SET: tl.constexpr, BLOCK_M: tl.constexpr,
                  BLOCK_N: tl.constexpr, BLOCK_E: tl.constexpr, MAP: tl.constexpr):
@@ -275,9 +282,7 @@ def query_block(Q, H, L, S, E, sq_b, sq_h, sq_l, sq_e, sk_b, sk_h, sv_b, sv_h, s
     # block some row of it sees (0, or with a window the block of key qb BLOCK_M - WINDOW + 1), the map's
     # parameters of its head, omega'(1): the link's stand-in argument off the support, stand_in)
     qb = tl.program_id(0)
-    bh = tl.program_id(1)
-    b = bh // H
-    h = bh % H
+    bh, b, h = program_head(H)
     offs_m = qb * BLOCK_M + tl.arange(0, BLOCK_M)
     offs_e = tl.arange(0, BLOCK_E)
     q = tl.load(Q + b * sq_b + h * sq_h + offs_m[:, None] * sq_l + offs_e[None, :] * sq_e,

@@ -10,7 +10,7 @@ import triton
 import triton.language as tl
 
 from numeric.kernels.triton_attention import (block_product, block_scores, box_weights_at, capped_scores, link_plus,
-                                              query_block, stand_in, weight_plus, weights_at)
+                                              program_head, query_block, stand_in, weight_plus, weights_at)
 from numeric.kernels.triton_box import bounds
 
 __all__ = ["attention_backward_rows", "attention_backward_keys"]
@@ -170,9 +170,7 @@ def attention_backward_keys(Q, K, V, DO, DK, DV, Tau, Fsum, C, Support, Mask, Pa
                             SET: tl.constexpr, BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_E: tl.constexpr,
                             BLOCK_EV: tl.constexpr, UPCAST: tl.constexpr, MAP: tl.constexpr):
     kb = tl.program_id(0)
-    bh = tl.program_id(1)
-    b = bh // H
-    h = bh % H
+    bh, b, h = program_head(H)
     params = MAP.params(Params, bh * n_params)
     z_one = stand_in(MAP, params, SET)
     start = kb * BLOCK_N
