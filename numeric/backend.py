@@ -85,12 +85,22 @@ class Backend:
         solve on :meth:`row_ops`: every set runs on every backend (a set that appends a score to each row,
         :attr:`~numeric.constraints.ConstraintSet.appends`, by the backend's own solve on the longer rows)."""
         if cset.appends is not None:  # (the backend's own solve on the longer rows)
-            p, t = self.forward(mapping, self.namespace().concatenate([x, cset.appended(arrays)], axis=-1),
-                                overwrite=True)
+            column = cset.appended(arrays)
+            if mapping.threshold == "closed" == mapping.module.THRESHOLD:
+                solved = self.closed_with(mapping, x, column)
+                if solved is not None:
+                    return solved
+            p, t = self.forward(mapping, self.namespace().concatenate([x, column], axis=-1), overwrite=True)
             return p[:, :x.shape[-1]], t
         with np.errstate(all="ignore"):  # (off-support branches are evaluated and masked)
             p, t = cset.solve(self.row_ops(x.dtype), bound_routines(mapping, x.dtype), x, *arrays)
         return p, t[:, 0]
+
+    def closed_with(self, mapping, x, column):
+        """``(p, tau)`` of a map with a closed threshold over the rows ``[x, column]`` without the column
+        (:func:`numeric.core.rules.closed_with`) with no copy of the rows, or ``None`` where the backend has no such
+        solve (the rows are then concatenated)."""
+        return None
 
     def constrained_vjp(self, mapping, cset, y, dy, arrays: tuple, x=None):
         """``(J^T dy, (dp/da^T dy for each array a))`` of the map over ``cset`` at ``y``

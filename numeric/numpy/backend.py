@@ -94,6 +94,14 @@ class NumpyBackend(Backend):
             _, t = steps.solve(ops, routines, x, method=method, out=out)  # (p in out)
             tau[...] = t[:, 0]
 
+    def closed_with(self, mapping, x: np.ndarray, column: np.ndarray):
+        """:func:`numeric.numpy.steps.closed_unshifted` with the column's term in the row sums."""
+        module = mapping.module
+        routines = Routines(module, contract.module_routines(module), mapping.cast_params(x.dtype))
+        with np.errstate(all="ignore"):  # off-support branches are evaluated and masked
+            p, t = steps.closed_unshifted(ops_for(x.dtype), routines, x, extra=column)
+        return p, t[:, 0]
+
     def jvp(self, mapping, y: np.ndarray, dx: np.ndarray) -> np.ndarray:
         """``J dx`` along the last axis at ``y = m(x)``: :func:`numeric.core.derivatives.jvp` on
         :class:`numeric.numpy.ops.NumpyRowOps`, ``w*dx - w (w.dx) / sum(w)``, ``w = w(y)`` on the support."""

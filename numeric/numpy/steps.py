@@ -52,8 +52,10 @@ def _shared_rows(ops, r, x, index, **options):
     return rules.solve(ops, _on(r, ops.take_all(r.params, index, x.shape[0])), x[index], **options)
 
 
-def closed_unshifted(ops, r: Routines, x, out=None):
-    """``(p, tau)`` of a closed map with no shift where none is needed: ``p_i = B(s_i) / S``, ``S = sum_j B(s_j)``.
+def closed_unshifted(ops, r: Routines, x, out=None, extra=None):
+    """``(p, tau)`` of a closed map with no shift where none is needed: ``p_i = B(s_i) / S``, ``S = sum_j B(s_j)``;
+    ``extra``: one more score per row (``(rows, 1)``, a sink's) whose term joins ``S``
+    (:func:`numeric.core.rules.closed_with`).
 
     For a closed threshold ``B`` is an exponential, ``b e^{c s}``.  Unshifted, a row is as accurate
     as shifted by its maximum (more: ``s - m`` rounds, ``s`` does not) when ``S`` is finite and
@@ -67,12 +69,15 @@ def closed_unshifted(ops, r: Routines, x, out=None):
         b = np.exp(x) if out is None or np.may_share_memory(out, x) else np.exp(x, out=out)
     else:
         b = r.term(x)
-    total = ops.row_sum(b)
+    total = ops.row_sum(b) if extra is None else ops.row_sum(b) + r.term(extra)
     ok = (total >= 1) & (total < np.inf)  # False for NaN
     if ok.all():
         return np.multiply(b, 1 / total, out=b if out is None else out), r.tau_from_sum(total)
     redo = np.flatnonzero(~ok[:, 0])
-    p_redo, t_redo = _shared_rows(ops, r, x, redo, method="closed")  # (reads x before out is written)
+    if extra is None:
+        p_redo, t_redo = _shared_rows(ops, r, x, redo, method="closed")  # (reads x before out is written)
+    else:
+        p_redo, t_redo = rules.closed_with(ops, _on(r, ops.take_all(r.params, redo, x.shape[0])), x[redo], extra[redo])
     safe = np.where(ok, total, 1)
     p = np.multiply(b, 1 / safe, out=b if out is None else out)
     tau = r.tau_from_sum(safe)

@@ -160,3 +160,26 @@ def test_errors(backend):
         backend.call(m, x, -1, sink=backend.array(np.zeros((2, 3))))  # (one per row: size 1 along the axis)
     with pytest.raises(ValueError, match="sets do not combine"):
         backend.call(m, x, -1, sink=0.0, upper=0.5)
+
+
+@pytest.mark.parametrize("dtype", [np.float64, np.float32])
+@pytest.mark.parametrize("backend", EVERY, indirect=True)
+def test_a_closed_maps_sink_on_hard_rows_is_the_map_over_the_longer_rows(backend, dtype):
+    """Softmax with a sink solves without concatenating the rows (the sink's term joins the row sums:
+    numeric.core.rules.closed_with, NumPy's closed_unshifted): on rows whose sums leave the unshifted path (scores far
+    below 0 or far above, a masked row, a NaN score, a NaN or masked sink) it equals the map over ``[s, b]`` without
+    the last column."""
+    x = np.random.default_rng(3).standard_normal((9, 5))
+    x[1] = -INF
+    x[2, 0] = math.nan
+    x[6] -= 200.0
+    x[7] += 80.0
+    x[8, :2] = -INF
+    b = np.array([0.3, 0.1, 0.0, 0.5, -INF, math.nan, 0.0, 1.0, -1.0])[:, None]
+    m = backend.get_map("softmax")
+    with backend.context():
+        got = backend.numpy(backend.call(m, backend.array(x, dtype), sink=backend.array(b, dtype)))
+        want = backend.numpy(backend.call(m, backend.array(np.concatenate([x, b], axis=1), dtype)))[:, :5]
+    np.testing.assert_array_equal(np.isnan(got), np.isnan(want))
+    eps = np.finfo(dtype).eps
+    np.testing.assert_allclose(np.nan_to_num(got), np.nan_to_num(want), rtol=8 * eps, atol=8 * eps)
