@@ -43,3 +43,25 @@ def quartile(fns, calls: int) -> list:
             fn()
             t.append(time.perf_counter() - start)
     return [statistics.quantiles(t, n=4)[0] for t in times]
+
+
+def one_thread_torch():
+    """``(torch, numeric.torch)`` with torch on one thread, or ``(None, None)`` where torch is not installed (the
+    benchmarks that compare a torch column beside NumPy's)."""
+    try:
+        import torch
+
+        import numeric.torch as rt
+    except ModuleNotFoundError:
+        return None, None
+    torch.set_num_threads(1)
+    return torch, rt
+
+
+def calls_argument(doc: str):
+    """The parsed ``--calls`` (default 30) of a benchmark whose docstring's first line is ``doc``."""
+    import argparse
+
+    parser = argparse.ArgumentParser(description=doc.splitlines()[0])
+    parser.add_argument("--calls", type=int, default=30)
+    return parser.parse_args().calls

@@ -11,7 +11,6 @@ same written with the framework's sigmoid and two matrix products (SciPy's ``exp
 
 from __future__ import annotations
 
-import argparse
 import os
 
 os.environ.setdefault("REGATTN_NUM_THREADS", "1")
@@ -20,24 +19,15 @@ import numpy as np  # noqa: E402
 from scipy.special import expit  # noqa: E402
 
 import numeric as nm  # noqa: E402
-from _timing import quartile  # noqa: E402
+from _timing import calls_argument, one_thread_torch, quartile  # noqa: E402
 
 SHAPES = [(8192, 64), (512, 1024)]
 LENGTHS = [256, 1024]
 
 
 def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--calls", type=int, default=30)
-    args = parser.parse_args()
-    try:
-        import torch
-
-        import numeric.torch as rt
-
-        torch.set_num_threads(1)
-    except ModuleNotFoundError:
-        torch = None
+    calls = calls_argument(__doc__)
+    torch, rt = one_thread_torch()
     rng = np.random.default_rng(0)
     peers = {"sigmoid": (expit, "sigmoid"), "relu": (lambda x: np.maximum(x, 0), "relu")}
     print(f"{'map':8s} {'shape':12s} {'NumPy':>8s} {'torch':>8s}   (regattn's time / the closed form's)")
@@ -45,7 +35,7 @@ def main() -> None:
         x = rng.standard_normal(shape).astype(np.float32)
         for name, (closed, torch_name) in peers.items():
             m = nm.get_map(name)
-            ours, theirs = quartile([lambda: m(x), lambda: closed(x)], args.calls)
+            ours, theirs = quartile([lambda: m(x), lambda: closed(x)], calls)
             line = f"{name:8s} {str(shape):12s} {ours / theirs:8.2f}"
             if torch is not None:
                 tm, xt, fn = rt.get_map(name), torch.tensor(x, requires_grad=True), getattr(torch, torch_name)
@@ -53,7 +43,7 @@ def main() -> None:
                 def step(own, tm=tm, xt=xt, fn=fn):
                     (tm(xt) if own else fn(xt)).sum().backward()
 
-                ours, theirs = quartile([lambda: step(True), lambda: step(False)], args.calls)
+                ours, theirs = quartile([lambda: step(True), lambda: step(False)], calls)
                 line += f" {ours / theirs:8.2f}"
             print(line)
     print(f"\n{'attention':10s} {'L = S':>6s} {'NumPy':>8s} {'torch':>8s}   (regattn's time / sigmoid and matmul's)")
@@ -64,7 +54,7 @@ def main() -> None:
         def closed(q=q, k=k, v=v):
             return expit(q @ np.swapaxes(k, -1, -2) * scale) @ v
 
-        ours, theirs = quartile([lambda: nm.attention(q, k, v, mapping="sigmoid"), closed], args.calls)
+        ours, theirs = quartile([lambda: nm.attention(q, k, v, mapping="sigmoid"), closed], calls)
         line = f"{'sigmoid':10s} {L:6d} {ours / theirs:8.2f}"
         if torch is not None:
             qt, kt, vt = (torch.tensor(a, requires_grad=True) for a in (q, k, v))
@@ -76,7 +66,7 @@ def main() -> None:
                     out = torch.sigmoid(qt @ kt.transpose(-2, -1) * float(scale)) @ vt
                 out.sum().backward()
 
-            ours, theirs = quartile([lambda: step(True), lambda: step(False)], args.calls)
+            ours, theirs = quartile([lambda: step(True), lambda: step(False)], calls)
             line += f" {ours / theirs:8.2f}"
         print(line)
 

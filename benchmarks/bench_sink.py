@@ -9,7 +9,6 @@ the first quartile of interleaved calls.
 
 from __future__ import annotations
 
-import argparse
 import os
 
 os.environ.setdefault("REGATTN_NUM_THREADS", "1")
@@ -17,24 +16,15 @@ os.environ.setdefault("REGATTN_NUM_THREADS", "1")
 import numpy as np  # noqa: E402
 
 import numeric as nm  # noqa: E402
-from _timing import quartile  # noqa: E402
+from _timing import calls_argument, one_thread_torch, quartile  # noqa: E402
 
 SHAPES = [(8192, 64), (512, 1024)]
 MAPS = ["softmax", "sparsemax", "entmax15"]
 
 
 def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--calls", type=int, default=30)
-    args = parser.parse_args()
-    try:
-        import torch
-
-        import numeric.torch as rt
-
-        torch.set_num_threads(1)
-    except ModuleNotFoundError:
-        torch = None
+    calls = calls_argument(__doc__)
+    torch, rt = one_thread_torch()
     rng = np.random.default_rng(0)
     print(f"{'map':10s} {'shape':12s} {'NumPy':>8s} {'torch':>8s}")
     for shape in SHAPES:
@@ -42,7 +32,7 @@ def main() -> None:
         b = rng.standard_normal((shape[0], 1)).astype(np.float32)
         for name in MAPS:
             m = nm.get_map(name)
-            plain, sink = quartile([lambda: m(x), lambda: m(x, sink=b)], args.calls)
+            plain, sink = quartile([lambda: m(x), lambda: m(x, sink=b)], calls)
             line = f"{name:10s} {str(shape):12s} {sink / plain:8.2f}"
             if torch is not None:
                 tm, xt, bt = rt.get_map(name), torch.tensor(x, requires_grad=True), torch.tensor(b, requires_grad=True)
@@ -50,7 +40,7 @@ def main() -> None:
                 def step(with_sink, tm=tm, xt=xt, bt=bt):
                     (tm(xt, sink=bt) if with_sink else tm(xt)).sum().backward()
 
-                plain, sink = quartile([lambda: step(False), lambda: step(True)], args.calls)
+                plain, sink = quartile([lambda: step(False), lambda: step(True)], calls)
                 line += f" {sink / plain:8.2f}"
             print(line)
 

@@ -168,3 +168,16 @@ def test_a_score_function_is_refused_and_the_factors_follow_the_plan():
     np.testing.assert_allclose(llama4(0.1, floor=3, start=4).logs(plan)[:, 0],
                                np.log1p(np.floor((np.arange(6) + 1 + 4 + 1) / 3)))
     assert repr(ssmax(0.5)) == "ssmax(0.5)" and isinstance(llama4(), LengthScale)
+
+
+@pytest.mark.parametrize("backend", backend_params(only=("numpy", "torch")), indirect=True)
+def test_a_typed_map_with_a_length_scale(backend):
+    """A typed map whose link has no closed form (``gini_log1p``, the KKT rule) under Scalable-Softmax's scale, causal
+    and windowed: the map of the scaled scores written out."""
+    q, k, v = qkv(2, 6, 6, scale=1.5)[:3]
+    arrays = [backend.array(a) for a in (q, k, v)]
+    for window in (None, 3):
+        got = backend.attention(*arrays, "gini_log1p", is_causal=True, window=window,
+                                length_scale=_modifier("ssmax", backend))
+        np.testing.assert_allclose(backend.numpy(got), _direct(q, k, v, "gini_log1p", "ssmax", True, window),
+                                   rtol=1e-12, atol=1e-13)
