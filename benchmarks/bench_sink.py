@@ -18,7 +18,7 @@ import numpy as np  # noqa: E402
 import numeric as nm  # noqa: E402
 from _timing import calls_argument, one_thread_torch, quartile  # noqa: E402
 
-SHAPES = [(8192, 64), (512, 1024)]
+SHAPES = [(8192, 64), (512, 1024), (4096, 1024)]
 MAPS = ["softmax", "sparsemax", "entmax15"]
 
 

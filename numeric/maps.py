@@ -230,10 +230,13 @@ class Map:
         if cset is not SIMPLEX:
             xp = backend.namespace()
             arrays = cset.rows(xp, front.Arrays(xp), x, values, axis)
-            p, tau = xp.empty_like(flat), xp.empty(flat.shape[0], dtype=flat.dtype)
-            for m, rows in self._groups(x.shape, axis, xp):
-                rows = slice(None) if rows is None else rows
-                p[rows], tau[rows] = backend.constrained(m, cset, flat[rows], tuple(a[rows] for a in arrays))
+            groups = self._groups(x.shape, axis, xp)
+            if groups[0][1] is None:  # (one group: the solve's own arrays, no copy; a sink's p may be a view)
+                p, tau = backend.constrained(groups[0][0], cset, flat, arrays)
+            else:
+                p, tau = xp.empty_like(flat), xp.empty(flat.shape[0], dtype=flat.dtype)
+                for m, rows in groups:
+                    p[rows], tau[rows] = backend.constrained(m, cset, flat[rows], tuple(a[rows] for a in arrays))
             batch = x.shape[:axis] + x.shape[axis + 1:]
             return restore(p).astype(out_dtype, copy=False), tau.reshape(batch)
         # scratch space: a copy made here (a cast or a moved axis), or the caller's buffer if allowed

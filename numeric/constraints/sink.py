@@ -87,18 +87,20 @@ class Sink(ConstraintSet):
         p, tau = rules.solve(ops, r, ops.cat(x, b))
         return uncat(p, x.shape[-1])[0], tau
 
-    def _extended(self, ops, r, p, b, x):
-        return ops.cat(p, sink_weight(ops, r, p, b, x))
+    def _weights(self, ops, r, p, b, x, at_zero):
+        """``(w, w_b)``: the weights of the scores and of the sink."""
+        return derivatives.weights(ops, r, p, at_zero), derivatives.weights(ops, r, sink_weight(ops, r, p, b, x), at_zero)
 
     def vjp(self, ops, r, p, v, b, at_zero=None, x=None):
-        pe = self._extended(ops, r, p, b, x)
-        js, jb = uncat(derivatives.jvp(ops, r, pe, ops.cat(v, 0 * b), at_zero), p.shape[-1])
-        return js, (jb,)
+        # (the simplex's on [s, b] against [v, 0], the rows not concatenated: the sink's own is -w_b mean)
+        w, wb = self._weights(ops, r, p, b, x, at_zero)
+        js, mean = derivatives.centred(ops, w, v, (wb, 0))
+        return js, (-wb * mean,)
 
     def jvp(self, ops, r, p, dx, tangents: tuple, b, at_zero=None, x=None):
         (db,) = tangents
-        pe = self._extended(ops, r, p, b, x)
-        return uncat(derivatives.jvp(ops, r, pe, ops.cat(dx + 0 * p, db + 0 * b), at_zero), p.shape[-1])[0]
+        w, wb = self._weights(ops, r, p, b, x, at_zero)
+        return derivatives.centred(ops, w, dx + 0 * p, (wb, db + 0 * b))[0]
 
     def param_directions(self, ops, r, p, name: str, b, x=None) -> tuple:
         # (the sink is a coordinate of the map: a parameter moves its tangent as any score's, -omega'_q(p_b) dq)

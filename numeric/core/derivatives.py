@@ -40,10 +40,14 @@ def weights(ops, r: Routines, p, at_zero=None):
     return r.weight(safe) * pos
 
 
-def centred(ops, w, v):
-    """``(w * (v - mean), mean)``, ``mean = (w.v) / sum(w)`` per row (0 where ``sum(w) = 0``)."""
+def centred(ops, w, v, extra=None):
+    """``(w * (v - mean), mean)``, ``mean = (w.v) / sum(w)`` per row (0 where ``sum(w) = 0``); ``extra``: ``(w_e,
+    v_e)``, one more coordinate per row (``(rows, 1)``, a sink's) in the sums, left out of the result (the rows
+    ``[w, w_e]``, ``[v, v_e]`` without a copy)."""
     total = ops.row_sum(w)
     dot = ops.row_sum(w * v)
+    if extra is not None:
+        total, dot = total + extra[0], dot + extra[0] * extra[1]
     mean = ops.where(total > 0, dot / ops.where(total > 0, total, 1), 0)
     return w * (v - mean), mean
 

@@ -208,6 +208,40 @@ class _MapFunction(torch.autograd.Function):
         return tuple(out)
 
 
+#: per dtype, the smallest softmax value with full relative precision (the normal range's bottom over eps)
+_NORMAL = {t: torch.finfo(t).tiny / torch.finfo(t).eps for t in (torch.float32, torch.float64)}
+
+
+class _SoftmaxAppended(torch.autograd.Function):
+    """Softmax over the rows ``[x, c]`` without ``c``'s column (``c``: one more score per row, ``(rows, 1)``, a
+    set's :attr:`~numeric.constraints.ConstraintSet.appends`), with no copy of the rows: :func:`torch.softmax` of
+    ``x`` divided by ``1 + e^{c - lse(x)}``, ``lse(x) = x_0 - log p_0`` read at the first column of that softmax
+    (rows where ``p_0`` is not a normal number far from underflow, or with ``c = +inf``, by the rules: NaN, fully
+    masked).  The backward is softmax's, ``p * (v - p.v)`` (the derived JVP: ``w = p`` and the column's weight make
+    ``sum w = 1``), and ``-sum`` of it in ``c`` (a shift of every score and ``c`` leaves ``p`` unchanged)."""
+
+    @staticmethod
+    def forward(ctx, x, c, solver):
+        p = torch.softmax(x, -1)
+        first = p[:, :1]
+        bad = ~(first > _NORMAL[p.dtype]) | (c == math.inf)
+        p.div_((c - x[:, :1]).add_(first.log()).exp_().add_(1))  # (first a view of p: read before the division)
+        if bool(bad.any()):
+            rows = bad[:, 0].nonzero()[:, 0]
+            p[rows] = rules.closed_with(ops_for(x.dtype), solver.routines(()), x[rows], c[rows])[0]
+        ctx.save_for_backward(p)
+        return p
+
+    @staticmethod
+    def backward(ctx, grad):
+        (p,) = ctx.saved_tensors
+        if torch.is_grad_enabled():  # (double backward: torch ops on the saved output)
+            dx = p * (grad - (p * grad).sum(-1, keepdim=True))
+        else:
+            dx = torch._softmax_backward_data(grad, p, -1, p.dtype)
+        return dx, -dx.sum(-1, keepdim=True), None
+
+
 class _ConstrainedFunction(torch.autograd.Function):
     """``p = m(x)`` over a constraint set on rows ``x`` (2-D), the set's ``count`` arrays laid out as rows, then
     parameter tensors of shape ``(rows, 1)`` or ``()``: ``(p, tau)``, ``tau`` the threshold per row; the backward
@@ -387,6 +421,10 @@ class TorchMap(FrameworkMap):
                 raise ValueError(f"{name} is on {b.device}, the scores on {x.device}")
         _, dtype, moved, flat, tensors, solver = self._layout(x, dim, params)
         arrays = cset.rows(torch, ARRAYS, x.to(dtype), values, dim, "dim")
+        if cset.appends is not None and not keep_tau and solver.softmax and not torch.compiler.is_compiling():
+            p = _SoftmaxAppended.apply(flat, cset.appended(arrays), solver).reshape(moved.shape)
+            p = p if dim == x.ndim - 1 else p.movedim(-1, dim)
+            return p if p.dtype == x.dtype else p.to(x.dtype)
         if cset.appends is not None and not keep_tau:  # (the plain map on the longer rows, autograd through cat)
             ext = torch.cat([flat, cset.appended(arrays)], dim=-1)
             if not params:  # (the plain path: torch's softmax and its own backward for softmax)

@@ -169,13 +169,16 @@ def test_a_closed_maps_sink_on_hard_rows_is_the_map_over_the_longer_rows(backend
     numeric.core.rules.closed_with, NumPy's closed_unshifted): on rows whose sums leave the unshifted path (scores far
     below 0 or far above, a masked row, a NaN score, a NaN or masked sink) it equals the map over ``[s, b]`` without
     the last column."""
-    x = np.random.default_rng(3).standard_normal((9, 5))
+    x = np.random.default_rng(3).standard_normal((12, 5))
     x[1] = -INF
     x[2, 0] = math.nan
     x[6] -= 200.0
     x[7] += 80.0
     x[8, :2] = -INF
-    b = np.array([0.3, 0.1, 0.0, 0.5, -INF, math.nan, 0.0, 1.0, -1.0])[:, None]
+    x[9] = [-60.0, 5.0, 4.0, 6.0, 5.5]  # (torch reads lse from the first column: b - x_0 = 90 overflows exp(b - x_0)
+    # in float32, while p_0 is normal and p_1..4 ~ 1e-11)
+    x[10, 0] = -120.0  # (the first column's softmax underflows in float32)
+    b = np.array([0.3, 0.1, 0.0, 0.5, -INF, math.nan, 0.0, 1.0, -1.0, 30.0, 2.0, INF])[:, None]
     m = backend.get_map("softmax")
     with backend.context():
         got = backend.numpy(backend.call(m, backend.array(x, dtype), sink=backend.array(b, dtype)))
@@ -183,3 +186,18 @@ def test_a_closed_maps_sink_on_hard_rows_is_the_map_over_the_longer_rows(backend
     np.testing.assert_array_equal(np.isnan(got), np.isnan(want))
     eps = np.finfo(dtype).eps
     np.testing.assert_allclose(np.nan_to_num(got), np.nan_to_num(want), rtol=8 * eps, atol=8 * eps)
+    # (row 9's p ~ 1e-11: relative, at the rounding of scores 25 below the row's maximum)
+    np.testing.assert_allclose(got[9], want[9], rtol=64 * eps, atol=0)
+
+
+def test_torch_softmax_sink_double_backward():
+    """torch's softmax with a sink (torch.softmax of the scores rescaled, its own backward): second derivatives in
+    the scores and the sink by central differences, on rows with a masked score."""
+    torch = pytest.importorskip("torch")
+    import numeric.torch as rt
+
+    x = torch.randn(3, 4, dtype=torch.float64, generator=torch.Generator().manual_seed(0))
+    x[1, 0] = -INF
+    x.requires_grad_(True)
+    b = torch.tensor([[0.5], [-1.0], [2.0]], dtype=torch.float64, requires_grad=True)
+    assert torch.autograd.gradgradcheck(lambda x, b: rt.softmax(x, sink=b), (x, b))
