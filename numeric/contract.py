@@ -185,5 +185,8 @@ def _rebound(module: ModuleType, namespace, names: dict, own: bool = False) -> d
 @lru_cache(maxsize=64)
 def module_routines(module: ModuleType) -> dict:
     """``{routine: function or None}`` for all of :func:`routine_names`: the module's own NumPy routines (which take
-    CuPy arrays too, through NumPy's dispatch), for :class:`numeric.core.ops.Routines`."""
-    return {name: getattr(module, name, None) for name in routine_names(module.PARAMETERS)}
+    CuPy arrays too, through NumPy's dispatch) on :data:`numeric.numpy.rows.AS_NUMPY` (``numpy.where`` without a
+    branch per element), for :class:`numeric.core.ops.Routines`."""
+    from .numpy.rows import AS_NUMPY
+
+    return routines_on(module, AS_NUMPY)

@@ -581,8 +581,8 @@ def _stable(expr: sp.Expr, points, positive=frozenset(), logistic: bool = True) 
     if logistic and (expr.is_Mul or expr.is_Pow):
         better = _logistic(expr)
         if better is not None:  # (each branch made stable in its turn: e^z (1 - e^z) near 0 takes expm1)
-            cond, small, _ = better.args
-            return Select(cond, _stable(small, points, positive), _stable(expr, points, positive, False))
+            cond, small, large = better.args
+            return Select(cond, _stable(small, points, positive), _stable(large, points, positive, False))
     args = tuple(_stable(a, points, positive, logistic) for a in expr.args)
     new = expr.func(*args) if args != expr.args else expr
     if new.is_Add:
@@ -602,7 +602,9 @@ def _logistic(expr: sp.Expr) -> sp.Expr | None:
 
     Not a cancellation but an overflow: at ``u`` past ``log`` of the largest float both ``e^u`` and the
     denominator are infinite and ``R`` NaN (the binary entropy's link, the sigmoid ``e^z/(e^z + 1)``, and its
-    derivatives at ``z > 88`` in float32).  Each branch is taken where its exponentials are at most 1.
+    derivatives at ``z > 88`` in float32).  Each branch is taken where its exponentials are at most 1, and both are
+    written in ``e^{-|u|}`` (``e^{-u}`` on one side of 0, ``e^u`` on the other): one exponential where the printed
+    code evaluates both branches.
     """
     powers = [e for e in expr.atoms(sp.exp)]
     if not powers:
@@ -618,8 +620,10 @@ def _logistic(expr: sp.Expr) -> sp.Expr | None:
     num, den = sp.fraction(sp.cancel(rational))
     if sp.degree(den, w) < 1 or sp.degree(num, w) > sp.degree(den, w):
         return None
-    small = sp.factor(sp.cancel(rational.subs(w, 1 / v))).subs(v, sp.exp(-u))
-    return Select(u, small, expr)
+    # (each branch's exponential is e^{-|u|} on its side of 0: one exponential for both)
+    t = sp.exp(-sp.Abs(u))
+    small = sp.factor(sp.cancel(rational.subs(w, 1 / v))).subs(v, t)
+    return Select(u, small, sp.factor(sp.cancel(rational)).subs(w, t))
 
 
 def overflow_form(expr: sp.Expr) -> sp.Expr:

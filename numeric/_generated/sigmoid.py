@@ -2,7 +2,7 @@
 # map: sigmoid
 # regularizer: omega(p) = p*log(p) + (1 - p)*log(1 - p)
 # format: 8
-# content-hash: sha256:439ca642ad9fd316af5fc898ccc20665b656ad11f8e1b3dc1065e2f9388c4b04
+# content-hash: sha256:ad1eea4b9795638296b081ec9cd3a1368d2bbbdeaab4d18293fe1110fbea4f1d
 """The sigmoid map, generated from omega(p) = p*log(p) + (1 - p)*log(1 - p).
 
 Regularizer: binary_entropy; link: closed (SymPy's solve gives an elementary inverse);
@@ -103,8 +103,9 @@ def link(z):
 
     link = exp(z)/(exp(z) + 1)
     """
-    t0 = numpy.exp(z)
-    return numpy.where(z >= 0, (1/(1 + numpy.exp(-z))), t0/(t0 + 1))
+    t0 = numpy.exp(-numpy.abs(z))
+    t1 = (1/(t0 + 1))
+    return numpy.where(z >= 0, t1, t0*t1)
 
 
 def link_dtau(z):
@@ -112,10 +113,10 @@ def link_dtau(z):
 
     link_dtau = -exp(z)/(exp(2*z) + 2*exp(z) + 1)
     """
-    t0 = numpy.exp(-z)
-    t1 = numpy.exp(z)
+    t0 = numpy.exp(-numpy.abs(z))
     t2 = t0 + 1
-    return numpy.where(z >= 0, -t0/(t2*t2), -t1/(2*t1 + numpy.exp(2*z) + 1))
+    t1 = -t0/(t2*t2)
+    return numpy.where(z >= 0, t1, t1)
 
 
 def link_dtau2(z):
@@ -123,11 +124,11 @@ def link_dtau2(z):
 
     link_dtau2 = (1 - exp(z))*exp(z)/(exp(3*z) + 3*exp(2*z) + 3*exp(z) + 1)
     """
-    t0 = -z
+    t0 = -numpy.abs(z)
     t1 = numpy.exp(t0)
-    t2 = numpy.exp(z)
     t3 = t1 + 1
-    return numpy.where(z >= 0, t1*numpy.expm1(t0)/(t3*t3*t3), -t2*numpy.expm1(z)/(3*t2 + numpy.exp(3*z) + 3*numpy.exp(2*z) + 1))
+    t2 = t1*numpy.expm1(t0)/(t3*t3*t3)
+    return numpy.where(z >= 0, t2, -t2)
 
 
 link_scale = link_exponent = term = tau_from_sum = tau_candidate = discriminant = None
@@ -149,8 +150,9 @@ def params(Params, offset):
 
 @triton.jit
 def link(z, params):
-    t0 = tl.exp(z)
-    return tl.where(z >= 0, (1/(1 + tl.exp(-z))), t0/(t0 + 1))
+    t0 = tl.exp(-tl.abs(z))
+    t1 = (1/(t0 + 1))
+    return tl.where(z >= 0, t1, t0*t1)
 
 
 @triton.jit
@@ -223,23 +225,24 @@ template <typename T> __device__ __forceinline__ T sigmoid_omega_zero() {
 }
 // g(z) = (omega')^{-1}(z), the unclipped link.
 template <typename T> __device__ __forceinline__ T sigmoid_link(T z) {
-    const T t0 = rg_exp(z);
-    return (z >= T(0) ? (T(1)/(1 + rg_exp(-z))) : t0/(t0 + 1));
+    const T t0 = rg_exp(-rg_fabs(z));
+    const T t1 = (T(1)/(t0 + 1));
+    return (z >= T(0) ? t1 : t0*t1);
 }
 // d/dtau g(s - tau) = -g'(z).
 template <typename T> __device__ __forceinline__ T sigmoid_link_dtau(T z) {
-    const T t0 = rg_exp(-z);
-    const T t1 = rg_exp(z);
+    const T t0 = rg_exp(-rg_fabs(z));
     const T t2 = t0 + 1;
-    return (z >= T(0) ? -t0/(t2*t2) : -t1/(2*t1 + rg_exp(2*z) + 1));
+    const T t1 = -t0/(t2*t2);
+    return (z >= T(0) ? t1 : t1);
 }
 // d^2/dtau^2 g(s - tau) = g''(z).
 template <typename T> __device__ __forceinline__ T sigmoid_link_dtau2(T z) {
-    const T t0 = -z;
+    const T t0 = -rg_fabs(z);
     const T t1 = rg_exp(t0);
-    const T t2 = rg_exp(z);
     const T t3 = t1 + 1;
-    return (z >= T(0) ? t1*rg_expm1(t0)/(t3*t3*t3) : -t2*rg_expm1(z)/(3*t2 + rg_exp(3*z) + 3*rg_exp(2*z) + 1));
+    const T t2 = t1*rg_expm1(t0)/(t3*t3*t3);
+    return (z >= T(0) ? t2 : -t2);
 }
 // the interface of the row kernels (numeric/kernels/rows.cuh) to sigmoid
 template <typename T> struct sigmoid_map {

@@ -20,6 +20,7 @@ import math
 
 from ..core.derivatives import weights
 from ..core.halley import clipped_link
+from ..front import is_number
 from .base import ConstraintSet, lay_out
 from .box import box_ceiling, box_free, box_multipliers
 from .table import register
@@ -29,12 +30,25 @@ __all__ = ["NoSum", "NO_SUM", "nosum_solve", "nosum_vjp", "nosum_jvp"]
 
 def nosum_solve(ops, r, x, upper):
     """``(p, tau)``: ``p_i = min(u_i, g_+(s_i))`` for the rows of ``x`` (2-D) and bounds ``upper`` (``x``'s shape,
-    ``inf``: none), ``tau = 0`` (``(rows, 1)``)."""
-    zero = ops.full(ops.row_max(x), 0.0)
-    # (the clipped link is 0 at a score of -inf and at a NaN one, which the last line makes NaN)
-    g, _ = clipped_link(ops, r, x, zero, r.clip(), ceiling=box_ceiling(ops, r, zero))
-    p = ops.where(g < upper, g, upper)
-    return ops.where(ops.isnan(x) | ops.isnan(upper), math.nan, p), zero
+    ``inf``: none), ``tau = 0`` (``(rows, 1)``).
+
+    A printed link whose clip ``omega'(0+)`` is ``-inf`` (the sigmoid's, Shannon's ``exp(s - 1)``) is defined on
+    the whole line up to the ceiling ``omega'(inf)``: where every score lies strictly between, ``p = min(g(s), u)``
+    with no masks (a target that runs each operation as it comes skips them; :meth:`~numeric.core.ops.TensorOps.rare`).
+    """
+    zero = ops.full(x[..., :1], 0.0)
+    clip, ceiling = r.clip(), box_ceiling(ops, r, zero)
+
+    def clipped():
+        # (the clipped link is 0 at a score of -inf and at a NaN one, which the last line makes NaN)
+        g, _ = clipped_link(ops, r, x, zero, clip, ceiling=ceiling)
+        p = ops.where(g < upper, g, upper)
+        return ops.where(ops.isnan(x) | ops.isnan(upper), math.nan, p)
+
+    if r.has("link") and is_number(clip) and clip == -math.inf:
+        odd = ops.not_((x > -math.inf) & (x < ceiling))  # (a score of +-inf or NaN, or beyond the ceiling)
+        return ops.rare(odd, clipped, lambda: ops.below(r.link(x), upper)), zero
+    return clipped(), zero
 
 
 def nosum_vjp(ops, r, p, v, upper, at_zero=None):

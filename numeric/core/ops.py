@@ -131,6 +131,10 @@ class TensorOps(Ops):
         """``where(x < v, x, v)`` for a number ``v`` (NaN to ``v``)."""
         return self.where(x < v, x, v)
 
+    def below(self, a, b):
+        """``where(a < b, a, b)`` for arrays ``a``, without NaN, and ``b`` (NaN in ``b`` stays NaN)."""
+        return self.where(a < b, a, b)
+
     def rare(self, pred, fn: Callable, otherwise: Callable):
         """``fn()`` if any entry of ``pred`` is true, else ``otherwise()``, where ``otherwise()`` is ``fn()``
         made cheaper by ``pred`` being false everywhere (``where(pred, a, b)`` that is ``b``).

@@ -39,6 +39,7 @@ class NumpyRowOps(CompactRows, NumpyOps, TensorOps):
 
     clamp_min = staticmethod(np.maximum)
     at_most = staticmethod(np.fmin)  # (fmin(NaN, v) = v, as where(x < v, x, v))
+    below = staticmethod(np.minimum)  # (minimum(a, NaN) = NaN)
     log = staticmethod(np.log)
     isfinite = staticmethod(np.isfinite)
     isnan = staticmethod(np.isnan)

@@ -65,6 +65,8 @@ class TorchOps(CompactRows, TensorOps):
     def where(cond, a, b):
         return torch.where(cond, a, b)
 
+    below = staticmethod(torch.minimum)  # (minimum(a, NaN) = NaN)
+
     @staticmethod
     def at_most(x, v):
         # (clamp keeps NaN, which where(x < v, x, v) sends to v; on the CPU a comparison and where take 5 times as long)

@@ -1,7 +1,7 @@
 """The generated Triton kernels compile for NVIDIA GPUs (PTX for sm_80 and sm_90) with Triton's own compiler, no GPU
 needed: what the interpreter does not check (types of loop-carried values, constexpr branches, tensor-core dots of
-half inputs with 64-row blocks) is checked here.  The CI profile compiles softmax (with bounds) and a typed map;
-the thorough one every kind of map, with bounds."""
+half inputs with 64-row blocks) is checked here.  The CI profile compiles softmax (with every constraint set's
+branches) and a typed map (its PTX, not assembled); the thorough one every kind of map, with every set."""
 
 from __future__ import annotations
 
@@ -33,7 +33,11 @@ POINTERS = {"Tau": "fp32", "Fsum": "fp32", "C": "fp32", "Params": "fp32", "DQ": 
             "Support": "i8", "Mask": "u8", "Bmax": "fp32", "U": "fp32", "Wsum": "fp32", "Upper": "fp32",
             "Ceiling": "fp32", "DU": "fp32", "Column": "fp32", "DColumn": "fp32"}
 INPUTS = {"Q", "K", "V", "Out", "DO"}
-name, params, dtype, arch, boxes = json.loads(sys.argv[1])
+name, params, dtype, arch, boxes, assemble = json.loads(sys.argv[1])
+def ptx_only(*args):  # (PTX without ptxas's cubin: the compiler's pipeline through its stage "ptx", the last a stub)
+    if not args:
+        return "ptx-only", "ptx-only"  # (the key and hash that keep these kernels apart in Triton's cache)
+    args[1]["cubin"] = lambda src, metadata: b""
 mapping = nm.get_map(name, **params)
 module = family.resolve(mapping.module, mapping.params)  # (a family's kernels are its cases')
 # (a window and a softcap: their branches compile too)
@@ -41,55 +45,60 @@ constexprs = dict(MAP=fused.map_functions(module), HAS_MASK=True, MASK_BOOL=True
                   MAX_STEPS=60, WEIGHTED=True, BLOCK_M=64, BLOCK_N=64, BLOCK_E=64,
                   BLOCK_EV=64, KEEP=fused.KEEP["cuda"], UPCAST=False, EXP_LINK=bool(module.TERM_IS_EXP) and module.LINK_FORM == "exp")
 out = {}
-# (each kernel with and without bounds: SET and UPPER_GRAD are constexpr branches)
+# (each kernel with and without bounds, a sink's column and without a sum: SET and UPPER_GRAD are constexpr branches)
 for kernel, box in [(kernel, box) for kernel in ("attention_forward", "attention_backward_rows", "attention_backward_keys")
-                    for box in ((False, True) if boxes else (False,))]:
+                    for box in (("simplex", "box", "column", "nosum") if boxes else ("simplex",))]:
     fn = getattr(kernels if kernel == "attention_forward" else backward, kernel)
     signature, values = {}, {}
     for i, p in enumerate(fn.params):
         if p.is_constexpr:
             signature[p.name] = "constexpr"
-            values[(i,)] = (box if p.name == "UPPER_GRAD" else ("box" if box else "simplex") if p.name == "SET"
-                            else constexprs[p.name])
+            values[(i,)] = (box == "box" if p.name == "UPPER_GRAD" else box if p.name == "SET" else constexprs[p.name])
         elif p.name in INPUTS:
             signature[p.name] = "*" + dtype
         elif p.name in POINTERS:
             signature[p.name] = "*" + POINTERS[p.name]
         else:
             signature[p.name] = "fp32" if p.name == "scale" else "i32"
+    # (ptxas assembles the simplex's and the box's kernels where asked: the other sets' differ from the simplex's
+    # in a few constexpr branches)
+    triton.knobs.runtime.add_stages_inspection_hook = None if assemble and box in ("simplex", "box") else ptx_only
     with warnings.catch_warnings():
         warnings.simplefilter("ignore", DeprecationWarning)
         compiled = triton.compile(ASTSource(fn=fn, signature=signature, constexprs=values),
                                   target=GPUTarget("cuda", arch, 32), options={"enable_fp_fusion": True})
-    out[kernel + ("-box" if box else "")] = compiled.asm["ptx"]
+    out[kernel + ("" if box == "simplex" else "-" + box)] = compiled.asm["ptx"]
 print(json.dumps(out))
 """
 
-# (name, parameters, dtype, architecture, whether the kernels with bounds compile too: the box's code is the same
-# for every map, so the CI profile compiles it for one map; it takes half of a map's compile time)
-# (the CI profile: both half formats and both architectures, a closed map with bounds and the typed map)
-CASES = [("softmax", {}, "bf16", 80, True),
-         ("gini_log1p", {}, "fp16", 90, THOROUGH)]  # (a link with no closed form: its traced Newton loop)
+# (name, parameters, dtype, architecture, whether the kernels of the other sets compile too (bounds, a sink's column,
+# no sum: the sets' code is the same for every map, so the CI profile compiles them for one map), whether ptxas
+# assembles the simplex's and the box's PTX into a cubin (the typed map's forward is a large kernel: ptxas takes 40 of
+# its 70 s, and the checks this test is for come before it, so the CI profile assembles the closed map's only))
+# (the CI profile: both half formats and both architectures, a closed map with every set and the typed map)
+CASES = [("softmax", {}, "bf16", 80, True, True),
+         ("gini_log1p", {}, "fp16", 90, THOROUGH, THOROUGH)]  # (a link with no closed form: its traced Newton loop)
 if THOROUGH:
-    CASES += [("entmax", {"alpha": 1.5}, "bf16", 90, True), ("softmax", {}, "fp16", 80, True),
-              ("sparsemax", {}, "fp16", 80, True), ("entmax15", {}, "bf16", 80, True), ("softmax", {}, "fp32", 90, True),
-              ("shannon_gini", {}, "fp32", 80, True)]  # (a dense map: its first pass sums exp(s - m))
+    CASES += [(*case, True) for case in [
+        ("entmax", {"alpha": 1.5}, "bf16", 90, True), ("softmax", {}, "fp16", 80, True),
+        ("sparsemax", {}, "fp16", 80, True), ("entmax15", {}, "bf16", 80, True), ("softmax", {}, "fp32", 90, True),
+        ("shannon_gini", {}, "fp32", 80, True)]]  # (a dense map: its first pass sums exp(s - m))
 
 
-@pytest.mark.parametrize(("name", "params", "dtype", "arch", "boxes"), CASES,
-                         ids=[f"{c[0]}-{c[2]}-sm{c[3]}" + ("-box" if c[4] else "") for c in CASES])
-def test_kernels_compile_to_ptx(name, params, dtype, arch, boxes, triton_user_modules):
+@pytest.mark.parametrize(("name", "params", "dtype", "arch", "boxes", "assemble"), CASES,
+                         ids=[f"{c[0]}-{c[2]}-sm{c[3]}" + ("-sets" if c[4] else "") + ("" if c[5] else "-ptx") for c in CASES])
+def test_kernels_compile_to_ptx(name, params, dtype, arch, boxes, assemble, triton_user_modules):
     """Each kernel compiles to PTX for the architecture (in a process of its own: this one runs Triton's
-    interpreter, whose functions the compiler does not take); half inputs multiply on tensor cores (mma).  The user
-    maps (gini_log1p) are importable from the session's folder."""
+    interpreter, whose functions the compiler does not take), for each constraint set where ``boxes``; half inputs
+    multiply on tensor cores (mma).  The user maps (gini_log1p) are importable from the session's folder."""
     env = {k: v for k, v in os.environ.items() if k != "TRITON_INTERPRET"}
     env["PYTHONPATH"] = os.pathsep.join([str(triton_user_modules), *filter(None, [env.get("PYTHONPATH")])])
-    run = subprocess.run([sys.executable, "-c", _SCRIPT, json.dumps([name, params, dtype, arch, boxes])], env=env,
+    run = subprocess.run([sys.executable, "-c", _SCRIPT, json.dumps([name, params, dtype, arch, boxes, assemble])], env=env,
                          capture_output=True, text=True, timeout=600)
     assert run.returncode == 0, run.stderr[-4000:]
     ptx = json.loads(run.stdout.strip().splitlines()[-1])
-    assert len(ptx) == (6 if boxes else 3)
+    assert len(ptx) == (12 if boxes else 3)
     for kernel, text in ptx.items():
-        assert f".target sm_{arch}" in text and f".entry {kernel.removesuffix('-box')}" in text
+        assert f".target sm_{arch}" in text and f".entry {kernel.split('-')[0]}" in text
         if dtype != "fp32":
             assert "mma" in text, kernel
