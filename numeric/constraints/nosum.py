@@ -32,9 +32,11 @@ def nosum_solve(ops, r, x, upper):
     """``(p, tau)``: ``p_i = min(u_i, g_+(s_i))`` for the rows of ``x`` (2-D) and bounds ``upper`` (``x``'s shape,
     ``inf``: none), ``tau = 0`` (``(rows, 1)``).
 
-    A printed link whose clip ``omega'(0+)`` is ``-inf`` (the sigmoid's, Shannon's ``exp(s - 1)``) is defined on
-    the whole line up to the ceiling ``omega'(inf)``: where every score lies strictly between, ``p = min(g(s), u)``
-    with no masks (a target that runs each operation as it comes skips them; :meth:`~numeric.core.ops.TensorOps.rare`).
+    A printed link with a clip ``omega'(0+)`` that is a number needs no masks where every score lies below the
+    ceiling ``omega'(inf)``: ``p = min(g(max(s, clip)), u)``, the link being 0 at the clip (checked: one value a
+    row), or ``min(g(s), u)`` where the clip is ``-inf`` (the sigmoid's, Shannon's ``exp(s - 1)``) and every
+    score is finite.  A target that runs each operation as it comes skips the masks then
+    (:meth:`~numeric.core.ops.TensorOps.rare`).
     """
     zero = ops.full(x[..., :1], 0.0)
     clip, ceiling = r.clip(), box_ceiling(ops, r, zero)
@@ -45,9 +47,13 @@ def nosum_solve(ops, r, x, upper):
         p = ops.where(g < upper, g, upper)
         return ops.where(ops.isnan(x) | ops.isnan(upper), math.nan, p)
 
-    if r.has("link") and is_number(clip) and clip == -math.inf:
-        odd = ops.not_((x > -math.inf) & (x < ceiling))  # (a score of +-inf or NaN, or beyond the ceiling)
-        return ops.rare(odd, clipped, lambda: ops.below(r.link(x), upper)), zero
+    if r.has("link") and is_number(clip):
+        if clip == -math.inf:
+            y, odd = x, ops.not_((x > -math.inf) & (x < ceiling))  # (a score of +-inf or NaN, or beyond the ceiling)
+        else:  # (scores at or below the clip to the clip, where the link is 0, a test of one value a row)
+            y = ops.clamp_min(x, clip)
+            odd = ops.not_(x < ceiling) | (r.link(ops.full(zero, clip)) != 0)
+        return ops.rare(odd, clipped, lambda: ops.below(r.link(y), upper)), zero
     return clipped(), zero
 
 

@@ -171,3 +171,24 @@ def test_squared_relu_is_a_typed_map_without_a_sum():
     x = np.random.default_rng(6).standard_normal((3, 7)) * 2
     with generated_map("2*p**(3/2)/3", "squared_relu_nosum") as module:
         np.testing.assert_allclose(nm.get_map(module)(x, total=None), np.maximum(x, 0) ** 2, rtol=1e-14, atol=0)
+
+
+@pytest.mark.parametrize(("name", "params"), [*MAPS, ("sigmoid", {}), ("relu", {})], ids=[*IDS, "sigmoid", "relu"])
+def test_the_link_at_the_scores_equals_the_clipped_link(name, params, monkeypatch):
+    """Where every score lies below the ceiling (and is finite, for a clip of -inf), ``nosum_solve`` takes the link at
+    the scores clamped to the clip, with no masks (``ops.rare``'s cheap branch): bit for bit the clipped link's
+    masked values, scores far below the clip included; scores of +-inf or NaN take the masks."""
+    from numeric.core.ops import TensorOps
+
+    m = nm.get_map(name, **params)
+    x = np.random.default_rng(5).standard_normal((6, 40)) * 4
+    odd = x.copy()
+    odd[5, :3] = [INF, -INF, np.nan]
+    upper = np.where(np.arange(40) % 3 == 0, 0.4, INF)
+    for scores, dtype in [(s, t) for s in (x, odd) for t in (np.float64, np.float32)]:
+        got = m(scores.astype(dtype), total=None, upper=upper.astype(dtype))
+        with monkeypatch.context() as patch:
+            patch.setattr(TensorOps, "rare", lambda self, pred, fn, otherwise: fn())
+            want = m(scores.astype(dtype), total=None, upper=upper.astype(dtype))
+        np.testing.assert_array_equal(got, want)
+        assert not np.isnan(got[:5]).any() and (got[:5] >= 0).all()
