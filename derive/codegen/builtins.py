@@ -9,6 +9,7 @@ import re
 import textwrap
 from collections.abc import Callable
 from dataclasses import dataclass
+from functools import lru_cache
 
 import sympy as sp
 
@@ -189,7 +190,16 @@ def _package_module(package: str, text: str) -> str:
 def builtin_sources() -> dict[str, str]:
     """File name -> text for every built-in map, the package's ``__init__.py``, the traced inversion of a link
     with no closed form (``newton_link.py``, CUDA; ``newton_link_triton.py``) and the traced row solves
-    (``rows_solve.py`` and the parts it names, ``rows_solve_01.py``...)."""
+    (``rows_solve.py`` and the parts it names, ``rows_solve_01.py``...).
+
+    Derived once a process for each :data:`BUILTINS` (the texts depend on nothing else: generation is
+    deterministic, tests/derive/test_codegen.py): ``generate`` and ``generate --check`` in one process derive once."""
+    return dict(_sources(BUILTINS))
+
+
+@lru_cache(maxsize=2)
+def _sources(BUILTINS: tuple) -> dict[str, str]:
+    """:func:`builtin_sources` of the built-ins ``BUILTINS``."""
     from ..continuous import derive_continuous
     from .continuous import generate_continuous_module
 

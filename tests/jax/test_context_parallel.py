@@ -44,8 +44,10 @@ def lines(tmp_path_factory):
     folder = tmp_path_factory.mktemp("cp_usermap")
     with generated_map("p**2/2 + p*log(1 + p)", "cp_gini_log1p", folder=str(folder)):
         pass  # (the module file stays in folder: the worker imports it from there)
-    env = {**os.environ, "JAX_PLATFORMS": "cpu",
-           "XLA_FLAGS": f"--xla_force_host_platform_device_count={DEVICES} --xla_backend_optimization_level=0"}
+    # (the run's XLA flags, the CI profile's among them, and 2 host devices; XLA without its LLVM optimisations)
+    flags = os.environ.get("XLA_FLAGS", "")
+    flags += "" if "--xla_backend_optimization_level" in flags else " --xla_backend_optimization_level=0"
+    env = {**os.environ, "JAX_PLATFORMS": "cpu", "XLA_FLAGS": f"{flags} --xla_force_host_platform_device_count={DEVICES}"}
     proc = subprocess.run([sys.executable, str(WORKER), str(folder)], cwd=folder, env=env, capture_output=True,
                           text=True, timeout=600)
     assert proc.returncode == 0, proc.stderr[-5000:]
