@@ -242,6 +242,37 @@ class _SoftmaxAppended(torch.autograd.Function):
         return dx, -dx.sum(-1, keepdim=True), None
 
 
+class _AppendedFunction(torch.autograd.Function):
+    """A map without parameters over the rows ``[x, c]`` (``c``: one more score per row, ``(rows, 1)``, a set's
+    :attr:`~numeric.constraints.ConstraintSet.appends`), solved on the longer rows: ``(p, p_c)``, the first ``n``
+    columns and the last.  The backward is the derived JVP on the longer rows against ``[g, g_c]``, as autograd
+    through the concatenation, :class:`_MapFunction` and the slice computes it, without the slice's backward (a
+    gradient of zeros written, then ``g`` copied in).  Both columns are outputs, so where the backward is
+    differentiated again it reads them (else the longer rows, the same numbers)."""
+
+    @staticmethod
+    def forward(ctx, x, c, solver):
+        pe = solver.forward(torch.cat([x, c], dim=-1), ())
+        n = x.shape[-1]
+        ctx.solver = solver
+        ctx.set_materialize_grads(False)  # (the column's p_c is not used: its gradient None)
+        p, pc = pe[:, :n], pe[:, n:]
+        ctx.save_for_backward(p, pc, pe)
+        return p, pc
+
+    @staticmethod
+    def backward(ctx, grad, grad_c):
+        p, pc, pe = ctx.saved_tensors
+        graph = torch.is_grad_enabled()
+        pe = torch.cat([p, pc], dim=-1) if graph else pe  # (a graph: through the outputs)
+        grad = torch.zeros_like(p) if grad is None else grad
+        ge = torch.cat([grad, torch.zeros_like(pc) if grad_c is None else grad_c], dim=-1)
+        # (first order: weight(p) unmasked where weight(0) allows, as _MapFunction's)
+        je = derivatives.jvp(ops_for(p.dtype), ctx.solver.routines(()), pe, ge, None if graph else ctx.solver.at_zero)
+        n = p.shape[-1]
+        return je[:, :n], je[:, n:], None
+
+
 class _ConstrainedFunction(torch.autograd.Function):
     """``p = m(x)`` over a constraint set on rows ``x`` (2-D), the set's ``count`` arrays laid out as rows, then
     parameter tensors of shape ``(rows, 1)`` or ``()``: ``(p, tau)``, ``tau`` the threshold per row; the backward
@@ -425,9 +456,13 @@ class TorchMap(FrameworkMap):
             p = _SoftmaxAppended.apply(flat, cset.appended(arrays), solver).reshape(moved.shape)
             p = p if dim == x.ndim - 1 else p.movedim(-1, dim)
             return p if p.dtype == x.dtype else p.to(x.dtype)
+        if cset.appends is not None and not keep_tau and not tensors and self.family is None:
+            p = _AppendedFunction.apply(flat, cset.appended(arrays), solver)[0].reshape(moved.shape)
+            p = p if dim == x.ndim - 1 else p.movedim(-1, dim)
+            return p if p.dtype == x.dtype else p.to(x.dtype)
         if cset.appends is not None and not keep_tau:  # (the plain map on the longer rows, autograd through cat)
             ext = torch.cat([flat, cset.appended(arrays)], dim=-1)
-            if not params:  # (the plain path: torch's softmax and its own backward for softmax)
+            if not params:  # (a map family: the plain path on the longer rows)
                 p = self.run(ext, -1, {})
             elif torch.is_grad_enabled() and any(t.requires_grad for t in (ext, *tensors)):
                 p = _MapFunction.apply(ext, solver, None, *tensors)
