@@ -29,7 +29,7 @@ from types import FunctionType, ModuleType
 
 __all__ = ["FORMAT_VERSION", "CUDA_THREADS", "Routine", "ROUTINES", "PER_PARAMETER", "CONSTANTS", "SOURCES",
            "FRAMEWORKS", "CONTINUOUS_NAMES", "routine_names", "required_names", "missing_names", "check_map_module",
-           "check_continuous_module", "check_format", "routines_on"]
+           "check_continuous_module", "check_format", "namespace_as_numpy", "routines_on"]
 
 #: Version of the contract, written into every generated module, a map (discrete or continuous) or package code
 #: (``newton_link.py``, ``newton_link_triton.py``, ``rows_solve.py``), as ``FORMAT_VERSION`` and in its header
@@ -156,6 +156,16 @@ def check_continuous_module(module: ModuleType) -> None:
     check_format(module)
 
 
+def namespace_as_numpy(name: str, library: ModuleType, **names) -> ModuleType:
+    """A module ``name`` holding ``library``'s public names, with ``names`` in place of some: the ``numpy`` that
+    :func:`routines_on` binds generated routines to (torch's functions under NumPy's names; NumPy with a faster
+    ``where``).  A module object, which torch.compile reads as it reads torch itself."""
+    namespace = ModuleType(name)
+    namespace.__dict__.update((k, v) for k, v in vars(library).items() if not k.startswith("_"))
+    namespace.__dict__.update(names)
+    return namespace
+
+
 def routines_on(module: ModuleType, namespace, **names) -> dict:
     """``{routine: function or None}`` for all of :func:`routine_names`: the module's NumPy routines with
     ``numpy`` bound to ``namespace`` and the other global names in ``names`` (``erf``) bound to their values.
@@ -185,8 +195,18 @@ def _rebound(module: ModuleType, namespace, names: dict, own: bool = False) -> d
 @lru_cache(maxsize=64)
 def module_routines(module: ModuleType) -> dict:
     """``{routine: function or None}`` for all of :func:`routine_names`: the module's own NumPy routines (which take
-    CuPy arrays too, through NumPy's dispatch) on :data:`numeric.numpy.rows.AS_NUMPY` (``numpy.where`` without a
-    branch per element), for :class:`numeric.core.ops.Routines`."""
-    from .numpy.rows import AS_NUMPY
+    CuPy arrays too, through NumPy's dispatch) on :func:`_numpy` (``numpy.where`` without a branch per element), for
+    :class:`numeric.core.ops.Routines`."""
+    return routines_on(module, _numpy())
 
-    return routines_on(module, AS_NUMPY)
+
+@lru_cache(maxsize=1)
+def _numpy() -> ModuleType:
+    """NumPy under its own names, with :func:`numeric.numpy.rows.where` for ``numpy.where`` (a printed select
+    evaluates both branches, and ``np.where`` on a condition that mixes True and False at random runs at a tenth
+    of the speed of the arithmetic around it)."""
+    import numpy as np
+
+    from .numpy.rows import where
+
+    return namespace_as_numpy("numeric.numpy.as_numpy", np, where=where)

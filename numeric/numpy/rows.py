@@ -3,16 +3,15 @@
 :func:`row_sum` sums along the last axis with einsum, in the calling thread;
 :func:`row_max` takes the maxima of short rows through transposed blocks;
 :func:`scalar` casts a value to a NumPy scalar of a given dtype and :func:`select` is ``np.where`` for
-large floating arrays (:class:`numeric.newton.NumpyOps`; :data:`AS_NUMPY`, the generated routines' NumPy).
+large floating arrays (:class:`numeric.newton.NumpyOps`; :func:`where`, the generated routines' ``numpy.where``,
+:func:`numeric.contract.module_routines`).
 """
 
 from __future__ import annotations
 
-from types import ModuleType
-
 import numpy as np
 
-__all__ = ["row_sum", "row_max", "scalar", "select", "where", "AS_NUMPY", "TRANSPOSED_MAX_UPTO", "TRANSPOSED_MAX_ROWS", "SELECT_FROM"]
+__all__ = ["row_sum", "row_max", "scalar", "select", "where", "TRANSPOSED_MAX_UPTO", "TRANSPOSED_MAX_ROWS", "SELECT_FROM"]
 
 #: Rows of at most this many scores take their maximum through a transposed block (see row_max).
 TRANSPOSED_MAX_UPTO = 64
@@ -57,20 +56,6 @@ def where(cond, a, b):
     if isinstance(cond, np.ndarray) and all(isinstance(v, (np.ndarray, np.generic, float, int)) for v in (a, b)):
         return select(cond, a, b)
     return np.where(cond, a, b)
-
-
-def _as_numpy() -> ModuleType:
-    """NumPy under its own names, with :func:`where` for ``numpy.where``: the namespace the generated routines run on
-    (:func:`numeric.contract.module_routines`; a printed select evaluates both branches, and ``np.where`` on a
-    condition that mixes True and False at random is a tenth of the speed of the arithmetic around it)."""
-    namespace = ModuleType("numeric.numpy.as_numpy")
-    namespace.__dict__.update((k, v) for k, v in vars(np).items() if not k.startswith("__"))
-    namespace.where = where
-    return namespace
-
-
-#: NumPy with :func:`where` (:func:`_as_numpy`)
-AS_NUMPY = _as_numpy()
 
 
 def scalar(value, dtype):

@@ -50,18 +50,10 @@ def _cbrt(x):
     return torch.sign(x) * torch.abs(x) ** (1 / 3)
 
 
-def _as_numpy() -> ModuleType:
-    """torch under the names of the NumPy functions generated routines call: ``numpy.power`` is ``torch.pow``,
-    the cube root (torch has none) is real for negative arguments as NumPy's is; every other name is torch's.
-    A module object, which torch.compile reads as it reads torch itself."""
-    namespace = ModuleType("numeric.torch.as_numpy")
-    namespace.__dict__.update((k, v) for k, v in vars(torch).items() if not k.startswith("_"))
-    namespace.power, namespace.cbrt = torch.pow, _cbrt
-    return namespace
-
-
-#: torch as the generated routines' ``numpy`` (see :func:`_as_numpy`).
-TORCH_AS_NUMPY = _as_numpy()
+#: torch under the names of the NumPy functions generated routines call (:func:`numeric.contract.namespace_as_numpy`):
+#: ``numpy.power`` is ``torch.pow``, the cube root (torch has none) is real for negative arguments as NumPy's is;
+#: every other name is torch's
+TORCH_AS_NUMPY = contract.namespace_as_numpy("numeric.torch.as_numpy", torch, power=torch.pow, cbrt=_cbrt)
 
 
 @lru_cache(maxsize=None)
@@ -452,23 +444,20 @@ class TorchMap(FrameworkMap):
                 raise ValueError(f"{name} is on {b.device}, the scores on {x.device}")
         _, dtype, moved, flat, tensors, solver = self._layout(x, dim, params)
         arrays = cset.rows(torch, ARRAYS, x.to(dtype), values, dim, "dim")
-        if cset.appends is not None and not keep_tau and solver.softmax and not torch.compiler.is_compiling():
-            p = _SoftmaxAppended.apply(flat, cset.appended(arrays), solver).reshape(moved.shape)
-            p = p if dim == x.ndim - 1 else p.movedim(-1, dim)
-            return p if p.dtype == x.dtype else p.to(x.dtype)
-        if cset.appends is not None and not keep_tau and not tensors and self.family is None:
-            p = _AppendedFunction.apply(flat, cset.appended(arrays), solver)[0].reshape(moved.shape)
-            p = p if dim == x.ndim - 1 else p.movedim(-1, dim)
-            return p if p.dtype == x.dtype else p.to(x.dtype)
-        if cset.appends is not None and not keep_tau:  # (the plain map on the longer rows, autograd through cat)
-            ext = torch.cat([flat, cset.appended(arrays)], dim=-1)
-            if not params:  # (a map family: the plain path on the longer rows)
-                p = self.run(ext, -1, {})
-            elif torch.is_grad_enabled() and any(t.requires_grad for t in (ext, *tensors)):
-                p = _MapFunction.apply(ext, solver, None, *tensors)
-            else:
-                p = solver.forward(ext, tensors)
-            p = p[..., :flat.shape[-1]].reshape(moved.shape)
+        if cset.appends is not None and not keep_tau:  # (a family runs on the simplex alone: there is a solver)
+            column = cset.appended(arrays)
+            if solver.softmax and not torch.compiler.is_compiling():
+                p = _SoftmaxAppended.apply(flat, column, solver)
+            elif not tensors:
+                p = _AppendedFunction.apply(flat, column, solver)[0]
+            else:  # (parameters: autograd through the concatenation, _MapFunction's parameter gradients, the slice)
+                ext = torch.cat([flat, column], dim=-1)
+                if torch.is_grad_enabled() and any(t.requires_grad for t in (ext, *tensors)):
+                    p = _MapFunction.apply(ext, solver, None, *tensors)
+                else:
+                    p = solver.forward(ext, tensors)
+                p = p[..., :flat.shape[-1]]
+            p = p.reshape(moved.shape)
             p = p if dim == x.ndim - 1 else p.movedim(-1, dim)
             return p if p.dtype == x.dtype else p.to(x.dtype)
         if torch.is_grad_enabled() and any(t.requires_grad for t in (x, *arrays, *tensors)):

@@ -233,3 +233,29 @@ def test_the_built_in_maps_first_called_inside_a_compiled_function():
     cannot trace), and so is a float32 map's backward whose alpha gradient meets the float64 operations first."""
     run = subprocess.run([sys.executable, "-c", _FIRST_CALL], capture_output=True, text=True, timeout=300)
     assert run.returncode == 0 and run.stdout.strip() == "ok", run.stderr[-3000:]
+
+
+def test_maps_with_a_sink_compile_to_one_graph_and_equal_eager(typed):
+    """softmax, sparsemax and the typed gini_log1p with a sink per row (each map's own autograd Function on the
+    scores and the sink: softmax traced as the rules, the others solved on the longer rows) compile to one graph;
+    p and the gradients in the scores and the sink equal eager's, on rows with a masked score and a fully masked
+    one."""
+    maps = [get_map("softmax"), get_map("sparsemax"), typed[0]]
+    x = hard_scores(torch.float64)[[0, 1, 2, 5, 6]]
+    b = torch.tensor([[0.3], [2.0], [0.5], [-1.0], [40.0]], dtype=torch.float64)
+    w = torch.randn(5, 7, dtype=torch.float64, generator=torch.Generator().manual_seed(4))
+
+    def f(x, b):
+        return [m(x, sink=b) for m in maps]
+
+    runs = []
+    for g in (f, torch.compile(f, backend="aot_eager", fullgraph=True)):
+        xs, bs = x.clone().requires_grad_(), b.clone().requires_grad_()
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore")  # (torch's own tracing warnings; see pytestmark)
+            ps = g(xs, bs)
+            runs.append((ps, torch.autograd.grad(sum((p * w).sum() for p in ps), (xs, bs))))
+    (pe, ge), (pc, gc) = runs
+    for a, e in zip([*pc, *gc], [*pe, *ge]):
+        torch.testing.assert_close(a, e, rtol=TOL[torch.float64][0], atol=TOL[torch.float64][1])
+    assert all(bool((p[2] == 0).all()) and bool((p.sum(-1) <= 1 + 8 * torch.finfo(p.dtype).eps).all()) for p in pc)
