@@ -1,24 +1,27 @@
 """Heads that attend to nothing: a small causal model trained with a learned sink per head, softmax against entmax15,
 and sigmoid attention (no sum, so nothing to sink).
 
-Run: python examples/attention_sinks.py [--steps 400]   (writes attention_sinks.png)
+Run: python examples/attention_sinks.py [--steps 800]   (writes attention_sinks.png)
 
 Task: a sequence of symbols (one of four), each inactive, except that in half the sequences one of them, at a
 random place, is active.  At each position the model outputs the active symbol seen so far, or NONE.  A token's
 key is its symbol's embedding plus, if active, an "active" vector, but its value is its symbol's alone: an inactive
 token's value looks like an answer, so where no active token has been seen whatever a head attends to brings a wrong
-one, and the best it can do is attend to nothing.
+one, unless the heads' mix can be told apart from an answer; a head with a sink can attend to nothing instead.
 
-Model: token embeddings, one causal attention layer (numeric.torch.MultiheadAttention, 2 heads), a linear read-out
-of the attention's output alone; Adam, cross-entropy.  With ``learn=("sink",)`` the layer learns one sink
+Model: token embeddings, one causal attention layer (numeric.torch.MultiheadAttention, 4 heads), a linear read-out
+of the attention's output alone; Adam (learning rate 0.01), cross-entropy.  With ``learn=("sink",)`` the layer learns one sink
 score per head (gpt-oss's sinks; numeric.constraints.sink): each row's weights are the map over the scores and the
 sink, the sink's weight dropped, so a row's weights sum to at most 1.  Softmax then gives the sink most of the weight
 but never all of it; entmax15 gives it all of it, exactly: the row's weights are all 0 and the head's output is 0.
 Sigmoid attention has no sum to give away: it attends to nothing as its scores go to -inf, and never exactly.
 
 Printed: each map's held-out loss and accuracy, and for each head, on the positions where no active symbol has been
-seen, on how many it attends to nothing (every weight exactly 0) and the largest weight it leaves on a token.  One
-head learns the task; the other is left free (the output projection need not read it).
+seen, on how many it attends to nothing (every weight exactly 0) and the largest weight it leaves on a token.  The
+heads share the task, each as the training happens to shape it: which head attends to nothing, and on how many
+positions, changes with the seeds; that softmax's heads never do and entmax15's some do does not.  (This set-up, four
+heads at a learning rate of 0.01 for 800 steps, learns the task for every map on each of the model and batch seeds
+0-5; two heads at 0.03 for 400 steps did not, for any of the three maps.)
 """
 
 import argparse
@@ -30,7 +33,7 @@ import torch
 
 from numeric.torch import MultiheadAttention
 
-SYMBOLS, LENGTH, EMBED, HEADS, BATCH = 4, 12, 16, 2, 64
+SYMBOLS, LENGTH, EMBED, HEADS, BATCH = 4, 12, 16, 4, 64
 NONE = 0  # the class of "no active symbol seen"; symbol v (0..SYMBOLS - 1) is class v + 1
 
 
@@ -70,7 +73,7 @@ MAPS = {"softmax + sink": ("softmax", True), "entmax15 + sink": ("entmax15", Tru
 
 def main():
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--steps", type=int, default=400)
+    parser.add_argument("--steps", type=int, default=800)
     args = parser.parse_args()
     torch.set_num_threads(1)
     probe = batch(np.random.default_rng(123), size=512)
@@ -78,7 +81,7 @@ def main():
     for label, (mapping, sink) in MAPS.items():
         rng = np.random.default_rng(0)
         model = Model(mapping, sink, seed=1)
-        opt = torch.optim.Adam(model.parameters(), lr=0.03)
+        opt = torch.optim.Adam(model.parameters(), lr=0.01)
         losses = []
         start = time.perf_counter()
         for i in range(args.steps):

@@ -207,18 +207,23 @@ _NORMAL = {t: torch.finfo(t).tiny / torch.finfo(t).eps for t in (torch.float32, 
 class _SoftmaxAppended(torch.autograd.Function):
     """Softmax over the rows ``[x, c]`` without ``c``'s column (``c``: one more score per row, ``(rows, 1)``, a
     set's :attr:`~numeric.constraints.ConstraintSet.appends`), with no copy of the rows: :func:`torch.softmax` of
-    ``x`` divided by ``1 + e^{c - lse(x)}``, ``lse(x) = x_0 - log p_0`` read at the first column of that softmax
-    (rows where ``p_0`` is not a normal number far from underflow, or with ``c = +inf``, by the rules: NaN, fully
-    masked).  The backward is softmax's, ``p * (v - p.v)`` (the derived JVP: ``w = p`` and the column's weight make
+    ``x`` times ``1 / (1 + e^{c - lse(x)})``, ``lse(x) = x_0 - log p_0`` read at the first column of that softmax
+    (rows where ``p_0`` is not a normal number far from underflow, or where ``e^{c - lse}`` overflows, ``c = +inf``
+    among them, by the rules: NaN, fully masked).  The backward is softmax's, ``p * (v - p.v)`` (the derived JVP: ``w = p`` and the column's weight make
     ``sum w = 1``), and ``-sum`` of it in ``c`` (a shift of every score and ``c`` leaves ``p`` unchanged)."""
 
     @staticmethod
     def forward(ctx, x, c, solver):
         p = torch.softmax(x, -1)
         first = p[:, :1]
-        bad = ~(first > _NORMAL[p.dtype]) | (c == math.inf)
-        p.div_((c - x[:, :1]).add_(first.log()).exp_().add_(1))  # (first a view of p: read before the division)
-        if bool(bad.any()):
+        e = (c - x[:, :1]).add_(first.log()).exp_()  # e^{c - lse}: the sink's weight over the row's
+        # (two reductions check every row at once; NaN fails both comparisons)
+        if not (bool(first.min() > _NORMAL[p.dtype]) and bool(e.max() < math.inf)):
+            bad = ~((first > _NORMAL[p.dtype]) & (e < math.inf))
+        else:
+            bad = None
+        p.mul_(e.add_(1).reciprocal_())  # (a product: half a division's time on a pass over p)
+        if bad is not None:
             rows = bad[:, 0].nonzero()[:, 0]
             p[rows] = rules.closed_with(ops_for(x.dtype), solver.routines(()), x[rows], c[rows])[0]
         ctx.save_for_backward(p)
@@ -231,16 +236,16 @@ class _SoftmaxAppended(torch.autograd.Function):
             dx = p * (grad - (p * grad).sum(-1, keepdim=True))
         else:
             dx = torch._softmax_backward_data(grad, p, -1, p.dtype)
-        return dx, -dx.sum(-1, keepdim=True), None
+        return dx, -dx.sum(-1, keepdim=True) if ctx.needs_input_grad[1] else None, None
 
 
 class _AppendedFunction(torch.autograd.Function):
     """A map without parameters over the rows ``[x, c]`` (``c``: one more score per row, ``(rows, 1)``, a set's
     :attr:`~numeric.constraints.ConstraintSet.appends`), solved on the longer rows: ``(p, p_c)``, the first ``n``
-    columns and the last.  The backward is the derived JVP on the longer rows against ``[g, g_c]``, as autograd
-    through the concatenation, :class:`_MapFunction` and the slice computes it, without the slice's backward (a
-    gradient of zeros written, then ``g`` copied in).  Both columns are outputs, so where the backward is
-    differentiated again it reads them (else the longer rows, the same numbers)."""
+    columns and the last.  The backward is the derived JVP on the longer rows against ``[g, g_c]``
+    (:func:`~numeric.core.derivatives.centred` with the column as its extra coordinate: no concatenation, and
+    gradients laid out as ``x`` and ``c``).  Both columns are outputs, so where the backward is differentiated
+    again it reads them."""
 
     @staticmethod
     def forward(ctx, x, c, solver):
@@ -249,20 +254,20 @@ class _AppendedFunction(torch.autograd.Function):
         ctx.solver = solver
         ctx.set_materialize_grads(False)  # (the column's p_c is not used: its gradient None)
         p, pc = pe[:, :n], pe[:, n:]
-        ctx.save_for_backward(p, pc, pe)
+        ctx.save_for_backward(p, pc)
         return p, pc
 
     @staticmethod
     def backward(ctx, grad, grad_c):
-        p, pc, pe = ctx.saved_tensors
-        graph = torch.is_grad_enabled()
-        pe = torch.cat([p, pc], dim=-1) if graph else pe  # (a graph: through the outputs)
-        grad = torch.zeros_like(p) if grad is None else grad
-        ge = torch.cat([grad, torch.zeros_like(pc) if grad_c is None else grad_c], dim=-1)
+        p, pc = ctx.saved_tensors
+        ops, r = ops_for(p.dtype), ctx.solver.routines(())
         # (first order: weight(p) unmasked where weight(0) allows, as _MapFunction's)
-        je = derivatives.jvp(ops_for(p.dtype), ctx.solver.routines(()), pe, ge, None if graph else ctx.solver.at_zero)
-        n = p.shape[-1]
-        return je[:, :n], je[:, n:], None
+        at_zero = None if torch.is_grad_enabled() else ctx.solver.at_zero
+        w, wc = derivatives.weights(ops, r, p, at_zero), derivatives.weights(ops, r, pc, at_zero)
+        grad = torch.zeros_like(p) if grad is None else grad
+        grad_c = torch.zeros_like(pc) if grad_c is None else grad_c
+        dx, mean = derivatives.centred(ops, w, grad, (wc, grad_c))
+        return dx, wc * (grad_c - mean), None
 
 
 class _ConstrainedFunction(torch.autograd.Function):
