@@ -10,18 +10,31 @@ from pathlib import Path
 
 #: user regularizers whose link has no closed form (typed maps): one dense, one sparse
 TYPED = {"plogp_cube": "p*log(p) + p**3", "gini_log1p": "p**2/2 + p*log(1 + p)"}
+#: typed maps of every kind (issue 46), with the kind each stands for
+KINDS = {
+    "plogp_cube": ("p*log(p) + p**3", "no closed-form link, dense"),
+    "gini_log1p": ("p**2/2 + p*log(1 + p)", "no closed-form link, sparse"),
+    "cosh_one": ("cosh(p) - 1", "transcendental link (asinh), sparse"),
+    "plogp_gini": ("p*log(p) + p**2/2", "transcendental link (Lambert W), dense"),
+    "gini_cubic": ("p**2/2 + p**3/3", "polynomial link (a quadratic's root), sparse"),
+    "cube_power": ("p**3", "power link p = sqrt(z), sparse"),
+    "burg": ("-log(p)", "rational link -1/z, dense"),
+    "gini_quartic": ("p**2/2 + p**4/4", "polynomial link (a cubic's root), sparse"),
+}
 
 
-def typed_modules() -> dict:
-    """The :data:`TYPED` maps generated into a temporary folder (removed at exit) and imported: ``{name: module}``."""
+def typed_modules(maps: dict | None = None) -> dict:
+    """The :data:`TYPED` maps (or ``maps``, ``{name: expression}``) generated into a temporary folder (removed at
+    exit) and imported: ``{name: module}``."""
+    maps = TYPED if maps is None else maps
     from derive import Regularizer, derive_map, generate_module
 
     folder = tempfile.mkdtemp(prefix="regattn-typed-")
     atexit.register(shutil.rmtree, folder, ignore_errors=True)  # (maps check their module's file when made)
-    for name, expr in TYPED.items():
+    for name, expr in maps.items():
         Path(folder, f"{name}.py").write_text(generate_module(derive_map(Regularizer.from_string(expr, name=name)), name))
     sys.path.insert(0, folder)
     try:
-        return {name: importlib.import_module(name) for name in TYPED}
+        return {name: importlib.import_module(name) for name in maps}
     finally:
         sys.path.remove(folder)

@@ -10,6 +10,7 @@ from ..newton import safeguarded_point
 from .derivatives import weights
 from .halley import ROOT_STEPS, lower_end, root_halley
 from .ops import Routines, TensorOps, row_length, uncat
+from .screen import CANDIDATES, screened
 
 __all__ = ["KKT_STEPS", "KKT_FREE_STEPS", "KKT_LOG_STEP", "KKT_CANDIDATES", "KKT_ELASTIC_CEIL", "LINEAR_START_STEPS",
            "KKT_BLOCK", "kkt_rule"]
@@ -20,8 +21,8 @@ KKT_STEPS = 40
 KKT_FREE_STEPS = 8
 #: The largest step of :func:`kkt_rule` in ``log p`` (``p`` grows at most by ``e`` a step there).
 KKT_LOG_STEP = 1.0
-#: A sparse map's :func:`kkt_rule` solves its rows' KKT_CANDIDATES + 1 largest scores first.
-KKT_CANDIDATES = 15
+#: A sparse map's :func:`kkt_rule` solves its rows' KKT_CANDIDATES + 1 largest scores first (:mod:`numeric.core.screen`).
+KKT_CANDIDATES = CANDIDATES
 #: The largest factor by which :func:`_kkt_newton`'s step in ``p**beta`` multiplies ``p**beta`` (a sparse map's;
 #: :func:`_elastic_step`).
 KKT_ELASTIC_CEIL = 2.0**20
@@ -39,36 +40,19 @@ def kkt_rule(ops: TensorOps, r: Routines, y, steps: int = KKT_STEPS, candidates:
 
     Every score takes part in every round of a dense map (``omega'(0+) = -inf``): its rows are solved in
     blocks of at most :data:`KKT_BLOCK` scores (:meth:`~numeric.core.ops.TensorOps.in_blocks`), whose temporaries stay in
-    the cache.  A sparse map (``omega'(0+)`` a finite number) whose rows hold more than twice
-    ``candidates + 1`` scores solves each row's ``candidates + 1`` largest scores first
-    (from :attr:`~numeric.core.ops.TensorOps.candidates_from` scores):
-    where the smallest of them is off that solution's support, every other score is
-    too, and the solution is the row's.  Where it is not, the candidates' threshold is
-    below the row's (fewer scores need larger weights), so the row's support lies among
-    the scores above it: those rows are solved again on that many largest scores and one
-    more (``TensorOps.int_max``), or, where a target cannot read the count (JAX under
-    ``jit``), on four times as many as before.
+    the cache.  A sparse map's long rows are solved on their ``candidates + 1`` largest scores first
+    (:func:`~numeric.core.screen.screened`).
     """
-    n = y.shape[-1]
-    clip = r.clip()
-    if not isinstance(clip, (int, float)) or not math.isfinite(clip) or n <= 2 * (candidates + 1) or n < ops.candidates_from:
-        def whole(y, *params):
+    def solve(r, y):
+        return _kkt_newton(ops, r, y, steps)
+
+    def whole(r, y):
+        def block(y, *params):
             return ops.cat(*_kkt_newton(ops, Routines(r.module, r.table, params), y, steps))
 
-        return uncat(ops.in_blocks(KKT_BLOCK, whole, (y, *r.params)), n)
-    values, index = ops.top(y, candidates + 1)
-    p, t = _kkt_newton(ops, r, values, steps)
-    # the smallest candidate off the support (masked scores are): the excluded scores are too
-    ok = -ops.row_max(-values) - t <= clip
-    both = ops.cat(ops.put(p, index, y), t)
+        return uncat(ops.in_blocks(KKT_BLOCK, block, (y, *r.params)), y.shape[-1])
 
-    def more(y, t, *params):
-        rr = Routines(r.module, r.table, params)
-        above = ops.int_max(ops.row_sum(ops.float_(y - t > clip)))
-        q, s = kkt_rule(ops, rr, y, steps, 4 * candidates + 3 if above is None else max(above, 2 * candidates + 1))
-        return ops.cat(q, s)
-
-    return uncat(ops.on_rows(ops.not_(ok), more, (y, t, *r.params), both), n)
+    return screened(ops, r, y, solve, whole, candidates)
 
 
 def _kkt_newton(ops: TensorOps, r: Routines, y, steps: int):

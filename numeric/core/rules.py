@@ -29,6 +29,7 @@ import numbers
 from .halley import LOG_STEPS, ROOT_STEPS, lower_end, power_link, reach_one, root_halley
 from .kkt import kkt_rule
 from .ops import Routines, TensorOps, log_of, row_length, uncat
+from .screen import screened
 
 __all__ = ["SUPPORT_STEPS", "solve", "recomputable", "at_threshold", "closed_rule", "small_power", "sort_link",
            "sort_rule", "support_rule", "root_rule"]
@@ -341,14 +342,28 @@ def root_rule(ops: TensorOps, r: Routines, y, steps: int = ROOT_STEPS):
     A link of the power form with ``k >= 1`` on every row takes :func:`_power_newton`
     instead (plain Newton from a lower bound: no bracket, fewer operations a step), and
     a link with no closed form :func:`~numeric.core.kkt.kkt_rule` (no inversion of the link inside the
-    threshold's iteration).
+    threshold's iteration).  A sparse map solved by Halley (a printed link, or the power form with ``k < 1``)
+    solves its long rows on their largest scores first (:func:`~numeric.core.screen.screened`).
     """
+    power = r.module.LINK_FORM == "power" and r.has("link_scale")
+    if not power and not r.has("link"):
+        return kkt_rule(ops, r, y)
+    k = r.link_exponent() if power else None
+    if power and not (isinstance(k, (int, float)) and k < 1):
+        return _root_whole(ops, r, y, steps)
+
+    def whole(r, y):
+        return _root_whole(ops, r, y, steps)
+
+    return screened(ops, r, y, whole, whole)
+
+
+def _root_whole(ops, r: Routines, y, steps: int):
+    """:func:`root_rule` on whole rows of a map with a link (printed, or of the power form)."""
     clip = r.clip()
     n = y.shape[-1]
     count = ops.full(y[..., :1], row_length(y))  # (masked scores make -reach(1/n) a looser upper end, still one)
     power = r.module.LINK_FORM == "power" and r.has("link_scale")
-    if not power and not r.has("link"):
-        return kkt_rule(ops, r, y)
     if not power:
         return root_halley(ops, r, y, steps, None, lower_end(ops, r, y), -r.omega_prime(1 / count))
     # the variable t = tau - m - clip = -c / a, c = p_max**(1/k): base = max(a y - a t, 0), p = base**k

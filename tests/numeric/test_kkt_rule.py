@@ -23,7 +23,7 @@ from numeric.core import halley, kkt, rules
 from numeric.core.ops import Routines
 from numeric.numpy.ops import ops_for
 
-from .conftest import USER, reference
+from .conftest import USER, record_shapes, reference
 
 #: typed maps (no closed-form link): conftest's dense shannon_gini and sparse gini_log1p, and these (entmax_cube:
 #: entmax15's Tsallis term plus p**3, whose link has the power form's infinite slope at 0 and no closed form)
@@ -171,14 +171,7 @@ def test_candidates_give_the_whole_row_solution(name, monkeypatch):
     ops = ops_for(np.float64)
     rng = np.random.default_rng(3)
     n = 1100
-    whole = kkt._kkt_newton
-    sizes = []
-
-    def newton(ops, r, y, steps):
-        sizes.append(y.shape)
-        return whole(ops, r, y, steps)
-
-    monkeypatch.setattr(kkt, "_kkt_newton", newton)
+    whole, sizes = record_shapes(monkeypatch, kkt, "_kkt_newton")
     first = kkt.KKT_CANDIDATES + 1
     for flat in (False, True):
         # (spreads relative to omega'(1) - omega'(0+), which sets how many scores share the support)

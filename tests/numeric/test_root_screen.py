@@ -1,0 +1,95 @@
+"""The root rule screens a sparse map's long rows (numeric.core.screen): a printed link solved by Halley (cosh(p) - 1,
+whose link is asinh, and p**2/2 + p**3/3, a quadratic's root) and the power form with k < 1 (p**3, k = 1/2) give
+the whole rows' p and tau, and the mpmath reference's p."""
+
+from __future__ import annotations
+
+import importlib
+from functools import lru_cache
+
+import numpy as np
+import pytest
+
+from derive import Regularizer, derive_map, generate_module
+from numeric import contract
+from numeric.core import rules
+from numeric.core.ops import Routines
+from numeric.core.screen import CANDIDATES
+from numeric.numpy.ops import ops_for
+
+from .conftest import record_shapes
+
+#: sparse maps with a link the root rule runs Halley on
+SPARSE = {"cosh_one": "cosh(p) - 1", "gini_cubic": "p**2/2 + p**3/3", "cube_power": "p**3"}
+
+
+@lru_cache(maxsize=None)
+def derivation(name):
+    return derive_map(Regularizer.from_string(SPARSE[name], name=name))
+
+
+@pytest.fixture(scope="module", autouse=True)
+def sparse_maps(user_modules):
+    for name in SPARSE:
+        (user_modules / f"{name}.py").write_text(generate_module(derivation(name), name))
+    importlib.invalidate_caches()
+
+
+def routines(module):
+    table = {name: getattr(module, name, None) for name in contract.routine_names(module.PARAMETERS)}
+    return Routines(module, table, ())
+
+
+@pytest.mark.parametrize("name", list(SPARSE))
+def test_screened_rows_equal_the_whole_rows(name, monkeypatch):
+    """The first round on CANDIDATES + 1 scores of every row, the rows whose support is larger again on more of
+    their scores, the same p and tau as Halley on the whole rows (supports of 1 to n scores)."""
+    module = importlib.import_module(name)
+    assert module.THRESHOLD == "root" and module.SPARSE
+    r = routines(module)
+    ops = ops_for(np.float64)
+    whole, sizes = record_shapes(monkeypatch, rules, "_root_whole")
+    n = 1100
+    rng = np.random.default_rng(5)
+    span = module.omega_prime(1.0) - module.clip()
+    x = rng.standard_normal((44, n)) * span * np.geomspace(1e-3, 14, 44)[:, None]
+    x[4, 100:] = -np.inf  # fewer live scores than candidates in one round
+    for row, size in zip(range(40, 44), (1, 5, 40, 100)):  # supports of these sizes: tied scores, the rest far below
+        x[row] = np.where(np.arange(n) < size, 0.0, -2 * span)
+    y = x - x.max(axis=-1, keepdims=True)
+    with np.errstate(all="ignore"):
+        p, t = rules.root_rule(ops, r, y)
+        sizes_screened = list(sizes)
+        want_p, want_t = whole(ops, r, y, rules.ROOT_STEPS)
+    support = (want_p > 0).sum(-1)
+    assert support.min() == 1 and support.max() > CANDIDATES + 1, support
+    assert sizes_screened[0] == (44, CANDIDATES + 1) and len(sizes_screened) >= 2, sizes_screened
+    np.testing.assert_allclose(p, want_p, rtol=0, atol=1e-14)
+    np.testing.assert_allclose(t, want_t, rtol=0, atol=1e-13)
+
+
+@pytest.mark.parametrize("name", list(SPARSE))
+def test_screened_rows_equal_the_reference(name):
+    """numeric's map on rows of 200 scores (screened) against the 30-digit reference."""
+    import numeric as nm
+
+    module = importlib.import_module(name)
+    x = np.random.default_rng(7).standard_normal((6, 200)) * np.array([0.1, 0.5, 1, 3, 10, 30])[:, None]
+    p = nm.get_map(module)(x)
+    want = np.array([derivation(name).evaluate(list(map(float, row)), digits=30) for row in x], dtype=float)
+    np.testing.assert_allclose(p, want, rtol=0, atol=1e-12)
+
+
+@pytest.mark.parametrize("alpha", [3.0, 40.0, 1e6])
+def test_a_flat_edge_does_not_pass_the_screen(alpha):
+    """alpha-entmax with k = 1/(alpha - 1) < 1 is screened; on a constant row every candidate is in the support,
+    though at alpha = 40 the score of a weight of 1/16 rounds to the clip from the candidates' threshold: the
+    row is uniform over all its live scores, not over the candidates."""
+    import numeric as nm
+
+    for n in (100, 5000):
+        x = np.zeros(n)
+        x[-2:] = -np.inf
+        p = nm.entmax(x, alpha)
+        np.testing.assert_allclose(p[:-2], 1 / (n - 2), rtol=1e-12)
+        assert (p[-2:] == 0).all()
