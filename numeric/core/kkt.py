@@ -12,7 +12,7 @@ from .halley import ROOT_STEPS, lower_end, root_halley
 from .ops import Routines, TensorOps, row_length, uncat
 from .screen import CANDIDATES, screened
 
-__all__ = ["KKT_STEPS", "KKT_FREE_STEPS", "KKT_LOG_STEP", "KKT_CANDIDATES", "KKT_ELASTIC_CEIL", "LINEAR_START_STEPS",
+__all__ = ["KKT_STEPS", "KKT_FREE_STEPS", "KKT_LOG_STEP", "KKT_ELASTIC_CEIL", "LINEAR_START_STEPS",
            "KKT_BLOCK", "kkt_rule"]
 
 #: Iteration budget of :func:`kkt_rule` before its remaining rows take the safeguarded Halley solve.
@@ -21,8 +21,6 @@ KKT_STEPS = 40
 KKT_FREE_STEPS = 8
 #: The largest step of :func:`kkt_rule` in ``log p`` (``p`` grows at most by ``e`` a step there).
 KKT_LOG_STEP = 1.0
-#: A sparse map's :func:`kkt_rule` solves its rows' KKT_CANDIDATES + 1 largest scores first (:mod:`numeric.core.screen`).
-KKT_CANDIDATES = CANDIDATES
 #: The largest factor by which :func:`_kkt_newton`'s step in ``p**beta`` multiplies ``p**beta`` (a sparse map's;
 #: :func:`_elastic_step`).
 KKT_ELASTIC_CEIL = 2.0**20
@@ -35,7 +33,7 @@ LINEAR_START_STEPS = 6
 KKT_BLOCK = 1 << 18
 
 
-def kkt_rule(ops: TensorOps, r: Routines, y, steps: int = KKT_STEPS, candidates: int = KKT_CANDIDATES):
+def kkt_rule(ops: TensorOps, r: Routines, y, steps: int = KKT_STEPS, candidates: int = CANDIDATES):
     """``(p, tau - m)`` for shifted rows ``y`` of a map whose link has no closed form: Newton on the KKT system.
 
     Every score takes part in every round of a dense map (``omega'(0+) = -inf``): its rows are solved in

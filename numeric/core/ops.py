@@ -144,7 +144,7 @@ class TensorOps(Ops):
         """
         return self.branch(pred, fn, otherwise)
 
-    #: The shortest rows on which :func:`~numeric.core.kkt.kkt_rule` solves a sparse map's candidates first: where ``top(x, k)``
+    #: The shortest rows on which a sparse map's rule solves its candidates first (:func:`~numeric.core.screen.screened`): where ``top(x, k)``
     #: costs more than a few passes over ``x`` (XLA's ``top_k`` on the CPU: 0.8 ms on 512 x 64 float32
     #: scores, 2.2 ms on 512 x 1024, as long as a whole entmax15), only on rows long enough that the
     #: rounds on whole rows cost more.

@@ -21,6 +21,7 @@ from derive import Regularizer, derive_map, generate_module
 from numeric import contract
 from numeric.core import halley, kkt, rules
 from numeric.core.ops import Routines
+from numeric.core.screen import CANDIDATES
 from numeric.numpy.ops import ops_for
 
 from .conftest import USER, record_shapes, reference
@@ -172,7 +173,7 @@ def test_candidates_give_the_whole_row_solution(name, monkeypatch):
     rng = np.random.default_rng(3)
     n = 1100
     whole, sizes = record_shapes(monkeypatch, kkt, "_kkt_newton")
-    first = kkt.KKT_CANDIDATES + 1
+    first = CANDIDATES + 1
     for flat in (False, True):
         # (spreads relative to omega'(1) - omega'(0+), which sets how many scores share the support)
         span = module.omega_prime(1.0) - module.clip()
@@ -189,7 +190,7 @@ def test_candidates_give_the_whole_row_solution(name, monkeypatch):
             want_p, want_t = whole(ops, r, y, kkt.KKT_STEPS)
         support = (want_p > 0).sum(-1)
         assert support.min() == 1 and support.max() == (n if flat else 100), support
-        # the first round on KKT_CANDIDATES + 1 scores of every row, then the rows that need more on their scores
+        # the first round on CANDIDATES + 1 scores of every row, then the rows that need more on their scores
         # above the candidates' threshold (below the row's) and one more, a few more than the support where it
         # is moderate (the whole row where one is flat): two rounds at most
         assert sizes[0] == (48, first) and len(sizes) == 2 and sizes[1][0] < 48, sizes
