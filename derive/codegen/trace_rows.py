@@ -656,6 +656,8 @@ class _Module:
         self.THRESHOLD = solver.threshold
         self.LINK_FORM = solver.link_form
         self.TERM_IS_EXP = False
+        # (a printed link's kernels serve sparse and dense maps alike, their clip a value: unknown, None)
+        self.SPARSE = False if solver.dense else None
 
 
 def _routines(tracer: RowTracer, solver: Solver) -> Routines:

@@ -70,10 +70,11 @@ def power_link(ops, k, raw):
     return ops.exp(ops.clamp_min(k * ops.log(base), 0.9 * ops.log_tiny)) * mask, base, mask
 
 
-def root_halley(ops, r, y, steps, power, lo, hi):
-    """:func:`~numeric.core.rules.root_rule`'s safeguarded Halley from the bracket ``[lo, hi]`` (and the KKT solve's
-    fallback, :func:`~numeric.core.kkt.kkt_rule`); ``power``: ``(a, k, b)`` of the link's power form, or ``None``."""
-    t, lo, hi, active, settled, weights = halley_threshold(ops, r, y, lo, hi, steps=steps, power=power)
+def root_halley(ops, r, y, steps, power, lo, hi, start=None):
+    """:func:`~numeric.core.rules.root_rule`'s safeguarded Halley in the bracket ``[lo, hi]`` from ``start`` (as
+    :func:`halley_threshold`'s; and the KKT solve's fallback, :func:`~numeric.core.kkt.kkt_rule`); ``power``:
+    ``(a, k, b)`` of the link's power form, or ``None``."""
+    t, lo, hi, active, settled, weights = halley_threshold(ops, r, y, lo, hi, steps=steps, power=power, start=start)
     p = weights(t)
     total = ops.row_sum(p)
     p = p / total

@@ -166,9 +166,9 @@ def halley_forms(monkeypatch):
     forms = []
     root_halley = halley.root_halley
 
-    def spy(ops, r, y, steps, power, lo, hi):
+    def spy(ops, r, y, steps, power, lo, hi, start=None):
         forms.append(power)
-        return root_halley(ops, r, y, steps, power, lo, hi)
+        return root_halley(ops, r, y, steps, power, lo, hi, start)
 
     for caller in (rules, kkt):  # (the root rule's and the KKT solve's fallback)
         monkeypatch.setattr(caller, "root_halley", spy)

@@ -93,3 +93,67 @@ def test_a_flat_edge_does_not_pass_the_screen(alpha):
         p = nm.entmax(x, alpha)
         np.testing.assert_allclose(p[:-2], 1 / (n - 2), rtol=1e-12)
         assert (p[-2:] == 0).all()
+
+
+class _CountingRounds:
+    """NumPy's row operations recording the rounds of each ``repeat`` loop that some row is still going in."""
+
+    def __new__(cls, dtype):
+        from numeric.numpy.ops import NumpyRowOps
+
+        class Counting(NumpyRowOps):
+            rounds: list
+
+            def repeat(self, n, body, state, going):
+                count = [0]
+
+                def counted(state):
+                    count[0] += 1
+                    return body(state)
+
+                out = super().repeat(n, counted, state, going)
+                self.rounds.append(count[0])
+                return out
+
+        ops = Counting(dtype)
+        ops.rounds = []
+        return ops
+
+
+#: a dense map with a printed link (-1/z) the root rule runs Halley on, beside the sparse ones
+DENSE = {"burg": "-log(p)"}
+
+
+@pytest.mark.parametrize("name", [*SPARSE, *DENSE])
+def test_halley_starts_from_the_kkt_start(name, user_modules):
+    """The root rule's Halley starts from the KKT rule's start (numeric.core.kkt.threshold_start: the linear link's
+    threshold for a sparse map, the exponential's for a dense one): fewer rounds than from the end of the bracket
+    Halley starts from without one, and the same p and tau to rounding."""
+    from numeric.core import halley
+
+    if name in DENSE:
+        (user_modules / f"{name}.py").write_text(
+            generate_module(derive_map(Regularizer.from_string(DENSE[name], name=name)), name))
+        importlib.invalidate_caches()
+    module = importlib.import_module(name)
+    assert module.THRESHOLD == "root" and module.SPARSE == (name in SPARSE)
+    r = routines(module)
+    x = np.random.default_rng(11).standard_normal((256, 64))
+    y = x - x.max(axis=-1, keepdims=True)
+    ops = _CountingRounds(np.float64)
+    with np.errstate(all="ignore"):
+        p, t = rules._root_whole(ops, r, y, rules.ROOT_STEPS)
+        started = max(ops.rounds)
+        ops.rounds.clear()
+        count = np.full((256, 1), 64.0)
+        if module.LINK_FORM == "power" and r.has("link_scale"):  # Halley in t = tau - m + clip, from lo = -reach(1)
+            a, k, b, reach = rules._power_parts(ops, r, y)
+            want_p, want_t = halley.root_halley(ops, r, y, rules.ROOT_STEPS, (a, k, b), -reach(np.ones_like(count)),
+                                                -reach(1 / count))
+        else:
+            lo, hi = rules.lower_end(ops, r, y), -r.omega_prime(1 / count)
+            want_p, want_t = halley.root_halley(ops, r, y, rules.ROOT_STEPS, None, lo, hi)
+        from_end = max(ops.rounds)
+    assert started < from_end, (started, from_end)
+    np.testing.assert_allclose(p, want_p, rtol=0, atol=1e-14)
+    np.testing.assert_allclose(t, want_t, rtol=0, atol=1e-12)
