@@ -61,7 +61,7 @@ from ..regularizers import Parameter
 from numeric import contract
 
 __all__ = ["Step", "Failure", "Lost", "Verification", "verify_map", "verify_continuous_map", "parameter_value", "verdict",
-           "part_of"]
+           "part_of", "cost_step"]
 
 
 class Lost(NamedTuple):
@@ -363,6 +363,25 @@ def _nvrtc_step(source: str) -> Step:
     return Step("nvrtc", text, () if all(r.ok for r in results) else failed, logs)
 
 
+def cost_step(mapping, timing: bool = True) -> Step:
+    """The step ``cost``: the rule that solves ``mapping``'s threshold (:func:`numeric.cost.rule`, read off its
+    module), sparse or dense and, with ``timing``, its NumPy forward time over entmax15's
+    (:func:`numeric.cost.relative_time`).  It judges nothing: a map that does not run on the timing's input says
+    so on the line, and the verdict stays the other steps'."""
+    from numeric import cost
+
+    sparse = cost.is_sparse(mapping)
+    text = f"{cost.rule(mapping).line()}, {'sparse' if sparse else 'dense' if sparse is False else 'sparse or dense'}"
+    values = ", ".join(f"{k} = {v:g}" for k, v in mapping.params.items() if isinstance(v, float))
+    text = f"at {values}: {text}" if values else text  # (the rule, and the time, may change with them)
+    if timing:
+        try:
+            text += f"; {cost.relative_time(mapping).text()}"
+        except Exception as exc:  # (whatever stops the map here, the checks above judge it)
+            text += f"; time not measured: {type(exc).__name__}: {' '.join(str(exc).split())}"
+    return Step("cost", text)
+
+
 def _emit(verification: Verification, step: Step, on_step: Callable[[Step], None] | None) -> None:
     verification.steps.append(step)
     if on_step is not None:
@@ -370,14 +389,17 @@ def _emit(verification: Verification, step: Step, on_step: Callable[[Step], None
 
 
 def verify_map(dv: Derivation, name: str = "custom", *, samples: int = 20, points: int = 40, seed: int = 0,
-               on_step: Callable[[Step], None] | None = None, took: float | None = None) -> Verification:
+               on_step: Callable[[Step], None] | None = None, took: float | None = None,
+               timing: bool = True) -> Verification:
     """Every check of a discrete map's derivation and generated code.
 
     The reference on ``samples`` random score vectors against the KKT
     conditions; the module generated as ``name`` (in a temporary folder): its
     NumPy functions (double) and device functions compiled by g++ (double,
     float) against SymPy at ``points`` points each; the map
-    :func:`numeric.get_map` builds from it against the reference; NVRTC.
+    :func:`numeric.get_map` builds from it against the reference; what the map
+    costs (:func:`cost_step`: its rule, sparse or dense and, with ``timing``,
+    its time beside entmax15's; no check); NVRTC.
     ``on_step`` is called with each :class:`Step` as it completes (the CLI
     prints it); ``took`` is the derivation's time, for the first line.
     """
@@ -440,6 +462,7 @@ def verify_map(dv: Derivation, name: str = "custom", *, samples: int = 20, point
         _emit(out, Step("numeric map", f"p*(s) by numeric.get_map on {samples} random score vectors: max |p - p_ref| = "
                                        f"{worst_p:.2g} ({'ok' if good else 'FAILED'}, bound 1e-12)",
                         () if good else (("p*(s) by numeric.get_map (float64, numpy) exceeds its bound", "all"),)), on_step)
+        _emit(out, cost_step(mapping, timing), on_step)
         _emit(out, _nvrtc_step(module.CUDA_SOURCE), on_step)
     probs = dv.evaluate([-2, 0, sp.Rational(1, 2)], digits=30, **params)
     _emit(out, Step("example", "p*([-2, 0, 0.5]) = [" + ", ".join(mpmath.nstr(v, 6) for v in probs) + "]"), on_step)
@@ -502,4 +525,8 @@ def verify_continuous_map(cm, name: str, *, samples: int = 20, points: int = 40,
         ):
             _emit(out, step, on_step)
         _emit(out, _nvrtc_step(module.CUDA_SOURCE), on_step)
+    from .. import cost
+
+    _emit(out, Step("cost", f"{cost.continuous_rule(cm)}, {'sparse' if cm.family == 'compact' else 'dense'}; "
+                            "time not measured: a continuous map has no rows of scores to time beside entmax15"), on_step)
     return out

@@ -186,6 +186,8 @@ def test_verify_continuous(capsys):
     assert main(["verify", "gini", "--continuous", "--samples", "3", "--points", "5"]) == 0
     out = capsys.readouterr().out
     assert "compact density" in out and "verdict      all checks passed" in out
+    # no rows of scores to time: the cost line names the rule and says why there is no time
+    assert "\ncost         closed (" in out and ", sparse; time not measured: a continuous map has no rows" in out
     for line in ("density ", "numpy        double", "device (g++) double", "device (g++) float"):
         assert line in out and "FAILED" not in out
     assert main(["verify", "--expr", "p**3", "--continuous", "--samples", "1"]) == 2

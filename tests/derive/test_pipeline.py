@@ -20,7 +20,7 @@ def test_verify_map_runs_every_check_and_passes():
     # each framework: its routines in double and in float, or one line saying it is not installed
     sections = [label for t in contract.FRAMEWORKS for label in ([t, t] if _installed(t) else [t])]
     assert labels == ["regularizer", "derived", "reference", "generated", "numpy", "device (g++)", "device (g++)",
-                      *sections, "numeric map", "nvrtc", "example"]
+                      *sections, "numeric map", "cost", "nvrtc", "example"]
     for step in result.steps:
         if step.label in contract.FRAMEWORKS and not _installed(step.label):
             assert "not installed" in step.text
