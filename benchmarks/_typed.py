@@ -8,8 +8,6 @@ import sys
 import tempfile
 from pathlib import Path
 
-#: user regularizers whose link has no closed form (typed maps): one dense, one sparse
-TYPED = {"plogp_cube": "p*log(p) + p**3", "gini_log1p": "p**2/2 + p*log(1 + p)"}
 #: typed maps of every kind (issue 46), with the kind each stands for
 KINDS = {
     "plogp_cube": ("p*log(p) + p**3", "no closed-form link, dense"),
@@ -21,6 +19,8 @@ KINDS = {
     "burg": ("-log(p)", "rational link -1/z, dense"),
     "gini_quartic": ("p**2/2 + p**4/4", "polynomial link (a cubic's root), sparse"),
 }
+#: two of them, whose link has no closed form (one dense, one sparse): the typed maps of the scripts that time a few
+TYPED = {name: KINDS[name][0] for name in ("plogp_cube", "gini_log1p")}
 
 
 def typed_modules(maps: dict | None = None) -> dict:
@@ -38,3 +38,18 @@ def typed_modules(maps: dict | None = None) -> dict:
         return {name: importlib.import_module(name) for name in maps}
     finally:
         sys.path.remove(folder)
+
+
+def kind_modules(names=None) -> dict:
+    """The :data:`KINDS` maps (or those of ``names``, in that order), generated and imported as
+    :func:`typed_modules` does: ``{name: module}``."""
+    names = list(KINDS) if names is None else list(names)
+    unknown = [name for name in names if name not in KINDS]
+    if unknown:
+        raise ValueError(f"not typed maps of _typed.KINDS: {', '.join(unknown)} (known: {', '.join(KINDS)})")
+    return typed_modules({name: KINDS[name][0] for name in names})
+
+
+def rule(module) -> str:
+    """A generated module's threshold rule and link form, ``THRESHOLD/LINK_FORM`` (``root/general``)."""
+    return f"{module.THRESHOLD}/{module.LINK_FORM}"

@@ -4,6 +4,14 @@ Run (after `make setup`, which installs torch (its CPU wheel: see the README), a
 
     python benchmarks/run.py [--quick] [--out benchmarks/results]
 
+The maps include the typed maps of every kind (:data:`_typed.KINDS`: user
+regularizers whose link numeric solves for), NumPy forward on the same scores,
+in a table of their own: each map's kind and rule (the generated module's
+``THRESHOLD/LINK_FORM``) beside it, its time over numeric's entmax15's and its
+speed-up over the entmax package's ``entmax_bisect`` (alpha = 1.3); no peer has
+them.  Their goals (issue 46) are checked by ``bench_frameworks.py``, on one
+thread and (512, n) scores.
+
 Every figure is a ratio of medians measured in this run, float32, with torch
 limited to the same 2 threads (regattn's maps split inputs of 2**17 scores and
 more into two halves of rows on two threads).  A missing peer is reported, not
@@ -29,7 +37,7 @@ import numpy as np
 
 import numeric as nm
 from _timing import median_seconds
-from _typed import typed_modules
+from _typed import KINDS, kind_modules, rule
 
 THREADS = 2
 
@@ -60,7 +68,7 @@ def peers():
 
 def maps_rows(found, sizes, repeat):
     rows = []
-    typed = typed_modules()
+    typed = kind_modules()
     for n in sizes:
         x = np.random.default_rng(n).standard_normal((max(1, 2**20 // n), n)).astype(np.float32)
         ours = {
@@ -83,14 +91,16 @@ def maps_rows(found, sizes, repeat):
                              peer_ms=median_seconds(lambda: found["scipy"].softmax(x, axis=-1), repeat) * 1e3))
         for key, (peer, t) in theirs.items():
             rows.append(dict(what=key, n=n, peer=peer, ours_ms=ours[key] * 1e3, peer_ms=t * 1e3))
-        # typed maps (no closed-form link): no peer has them; beside our entmax15 and the entmax package's bisection
+        # typed maps of every kind (_typed.KINDS): no peer has them; beside our entmax15 and the entmax package's bisection
         for name, module in typed.items():
             m = nm.get_map(module)
             t = median_seconds(lambda: m(x), repeat)
-            rows.append(dict(what=f"typed {name}", n=n, peer="numeric entmax15", ours_ms=t * 1e3, peer_ms=ours["entmax15"] * 1e3))
+            about = dict(map=name, expr=KINDS[name][0], kind=KINDS[name][1], rule=rule(module))
+            rows.append(dict(what=f"typed {name}", n=n, peer="numeric entmax15", ours_ms=t * 1e3, peer_ms=ours["entmax15"] * 1e3,
+                             **about))
             if "entmax(1.3)" in theirs:
                 rows.append(dict(what=f"typed {name}", n=n, peer="entmax.entmax_bisect", ours_ms=t * 1e3,
-                                 peer_ms=theirs["entmax(1.3)"][1] * 1e3))
+                                 peer_ms=theirs["entmax(1.3)"][1] * 1e3, **about))
     return rows
 
 
@@ -176,6 +186,25 @@ def targets(rows, times, gen):
     return checked
 
 
+def typed_table(rows):
+    """The typed maps' rows (those with a ``map``) as one Markdown table, a line per map and n with its kind and rule
+    beside it: its time, that time over numeric's entmax15's, and its speed-up over the entmax package's
+    ``entmax_bisect`` (alpha = 1.3)."""
+    lines = []
+    for name, n in dict.fromkeys((r["map"], r["n"]) for r in rows if "map" in r):
+        by_peer = {r["peer"]: r for r in rows if r.get("map") == name and r["n"] == n}
+        r = next(iter(by_peer.values()))
+        base, bisect = by_peer.get("numeric entmax15"), by_peer.get("entmax.entmax_bisect")
+        over = "" if base is None else f"{base['ours_ms'] / base['peer_ms']:.2f}x"
+        speedup = "" if bisect is None else f"{bisect['peer_ms'] / bisect['ours_ms']:.2f}x"
+        lines.append(f"| {name} | {r['kind']} | {r['rule']} | {n} | {r['ours_ms']:.2f} | {over} | {speedup} |")
+    if not lines:
+        return []
+    return ["Typed maps of every kind (`_typed.KINDS`), NumPy forward on the same scores:", "",
+            "| typed map | kind | rule | n | ms | time / numeric entmax15's | speed-up over entmax.entmax_bisect |",
+            "|---|---|---|---:|---:|---:|---:|", *lines]
+
+
 def write(out_dir: Path, rows, checked, missing, load=None):
     out_dir.mkdir(parents=True, exist_ok=True)
     meta = dict(machine=f"{platform.machine()}, {os.cpu_count()} cores", python=platform.python_version(),
@@ -183,8 +212,13 @@ def write(out_dir: Path, rows, checked, missing, load=None):
     (out_dir / "results.json").write_text(json.dumps(dict(meta=meta, rows=rows, targets=checked), indent=2) + "\n")
     lines = ["| what | n | peer | regattn ms | peer ms | speed-up |", "|---|---:|---|---:|---:|---:|"]
     for r in rows:
+        if "map" in r:
+            continue
         lines.append(f"| {r['what']} | {r['n']} | {r['peer']} | {r['ours_ms']:.2f} | {r['peer_ms']:.2f} | "
                      f"{r['peer_ms'] / r['ours_ms']:.2f}x{' (' + r['note'] + ')' if r.get('note') else ''} |")
+    typed = typed_table(rows)
+    if typed:
+        lines += ["", *typed]
     lines += ["", "| target | measured | met |", "|---|---:|---|"]
     for c in checked:
         value = "n/a" if c["value"] is None else f"{c['value']:.2f}"
@@ -200,12 +234,13 @@ def write(out_dir: Path, rows, checked, missing, load=None):
         matplotlib.use("Agg")
         import matplotlib.pyplot as plt
 
-        fig, ax = plt.subplots(figsize=(8, 4))
-        labels = [f"{r['what']}\nn={r['n']}\nvs {r['peer']}" for r in rows]
-        ax.bar(range(len(rows)), [r["peer_ms"] / r["ours_ms"] for r in rows])
+        shown = [r for r in rows if r["peer"] != "numeric entmax15"]  # (the peers; a typed map beside entmax_bisect)
+        fig, ax = plt.subplots(figsize=(max(8, 0.18 * len(shown)), 4))
+        labels = [f"{r['what']}\nn={r['n']}\nvs {r['peer']}" for r in shown]
+        ax.bar(range(len(shown)), [r["peer_ms"] / r["ours_ms"] for r in shown])
         ax.axhline(1, color="k", lw=0.8)
         ax.set_yscale("log")
-        ax.set_xticks(range(len(rows)), labels, rotation=90, fontsize=6)
+        ax.set_xticks(range(len(shown)), labels, rotation=90, fontsize=6)
         ax.set_ylabel("speed-up of regattn (peer time / regattn time)")
         fig.tight_layout()
         fig.savefig(out_dir / "speedups.png", dpi=120)
