@@ -161,17 +161,21 @@ def halley_threshold(ops, r, y, lo, hi, *, steps: int = ROOT_STEPS, power=None, 
             return total, d1, d2
     else:
         scale = 1 if peak is None else 1 + abs(peak)
+        dense = isinstance(clip, (int, float)) and clip == -math.inf
 
         def probabilities(t):
             return clipped_link(ops, r, y, t, clip, peak)
 
         def sums(t):
             p, pos = probabilities(t)
-            safe = ops.where(pos, p, 1)
-            total = ops.row_sum(p)
-            d1 = -ops.row_sum(ops.where(pos, r.weight(safe), 0))
-            d2 = ops.row_sum(ops.where(pos, r.weight_d2(safe), 0))
-            return total, d1, d2
+
+            def masked():
+                safe = ops.where(pos, p, 1)
+                return ops.where(pos, r.weight(safe), 0), ops.where(pos, r.weight_d2(safe), 0)
+
+            # (every score on the support, a dense map's rows without masked scores: no selects)
+            w, w2 = ops.rare(ops.not_(pos), masked, lambda: (r.weight(p), r.weight_d2(p))) if dense else masked()
+            return ops.row_sum(p), -ops.row_sum(w), ops.row_sum(w2)
 
     def weights(t):
         return probabilities(t)[0]
@@ -235,13 +239,25 @@ def clipped_link(ops, r: Routines, y, t, clip, peak=None, ceiling=None):
     z = y - t
     pos = z > clip
     inside = pos if ceiling is None else pos & (z < ceiling)
-    safe = ops.where(inside, z, -t if peak is None else peak - t)
-    if r.has("link"):
-        g = r.link(safe)
-    else:
-        g = ops.invert_link(safe, r.omega_prime, r.omega_second)
-    if ceiling is not None:  # (g at the ceiling: inf, or 1 where omega's domain ends at 1 and z is +inf)
-        top = ops.where(ops.isfinite(r.omega_prime(ops.full(ceiling, 1.0))), float("inf"), 1.0)
-        g = ops.where(pos & ops.not_(inside), top, g)
-    pos = pos & (g > 0)
-    return ops.where(pos, g, 0), pos
+
+    def link(z):
+        return r.link(z) if r.has("link") else ops.invert_link(z, r.omega_prime, r.omega_second)
+
+    def masked():
+        g = link(ops.where(inside, z, -t if peak is None else peak - t))
+        if ceiling is not None:  # (g at the ceiling: inf, or 1 where omega's domain ends at 1 and z is +inf)
+            top = ops.where(ops.isfinite(r.omega_prime(ops.full(ceiling, 1.0))), float("inf"), 1.0)
+            g = ops.where(pos & ops.not_(inside), top, g)
+        support = pos & (g > 0)
+        return ops.where(support, g, 0), support
+
+    if not (isinstance(clip, (int, float)) and clip == -math.inf):
+        return masked()
+
+    def whole():  # (every score inside: the link at z itself, 0 only where it underflowed)
+        g = link(z)
+        support = g > 0
+        return ops.rare(ops.not_(support), lambda: (ops.where(support, g, 0), support), lambda: (g, support))
+
+    # a dense map's rows without masked scores skip the selects (four passes each on NumPy)
+    return ops.rare(ops.not_(inside), masked, whole)

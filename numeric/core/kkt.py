@@ -341,7 +341,7 @@ def _exponential_start(ops, r: Routines, y, live, count, lo, hi):
     anchor, at = -hi, -ops.log(count)
     c = count * r.weight(1 / count)
     c = ops.where(ops.isfinite(c) & (c > 0), c, 0)
-    e = ops.exp(ops.where(live, c * y, float("-inf")))
+    e = ops.exp(ops.rare(ops.not_(live), lambda: ops.where(live, c * y, float("-inf")), lambda: c * y))
     t = ops.where(c > 0, (ops.log(ops.row_sum(e)) + at) / ops.where(c > 0, c, 1) - anchor, lo)
     return c, anchor, at, e, t
 

@@ -124,11 +124,12 @@ class _CountingRounds:
 DENSE = {"burg": "-log(p)"}
 
 
-@pytest.mark.parametrize("name", [*SPARSE, *DENSE])
+@pytest.mark.parametrize("name", ["cosh_one", "gini_cubic", *DENSE])
 def test_halley_starts_from_the_kkt_start(name, user_modules):
     """The root rule's Halley starts from the KKT rule's start (numeric.core.kkt.threshold_start: the linear link's
     threshold for a sparse map, the exponential's for a dense one): fewer rounds than from the end of the bracket
-    Halley starts from without one, and the same p and tau to rounding."""
+    Halley starts from without one, and the same p and tau to rounding.  (The power form, p**3, starts from its
+    lower end: there the linear link's rounds cost more than they save.)"""
     from numeric.core import halley
 
     if name in DENSE:
@@ -146,14 +147,50 @@ def test_halley_starts_from_the_kkt_start(name, user_modules):
         started = max(ops.rounds)
         ops.rounds.clear()
         count = np.full((256, 1), 64.0)
-        if module.LINK_FORM == "power" and r.has("link_scale"):  # Halley in t = tau - m + clip, from lo = -reach(1)
-            a, k, b, reach = rules._power_parts(ops, r, y)
-            want_p, want_t = halley.root_halley(ops, r, y, rules.ROOT_STEPS, (a, k, b), -reach(np.ones_like(count)),
-                                                -reach(1 / count))
-        else:
-            lo, hi = rules.lower_end(ops, r, y), -r.omega_prime(1 / count)
-            want_p, want_t = halley.root_halley(ops, r, y, rules.ROOT_STEPS, None, lo, hi)
+        lo, hi = rules.lower_end(ops, r, y), -r.omega_prime(1 / count)
+        want_p, want_t = halley.root_halley(ops, r, y, rules.ROOT_STEPS, None, lo, hi)
         from_end = max(ops.rounds)
     assert started < from_end, (started, from_end)
     np.testing.assert_allclose(p, want_p, rtol=0, atol=1e-14)
     np.testing.assert_allclose(t, want_t, rtol=0, atol=1e-12)
+
+
+@pytest.mark.parametrize("masked", [False, True])
+def test_dense_rows_without_masks_skip_the_selects(masked, user_modules, monkeypatch):
+    """A dense map's Halley (a printed link, -log(p): g(z) = -1/z) on rows without masked scores evaluates its link
+    and weights on the scores as they are, with no select over the rows (halley.clipped_link and the sums), and
+    gives bit for bit what the selects give (ops.rare taking the masked path always, as JAX does); rows with
+    masked scores take the selects."""
+    from numeric.numpy.ops import NumpyRowOps
+
+    (user_modules / "burg.py").write_text(generate_module(derive_map(Regularizer.from_string(DENSE["burg"], name="burg")),
+                                                          "burg"))
+    importlib.invalidate_caches()
+    module = importlib.import_module("burg")
+    r = routines(module)
+    x = np.random.default_rng(3).standard_normal((64, 300)) * np.geomspace(0.01, 30, 64)[:, None]
+    if masked:
+        x[5, 7] = -np.inf
+    y = x - x.max(axis=-1, keepdims=True)
+
+    class Counting(NumpyRowOps):  # the selects over whole rows, counted
+        def __init__(self, dtype):
+            super().__init__(dtype)
+            self.whole = 0
+
+        def where(self, cond, a, b):
+            self.whole += np.size(cond) == y.size
+            return super().where(cond, a, b)
+
+    class Always(Counting):  # every rare branch taken: the selects' path
+        def rare(self, pred, fn, otherwise):
+            return fn()
+
+    ops, always = Counting(np.float64), Always(np.float64)
+    with np.errstate(all="ignore"):
+        p, t = rules._root_whole(ops, r, y, rules.ROOT_STEPS)
+        want_p, want_t = rules._root_whole(always, r, y, rules.ROOT_STEPS)
+    assert always.whole >= 10 and (ops.whole > 0) == masked, (ops.whole, always.whole)
+    np.testing.assert_array_equal(p, want_p)
+    np.testing.assert_array_equal(t, want_t)
+    assert p.min() > 0 or masked
