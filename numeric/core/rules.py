@@ -400,8 +400,8 @@ def _root_whole(ops, r: Routines, y, steps: int):
 
 def _halley_start(ops, r: Routines, y, count, lo, hi):
     """Where :func:`_root_whole`'s Halley starts, ``t = tau - m`` in ``[lo, hi]``: the KKT rule's start
-    (:func:`~numeric.core.kkt.threshold_start`; on N(0, 1) rows of 64 scores, 4 to 5 rounds where it took 10 from
-    ``lo``), and ``lo`` itself on the rows with one score above ``lo + omega'(0+)``, where
+    (:func:`~numeric.core.kkt.threshold_start`; on 256 N(0, 1) rows of 64 scores, 4 rounds for
+    ``cosh(p) - 1`` where it took 10 from ``lo``), and ``lo`` itself on the rows with one score above ``lo + omega'(0+)``, where
     ``lo = -omega'(1)`` is the root (``F(lo) = g(omega'(1)) = 1``).  There ``F`` may be flat to rounding across
     many ulps of ``t`` (``p**100``: ``g' = 1e-4`` at ``omega'(1)``), and a solve from elsewhere would stop anywhere
     among them."""
