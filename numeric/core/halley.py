@@ -161,7 +161,7 @@ def halley_threshold(ops, r, y, lo, hi, *, steps: int = ROOT_STEPS, power=None, 
             return total, d1, d2
     else:
         scale = 1 if peak is None else 1 + abs(peak)
-        dense = isinstance(clip, (int, float)) and clip == -math.inf
+        dense = _dense(clip)
 
         def probabilities(t):
             return clipped_link(ops, r, y, t, clip, peak)
@@ -225,6 +225,12 @@ def halley_threshold(ops, r, y, lo, hi, *, steps: int = ROOT_STEPS, power=None, 
     return t, lo, hi, active, settled, weights
 
 
+def _dense(clip) -> bool:
+    """Whether ``clip = omega'(0+)`` is known to be ``-inf`` (a number, not a traced or per-row value): every live
+    score is on the support."""
+    return isinstance(clip, (int, float)) and clip == -math.inf
+
+
 def clipped_link(ops, r: Routines, y, t, clip, peak=None, ceiling=None):
     """``(g_+(y - t), support)`` for rows ``y`` and thresholds ``t`` (``(rows, 1)``): the link where ``y - t`` is
     above the clip ``omega'(0+)``, 0 elsewhere; a link with no closed form inverted
@@ -251,7 +257,7 @@ def clipped_link(ops, r: Routines, y, t, clip, peak=None, ceiling=None):
         support = pos & (g > 0)
         return ops.where(support, g, 0), support
 
-    if not (isinstance(clip, (int, float)) and clip == -math.inf):
+    if not _dense(clip):
         return masked()
 
     def whole():  # (every score inside: the link at z itself, 0 only where it underflowed)

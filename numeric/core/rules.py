@@ -384,13 +384,10 @@ def _root_whole(ops, r: Routines, y, steps: int):
         p, t = _power_newton(ops, a, k, b, start, steps)
         return p, t - clip  # tau - m = t - clip
 
-    def halley(lo):  # (from lo, in the variable t = tau - m + clip: the KKT rule's start, at the cost of the linear
-        # link's rounds, saved none on alpha = 2.5's N(0, 1) rows of 64, 11 rounds either way, and 7 of 25 for p**3)
-        return root_halley(ops, r, y, steps, (a, k, b), lo, hi)
-
+    # (Halley from lo: the KKT rule's start, which costs the linear link's rounds, saves none on alpha = 2.5's rows)
     if isinstance(k, (int, float)) and far is False:  # a number: the rule is chosen here
-        return newton() if k >= 1 else halley(lo)
-    p, t = ops.branch(k < 1, lambda: halley(ops.where(k >= 1, start, lo)), newton)
+        return newton() if k >= 1 else root_halley(ops, r, y, steps, (a, k, b), lo, hi)
+    p, t = ops.branch(k < 1, lambda: root_halley(ops, r, y, steps, (a, k, b), ops.where(k >= 1, start, lo), hi), newton)
 
     def log_rule(y, *params):
         return ops.cat(*_power_log_rule(ops, Routines(r.module, r.table, params), y))

@@ -15,22 +15,24 @@ from numeric import contract
 from numeric.core import rules
 from numeric.core.ops import Routines
 from numeric.core.screen import CANDIDATES
-from numeric.numpy.ops import ops_for
+from numeric.numpy.ops import NumpyRowOps, ops_for
 
 from .conftest import record_shapes
 
 #: sparse maps with a link the root rule runs Halley on
 SPARSE = {"cosh_one": "cosh(p) - 1", "gini_cubic": "p**2/2 + p**3/3", "cube_power": "p**3"}
+#: a dense map with a printed link (-1/z) the root rule runs Halley on, beside the sparse ones
+DENSE = {"burg": "-log(p)"}
 
 
 @lru_cache(maxsize=None)
 def derivation(name):
-    return derive_map(Regularizer.from_string(SPARSE[name], name=name))
+    return derive_map(Regularizer.from_string({**SPARSE, **DENSE}[name], name=name))
 
 
 @pytest.fixture(scope="module", autouse=True)
-def sparse_maps(user_modules):
-    for name in SPARSE:
+def printed_link_maps(user_modules):
+    for name in {**SPARSE, **DENSE}:
         (user_modules / f"{name}.py").write_text(generate_module(derivation(name), name))
     importlib.invalidate_caches()
 
@@ -95,47 +97,33 @@ def test_a_flat_edge_does_not_pass_the_screen(alpha):
         assert (p[-2:] == 0).all()
 
 
-class _CountingRounds:
+class _CountingRounds(NumpyRowOps):
     """NumPy's row operations recording the rounds of each ``repeat`` loop that some row is still going in."""
 
-    def __new__(cls, dtype):
-        from numeric.numpy.ops import NumpyRowOps
+    def __init__(self, dtype):
+        super().__init__(dtype)
+        self.rounds = []
 
-        class Counting(NumpyRowOps):
-            rounds: list
+    def repeat(self, n, body, state, going):
+        count = [0]
 
-            def repeat(self, n, body, state, going):
-                count = [0]
+        def counted(state):
+            count[0] += 1
+            return body(state)
 
-                def counted(state):
-                    count[0] += 1
-                    return body(state)
-
-                out = super().repeat(n, counted, state, going)
-                self.rounds.append(count[0])
-                return out
-
-        ops = Counting(dtype)
-        ops.rounds = []
-        return ops
-
-
-#: a dense map with a printed link (-1/z) the root rule runs Halley on, beside the sparse ones
-DENSE = {"burg": "-log(p)"}
+        out = super().repeat(n, counted, state, going)
+        self.rounds.append(count[0])
+        return out
 
 
 @pytest.mark.parametrize("name", ["cosh_one", "gini_cubic", *DENSE])
-def test_halley_starts_from_the_kkt_start(name, user_modules):
+def test_halley_starts_from_the_kkt_start(name):
     """The root rule's Halley starts from the KKT rule's start (numeric.core.kkt.threshold_start: the linear link's
     threshold for a sparse map, the exponential's for a dense one): fewer rounds than from the end of the bracket
     Halley starts from without one, and the same p and tau to rounding.  (The power form, p**3, starts from its
     lower end: there the linear link's rounds cost more than they save.)"""
     from numeric.core import halley
 
-    if name in DENSE:
-        (user_modules / f"{name}.py").write_text(
-            generate_module(derive_map(Regularizer.from_string(DENSE[name], name=name)), name))
-        importlib.invalidate_caches()
     module = importlib.import_module(name)
     assert module.THRESHOLD == "root" and module.SPARSE == (name in SPARSE)
     r = routines(module)
@@ -156,16 +144,11 @@ def test_halley_starts_from_the_kkt_start(name, user_modules):
 
 
 @pytest.mark.parametrize("masked", [False, True])
-def test_dense_rows_without_masks_skip_the_selects(masked, user_modules, monkeypatch):
+def test_dense_rows_without_masks_skip_the_selects(masked):
     """A dense map's Halley (a printed link, -log(p): g(z) = -1/z) on rows without masked scores evaluates its link
     and weights on the scores as they are, with no select over the rows (halley.clipped_link and the sums), and
     gives bit for bit what the selects give (ops.rare taking the masked path always, as JAX does); rows with
     masked scores take the selects."""
-    from numeric.numpy.ops import NumpyRowOps
-
-    (user_modules / "burg.py").write_text(generate_module(derive_map(Regularizer.from_string(DENSE["burg"], name="burg")),
-                                                          "burg"))
-    importlib.invalidate_caches()
     module = importlib.import_module("burg")
     r = routines(module)
     x = np.random.default_rng(3).standard_normal((64, 300)) * np.geomspace(0.01, 30, 64)[:, None]
