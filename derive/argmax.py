@@ -150,6 +150,11 @@ def _invert(reg: Regularizer, d1: sp.Expr, d2: sp.Expr) -> Inversion:
         )
         return Inversion("newton", chosen, special, newton_step, bracket, reason)
     if chosen.has(sp.I) or _nested_radical(chosen):
+        cubic = _monotone_cubic_root(reg, d1)
+        if cubic is not None and _verify_branch(reg, d1, cubic):
+            return Inversion("closed", cubic, (), newton_step, bracket,
+                             "omega' is a cubic without a square term, increasing everywhere: its one real root in the "
+                             "hyperbolic form, which has no cancellation (Cardano's nested radicals have)")
         reason = (
             "the inverse is a root of a polynomial of degree >= 3 (nested radicals, "
             "Cardano-like), which cancels catastrophically in floating point; "
@@ -157,6 +162,33 @@ def _invert(reg: Regularizer, d1: sp.Expr, d2: sp.Expr) -> Inversion:
         )
         return Inversion("newton", chosen, (), newton_step, bracket, reason)
     return Inversion("closed", chosen, (), newton_step, bracket, "SymPy's solve gives an elementary inverse")
+
+
+def _monotone_cubic_root(reg: Regularizer, d1: sp.Expr) -> sp.Expr | None:
+    """The inverse of ``omega'(p) = a p**3 + c p + e`` with ``a > 0`` and ``c > 0`` (for every parameter value), in
+    the hyperbolic form of the one real root of ``p**3 + P p = q`` (``P = c/a``, ``q = (z - e)/a``):
+
+        ``p = 2 sqrt(P/3) sinh(asinh(3 q sqrt(3/P) / (2 P)) / 3)``
+
+    (``sinh(3u) = 3 sinh(u) + 4 sinh(u)**3``).  Each function keeps its relative accuracy, near ``p = 0`` too, where
+    Cardano's two cube roots cancel.  ``None`` for any other ``omega'``: a square term would shift ``p`` by
+    ``b / (3a)``, which cancels near 0 again, and a cubic that turns has three real roots for some ``z``.
+    """
+    try:
+        poly = sp.Poly(d1, p)
+    except sp.PolynomialError:
+        return None
+    if poly.degree() != 3 or poly.free_symbols_in_domain & {z}:
+        return None
+    a, b, c, e = poly.all_coeffs()
+    if not sp.simplify(b).is_zero:
+        return None
+    for coefficient in (a, c):
+        if reg.assumed(coefficient)[0].is_positive is not True:
+            return None
+    scale = c / a
+    q = (z - e) / a
+    return 2 * sp.sqrt(scale / 3) * sp.sinh(sp.asinh(3 * q * sp.sqrt(3 / scale) / (2 * scale)) / 3)
 
 
 def _verify_branch(reg: Regularizer, d1: sp.Expr, cand: sp.Expr) -> bool:

@@ -17,10 +17,10 @@ FACTORIES = {
     "tsallis3": (lambda: tsallis(3), {}),
     "tsallis_half": (lambda: tsallis(sp.Rational(1, 2)), {}),
     "entmax_alpha": (tsallis, {"alpha": sp.Rational(13, 10)}),
-    # user regularizers: dense with a LambertW link, sparse, cubic link
+    # user regularizers: dense with a LambertW link, sparse, a cubic link with a square term (Cardano's, refused)
     "lambertw": (lambda: Regularizer.from_string("p*log(p) + p**2/2", name="lambertw"), {}),
     "cube": (lambda: Regularizer.from_string("p**3", name="cube"), {}),
-    "quartic": (lambda: Regularizer.from_string("p**2/2 + p**4/4", name="quartic"), {}),
+    "quartic": (lambda: Regularizer.from_string("p**2/2 + p**3/3 + p**4/4", name="quartic"), {}),
 }
 
 BUILTINS = ["softmax", "sparsemax", "entmax15", "entmax_alpha"]

@@ -129,8 +129,33 @@ def test_cubic_link_is_recorded_with_newton():
     assert dv.link is not None  # Cardano's formula, kept for the record
     assert "Cardano" in dv.inversion.reason
     # the recorded Newton step is p - (omega'(p) - z) / omega''(p)
-    assert sp.simplify(dv.inversion.newton_step - (p - (p + p**3 - z) / (1 + 3 * p**2))) == 0
+    assert sp.simplify(dv.inversion.newton_step - (p - (p + p**2 + p**3 - z) / (1 + 2 * p + 3 * p**2))) == 0
     assert dv.conjugate is None and dv.loss is None
+
+
+@pytest.mark.parametrize("text, parameters", [("p**2/2 + p**4/4", {}), ("c*p**4 + p**2/2 + p", {"c": (0, 10)})])
+def test_a_cubic_without_a_square_term_has_a_hyperbolic_link(text, parameters):
+    """omega' = a p**3 + c p + e with a, c > 0: the link is the one real root in the hyperbolic form (no nested
+    radicals), and in floating point it keeps its relative accuracy near the support's edge, where Cardano's two
+    cube roots cancel: against the root of omega'(p) = z to 40 digits (mpmath's polyroots), z from 1e-12 to 1e6
+    above omega'(0)."""
+    import numpy as np
+
+    dv = derive_map(Regularizer.from_string(text, name="cubic", parameters=parameters))
+    assert dv.inversion.method == "closed" and "hyperbolic" in dv.inversion.reason
+    assert dv.link.has(sp.asinh, sp.sinh) and not dv.link.has(sp.I)
+    values = {q.symbol: sp.Rational(7, 3) for q in dv.parameters}
+    prime = dv.omega_prime.subs(values)
+    link = sp.lambdify(z, dv.link.subs(values), "numpy")
+    edge = float(prime.subs(p, 0))
+    with mpmath.workdps(40):
+        for above in (1e-12, 1e-6, 1e-2, 1.0, 1e2, 1e6):
+            at = edge + above
+            coefficients = [mpmath.mpf(sp.Rational(c)) for c in sp.Poly(prime - sp.Rational(at), p).all_coeffs()]
+            want = next(root.real for root in mpmath.polyroots(coefficients, maxsteps=200, extraprec=200)
+                        if abs(root.imag) < 1e-30)
+            # (asinh's value grows as log(z): its rounding, a few ulps of it, is that many ulps of p)
+            assert abs(link(np.float64(at)) - want) <= 4e-16 * (1 + np.log1p(above)) * abs(want), (above, link(at), want)
 
 
 def test_no_closed_inverse_falls_back_to_newton():

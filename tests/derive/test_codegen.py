@@ -39,7 +39,7 @@ GENERATED = ROOT / "numeric" / "_generated"
 USER_MAPS = {
     "shannon_gini": "p*log(p) + p**2/2",  # LambertW link -> Newton
     "cube": "p**3",  # sparse, sqrt link, root threshold
-    "quartic": "p**2/2 + p**4/4",  # Cardano link -> Newton
+    "quartic": "p**2/2 + p**3/3 + p**4/4",  # Cardano link (a square term) -> Newton
 }
 
 
