@@ -344,8 +344,14 @@ class _MapCalls:
     def __init__(self, tracer: Tracer):
         self.tracer = tracer
 
+    #: (the parameters are the kernel's own, one for every row)
+    params = ()
+
     def has(self, name: str) -> bool:
         return True
+
+    def bound(self, params: tuple) -> "_MapCalls":
+        return self
 
     def clip(self):
         return self.tracer.let("MAP.clip(params)")

@@ -148,26 +148,29 @@ def halley_threshold(ops, r, y, lo, hi, *, steps: int = ROOT_STEPS, power=None, 
     if power is not None:
         a, k, b = power
         scale = 0  # t has no offset: the bracket's width is judged relative to t
+        scores = b
 
-        def probabilities(t):
+        def probabilities(r, b, t, clip, a, k, peak):
             return power_link(ops, k, b - a * t)
 
-        def sums(t):
-            p, base, _ = probabilities(t)
+        def sums(r, b, t, clip, a, k, peak):
+            p, base, _ = probabilities(r, b, t, clip, a, k, peak)
             q = p / base  # w / (a k), 0 off the support
             total = ops.row_sum(p)
             d1 = -a * k * ops.row_sum(q)
             d2 = a * a * k * (k - 1) * ops.row_sum(q / base)
             return total, d1, d2
     else:
+        a = k = None
         scale = 1 if peak is None else 1 + abs(peak)
+        scores = y
         dense = _dense(clip)
 
-        def probabilities(t):
+        def probabilities(r, y, t, clip, a, k, peak):
             return clipped_link(ops, r, y, t, clip, peak)
 
-        def sums(t):
-            p, pos = probabilities(t)
+        def sums(r, y, t, clip, a, k, peak):
+            p, pos = probabilities(r, y, t, clip, a, k, peak)
 
             def masked():
                 safe = ops.where(pos, p, 1)
@@ -178,7 +181,7 @@ def halley_threshold(ops, r, y, lo, hi, *, steps: int = ROOT_STEPS, power=None, 
             return ops.row_sum(p), -ops.row_sum(w), ops.row_sum(w2)
 
     def weights(t):
-        return probabilities(t)[0]
+        return probabilities(r, scores, t, clip, a, k, peak)[0]
 
     one = reach_one(ops, r, lo)
     tol = 4 * ops.eps
@@ -189,13 +192,17 @@ def halley_threshold(ops, r, y, lo, hi, *, steps: int = ROOT_STEPS, power=None, 
     start = (ops.where(ends, hi, lo) if power is None else lo) if start is None else start
     going = ops.full(lo, True) if going is None else going
     state = (start, lo, hi, width, width, going, ops.full(lo, False))
+    # what a row's rounds read (each row from its own: a target may run the rounds on the rows still going alone)
+    rows = (scores, one, ends, scale, clip, peak, a, k, *r.params)
 
     def inside(v, lo, hi):
         return (v > lo) & (v < hi) & ops.isfinite(v)
 
-    def body(state):
+    def body(state, rows):
         t, lo, hi, step, step_old, active, settled = state
-        total, d1, d2 = sums(t)
+        scores, one, ends, scale, clip, peak, a, k, *params = rows
+        rr = r.bound(params)
+        total, d1, d2 = sums(rr, scores, t, clip, a, k, peak)
         if rest is not None:
             more, more_d1, more_d2 = rest(t)
             total, d1, d2 = total + more, d1 + more_d1, d2 + more_d2
@@ -204,9 +211,9 @@ def halley_threshold(ops, r, y, lo, hi, *, steps: int = ROOT_STEPS, power=None, 
         # no lane of a device block divides by 0)
         some = total > 0
         at = ops.where(some, total, 1)
-        o2 = r.omega_second(at)
-        o3 = r.omega_third(at)
-        h = ops.where(ends, total - 1, r.omega_prime(at) - one)
+        o2 = rr.omega_second(at)
+        o3 = rr.omega_third(at)
+        h = ops.where(ends, total - 1, rr.omega_prime(at) - one)
         h1 = ops.where(ends, d1, o2 * d1)
         h2 = ops.where(ends, d2, o3 * d1 * d1 + o2 * d2)
         denom = 2 * h1 * h1 - h * h2
@@ -221,7 +228,10 @@ def halley_threshold(ops, r, y, lo, hi, *, steps: int = ROOT_STEPS, power=None, 
         settled = ops.where(active, settled_now, settled)
         return (t_new, lo, hi, step, step_old, going, settled), going
 
-    t, lo, hi, _, _, active, settled = ops.repeat(steps, body, state, state[5])
+    if rest is None:
+        t, lo, hi, _, _, active, settled = ops.repeat_rows(steps, body, state, going, rows)
+    else:  # (rest reads every row as it is: a traced kernel's rounds run on every row)
+        t, lo, hi, _, _, active, settled = ops.repeat(steps, lambda state: body(state, rows), state, going)
     return t, lo, hi, active, settled, weights
 
 

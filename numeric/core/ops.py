@@ -254,6 +254,10 @@ class Routines:
     def has(self, name: str) -> bool:
         return self.table.get(name) is not None
 
+    def bound(self, params: tuple) -> "Routines":
+        """The same routines bound to ``params`` (a block of rows' own values: :meth:`TensorOps.repeat_rows`)."""
+        return Routines(self.module, self.table, params)
+
     def __getattr__(self, name: str):
         table = self.__dict__["table"]
         if name not in table:

@@ -98,7 +98,8 @@ def test_a_flat_edge_does_not_pass_the_screen(alpha):
 
 
 class _CountingRounds(NumpyRowOps):
-    """NumPy's row operations recording the rounds of each ``repeat`` loop that some row is still going in."""
+    """NumPy's row operations recording the rounds of each ``repeat`` or ``repeat_rows`` loop that some row is still
+    going in."""
 
     def __init__(self, dtype):
         super().__init__(dtype)
@@ -115,13 +116,24 @@ class _CountingRounds(NumpyRowOps):
         self.rounds.append(count[0])
         return out
 
+    def repeat_rows(self, n, body, state, going, rows=()):
+        count = [0]
 
-@pytest.mark.parametrize("name", ["cosh_one", "gini_cubic", *DENSE])
+        def counted(state, rows):
+            count[0] += 1
+            return body(state, rows)
+
+        out = super().repeat_rows(n, counted, state, going, rows)
+        self.rounds.append(count[0])
+        return out
+
+
+@pytest.mark.parametrize("name", ["cosh_one", "gini_cubic", "cube_power", *DENSE])
 def test_halley_starts_from_the_kkt_start(name):
     """The root rule's Halley starts from the KKT rule's start (numeric.core.kkt.threshold_start: the linear link's
-    threshold for a sparse map, the exponential's for a dense one): fewer rounds than from the end of the bracket
-    Halley starts from without one, and the same p and tau to rounding.  (The power form, p**3, starts from its
-    lower end: there the linear link's rounds cost more than they save.)"""
+    threshold for a sparse map, the exponential's for a dense one; p**3's power form in its own variable, shifted
+    by the clip): fewer rounds than from the end of the bracket Halley starts from without one, and the same p and
+    tau to rounding."""
     from numeric.core import halley
 
     module = importlib.import_module(name)
@@ -132,15 +144,56 @@ def test_halley_starts_from_the_kkt_start(name):
     ops = _CountingRounds(np.float64)
     with np.errstate(all="ignore"):
         p, t = rules._root_whole(ops, r, y, rules.ROOT_STEPS)
-        started = max(ops.rounds)
+        started = ops.rounds[-1]  # (Halley's rounds come last, after the start's)
         ops.rounds.clear()
         count = np.full((256, 1), 64.0)
-        lo, hi = rules.lower_end(ops, r, y), -r.omega_prime(1 / count)
-        want_p, want_t = halley.root_halley(ops, r, y, rules.ROOT_STEPS, None, lo, hi)
-        from_end = max(ops.rounds)
+        if module.LINK_FORM == "power":
+            a, k, b, reach = rules._power_parts(ops, r, y)
+            want_p, want_t = halley.root_halley(ops, r, y, rules.ROOT_STEPS, (a, k, b), -reach(count / count), -reach(1 / count))
+        else:
+            lo, hi = rules.lower_end(ops, r, y), -r.omega_prime(1 / count)
+            want_p, want_t = halley.root_halley(ops, r, y, rules.ROOT_STEPS, None, lo, hi)
+        from_end = ops.rounds[-1]
     assert started < from_end, (started, from_end)
     np.testing.assert_allclose(p, want_p, rtol=0, atol=1e-14)
     np.testing.assert_allclose(t, want_t, rtol=0, atol=1e-12)
+
+
+def test_halley_rounds_run_on_the_rows_still_going():
+    """Halley's rounds go through repeat_rows: NumPy runs a round on the rows still going once they are at most
+    half of the round before's, and gives bit for bit what rounds over every row give (TensorOps.repeat_rows, as
+    JAX's and the traced kernels' loops)."""
+    from numeric.core.ops import TensorOps
+
+    module = importlib.import_module("cube_power")
+    r = routines(module)
+    x = np.random.default_rng(12).standard_normal((256, 64))
+    y = x - x.max(axis=-1, keepdims=True)
+
+    class Rows(NumpyRowOps):  # the rows each of Halley's rounds sees
+        def __init__(self, dtype):
+            super().__init__(dtype)
+            self.seen = []
+
+        def repeat_rows(self, n, body, state, going, rows=()):
+            self.seen = []
+
+            def seeing(state, rows):
+                self.seen.append(rows[0].shape[0])
+                return body(state, rows)
+
+            return super().repeat_rows(n, seeing, state, going, rows)
+
+    class Every(NumpyRowOps):
+        repeat_rows = TensorOps.repeat_rows
+
+    ops = Rows(np.float64)
+    with np.errstate(all="ignore"):
+        p, t = rules._root_whole(ops, r, y, rules.ROOT_STEPS)
+        want_p, want_t = rules._root_whole(Every(np.float64), r, y, rules.ROOT_STEPS)
+    assert ops.seen[0] == 256 and ops.seen[-1] <= 16, ops.seen
+    np.testing.assert_array_equal(p, want_p)
+    np.testing.assert_array_equal(t, want_t)
 
 
 @pytest.mark.parametrize("masked", [False, True])
