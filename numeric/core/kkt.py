@@ -39,10 +39,13 @@ def kkt_rule(ops: TensorOps, r: Routines, y, steps: int = KKT_STEPS, candidates:
     Every score takes part in every round of a dense map (``omega'(0+) = -inf``): its rows are solved in
     blocks of at most :data:`KKT_BLOCK` scores (:meth:`~numeric.core.ops.TensorOps.in_blocks`), whose temporaries stay in
     the cache.  A sparse map's long rows are solved on their ``candidates + 1`` largest scores first
-    (:func:`~numeric.core.screen.screened`).
+    (:func:`~numeric.core.screen.screened`); a row whose candidates' rounds do not settle goes on to more of its
+    scores, so that only the whole rows' solve holds the fallback, safeguarded Halley with the link inverted
+    inside (a traced target's graph held one for each size of candidates: ``torch.compile`` of
+    ``p**2/2 + p*log(1 + p)`` on rows of 1024 took 144 s, 43 s without any fallback).
     """
-    def solve(r, y):
-        return _kkt_newton(ops, r, y, steps)
+    def solve(r, y):  # (a row that does not settle goes on to more of its scores: its threshold NaN)
+        return _kkt_newton(ops, r, y, steps, fallback=False)
 
     def whole(r, y):
         def block(y, *params):
@@ -53,8 +56,9 @@ def kkt_rule(ops: TensorOps, r: Routines, y, steps: int = KKT_STEPS, candidates:
     return screened(ops, r, y, solve, whole, candidates)
 
 
-def _kkt_newton(ops: TensorOps, r: Routines, y, steps: int):
-    """:func:`kkt_rule` on whole rows: Newton in ``(p, tau)`` together.
+def _kkt_newton(ops: TensorOps, r: Routines, y, steps: int, fallback: bool = True):
+    """:func:`kkt_rule` on whole rows: Newton in ``(p, tau)`` together (``fallback``: the rows that do not settle
+    solved by Halley, else their threshold NaN).
 
     The unknowns are the threshold ``t = tau - m`` and every ``p_i`` together:
     ``omega'(p_i) = y_i - t`` on the support ``y_i - t > omega'(0+)`` (``p_i = 0`` off it)
@@ -227,6 +231,8 @@ def _kkt_newton(ops: TensorOps, r: Routines, y, steps: int):
         q, s = root_halley(ops, rr, y, ROOT_STEPS, None, lower_end(ops, rr, y), -rr.omega_prime(1 / size))
         return ops.cat(q, s)
 
+    if not fallback:
+        return p, ops.where(settled, t, math.nan)
     return uncat(ops.on_rows(ops.not_(settled), halley, rows, ops.cat(p, t)), n)
 
 

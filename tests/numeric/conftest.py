@@ -184,13 +184,13 @@ ALPHA = sp.Symbol("alpha")
 
 
 def record_shapes(monkeypatch, owner, name: str):
-    """``(fn, shapes)``: ``owner.name`` (a solve ``(ops, r, y, steps)``) as it was, and the list of the shapes of
-    the rows ``y`` it is called with from now on (the function is replaced by a recording one)."""
+    """``(fn, shapes)``: ``owner.name`` (a solve ``(ops, r, y, steps, **options)``) as it was, and the list of the
+    shapes of the rows ``y`` it is called with from now on (the function is replaced by a recording one)."""
     fn, shapes = getattr(owner, name), []
 
-    def recording(ops, r, y, steps):
+    def recording(ops, r, y, steps, **options):
         shapes.append(y.shape)
-        return fn(ops, r, y, steps)
+        return fn(ops, r, y, steps, **options)
 
     monkeypatch.setattr(owner, name, recording)
     return fn, shapes

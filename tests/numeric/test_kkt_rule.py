@@ -199,6 +199,33 @@ def test_candidates_give_the_whole_row_solution(name, monkeypatch):
         np.testing.assert_allclose(t, want_t, rtol=0, atol=1e-14)
 
 
+@pytest.mark.parametrize("name", ["gini_log1p", "quartic_gini"])
+def test_only_whole_rows_fall_back(name, monkeypatch):
+    """Rows whose candidates' rounds do not settle (a budget of 2 rounds) go on to more of their scores, and only
+    the whole rows' solve takes the fallback, Halley with the link inverted (a traced target's graph holds one
+    fallback, not one for each size of candidates); p and tau are the full budget's."""
+    module = importlib.import_module(name)
+    r = routines(module)
+    ops = ops_for(np.float64)
+    n = 300
+    x = np.random.default_rng(4).standard_normal((32, n)) * np.geomspace(0.05, 20, 32)[:, None]
+    y = x - x.max(axis=-1, keepdims=True)
+    widths = []
+    halley = kkt.root_halley
+
+    def recording(ops, r, y, *args, **kwargs):
+        widths.append(y.shape[-1])
+        return halley(ops, r, y, *args, **kwargs)
+
+    monkeypatch.setattr(kkt, "root_halley", recording)
+    with np.errstate(all="ignore"):
+        p, t = kkt.kkt_rule(ops, r, y, steps=2)
+        want_p, want_t = kkt.kkt_rule(ops, r, y)
+    assert widths and set(widths) == {n}, widths
+    np.testing.assert_allclose(p, want_p, rtol=0, atol=1e-13)
+    np.testing.assert_allclose(t, want_t, rtol=0, atol=1e-12)
+
+
 @pytest.mark.parametrize("name", TYPED)
 @pytest.mark.parametrize("n", [48, 200])
 def test_numpy_torch_jax_agree(name, n):
