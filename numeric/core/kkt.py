@@ -50,7 +50,7 @@ def kkt_rule(ops: TensorOps, r: Routines, y, steps: int = KKT_STEPS, candidates:
 
     def whole(r, y):
         def block(y, *params):
-            return ops.cat(*_kkt_newton(ops, Routines(r.module, r.table, params), y, steps))
+            return ops.cat(*_kkt_newton(ops, r.bound(params), y, steps))
 
         return uncat(ops.in_blocks(KKT_BLOCK, block, (y, *r.params)), y.shape[-1])
 
@@ -136,7 +136,7 @@ def _kkt_newton(ops: TensorOps, r: Routines, y, steps: int, fallback: bool = Tru
 
     def body(state, rows):
         y, c, anchor, at, one, edge, *params = rows
-        rr = Routines(r.module, r.table, params)
+        rr = r.bound(params)
         t, p, lo, hi, step, step_old, k, settled, active = state
         z = y - t
         if sparse:
@@ -223,11 +223,11 @@ def _kkt_newton(ops: TensorOps, r: Routines, y, steps: int, fallback: bool = Tru
     p = ops.where(live & (y - t > clip) if sparse else live, p, 0)
     total = ops.row_sum(p)
     # (rows off 1 by more than rounding: the others take the division alone)
-    p = ops.on_rows(abs(total - 1) > 16 * ops.eps, lambda p, *params: _to_sum_one(ops, Routines(r.module, r.table, params), p),
+    p = ops.on_rows(abs(total - 1) > 16 * ops.eps, lambda p, *params: _to_sum_one(ops, r.bound(params), p),
                     (p, *r.params), p / total)
 
     def halley(y, c, anchor, at, one, edge, *params):
-        rr = Routines(r.module, r.table, params)
+        rr = r.bound(params)
         size = ops.full(y[..., :1], row_length(y))
         q, s = root_halley(ops, rr, y, ROOT_STEPS, None, lower_end(ops, rr, y), -rr.omega_prime(1 / size))
         return ops.cat(q, s)

@@ -122,7 +122,7 @@ def at_threshold(ops: TensorOps, r: Routines, x, t):
     # rows whose tau does not carry p: c = p_max**(1/k) out of range (solved in log(a / c)), or, where F
     # jumps at a kink (k < 1), F(tau) not 1 to the root rule's tolerance (its p combines a bracket's ends)
     def again(x, *params):
-        return solve(ops, Routines(r.module, r.table, params), x)[0]
+        return solve(ops, r.bound(params), x)[0]
 
     k = r.link_exponent()
     far = _far_rows(ops, k, x)  # (a Python bool where k is a number)
@@ -219,7 +219,7 @@ def support_rule(ops: TensorOps, r: Routines, y, steps: int = SUPPORT_STEPS):
     rows = (y, *r.params)  # what a row's rounds read: its scores and parameters
 
     def bound(rows):
-        return rows[0], Routines(r.module, r.table, rows[1:])
+        return rows[0], r.bound(rows[1:])
 
     if power is None:
         t, result, active = _support_generic(ops, bound, rows, t, result, active, steps)
@@ -395,7 +395,7 @@ def _root_whole(ops, r: Routines, y, steps: int):
     p, t = ops.branch(k < 1, lambda: root_halley(ops, r, y, steps, (a, k, b), ops.where(k >= 1, start, lo), hi), newton)
 
     def log_rule(y, *params):
-        return ops.cat(*_power_log_rule(ops, Routines(r.module, r.table, params), y))
+        return ops.cat(*_power_log_rule(ops, r.bound(params), y))
 
     return uncat(ops.on_rows(far, log_rule, (y, *r.params), ops.cat(p, t)), n)
 

@@ -43,7 +43,7 @@ def screened(ops: TensorOps, r: Routines, y, solve: Callable, whole: Callable, c
     both = ops.cat(ops.put(p, index, y), t)
 
     def more(y, t, *params):
-        rr = Routines(r.module, r.table, params)
+        rr = r.bound(params)
         above = ops.int_max(ops.row_sum(ops.float_(y - t > clip)))
         q, s = screened(ops, rr, y, solve, whole, 4 * candidates + 3 if above is None else max(above, 2 * candidates + 1))
         return ops.cat(q, s)

@@ -43,13 +43,9 @@ def solve(ops, r: Routines, x, *, method: str = "auto", relative: bool = False, 
     return _shifted_solve(ops, r, x, method, kind, relative, out)
 
 
-def _on(r: Routines, params) -> Routines:
-    return Routines(r.module, r.table, params)
-
-
 def _shared_rows(ops, r, x, index, **options):
     """The shared :func:`~numeric.core.rules.solve` of the rows ``index`` of ``x``."""
-    return rules.solve(ops, _on(r, ops.take_all(r.params, index, x.shape[0])), x[index], **options)
+    return rules.solve(ops, r.bound(ops.take_all(r.params, index, x.shape[0])), x[index], **options)
 
 
 def closed_unshifted(ops, r: Routines, x, out=None, extra=None):
@@ -77,7 +73,7 @@ def closed_unshifted(ops, r: Routines, x, out=None, extra=None):
     if extra is None:
         p_redo, t_redo = _shared_rows(ops, r, x, redo, method="closed")  # (reads x before out is written)
     else:
-        p_redo, t_redo = rules.closed_with(ops, _on(r, ops.take_all(r.params, redo, x.shape[0])), x[redo], extra[redo])
+        p_redo, t_redo = rules.closed_with(ops, r.bound(ops.take_all(r.params, redo, x.shape[0])), x[redo], extra[redo])
     safe = np.where(ok, total, 1)
     p = np.multiply(b, 1 / safe, out=b if out is None else out)
     tau = r.tau_from_sum(safe)
@@ -157,7 +153,7 @@ def largest_threshold(ops, r: Routines, y, k: int):
     if not full.any():
         return t
     again = np.flatnonzero(full[:, 0])
-    t[again] = largest_threshold(ops, _on(r, ops.take_all(r.params, again, y.shape[0])), y[again], 4 * k)
+    t[again] = largest_threshold(ops, r.bound(ops.take_all(r.params, again, y.shape[0])), y[again], 4 * k)
     return t
 
 
@@ -175,7 +171,7 @@ def support_rounds(ops, r: Routines, y, steps: int = rules.SUPPORT_STEPS):
     # the rounds' state is one value per row, 1-D (and so are the parameters of one value per row)
     t = np.broadcast_to(np.where(t > mid, t, mid), (rows, 1))[:, 0].astype(y.dtype)
     below = np.broadcast_to(lo, (rows, 1))[:, 0]
-    rr = _on(r, tuple(v[:, 0] if np.ndim(v) == 2 else v for v in r.params))
+    rr = r.bound(tuple(v[:, 0] if np.ndim(v) == 2 else v for v in r.params))
     per_row = any(np.ndim(v) for v in rr.params)
     clip = rr.clip()
     result = np.full(rows, np.nan, dtype=t.dtype)
@@ -193,7 +189,7 @@ def support_rounds(ops, r: Routines, y, steps: int = rules.SUPPORT_STEPS):
             keep = np.flatnonzero(going)
             ya, t, below, size, going = ya.take(keep, axis=0), t[keep], below[keep], size[keep], going[keep]
             if per_row:
-                rr = _on(r, ops.take_all(rr.params, keep, count))
+                rr = r.bound(ops.take_all(rr.params, keep, count))
                 clip = rr.clip()
             where = keep if where is None else where[keep]
             count = live
@@ -214,5 +210,5 @@ def support_rounds(ops, r: Routines, y, steps: int = rules.SUPPORT_STEPS):
     if going.any():
         open_ = np.flatnonzero(going)
         index = open_ if where is None else where[open_]
-        result[index] = rules.sort_rule(ops, _on(r, ops.take_all(r.params, index, rows)), y[index])
+        result[index] = rules.sort_rule(ops, r.bound(ops.take_all(r.params, index, rows)), y[index])
     return result
