@@ -13,6 +13,7 @@ from .ops import Routines, TensorOps, row_length, uncat
 from .screen import CANDIDATES, screened
 
 __all__ = ["KKT_STEPS", "KKT_FREE_STEPS", "KKT_LOG_STEP", "KKT_ELASTIC_CEIL", "LINEAR_START_STEPS", "HALLEY_START_STEPS",
+           "HALLEY_START_STEPS_LONG",
            "KKT_BLOCK", "kkt_rule", "threshold_start"]
 
 #: Iteration budget of :func:`kkt_rule` before its remaining rows take the safeguarded Halley solve.
@@ -26,11 +27,16 @@ KKT_LOG_STEP = 1.0
 KKT_ELASTIC_CEIL = 2.0**20
 #: Rounds of Michelot's fixed point for a sparse map's start in :func:`kkt_rule` (``_linear_start``).
 LINEAR_START_STEPS = 6
-#: ... for the start of a threshold's Halley solve (:func:`threshold_start`), where fewer cost less than the Halley
-#: rounds they would save (a lower bound of the linear link's threshold after them: on 512 N(0, 1) rows of 64
-#: float32 scores, NumPy, ``p**2/2 + p**4/4`` 3.4x -> 3.1x entmax15, ``p**2/2 + p**3/3`` 2.9x -> 2.5x; the
-#: KKT solve keeps :data:`LINEAR_START_STEPS`, whose rounds grow on wide rows from a rougher start).
+#: ... for the start of a threshold's Halley solve (:func:`threshold_start`) on rows of at most
+#: ``2 * (CANDIDATES + 1)`` scores (a sparse map's candidates), where they cost more than the Halley rounds they
+#: save (then a lower bound of the linear link's threshold): on the 16 candidates of 512 N(0, 1) rows of 64, NumPy,
+#: ``p**2/2 + p**4/4`` 3.3x -> 2.9x entmax15, ``p**2/2 + p**3/3`` 2.8x -> 2.4x.  The KKT solve keeps
+#: :data:`LINEAR_START_STEPS`: from a rougher start its rounds on wide rows exceed their bound.
 HALLEY_START_STEPS = 2
+#: ... on longer rows (whole rows, as JAX solves rows of fewer than 1024 on the CPU, and a traced row of any
+#: length): on 512 rows of 64 the most Halley rounds of a row after 2, 4 and 6 are 7, 4 and 4 for ``cosh(p) - 1``, 8,
+#: 7 and 8 for ``p**2/2 + p**4/4``.
+HALLEY_START_STEPS_LONG = 4
 #: The most scores in one block of rows of :func:`kkt_rule` on whole rows (1 MiB of float32), where a target
 #: solves in blocks (:meth:`~numeric.core.ops.TensorOps.in_blocks`): each block pays a round's fixed costs, and a larger one
 #: leaves the cache (512 x 1024 float32, one thread: torch forward 15.5 ms in blocks of 2**18 scores, 20 ms
@@ -321,16 +327,20 @@ def _elastic_step(ops, r: Routines, p, ps, o1, w, z):
     return p * ops.exp(w * above / ps * ops.log(ratio))
 
 
-def threshold_start(ops, r: Routines, y, count, lo, hi, steps: int = HALLEY_START_STEPS):
+def threshold_start(ops, r: Routines, y, count, lo, hi, steps: int | None = None):
     """``t = tau - m`` to start a threshold's solve from, in ``[lo, hi]``, for shifted rows ``y`` of ``count`` live
     scores (``(rows, 1)``): :func:`kkt_rule`'s, the threshold of a link with a closed-form threshold near the map's
     (both, and the one the row's ``clip`` asks for, where that is a value: a traced kernel that serves sparse and
     dense maps, whose module says ``SPARSE = None``).
 
-    A sparse map's is the linear link's (:func:`_linear_start`, after ``steps`` rounds of Michelot's fixed point:
-    that threshold or a lower bound of it), a dense map's the exponential's (:func:`_exponential_start`).  The root rule's Halley on a printed link starts there too (on 256 N(0, 1)
+    A sparse map's is the linear link's (:func:`_linear_start`, after ``steps`` rounds of Michelot's fixed point,
+    by default :data:`HALLEY_START_STEPS` or :data:`HALLEY_START_STEPS_LONG` by the rows' length: that threshold
+    or a lower bound of it), a dense map's the exponential's (:func:`_exponential_start`).  The root rule's Halley on a printed link starts there too (on 256 N(0, 1)
     rows of 64 scores, 4 rounds for ``cosh(p) - 1`` where it took 10 from ``lo``; ``-log(p)``, 3 where it took 5).
     """
+    if steps is None:
+        n = y.shape[-1]
+        steps = HALLEY_START_STEPS if isinstance(n, int) and n <= 2 * (CANDIDATES + 1) else HALLEY_START_STEPS_LONG
     live = ops.isfinite(y)
     clip = r.clip()
     sparse = math.isfinite(clip) if isinstance(clip, (int, float)) else r.module.SPARSE
