@@ -10,7 +10,7 @@ from ..newton import safeguarded_point
 from .derivatives import weights
 from .halley import ROOT_STEPS, lower_end, root_halley
 from .ops import Routines, TensorOps, row_length, uncat
-from .screen import CANDIDATES, screened
+from .screen import CANDIDATES, screened, short
 
 __all__ = ["KKT_STEPS", "KKT_FREE_STEPS", "KKT_LOG_STEP", "KKT_ELASTIC_CEIL", "LINEAR_START_STEPS", "HALLEY_START_STEPS",
            "HALLEY_START_STEPS_LONG",
@@ -27,8 +27,8 @@ KKT_LOG_STEP = 1.0
 KKT_ELASTIC_CEIL = 2.0**20
 #: Rounds of Michelot's fixed point for a sparse map's start in :func:`kkt_rule` (``_linear_start``).
 LINEAR_START_STEPS = 6
-#: ... for the start of a threshold's Halley solve (:func:`threshold_start`) on rows of at most
-#: ``2 * (CANDIDATES + 1)`` scores (a sparse map's candidates), where they cost more than the Halley rounds they
+#: ... for the start of a threshold's Halley solve (:func:`threshold_start`) on short rows
+#: (:func:`~numeric.core.screen.short`: a sparse map's candidates), where they cost more than the Halley rounds they
 #: save (then a lower bound of the linear link's threshold): on the 16 candidates of 512 N(0, 1) rows of 64, NumPy,
 #: ``p**2/2 + p**4/4`` 3.3x -> 2.9x entmax15, ``p**2/2 + p**3/3`` 2.8x -> 2.4x.  The KKT solve keeps
 #: :data:`LINEAR_START_STEPS`: from a rougher start its rounds on wide rows exceed their bound.
@@ -327,20 +327,18 @@ def _elastic_step(ops, r: Routines, p, ps, o1, w, z):
     return p * ops.exp(w * above / ps * ops.log(ratio))
 
 
-def threshold_start(ops, r: Routines, y, count, lo, hi, steps: int | None = None):
+def threshold_start(ops, r: Routines, y, count, lo, hi):
     """``t = tau - m`` to start a threshold's solve from, in ``[lo, hi]``, for shifted rows ``y`` of ``count`` live
     scores (``(rows, 1)``): :func:`kkt_rule`'s, the threshold of a link with a closed-form threshold near the map's
     (both, and the one the row's ``clip`` asks for, where that is a value: a traced kernel that serves sparse and
     dense maps, whose module says ``SPARSE = None``).
 
-    A sparse map's is the linear link's (:func:`_linear_start`, after ``steps`` rounds of Michelot's fixed point,
-    by default :data:`HALLEY_START_STEPS` or :data:`HALLEY_START_STEPS_LONG` by the rows' length: that threshold
-    or a lower bound of it), a dense map's the exponential's (:func:`_exponential_start`).  The root rule's Halley on a printed link starts there too (on 256 N(0, 1)
-    rows of 64 scores, 4 rounds for ``cosh(p) - 1`` where it took 10 from ``lo``; ``-log(p)``, 3 where it took 5).
+    A sparse map's is the linear link's (:func:`_linear_start`, after :data:`HALLEY_START_STEPS` rounds of
+    Michelot's fixed point on short rows, :data:`HALLEY_START_STEPS_LONG` on others: that threshold or a lower
+    bound of it), a dense map's the exponential's (:func:`_exponential_start`).  The root rule's Halley on a
+    printed link starts there too (on 256 N(0, 1) rows of 64 scores, 4 rounds for ``cosh(p) - 1`` where it took 10 from ``lo``; ``-log(p)``, 3 where it took 5).
     """
-    if steps is None:
-        n = y.shape[-1]
-        steps = HALLEY_START_STEPS if isinstance(n, int) and n <= 2 * (CANDIDATES + 1) else HALLEY_START_STEPS_LONG
+    steps = HALLEY_START_STEPS if short(y.shape[-1]) else HALLEY_START_STEPS_LONG
     live = ops.isfinite(y)
     clip = r.clip()
     sparse = math.isfinite(clip) if isinstance(clip, (int, float)) else r.module.SPARSE

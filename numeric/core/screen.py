@@ -10,10 +10,16 @@ from typing import Callable
 
 from .ops import Routines, TensorOps, uncat
 
-__all__ = ["CANDIDATES", "screened"]
+__all__ = ["CANDIDATES", "short", "screened"]
 
 #: A sparse map's rows are solved on their CANDIDATES + 1 largest scores first (:func:`screened`).
 CANDIDATES = 15
+
+
+def short(n, candidates: int = CANDIDATES) -> bool:
+    """Whether rows of ``n`` scores are too short to screen (:func:`screened`): at most twice ``candidates + 1``,
+    and so rows as short as a sparse map's candidates.  ``False`` where ``n`` is not a number (a traced row)."""
+    return isinstance(n, int) and n <= 2 * (candidates + 1)
 
 
 def screened(ops: TensorOps, r: Routines, y, solve: Callable, whole: Callable, candidates: int = CANDIDATES):
@@ -32,7 +38,7 @@ def screened(ops: TensorOps, r: Routines, y, solve: Callable, whole: Callable, c
     """
     n = y.shape[-1]
     clip = r.clip()
-    if not isinstance(clip, (int, float)) or not math.isfinite(clip) or n <= 2 * (candidates + 1) or n < ops.candidates_from:
+    if not isinstance(clip, (int, float)) or not math.isfinite(clip) or short(n, candidates) or n < ops.candidates_from:
         return whole(r, y)
     values, index = ops.top(y, candidates + 1)
     p, t = solve(r, values)
