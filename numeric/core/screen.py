@@ -6,6 +6,7 @@ any length: Newton on the KKT system (:func:`numeric.core.kkt.kkt_rule`) and saf
 from __future__ import annotations
 
 import math
+import numbers
 from typing import Callable
 
 from .ops import Routines, TensorOps, uncat
@@ -38,7 +39,7 @@ def screened(ops: TensorOps, r: Routines, y, solve: Callable, whole: Callable, c
     """
     n = y.shape[-1]
     clip = r.clip()
-    if not isinstance(clip, (int, float)) or not math.isfinite(clip) or short(n, candidates) or n < ops.candidates_from:
+    if not isinstance(clip, numbers.Real) or not math.isfinite(clip) or short(n, candidates) or n < ops.candidates_from:
         return whole(r, y)
     values, index = ops.top(y, candidates + 1)
     p, t = solve(r, values)

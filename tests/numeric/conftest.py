@@ -175,6 +175,24 @@ def halley_forms(monkeypatch):
     return forms
 
 
+@pytest.fixture
+def piece_solves(monkeypatch):
+    """The exponent ``k`` of each power-form solve by Newton on the piece of the root between two kinks
+    (``numeric.core.rules._power_piece_newton``: ``k < 1`` on rows of a known length), recorded while the test
+    runs."""
+    from numeric.core import rules
+
+    ks = []
+    solve = rules._power_piece_newton
+
+    def spy(ops, a, k, y, lo, steps):
+        ks.append(k)
+        return solve(ops, a, k, y, lo, steps)
+
+    monkeypatch.setattr(rules, "_power_piece_newton", spy)
+    return ks
+
+
 def reference(name: str, row, digits: int = 30, **params):
     params = params or PARAMS.get(name, {})
     return [float(v) for v in derivation(name).evaluate(list(map(float, row)), digits=digits, **params)]
