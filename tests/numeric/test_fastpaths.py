@@ -397,8 +397,8 @@ ALPHAS = [1.01, 1.3, 4 / 3, 1.5, 2.0, 3.0, 6.0]
 @pytest.mark.parametrize("dtype", [np.float64, np.float32])
 def test_tsallis_power_form_equals_the_generic_root_path(alpha, dtype, halley_forms, piece_solves):
     """root_rule on alpha-entmax's link of the power form ``(a (z - clip))**k`` (Newton on ``F**(1/k)`` for
-    ``k >= 1``, else Newton on the piece of the root between two kinks in the weight of its smaller score, the link
-    as ``exp(k log base)``: no Halley solve) and on the generic path (its
+    ``k >= 1``, else Newton on the piece of the root between two kinks in the weight of its smaller score on the
+    candidates and Halley on longer rows, the link as ``exp(k log base)``) and on the generic path (its
     ``link_scale`` hidden: Halley on ``tau - m`` with the printed link and weights) give the same ``p`` and ``tau``."""
     mod = importlib.import_module("numeric._generated.entmax_sparse")
     params = (dtype(alpha),)
@@ -420,11 +420,11 @@ def test_tsallis_power_form_equals_the_generic_root_path(alpha, dtype, halley_fo
         p_generic, t_generic = rules.root_rule(ops, numpy_routines(mod, params, link_scale=None), y)
     # (Halley's rows of 50 scores are screened, numeric.core.screen: a solve on each row's largest scores, then
     # one on the rows whose support is larger)
-    assert power_forms == []
     if alpha <= 2:  # k >= 1: Newton on F**(1/k)
-        assert piece_solves == []
-    else:  # (the candidates, then the rows whose support is larger)
-        assert 1 <= len(piece_solves) <= 2 and all(0 < k < 1 for k in piece_solves), piece_solves
+        assert power_forms == [] and piece_solves == []
+    else:  # the candidates by Newton on the root's piece; rows whose support is larger, if any, by Halley (a power form)
+        assert len(piece_solves) == 1 and 0 < piece_solves[0] < 1, piece_solves
+        assert len(power_forms) <= 1 and all(f is not None for f in power_forms), power_forms
     assert 1 <= len(forms) <= 2 and all(f is None for f in forms), forms
     # both round the link's base differently: relative to the batch's largest p (1) and tau
     rtol = 1e-12 if dtype == np.float64 else 3e-5
