@@ -42,6 +42,10 @@ KINDS = ("closed", "sort", "root", "KKT", "none")
 #: What a sparse map's Halley and KKT solves add: each long row on its largest scores first
 #: (:func:`numeric.core.screen.screened`).
 _SCREEN = f"long rows on their {CANDIDATES + 1} largest scores first"
+#: the power form's solve where k < 1 (numeric.core.rules._power_piece_newton, and Halley on rows of more than
+#: twice the candidates)
+_PIECE = ("Newton in the weight of the smallest score between the two kinks that bracket the threshold (a binary "
+          "search over the sorted candidates), safeguarded Halley on longer rows")
 
 
 @dataclass(frozen=True)
@@ -92,11 +96,11 @@ def describe(threshold: str, link_form: str, has_link: bool, exponent=None, spar
     if power:
         form = "the link's power form (a (z - clip))**k" + (f", k = {k_text}" if k_text is not None else "")
         if k is None:
-            return Rule("root", f"Newton from below where k >= 1, safeguarded Halley where k < 1, on {form}"
-                                f"{'; with Halley, ' + _SCREEN if sparse else ''}")
+            return Rule("root", f"Newton from below where k >= 1, {_PIECE} where k < 1, on {form}"
+                                f"{'; where k < 1, ' + _SCREEN if sparse else ''}")
         if k >= 1:
             return Rule("root", f"Newton from below on {form}")
-        return Rule("root", f"safeguarded Halley on {form}{screen}")
+        return Rule("root", f"{_PIECE}, on {form}{screen}")
     if has_link:
         printed = f"the printed link g(z) = {link}" if link else "the printed link"
         return Rule("root", f"safeguarded Halley on {printed}{screen}")

@@ -115,8 +115,8 @@ def test_tsallis_rule_is_the_modules(alpha, kind):
     with generated_map(tsallis(sp.Rational(alpha)), f"cost_tsallis_{alpha.replace('/', '_')}") as module:
         found = cost.rule(module)
         assert found.kind == kind == module.THRESHOLD and derive_cost.rule(dv, link=False) == found
-    assert ("Newton from below" in found.how) == (alpha == "4/3")  # k = 3 >= 1: Newton; k = 1/2: Halley
-    assert ("Halley" in found.how) == (alpha == "3")
+    assert ("Newton from below" in found.how) == (alpha == "4/3")  # k = 3 >= 1: Newton from below
+    assert ("between the two kinks" in found.how) == (alpha == "3")  # k = 1/2: Newton on the root's piece
 
 
 def test_cost_step_judges_nothing(monkeypatch):

@@ -16,7 +16,7 @@ from numeric import cost
     ("sparsemax", {}, "sort", "Michelot's steps"),
     ("entmax15", {}, "sort", "Newton steps on the support"),
     ("entmax", {"alpha": 1.25}, "root", "Newton from below"),  # k = 4
-    ("entmax", {"alpha": 3.0}, "root", "safeguarded Halley on the link's power form"),  # k = 1/2
+    ("entmax", {"alpha": 3.0}, "root", "Newton in the weight of the smallest score between the two kinks"),  # k = 1/2
     ("entmax", {"alpha": 0.5}, "root", "safeguarded Halley on the printed link"),  # the dense case
     ("relu", {}, "none", "no sum constraint"),
 ])
