@@ -102,6 +102,11 @@ class TensorOps(Ops):
     def int_max(self, x):  # pragma: no cover - interface
         raise NotImplementedError
 
+    def number(self, x):
+        """A single parameter value ``x`` as the rules choose by it: a number where the target can read it, else
+        ``x`` (a NumPy scalar is one already; a traced value is not read)."""
+        return x
+
     def branch(self, pred, fn: Callable, otherwise: Callable):  # pragma: no cover - interface
         raise NotImplementedError
 

@@ -320,7 +320,7 @@ def _support_generic(ops, bound, rows, t, result, active, steps):
 def _power_parts(ops, r, y):
     """For a link of the power form: ``(a, k, b = a y, reach)`` with ``reach(q) = q**(1/k) / a``."""
     a = r.link_scale()
-    k = r.link_exponent()
+    k = ops.number(r.link_exponent())
     return a, k, a * y, (lambda q: ops.exp(ops.log(q) / k) / a)
 
 
@@ -348,7 +348,7 @@ def root_rule(ops: TensorOps, r: Routines, y, steps: int = ROOT_STEPS):
     power = r.module.LINK_FORM == "power" and r.has("link_scale")
     if not power and not r.has("link"):
         return kkt_rule(ops, r, y)
-    k = r.link_exponent() if power else None
+    k = ops.number(r.link_exponent()) if power else None
     if power and not (isinstance(k, numbers.Real) and k < 1):
         return _root_whole(ops, r, y, steps)
 

@@ -38,7 +38,7 @@ def screened(ops: TensorOps, r: Routines, y, solve: Callable, whole: Callable, c
     take ``whole``.
     """
     n = y.shape[-1]
-    clip = r.clip()
+    clip = ops.number(r.clip())
     if not isinstance(clip, numbers.Real) or not math.isfinite(clip) or short(n, candidates) or n < ops.candidates_from:
         return whole(r, y)
     values, index = ops.top(y, candidates + 1)

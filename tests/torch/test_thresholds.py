@@ -113,3 +113,27 @@ def test_attention_backward_solves_nothing(name, monkeypatch):
     assert calls == []
     for a, b in zip(got, want):
         torch.testing.assert_close(a, b, rtol=0, atol=1e-13)
+
+
+@pytest.mark.parametrize("alpha", [3.0, 6.0])
+def test_a_single_alpha_is_a_number_to_the_rule(alpha, monkeypatch):
+    """alpha-entmax with one alpha (a 0-d tensor) on the CPU in eager torch: the rule reads it as a number
+    (TorchOps.number), as NumPy's does, and solves each row's candidates on the root's piece between two kinks
+    (before, a per-row k took Halley on whole rows); the weights are NumPy's to rounding, a learnt alpha's too, whose
+    gradient is finite."""
+    import numpy as np
+
+    import numeric as nm
+
+    x = torch.randn(64, 200, generator=torch.Generator().manual_seed(5), dtype=F64)
+    ks = []
+    piece = rules._power_piece_newton
+    monkeypatch.setattr(rules, "_power_piece_newton", lambda ops, a, k, *rest: ks.append(k) or piece(ops, a, k, *rest))
+    want = nm.entmax(x.numpy(), alpha)
+    for value in (alpha, torch.tensor(alpha, dtype=F64, requires_grad=True)):
+        ks.clear()
+        p = get_map("entmax", alpha=value)(x)
+        assert ks and all(isinstance(k, float) and 0 < k < 1 for k in ks), ks
+        np.testing.assert_allclose(p.detach().numpy(), want, rtol=0, atol=1e-14)
+    (g,) = torch.autograd.grad((p * torch.linspace(-1, 1, 200, dtype=F64)).sum(), value)
+    assert torch.isfinite(g)
