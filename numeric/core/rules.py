@@ -492,14 +492,13 @@ def _power_piece_newton(ops, a, k, y, lo, steps):
     below ``4 eps q``.
     """
     n = y.shape[-1]
-    count = ops.row_sum(ops.float_(ops.isfinite(y)))
     s = ops.sort_desc(y)
     place = ops.cumsum(ops.full(s, 1.0)) - 1  # 0, 1, ... along each row
 
     def at(j):  # s_j per row (-inf past the live scores)
         return ops.row_max(ops.where(place == j, s, -math.inf))
 
-    last = ops.full(count, 0.0)
+    last = ops.full(y[..., :1], 0.0)
     reach = 1 << (n - 1).bit_length() - 1 if n > 1 else 0
     while reach:
         j = last + reach
@@ -515,12 +514,10 @@ def _power_piece_newton(ops, a, k, y, lo, steps):
 
     def body(state, rows):
         q = state[0]
-        d, top, a = rows  # d = a (y - top) on the support, -inf off it
+        d, on, inside, top, a = rows  # d = a (y - top) above s_L (1 elsewhere); on: the first L scores
         log_e = ops.log(q) / k
-        on = d >= 0
-        inside = d > 0
         # log(base): s_L's (and its ties') is log(e), which e = q**(1/k) may underflow
-        log_base = ops.where(inside, ops.log(ops.where(inside, d, 1) + ops.exp(log_e)), log_e)
+        log_base = ops.where(inside, ops.log(d + ops.exp(log_e)), log_e)
         p = ops.where(on, ops.exp(k * log_base), 0)
         g = ops.row_sum(p)
         step = (g - 1) / ops.row_sum(ops.where(on, ops.exp((1 - k) * (log_e - log_base)), 0))
@@ -529,7 +526,9 @@ def _power_piece_newton(ops, a, k, y, lo, steps):
 
     state = (q, ops.full(y, 0.0), ops.full(q, 1.0), ops.full(q, 0.0))
     d = ops.where(y >= top, a * (y - top), -math.inf)
-    _, p, g, t = ops.repeat_rows(steps, body, state, ops.full(q, True), (d, top, a))
+    on, inside = d >= 0, d > 0
+    rows = (ops.where(inside, d, 1), on, inside, top, a)
+    _, p, g, t = ops.repeat_rows(steps, body, state, ops.full(q, True), rows)
     return p / g, t
 
 
