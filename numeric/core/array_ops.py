@@ -19,7 +19,7 @@ import numpy as np
 from ..newton import NEWTON_STEPS
 from .ops import TensorOps
 
-__all__ = ["ArrayOps"]
+__all__ = ["ArrayOps", "gather_above", "put_along"]
 
 
 class ArrayOps(TensorOps):
@@ -87,10 +87,11 @@ class ArrayOps(TensorOps):
         index = self.xp.argpartition(x, n - k, axis=-1)[..., n - k:]
         return self.xp.take_along_axis(x, index, axis=-1), index
 
+    def above(self, x, cut, k: int):
+        return gather_above(self.xp, x, cut, k)
+
     def put(self, values, index, like):
-        out = self.xp.zeros(like.shape, dtype=values.dtype)
-        out[self.xp.arange(out.shape[0])[:, None], index] = values
-        return out
+        return put_along(self.xp, values, index, like)
 
     def int_max(self, x):
         return int(x.max())
@@ -104,3 +105,26 @@ class ArrayOps(TensorOps):
 
     def branch(self, pred, fn: Callable, otherwise: Callable):
         return fn() if bool(pred.any()) else otherwise()
+
+
+def gather_above(xp, x, cut, k: int):
+    """:meth:`~numeric.core.ops.TensorOps.above` in the namespace ``xp``: each row's entries above ``cut`` moved to
+    the slots their running count gives."""
+    keep = x > cut
+    slot = xp.cumsum(keep, axis=-1) - 1
+    rows, columns = xp.nonzero(keep & (slot < k))
+    n = x.shape[-1]
+    values = xp.full((x.shape[0], k), -xp.inf, dtype=x.dtype)
+    index = xp.full((x.shape[0], k), n)
+    values[rows, slot[rows, columns]] = x[rows, columns]
+    index[rows, slot[rows, columns]] = columns
+    return values, index
+
+
+def put_along(xp, values, index, like):
+    """:meth:`~numeric.core.ops.TensorOps.put` in the namespace ``xp``: ``values`` at the columns ``index`` of
+    zeros shaped as ``like``, an index of ``like.shape[-1]`` (padding) left out."""
+    n = like.shape[-1]
+    out = xp.zeros((like.shape[0], n + 1), dtype=values.dtype)
+    xp.put_along_axis(out, index, values, axis=-1)
+    return out[:, :n]

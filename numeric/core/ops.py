@@ -96,6 +96,16 @@ class TensorOps(Ops):
     def top(self, x, k: int):  # pragma: no cover - interface
         raise NotImplementedError
 
+    #: The longest rows on which :func:`~numeric.core.screen.screened` takes a sparse map's candidates above a cut
+    #: (:meth:`above`) instead of the ``k`` largest (:meth:`top`).
+    cut_up_to = 0
+
+    def above(self, x, cut, k: int):  # pragma: no cover - interface
+        """``(values, index)``, shape ``(rows, k)``: the first ``k`` entries of each row of ``x`` above its ``cut``
+        (shape ``(rows, 1)``) and their columns, padded with ``-inf`` at column ``x.shape[-1]`` (:meth:`put`
+        leaves those out)."""
+        raise NotImplementedError
+
     def put(self, values, index, like):  # pragma: no cover - interface
         raise NotImplementedError
 

@@ -36,17 +36,28 @@ def screened(ops: TensorOps, r: Routines, y, solve: Callable, whole: Callable, c
     are screened again on that many largest scores and one more (``TensorOps.int_max``), or, where a target
     cannot read the count (JAX under ``jit``), on four times as many as before.  Other maps, and short rows,
     take ``whole``.
+
+    Rows of at most :attr:`~numeric.core.ops.TensorOps.cut_up_to` scores take as candidates at most
+    ``candidates + 1`` scores above a cut (:func:`_above_cut`) instead of the largest: where the largest score
+    left out is off the solution's support, the solution is the row's.
     """
     n = y.shape[-1]
     clip = ops.number(r.clip())
-    if not isinstance(clip, numbers.Real) or not math.isfinite(clip) or short(n, candidates) or n < ops.candidates_from:
+    cut = isinstance(n, int) and n <= ops.cut_up_to  # (not a traced row's length)
+    if not isinstance(clip, numbers.Real) or not math.isfinite(clip) or short(n, candidates) or (n < ops.candidates_from and not cut):
         return whole(r, y)
-    values, index = ops.top(y, candidates + 1)
-    p, t = solve(r, values)
-    # the smallest candidate off the support (masked scores are), its weight 0 as well as its score at most the
-    # clip from the threshold (where omega' is flat near 0, the score of a weight as small as (1/n)**39 rounds to
-    # the clip: alpha-entmax at alpha = 40): the excluded scores are off it too
-    ok = (-ops.row_max(-values) - t <= clip) & (-ops.row_max(-p) <= 0)
+    if cut:
+        values, index, rest, fits = _above_cut(ops, r, y, clip, candidates + 1)
+        p, t = solve(r, values)
+        # the largest score left out is off the support: so is every other one
+        ok = fits & (rest - t <= clip)
+    else:
+        values, index = ops.top(y, candidates + 1)
+        p, t = solve(r, values)
+        # the smallest candidate off the support (masked scores are), its weight 0 as well as its score at most the
+        # clip from the threshold (where omega' is flat near 0, the score of a weight as small as (1/n)**39 rounds
+        # to the clip: alpha-entmax at alpha = 40): the excluded scores are off it too
+        ok = (-ops.row_max(-values) - t <= clip) & (-ops.row_max(-p) <= 0)
     both = ops.cat(ops.put(p, index, y), t)
 
     def more(y, t, *params):
@@ -56,3 +67,48 @@ def screened(ops: TensorOps, r: Routines, y, solve: Callable, whole: Callable, c
         return ops.cat(q, s)
 
     return uncat(ops.on_rows(ops.not_(ok), more, (y, t, *r.params), both), n)
+
+
+#: The levels below each row's maximum, in units of ``omega'(1) - omega'(0+)``, at which :func:`_above_cut` counts
+#: the scores above (nearest first).
+LEVELS = tuple(2.0 ** (-j / 2) for j in range(12, -1, -1))
+
+
+def _above_cut(ops, r, y, clip, k):
+    """``(values, index, rest, fits)``: at most ``k`` of each shifted row's largest scores, those above a cut, as
+    :meth:`~numeric.core.ops.TensorOps.above` gathers them; ``rest`` the largest score left out, and ``fits``
+    whether the cut left at most ``k`` scores above it.
+
+    The cut is ``clip`` above :func:`threshold_below`'s bound of the threshold, where no score at or below it is
+    on the support, or the lowest of its levels with at most ``k`` scores above it where that is higher (then
+    ``rest`` tells whether the support was cut).  Counting at fixed levels takes passes over the scores, where
+    the ``k`` largest take a partial sort (torch's ``topk`` under ``torch.compile``: two thirds of a compiled
+    entmax15's time on rows of 64).
+    """
+    bound, low = threshold_below(ops, r, y, clip, k)
+    fits = ops.isfinite(low)
+    cut = ops.where(fits, ops.where(bound + clip > low, bound + clip, low), -ops.tiny)
+    values, index = ops.above(y, cut, k)
+    rest = ops.row_max(ops.where(y > cut, -math.inf, y))
+    return values, index, rest, fits
+
+
+def threshold_below(ops, r, y, clip, k):
+    """``(bound, low)`` per shifted row ``y``: a lower bound of its threshold, and the lowest of the :data:`LEVELS`
+    with at most ``k`` scores above it (``inf`` where none).
+
+    With ``c`` scores above a level ``v``, each has weight at least ``1/c`` at ``t = v - omega'(1/c)``, where the
+    weights sum to at least 1: that ``t`` is below the threshold, as ``-omega'(1)`` is (the largest score's
+    weight 1), and the bound is the largest of them.
+    """
+    one = r.omega_prime(ops.full(y[..., :1], 1.0))
+    span = one - clip
+    bound = -one
+    low = ops.full(one, math.inf)
+    for level in LEVELS:
+        v = -span * level
+        count = ops.row_sum(ops.float_(y > v))
+        b = v - r.omega_prime(1 / ops.clamp_min(count, 1.0))
+        bound = ops.where(b > bound, b, bound)
+        low = ops.where(count <= k, v, low)
+    return bound, low

@@ -105,9 +105,25 @@ class JaxOps(TensorOps):
     def top(x, k):
         return lax.top_k(x, k)
 
+    @property
+    def cut_up_to(self):
+        return 256 if jax.default_backend() == "cpu" else 0
+
+    @staticmethod
+    def above(x, cut, k):
+        keep = x > cut
+        slot = jnp.minimum(jnp.where(keep, jnp.cumsum(keep, axis=-1) - 1, k), k)
+        rows, n = jnp.arange(x.shape[0])[:, None], x.shape[-1]
+        values = jnp.full((x.shape[0], k + 1), -jnp.inf, x.dtype).at[rows, slot].set(x)
+        columns = jnp.arange(n)
+        index = jnp.full((x.shape[0], k + 1), n, columns.dtype).at[rows, slot].set(jnp.broadcast_to(columns, x.shape))
+        return values[:, :k], index[:, :k]
+
     @staticmethod
     def put(values, index, like):
-        return jnp.put_along_axis(jnp.zeros(like.shape, values.dtype), index, values, axis=-1, inplace=False)
+        n = like.shape[-1]
+        out = jnp.zeros((*like.shape[:-1], n + 1), values.dtype)
+        return jnp.put_along_axis(out, index, values, axis=-1, inplace=False)[..., :n]
 
     @staticmethod
     def int_max(x):

@@ -14,6 +14,7 @@ from functools import lru_cache
 
 import numpy as np
 
+from ..core.array_ops import gather_above, put_along
 from ..core.ops import CompactRows, TensorOps
 from ..newton import NumpyOps
 from .rows import row_max as _row_max
@@ -104,10 +105,12 @@ class NumpyRowOps(CompactRows, NumpyOps, TensorOps):
         return np.take_along_axis(x, index, axis=-1), index
 
     @staticmethod
+    def above(x, cut, k):
+        return gather_above(np, x, cut, k)
+
+    @staticmethod
     def put(values, index, like):
-        out = np.zeros(like.shape, dtype=values.dtype)
-        np.put_along_axis(out, index, values, axis=-1)
-        return out
+        return put_along(np, values, index, like)
 
     @staticmethod
     def int_max(x):

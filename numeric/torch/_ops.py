@@ -96,9 +96,28 @@ class TorchOps(CompactRows, TensorOps):
     def top(x, k):
         return torch.topk(x, k, dim=-1, sorted=False)
 
+    @property
+    def cut_up_to(self):
+        # under torch.compile, where the counts and the gather fuse into passes over the scores: torch.topk takes
+        # 0.35 ms on 512 x 64 float32 scores, two thirds of a compiled entmax15 (on rows of 1024, where the cut
+        # leaves more than 16 scores on some rows, the k largest)
+        return 256 if torch.compiler.is_compiling() else 0
+
+    @staticmethod
+    def above(x, cut, k):
+        keep = x > cut
+        slot = torch.where(keep, torch.cumsum(keep, dim=-1) - 1, k).clamp_(max=k)
+        rows, n = x.shape[:-1], x.shape[-1]
+        values = torch.full((*rows, k + 1), -math.inf, dtype=x.dtype, device=x.device).scatter_(-1, slot, x)
+        columns = torch.arange(n, device=x.device).expand_as(slot)
+        index = torch.full((*rows, k + 1), n, dtype=torch.int64, device=x.device).scatter_(-1, slot, columns)
+        return values[..., :k], index[..., :k]
+
     @staticmethod
     def put(values, index, like):
-        return torch.zeros(like.shape, dtype=values.dtype, device=values.device).scatter_(-1, index, values)
+        n = like.shape[-1]
+        out = torch.zeros((*like.shape[:-1], n + 1), dtype=values.dtype, device=values.device)
+        return out.scatter_(-1, index, values)[..., :n]
 
     @staticmethod
     def int_max(x):

@@ -82,3 +82,22 @@ def test_a_traced_alpha_is_not_checked():
     map (tests/maps/test_get_map.py)."""
     x = jnp.asarray(_scores(27, shape=(2, 3)))
     assert jax.jit(lambda a: entmax(x, a))(1.5).shape == (2, 3)
+
+
+@pytest.mark.parametrize("name", ["cube", "gini_log1p"])
+def test_sparse_rows_take_their_candidates_above_a_cut(name, monkeypatch):
+    """A sparse user map (the root rule's power form; the KKT solve) on rows of 100 scores under jit takes its
+    candidates above a cut (numeric.core.screen): the NumPy map's p, which takes the largest, on rows of every
+    spread (a flat row has too many scores above every level, and takes the whole row), masked scores and a row
+    with one score left."""
+    from numeric.jax._ops import JaxOps
+
+    gathered = []
+    above = JaxOps.above
+    monkeypatch.setattr(JaxOps, "above", staticmethod(lambda *a: gathered.append(a[-1]) or above(*a)))
+    x = np.random.default_rng(3).normal(size=(8, 100)) * np.array([0, 0.05, 0.3, 1, 3, 10, 30, 1])[:, None]
+    x[-1, 1:] = -np.inf
+    x[3, 50:] = -np.inf
+    got = jax.jit(get_map(name))(jnp.asarray(x))
+    assert gathered and gathered[0] == 16
+    _close(got, nm.get_map(name)(x), atol=1e-13)

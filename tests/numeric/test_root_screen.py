@@ -12,7 +12,7 @@ import pytest
 
 from derive import Regularizer, derive_map, generate_module
 from numeric import contract
-from numeric.core import rules
+from numeric.core import rules, screen
 from numeric.core.ops import Routines
 from numeric.core.screen import CANDIDATES
 from numeric.numpy.ops import NumpyRowOps, ops_for
@@ -42,14 +42,18 @@ def routines(module):
     return Routines(module, table, ())
 
 
+@pytest.mark.parametrize("cut", [False, True], ids=["largest", "above-cut"])
 @pytest.mark.parametrize("name", list(SPARSE))
-def test_screened_rows_equal_the_whole_rows(name, monkeypatch):
-    """The first round on CANDIDATES + 1 scores of every row, the rows whose support is larger again on more of
-    their scores, the same p and tau as Halley on the whole rows (supports of 1 to n scores)."""
+def test_screened_rows_equal_the_whole_rows(name, cut, monkeypatch):
+    """The first round on CANDIDATES + 1 scores of every row (the largest, or at most that many above a cut), the
+    rows whose support is larger again on more of their scores, the same p and tau as Halley on the whole rows
+    (supports of 1 to n scores)."""
     module = importlib.import_module(name)
     assert module.THRESHOLD == "root" and module.SPARSE
     r = routines(module)
     ops = ops_for(np.float64)
+    if cut:
+        monkeypatch.setattr(ops, "cut_up_to", 10**9)
     whole, sizes = record_shapes(monkeypatch, rules, "_root_whole")
     n = 1100
     rng = np.random.default_rng(5)
@@ -68,6 +72,42 @@ def test_screened_rows_equal_the_whole_rows(name, monkeypatch):
     assert sizes_screened[0] == (44, CANDIDATES + 1) and len(sizes_screened) >= 2, sizes_screened
     np.testing.assert_allclose(p, want_p, rtol=0, atol=1e-14)
     np.testing.assert_allclose(t, want_t, rtol=0, atol=1e-13)
+
+
+@pytest.mark.parametrize("name", list(SPARSE))
+def test_the_cut_keeps_the_support(name):
+    """numeric.core.screen's bound (from the counts of scores above levels below the maximum) is below the
+    threshold; the scores above the cut (clip above the bound, or a level higher up with at most CANDIDATES + 1
+    scores above it) hold the support, or the largest score left out is on it; rows of nearly equal scores, with
+    too many scores above every level, are marked."""
+    module = importlib.import_module(name)
+    r = routines(module)
+    ops = ops_for(np.float64)
+    k = CANDIDATES + 1
+    clip = float(module.clip())
+    span = module.omega_prime(1.0) - clip
+    x = np.random.default_rng(11).standard_normal((60, 300)) * np.geomspace(1e-4, 30, 60)[:, None] * span
+    x[7, 3:] = -np.inf  # three live scores
+    x[20, :40] = x[20].max()  # 40 tied largest scores
+    y = x - x.max(axis=-1, keepdims=True)
+    with np.errstate(all="ignore"):
+        bound, low = screen.threshold_below(ops, r, y, clip, k)
+        values, index, rest, fits = screen._above_cut(ops, r, y, clip, k)
+        want_p, want_t = rules._root_whole(ops, r, y, rules.ROOT_STEPS)
+    assert (bound <= want_t).all(), np.flatnonzero(bound > want_t)
+    at_bound = (bound + clip >= low)[:, 0]
+    assert at_bound[-10:].all() and fits[-10:].all()  # far apart scores: the bound's cut holds at most k
+    assert not fits[0] and not fits[20]  # nearly equal scores: no level holds at most k
+    assert values.shape == index.shape == (60, k)
+    for row in np.flatnonzero(fits[:, 0]):
+        kept = index[row][np.isfinite(values[row])]
+        np.testing.assert_array_equal(values[row][np.isfinite(values[row])], y[row, kept])
+        assert kept.size == (y[row] > max(bound[row, 0] + clip, low[row, 0])).sum()
+        support = np.flatnonzero(want_p[row] > 0)
+        if at_bound[row]:
+            assert set(support) <= set(kept), (row, support, kept)
+        else:
+            assert set(support) <= set(kept) or rest[row, 0] - want_t[row, 0] > clip
 
 
 @pytest.mark.parametrize("name", list(SPARSE))
