@@ -72,6 +72,8 @@ def screened(ops: TensorOps, r: Routines, y, solve: Callable, whole: Callable, c
 #: The levels below each row's maximum, in units of ``omega'(1) - omega'(0+)``, at which :func:`_above_cut` counts
 #: the scores above (nearest first).
 LEVELS = tuple(2.0 ** (-j / 2) for j in range(12, -1, -1))
+#: The levels :func:`threshold_below` counts at between two of the :data:`LEVELS`.
+SUBLEVELS = 4
 
 
 def _above_cut(ops, r, y, clip, k):
@@ -94,8 +96,9 @@ def _above_cut(ops, r, y, clip, k):
 
 
 def threshold_below(ops, r, y, clip, k):
-    """``(bound, low)`` per shifted row ``y``: a lower bound of its threshold, and the lowest of the :data:`LEVELS`
-    with at most ``k`` scores above it (``inf`` where none).
+    """``(bound, low)`` per shifted row ``y``: a lower bound of its threshold, and the lowest level with at most
+    ``k`` scores above it (``inf`` where none) among the :data:`LEVELS` and :data:`SUBLEVELS` levels between that
+    one and the next.
 
     With ``c`` scores above a level ``v``, each has weight at least ``1/c`` at ``t = v - omega'(1/c)``, where the
     weights sum to at least 1: that ``t`` is below the threshold, as ``-omega'(1)`` is (the largest score's
@@ -104,11 +107,21 @@ def threshold_below(ops, r, y, clip, k):
     one = r.omega_prime(ops.full(y[..., :1], 1.0))
     span = one - clip
     bound = -one
-    low = ops.full(one, math.inf)
-    for level in LEVELS:
-        v = -span * level
+    low, below = ops.full(one, math.inf), ops.full(one, -math.inf)
+
+    def count_at(v, bound, low, where):
         count = ops.row_sum(ops.float_(y > v))
         b = v - r.omega_prime(1 / ops.clamp_min(count, 1.0))
-        bound = ops.where(b > bound, b, bound)
-        low = ops.where(count <= k, v, low)
+        return count, ops.where(where & (b > bound), b, bound), ops.where(where & (count <= k), v, low)
+
+    everywhere = ops.full(one, True)
+    for level in LEVELS:
+        v = -span * level
+        count, bound, low = count_at(v, bound, low, everywhere)
+        below = ops.where((count > k) & ops.not_(ops.isfinite(below)), v, below)
+    # between the lowest level with at most k above it and the next, where both are
+    both = ops.isfinite(low) & ops.isfinite(below)
+    top, step = ops.where(both, low, 0.0), ops.where(both, (below - low) / (SUBLEVELS + 1), 0.0)
+    for j in range(1, SUBLEVELS + 1):
+        _, bound, low = count_at(top + j * step, bound, low, both)
     return bound, low

@@ -86,12 +86,13 @@ def test_a_traced_alpha_is_not_checked():
 
 @pytest.mark.parametrize("name", ["cube", "gini_log1p"])
 def test_sparse_rows_take_their_candidates_above_a_cut(name, monkeypatch):
-    """A sparse user map (the root rule's power form; the KKT solve) on rows of 100 scores under jit takes its
-    candidates above a cut (numeric.core.screen): the NumPy map's p, which takes the largest, on rows of every
-    spread (a flat row has too many scores above every level, and takes the whole row), masked scores and a row
-    with one score left."""
+    """A sparse user map (the root rule's power form; the KKT solve) on rows of 100 scores under jit, made to take
+    its candidates above a cut (numeric.core.screen; JAX on the CPU takes whole rows this short): the NumPy map's
+    p, which takes the largest, on rows of every spread (a flat row has too many scores above every level, and
+    takes the whole row), masked scores and a row with one score left."""
     from numeric.jax._ops import JaxOps
 
+    monkeypatch.setattr(JaxOps, "cut_up_to", 256)
     gathered = []
     above = JaxOps.above
     monkeypatch.setattr(JaxOps, "above", staticmethod(lambda *a: gathered.append(a[-1]) or above(*a)))
