@@ -12,7 +12,7 @@ import pytest
 
 from derive import Regularizer, derive_map, generate_module
 from numeric import contract
-from numeric.core import rules, screen
+from numeric.core import kkt, rules, screen
 from numeric.core.ops import Routines
 from numeric.core.screen import CANDIDATES
 from numeric.numpy.ops import NumpyRowOps, ops_for
@@ -311,3 +311,35 @@ def test_dense_rows_without_masks_skip_the_selects(masked):
     np.testing.assert_array_equal(p, want_p)
     np.testing.assert_array_equal(t, want_t)
     assert p.min() > 0 or masked
+
+
+@pytest.mark.parametrize("name", [*SPARSE, "gini_log1p"])
+def test_the_cut_sends_no_more_rows_on_than_the_largest(name, monkeypatch):
+    """On N(0, 1) rows of 64 at three spreads, the candidates above the cut pass the screen on the rows the 16
+    largest pass it on (a row that does not goes on to more scores: under torch.compile every row does)."""
+    import numeric as nm
+
+    failed = []
+    screened = screen.screened
+
+    def recording(ops, r, y, solve, whole, candidates=CANDIDATES):
+        on_rows = ops.on_rows
+        monkeypatch.setattr(ops, "on_rows", lambda mask, *a: failed.append(int(mask.sum())) or on_rows(mask, *a))
+        try:
+            return screened(ops, r, y, solve, whole, candidates)
+        finally:
+            monkeypatch.setattr(ops, "on_rows", on_rows)
+
+    monkeypatch.setattr(screen, "screened", recording)
+    for module in (rules, kkt):
+        monkeypatch.setattr(module, "screened", recording)
+    f = nm.get_map(importlib.import_module(name))
+    for scale in (0.3, 1.0, 3.0):
+        x = np.random.default_rng(2).standard_normal((512, 64)) * scale
+        counts = {}
+        for cut in (0, 64):
+            monkeypatch.setattr(NumpyRowOps, "cut_up_to", cut)
+            failed.clear()
+            f(x)
+            counts[cut] = failed[0] if failed else 0
+        assert counts[64] <= counts[0], (scale, counts)
