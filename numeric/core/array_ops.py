@@ -126,5 +126,5 @@ def put_along(xp, values, index, like):
     zeros shaped as ``like``, an index of ``like.shape[-1]`` (padding) left out."""
     n = like.shape[-1]
     out = xp.zeros((like.shape[0], n + 1), dtype=values.dtype)
-    xp.put_along_axis(out, index, values, axis=-1)
+    out[xp.arange(out.shape[0])[:, None], index] = values  # (fancy indexing, as CuPy has it)
     return out[:, :n]
