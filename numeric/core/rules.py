@@ -36,6 +36,9 @@ __all__ = ["SUPPORT_STEPS", "solve", "recomputable", "at_threshold", "closed_rul
 
 #: Newton steps of :func:`support_rule` before its remaining rows take the sort rule.
 SUPPORT_STEPS = 12
+#: The support size above which :func:`sort_rule` computes its candidate again about the support's mean (the
+#: prefix sums lose up to ``log2(k + 1)`` bits on a support of ``k``).
+LONG_SUPPORT = 24
 
 
 def solve(ops: TensorOps, r: Routines, x, *, method: str = "auto", relative: bool = False):
@@ -191,7 +194,25 @@ def sort_rule(ops: TensorOps, r: Routines, y, ordered: bool = False):
     cand = r.tau_candidate(ops.where(ok, k, 1), ops.where(ok, s1, 0), ops.where(ok, s2, 0))
     good = ok & (ys - cand > clip) | (k == 1)
     last = ops.row_max(ops.where(good, k, 0))
-    return ops.row_sum(ops.where(k == last, cand, 0))
+    t = ops.row_sum(ops.where(k == last, cand, 0))
+    # The prefix sums pick the support.  Their candidate cancels in s2 - s1**2 / k: the maximum being on the
+    # support, the sum of squares is at most k + 1 times the one about the support's mean, and that many ulps are
+    # lost where many scores tie far below the maximum.  On supports longer than LONG_SUPPORT the threshold is
+    # computed again from sums about the mean (tau is shift-equivariant).
+    centred = ops.on_rows(last > LONG_SUPPORT, _centred_candidate(ops, r), (y0, last, *r.params), t)
+    # a discriminant at 0 to rounding may come out below it about the mean: there the prefix sums' value stays
+    return ops.where(ops.isfinite(centred), centred, t)
+
+
+def _centred_candidate(ops: TensorOps, r: Routines):
+    """``fn(y0, last, *params)``: the candidate of each row's ``last`` first scores of ``y0`` (sorted in
+    decreasing order) from their sums about their mean."""
+    def fn(y0, last, *params):
+        on = ops.cumsum(ops.full(y0, 1.0)) <= last
+        mean = ops.row_sum(ops.where(on, y0, 0)) / last
+        d = ops.where(on, y0 - mean, 0)
+        return mean + r.bound(params).tau_candidate(last, ops.row_sum(d), ops.row_sum(d * d))
+    return fn
 
 
 def support_rule(ops: TensorOps, r: Routines, y, steps: int = SUPPORT_STEPS):

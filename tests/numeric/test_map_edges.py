@@ -333,14 +333,15 @@ def test_longdouble_computes_in_float64(name):
     assert math.isclose(float(loss), float(m.loss(x[None], np.array([0]))), rel_tol=0, abs_tol=0)
 
 
-@pytest.mark.xfail(strict=True, reason="NumPy's entmax15 loses ~300 eps on one score far above many tied ones "
-                   "(found by tests/derive/test_trace_rows.py, whose traced kernel is within 1e-14); not fixed yet")
-def test_entmax15_one_score_above_many_ties_sums_to_one():
-    """One score 1.94 above 120 tied ones: p sums to 1 to rounding and is the 30-digit reference's."""
+@pytest.mark.parametrize("name", ["entmax15", "sparsemax"])
+@pytest.mark.parametrize("ties", [12, 23, 24, 40, 120, 700])
+def test_one_score_above_many_ties_sums_to_one(name, ties):
+    """One score 1.94 above many tied ones (the sort rule's prefix sums cancel there): p sums to 1 to rounding
+    and is the 30-digit reference's."""
     from .conftest import derivation
 
-    x = np.array([4.938726034089008] + [3.0] * 120)
-    p = nm.entmax15(x)
-    want = np.array(derivation("entmax15").evaluate(list(map(float, x)), digits=30), dtype=float)
+    x = np.array([4.938726034089008] + [3.0] * ties)
+    p = getattr(nm, name)(x)
+    want = np.array(derivation(name).evaluate(list(map(float, x)), digits=30), dtype=float)
     assert abs(p.sum() - 1) <= 8 * np.finfo(float).eps * math.log2(x.size)
     np.testing.assert_allclose(p, want, rtol=0, atol=1e-14)
