@@ -38,7 +38,7 @@ __all__ = ["SUPPORT_STEPS", "solve", "recomputable", "at_threshold", "closed_rul
 SUPPORT_STEPS = 12
 #: The support size above which :func:`sort_rule` computes its candidate again about the support's mean (the
 #: prefix sums lose up to ``log2(k + 1)`` bits on a support of ``k``).
-LONG_SUPPORT = 24
+LONG_SUPPORT = 32
 
 
 def solve(ops: TensorOps, r: Routines, x, *, method: str = "auto", relative: bool = False):
@@ -199,16 +199,16 @@ def sort_rule(ops: TensorOps, r: Routines, y, ordered: bool = False):
     # support, the sum of squares is at most k + 1 times the one about the support's mean, and that many ulps are
     # lost where many scores tie far below the maximum.  On supports longer than LONG_SUPPORT the threshold is
     # computed again from sums about the mean (tau is shift-equivariant).
-    centred = ops.on_rows(last > LONG_SUPPORT, _centred_candidate(ops, r), (y0, last, *r.params), t)
+    centred = ops.on_rows(last > LONG_SUPPORT, _centred_candidate(ops, r), (y0, k, last, *r.params), t)
     # a discriminant at 0 to rounding may come out below it about the mean: there the prefix sums' value stays
     return ops.where(ops.isfinite(centred), centred, t)
 
 
 def _centred_candidate(ops: TensorOps, r: Routines):
-    """``fn(y0, last, *params)``: the candidate of each row's ``last`` first scores of ``y0`` (sorted in
-    decreasing order) from their sums about their mean."""
-    def fn(y0, last, *params):
-        on = ops.cumsum(ops.full(y0, 1.0)) <= last
+    """``fn(y0, k, last, *params)``: the candidate of each row's ``last`` first scores of ``y0`` (sorted in
+    decreasing order; ``k`` their places, from 1) from their sums about their mean."""
+    def fn(y0, k, last, *params):
+        on = k <= last
         mean = ops.row_sum(ops.where(on, y0, 0)) / last
         d = ops.where(on, y0 - mean, 0)
         return mean + r.bound(params).tau_candidate(last, ops.row_sum(d), ops.row_sum(d * d))
@@ -549,7 +549,7 @@ def _power_piece_newton(ops, a, k, y, lo, steps):
     d = ops.where(y >= top, a * (y - top), -math.inf)
     on, inside = d >= 0, d > 0
     rows = (ops.where(inside, d, 1), on, inside, top, a)
-    _, p, g, t = ops.repeat_rows(steps, body, state, ops.full(q, True), rows)
+    _, p, g, t = ops.repeat_rows(steps, body, state, ops.full(q, True), rows, tail=True)
     return p / g, t
 
 
