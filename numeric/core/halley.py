@@ -229,7 +229,7 @@ def halley_threshold(ops, r, y, lo, hi, *, steps: int = ROOT_STEPS, power=None, 
         return (t_new, lo, hi, step, step_old, going, settled), going
 
     if rest is None:
-        t, lo, hi, _, _, active, settled = ops.repeat_rows(steps, body, state, going, rows)
+        t, lo, hi, _, _, active, settled = ops.repeat_rows(steps, body, state, going, rows, tail=True)
     else:  # (rest reads every row as it is: a traced kernel's rounds run on every row)
         t, lo, hi, _, _, active, settled = ops.repeat(steps, lambda state: body(state, rows), state, going)
     return t, lo, hi, active, settled, weights

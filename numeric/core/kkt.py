@@ -230,7 +230,7 @@ def _kkt_newton(ops: TensorOps, r: Routines, y, steps: int, fallback: bool = Tru
 
     true = ops.full(count, True)
     state = (t, p, lo, hi, width, width, ops.full(count, 0.0), ops.not_(true), true)
-    t, p, _, _, _, _, _, settled, _ = ops.repeat_rows(steps, body, state, true, rows)
+    t, p, _, _, _, _, _, settled, _ = ops.repeat_rows(steps, body, state, true, rows, tail=True)
     p = ops.where(live & (y - t > clip) if sparse else live, p, 0)
     total = ops.row_sum(p)
     # (rows off 1 by more than rounding: the others take the division alone)

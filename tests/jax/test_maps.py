@@ -102,3 +102,24 @@ def test_sparse_rows_take_their_candidates_above_a_cut(name, monkeypatch):
     got = jax.jit(get_map(name))(jnp.asarray(x))
     assert gathered and gathered[0] == 16
     _close(got, nm.get_map(name)(x), atol=1e-13)
+
+
+@pytest.mark.parametrize("name", ["cube", "gini_log1p", "shannon_gini"])
+def test_the_last_rows_going_end_their_rounds_gathered(name, monkeypatch):
+    """A user map's solve under jit on 128 rows of 40 scores (whole rows: the root rule's power form, the KKT solve
+    of a sparse and of a dense map), whose loops end on the eighth of the rows going last, gathered
+    (TensorOps.repeat_rows): every row's p bit for bit as when every row takes every round, and NumPy's p."""
+    from numeric.jax._ops import JaxOps
+
+    x = np.random.default_rng(5).normal(size=(128, 40)) * np.geomspace(0.1, 30, 128)[:, None]
+    x[7, 20:] = -np.inf
+    gathered = []
+    first_rows = JaxOps.first_rows
+    monkeypatch.setattr(JaxOps, "first_rows", staticmethod(lambda mask, size: gathered.append(size) or
+                                                           first_rows(mask, size)))
+    tail = jax.jit(get_map(name))(jnp.asarray(x))
+    assert gathered and set(gathered) == {16}
+    monkeypatch.setattr(JaxOps, "gathers_tail", False)
+    every = jax.jit(get_map(name))(jnp.asarray(x))
+    np.testing.assert_array_equal(np.asarray(tail), np.asarray(every))
+    _close(tail, nm.get_map(name)(x), atol=1e-13)

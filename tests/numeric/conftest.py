@@ -135,7 +135,7 @@ def counting_ops(dtype):
             self.live = []
             self.sorted_rows = []
 
-        def repeat_rows(self, n, body, state, going, rows=()):
+        def repeat_rows(self, n, body, state, going, rows=(), tail=False):
             count = [0]
             live = [int(going.sum())]
 
@@ -145,7 +145,7 @@ def counting_ops(dtype):
                 live.append(int(going.sum()))
                 return state, going
 
-            out = super().repeat_rows(n, counted, state, going, rows)
+            out = super().repeat_rows(n, counted, state, going, rows, tail)
             self.rounds.append(count[0])
             self.live.append(live)
             return out

@@ -77,9 +77,9 @@ def solve(module, x, *, steps=kkt.KKT_STEPS, hide_link=False, rounds=None):
     ops = ops_for(x.dtype)
     if rounds is not None:
         class Counting(type(ops)):
-            def repeat_rows(self, n, body, state, going, rows=()):
+            def repeat_rows(self, n, body, state, going, rows=(), tail=False):
                 if body.__qualname__.startswith("_linear_start"):  # (the start's rounds: a few passes, not Newton's)
-                    return super().repeat_rows(n, body, state, going, rows)
+                    return super().repeat_rows(n, body, state, going, rows, tail)
 
                 def counted(state, rows):
                     rounds.append(int(np.count_nonzero(going_now[0])))
@@ -88,7 +88,7 @@ def solve(module, x, *, steps=kkt.KKT_STEPS, hide_link=False, rounds=None):
                     return new, going
 
                 going_now = [going]
-                return super().repeat_rows(n, counted, state, going, rows)
+                return super().repeat_rows(n, counted, state, going, rows, tail)
 
         ops = Counting(x.dtype)
     y = x - x.max(axis=-1, keepdims=True)
@@ -327,12 +327,12 @@ def test_whole_rows_rounds(name, most):
         class Whole(type(ops_for(np.float64))):
             candidates_from = n + 1
 
-            def repeat_rows(self, steps, body, state, going, rows=()):
+            def repeat_rows(self, steps, body, state, going, rows=(), tail=False):
                 if not body.__qualname__.startswith("_linear_start"):
                     rounds.append(0)
                     return super().repeat_rows(steps, lambda s, r: (rounds.__setitem__(-1, rounds[-1] + 1), body(s, r))[1],
                                                state, going, rows)
-                return super().repeat_rows(steps, body, state, going, rows)
+                return super().repeat_rows(steps, body, state, going, rows, tail)
 
         with np.errstate(all="ignore"):
             p, _ = kkt.kkt_rule(Whole(np.float64), routines(module), x - x.max(-1, keepdims=True))

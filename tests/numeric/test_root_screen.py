@@ -156,14 +156,14 @@ class _CountingRounds(NumpyRowOps):
         self.rounds.append(count[0])
         return out
 
-    def repeat_rows(self, n, body, state, going, rows=()):
+    def repeat_rows(self, n, body, state, going, rows=(), tail=False):
         count = [0]
 
         def counted(state, rows):
             count[0] += 1
             return body(state, rows)
 
-        out = super().repeat_rows(n, counted, state, going, rows)
+        out = super().repeat_rows(n, counted, state, going, rows, tail)
         self.rounds.append(count[0])
         return out
 
@@ -256,14 +256,14 @@ def test_halley_rounds_run_on_the_rows_still_going():
             super().__init__(dtype)
             self.seen = []
 
-        def repeat_rows(self, n, body, state, going, rows=()):
+        def repeat_rows(self, n, body, state, going, rows=(), tail=False):
             self.seen = []
 
             def seeing(state, rows):
                 self.seen.append(rows[0].shape[0])
                 return body(state, rows)
 
-            return super().repeat_rows(n, seeing, state, going, rows)
+            return super().repeat_rows(n, seeing, state, going, rows, tail)
 
     class Every(NumpyRowOps):
         repeat_rows = TensorOps.repeat_rows
