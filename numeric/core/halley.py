@@ -14,7 +14,7 @@ from __future__ import annotations
 import math
 
 from ..newton import safeguarded_point
-from .ops import Routines
+from .ops import Routines, uncat
 
 __all__ = ["ROOT_STEPS", "LOG_STEPS", "reach_one", "lower_end", "power_link", "root_halley", "narrow_bracket", "threshold_round",
            "halley_threshold", "clipped_link"]
@@ -75,14 +75,25 @@ def root_halley(ops, r, y, steps, power, lo, hi, start=None):
     :func:`halley_threshold`'s; and the KKT solve's fallback, :func:`~numeric.core.kkt.kkt_rule`); ``power``:
     ``(a, k, b)`` of the link's power form, or ``None``."""
     t, lo, hi, active, settled, weights = halley_threshold(ops, r, y, lo, hi, steps=steps, power=power, start=start)
-    p = weights(t)
+    n = y.shape[-1]
+    if power is None and not r.has("link") and isinstance(n, int):
+        # the link inverted (the KKT solve's fallback): p at t and at the bracket's ends from one inversion, one
+        # loop where a traced graph would hold three (on rows of 64 under torch.compile, gini_log1p's graph
+        # held 70 kernel calls, 17 of them in the inversions at t, lo and hi); a traced row (n not a number)
+        # has one row of scores, which cannot be laid side by side
+        each = ops.full(y, 0.0)
+        p, ends = uncat(weights(ops.cat(ops.cat(each + t, each + lo), each + hi), ops.cat(ops.cat(y, y), y)), n)
+        at_ends = lambda: uncat(ends, n)  # noqa: E731
+    else:
+        p = weights(t)
+        at_ends = lambda: (weights(lo), weights(hi))  # noqa: E731
     total = ops.row_sum(p)
     p = p / total
     # a row whose F jumps across 1 between the ends of its bracket: p(lo) + lam (p(hi) - p(lo)), sum 1
     kink = (active | ops.not_(settled)) & (abs(total - 1) > 4 * ops.eps)
 
     def combine():
-        p_lo, p_hi = weights(lo), weights(hi)
+        p_lo, p_hi = at_ends()
         f_lo, f_hi = ops.row_sum(p_lo), ops.row_sum(p_hi)
         ok = (f_lo >= 1) & (f_hi <= 1) & (f_lo > f_hi)
         lam = ops.where(ok, (f_lo - 1) / ops.where(ok, f_lo - f_hi, 1), 0)
@@ -180,7 +191,7 @@ def halley_threshold(ops, r, y, lo, hi, *, steps: int = ROOT_STEPS, power=None, 
             w, w2 = ops.rare(ops.not_(pos), masked, lambda: (r.weight(p), r.weight_d2(p))) if dense else masked()
             return ops.row_sum(p), -ops.row_sum(w), ops.row_sum(w2)
 
-    def weights(t):
+    def weights(t, scores=scores):  # (t of the shape of scores, or (rows, 1))
         return probabilities(r, scores, t, clip, a, k, peak)[0]
 
     one = reach_one(ops, r, lo)

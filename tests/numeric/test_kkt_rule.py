@@ -154,6 +154,38 @@ def test_fallback_rows_are_solved_by_halley(name, monkeypatch):
     np.testing.assert_allclose(tau_slow, tau, rtol=0, atol=1e-13)
 
 
+@pytest.mark.parametrize("name", ["shannon_gini", "gini_log1p"])
+def test_fallback_rows_cut_short_combine_their_brackets_ends(name):
+    """The fallback's Halley cut short after 2 rounds: each row that has not settled is p(lo) + lam (p(hi) - p(lo))
+    with sum 1, its bracket's ends' weights from the link inverted at each end alone (root_halley inverts at t, lo
+    and hi in one pass)."""
+    module = importlib.import_module(name)
+    r = routines(module)
+    ops = ops_for(np.float64)
+    x = 3 * np.random.default_rng(2).standard_normal((24, 40))
+    x[5, ::3] = -np.inf
+    y = x - x.max(axis=-1, keepdims=True)
+    lo, hi = halley.lower_end(ops, r, y), -module.omega_prime(1 / np.full((24, 1), 40.0))
+    with np.errstate(all="ignore"):
+        p, _ = halley.root_halley(ops, r, y, 2, None, lo, hi)
+        t, a, b, _, _, _ = halley.halley_threshold(ops, r, y, lo, hi, steps=2)
+        p_t = ops.invert_link(y - t, module.omega_prime, module.omega_second)
+
+        def weights(end):
+            z = y - end
+            return np.where(z > module.clip(), ops.invert_link(np.where(np.isfinite(z), z, 0), module.omega_prime,
+                                                               module.omega_second), 0)
+
+        p_lo, p_hi = weights(a), weights(b)
+    short = np.abs(np.where(np.isfinite(y), p_t, 0).sum(-1) - 1) > 4 * np.finfo(float).eps
+    assert short.sum() >= 12
+    f_lo, f_hi = p_lo.sum(-1, keepdims=True), p_hi.sum(-1, keepdims=True)
+    assert np.all((f_lo >= 1) & (f_hi <= 1))
+    want = p_lo + (f_lo - 1) / (f_lo - f_hi) * (p_hi - p_lo)
+    np.testing.assert_allclose(p[short], want[short], rtol=0, atol=1e-15)
+    np.testing.assert_allclose(p.sum(-1), 1, rtol=0, atol=8 * np.finfo(float).eps)
+
+
 @pytest.mark.parametrize("name", ["softmax", "sparsemax", "entmax15"])
 def test_builtins_with_their_link_hidden(name):
     """The built-ins' closed and sort rules are an independent truth for the same KKT system."""
