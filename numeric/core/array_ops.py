@@ -90,6 +90,9 @@ class ArrayOps(TensorOps):
     def above(self, x, cut, k: int):
         return gather_above(self.xp, x, cut, k)
 
+    def at_place(self, x, k):
+        return self.xp.take_along_axis(x, k.astype(self.xp.intp) - 1, axis=-1)
+
     def put(self, values, index, like):
         return put_along(self.xp, values, index, like)
 

@@ -47,7 +47,8 @@ class TensorOps(Ops):
     * ``sort_desc(x)`` and ``cumsum(x)`` along the last axis;
     * ``top(x, k)``: ``(values, index)`` of the ``k`` largest entries of each row, in any
       order; ``put(values, index, like)``: an array of ``like``'s shape, 0 but for ``values``
-      at ``index`` in each row; ``int_max(x)``: the largest entry of ``x`` (whole numbers)
+      at ``index`` in each row; ``at_place(x, k)``: each row's entry at its place ``k`` (counted from 1;
+      ``(rows, 1)`` whole numbers in the format's dtype), shape ``(rows, 1)``; ``int_max(x)``: the largest entry of ``x`` (whole numbers)
       as a Python int, or ``None`` where the target traces instead of reading values;
     * ``branch(pred, fn, otherwise)``: ``fn()`` if any entry of the boolean array
       ``pred`` is true, else ``otherwise()`` (both give arrays of the same shapes).

@@ -36,9 +36,10 @@ __all__ = ["SUPPORT_STEPS", "solve", "recomputable", "at_threshold", "closed_rul
 
 #: Newton steps of :func:`support_rule` before its remaining rows take the sort rule.
 SUPPORT_STEPS = 12
-#: The support size above which :func:`sort_rule` computes its candidate again about the support's mean (the
-#: prefix sums lose up to ``log2(k + 1)`` bits on a support of ``k``).
-LONG_SUPPORT = 32
+#: The loss, in units of rounding, of the prefix sums' ``s2 - s1**2/k`` (their ratio ``s2 / (s2 - s1**2/k)``, at
+#: most ``k + 1`` on a support of ``k``) above which :func:`sort_rule` computes its candidate again about the
+#: support's mean.
+CANCELLATION = 32
 
 
 def solve(ops: TensorOps, r: Routines, x, *, method: str = "auto", relative: bool = False):
@@ -194,12 +195,15 @@ def sort_rule(ops: TensorOps, r: Routines, y, ordered: bool = False):
     cand = r.tau_candidate(ops.where(ok, k, 1), ops.where(ok, s1, 0), ops.where(ok, s2, 0))
     good = ok & (ys - cand > clip) | (k == 1)
     last = ops.row_max(ops.where(good, k, 0))
-    t = ops.row_sum(ops.where(k == last, cand, 0))
+    place = ops.where(last >= 1, last, 1)  # (a row with NaN: its own candidate at 1)
+    t = ops.at_place(cand, place)
     # The prefix sums pick the support.  Their candidate cancels in s2 - s1**2 / k: the maximum being on the
     # support, the sum of squares is at most k + 1 times the one about the support's mean, and that many ulps are
-    # lost where many scores tie far below the maximum.  On supports longer than LONG_SUPPORT the threshold is
+    # lost where many scores tie far below the maximum.  Where more than CANCELLATION are, the threshold is
     # computed again from sums about the mean (tau is shift-equivariant).
-    centred = ops.on_rows(last > LONG_SUPPORT, _centred_candidate(ops, r), (y0, k, last, *r.params), t)
+    s1, s2 = ops.at_place(s1, place), ops.at_place(s2, place)
+    lost = s2 > CANCELLATION * (s2 - s1 * s1 / last)
+    centred = ops.on_rows(lost, _centred_candidate(ops, r), (y0, k, last, *r.params), t)
     # a discriminant at 0 to rounding may come out below it about the mean: there the prefix sums' value stays
     return ops.where(ops.isfinite(centred), centred, t)
 

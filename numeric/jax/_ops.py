@@ -116,6 +116,10 @@ class JaxOps(TensorOps):
         return values[:, :k], index[:, :k]
 
     @staticmethod
+    def at_place(x, k):
+        return jnp.take_along_axis(x, k.astype(jnp.int32) - 1, axis=-1)
+
+    @staticmethod
     def put(values, index, like):
         n = like.shape[-1]
         out = jnp.zeros((*like.shape[:-1], n + 1), values.dtype)

@@ -109,6 +109,11 @@ class NumpyRowOps(CompactRows, NumpyOps, TensorOps):
         return gather_above(np, x, cut, k)
 
     @staticmethod
+    def at_place(x, k):  # (by indices into the flat rows: np.take_along_axis costs 9 us a call on (16, 512) rows)
+        n = x.shape[-1]
+        return x.reshape(-1)[np.arange(0, x.size, n).reshape(k.shape) + (k.astype(np.intp) - 1)]
+
+    @staticmethod
     def put(values, index, like):
         return put_along(np, values, index, like)
 

@@ -114,6 +114,10 @@ class TorchOps(CompactRows, TensorOps):
         return values[..., :k], index[..., :k]
 
     @staticmethod
+    def at_place(x, k):
+        return torch.gather(x, -1, k.long() - 1)
+
+    @staticmethod
     def put(values, index, like):
         n = like.shape[-1]
         out = torch.zeros((*like.shape[:-1], n + 1), dtype=values.dtype, device=values.device)

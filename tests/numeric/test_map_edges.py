@@ -337,15 +337,15 @@ def test_longdouble_computes_in_float64(name):
 @pytest.mark.parametrize("ties", [12, 31, 40, 120, 700])
 def test_one_score_above_many_ties_sums_to_one(name, ties):
     """One score 1.94 above many tied ones (the sort rule's prefix sums cancel there): p sums to 1 to rounding
-    and is the 30-digit reference's.  A support of at most ``LONG_SUPPORT`` scores keeps the prefix sums, which
-    lose up to ``log2(k + 1)`` bits (documented in numeric.core.rules); a longer one is solved about its mean."""
-    from numeric.core.rules import LONG_SUPPORT
+    and is the 30-digit reference's.  The prefix sums lose up to ``k + 1`` ulps on a support of ``k``
+    (documented in numeric.core.rules): a row whose loss is above ``CANCELLATION`` is solved about its mean."""
+    from numeric.core.rules import CANCELLATION
 
     from .conftest import derivation
 
     x = np.array([4.938726034089008] + [3.0] * ties)
     p = getattr(nm, name)(x)
     want = np.array(derivation(name).evaluate(list(map(float, x)), digits=30), dtype=float)
-    lost = x.size + 1 if x.size <= LONG_SUPPORT else 0
+    lost = min(x.size + 1, CANCELLATION)
     assert abs(p.sum() - 1) <= np.finfo(float).eps * (8 * math.log2(x.size) + lost)
     np.testing.assert_allclose(p, want, rtol=0, atol=1e-14)
