@@ -380,7 +380,7 @@ def root_rule(ops: TensorOps, r: Routines, y, steps: int = ROOT_STEPS):
     def whole(r, y):
         return _root_whole(ops, r, y, steps)
 
-    return screened(ops, r, y, whole, whole)
+    return screened(ops, r, y, whole, whole, whole_next=True)
 
 
 def _root_whole(ops, r: Routines, y, steps: int):

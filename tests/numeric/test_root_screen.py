@@ -322,11 +322,11 @@ def test_the_cut_sends_no_more_rows_on_than_the_largest(name, monkeypatch):
     failed = []
     screened = screen.screened
 
-    def recording(ops, r, y, solve, whole, candidates=CANDIDATES):
+    def recording(ops, r, y, solve, whole, candidates=CANDIDATES, **kwargs):
         on_rows = ops.on_rows
         monkeypatch.setattr(ops, "on_rows", lambda mask, *a: failed.append(int(mask.sum())) or on_rows(mask, *a))
         try:
-            return screened(ops, r, y, solve, whole, candidates)
+            return screened(ops, r, y, solve, whole, candidates, **kwargs)
         finally:
             monkeypatch.setattr(ops, "on_rows", on_rows)
 
