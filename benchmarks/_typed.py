@@ -51,5 +51,8 @@ def kind_modules(names=None) -> dict:
 
 
 def rule(module) -> str:
-    """A generated module's threshold rule and link form, ``THRESHOLD/LINK_FORM`` (``root/general``)."""
-    return f"{module.THRESHOLD}/{module.LINK_FORM}"
+    """The rule that solves a generated module's threshold (``numeric.cost.rule``'s kind: closed, sort, root or
+    KKT) and its link form, ``kind/LINK_FORM`` (``root/general``, ``KKT/general``)."""
+    from numeric.cost import rule as cost_rule
+
+    return f"{cost_rule(module).kind}/{module.LINK_FORM}"
