@@ -65,7 +65,7 @@ def kkt_rule(ops: TensorOps, r: Routines, y, steps: int = KKT_STEPS, candidates:
 
         return uncat(ops.in_blocks(KKT_BLOCK, block, (y, *r.params)), y.shape[-1])
 
-    return screened(ops, r, y, solve, whole, candidates)
+    return screened(ops, r, y, solve, whole, candidates, wide_start=True)
 
 
 def _kkt_newton(ops: TensorOps, r: Routines, y, steps: int, fallback: bool = True):

@@ -24,7 +24,7 @@ def short(n, candidates: int = CANDIDATES) -> bool:
 
 
 def screened(ops: TensorOps, r: Routines, y, solve: Callable, whole: Callable, candidates: int = CANDIDATES,
-             whole_next: bool = False):
+             whole_next: bool = False, wide_start: bool = False):
     """``(p, tau - m)`` for shifted rows ``y``: ``solve(r, rows)`` on each row's ``candidates + 1`` largest scores,
     where that gives the row's solution, and ``whole(r, rows)`` on rows where screening does not apply.
 
@@ -44,13 +44,19 @@ def screened(ops: TensorOps, r: Routines, y, solve: Callable, whole: Callable, c
     ``whole_next`` (a solve whose rounds cost the same per score on candidates as on whole rows, the root rule's
     Halley), those rows go from the first candidates to the whole rows: one solve fewer in the graph (causal
     attention on rows of 256 under ``torch.compile``, forward and backward: ``cosh(p) - 1`` compiled in 39 s
-    instead of 56, its calls as fast; the KKT solve's whole rows took twice its calls' time there).
+    instead of 56, its calls as fast; the KKT solve's whole rows took twice its calls' time there).  With
+    ``wide_start`` (the KKT solve), rows above a cut longer than ``8 (candidates + 1)`` start from
+    ``4 candidates + 3`` candidates: every row takes a traced stage that any row needs, and on causal attention's
+    rows of 256 some row always needed more than 16 (``p**2/2 + p*log(1 + p)``'s compiled in 60 s instead of 82-87,
+    its calls 27.6-28.6 ms instead of 43.8; the root rule's calls were slower so, cosh_one's 13.2 -> 15.8 ms).
     """
     n = y.shape[-1]
     clip = ops.number(r.clip())
     cut = isinstance(n, int) and n <= ops.cut_up_to  # (not a traced row's length)
     if not isinstance(clip, numbers.Real) or not math.isfinite(clip) or short(n, candidates) or (n < ops.candidates_from and not cut):
         return whole(r, y)
+    if cut and wide_start and n > 8 * (candidates + 1):
+        candidates = 4 * candidates + 3
     if cut:
         values, index, rest, fits = _above_cut(ops, r, y, clip, candidates + 1)
         p, t = solve(r, values)
