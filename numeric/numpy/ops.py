@@ -14,7 +14,7 @@ from functools import lru_cache
 
 import numpy as np
 
-from ..core.array_ops import gather_above, put_along
+from ..core.array_ops import at_place, gather_above, put_along
 from ..core.ops import CompactRows, TensorOps
 from ..newton import NumpyOps
 from .rows import row_max as _row_max
@@ -109,9 +109,8 @@ class NumpyRowOps(CompactRows, NumpyOps, TensorOps):
         return gather_above(np, x, cut, k)
 
     @staticmethod
-    def at_place(x, k):  # (by indices into the flat rows: np.take_along_axis costs 9 us a call on (16, 512) rows)
-        n = x.shape[-1]
-        return x.reshape(-1)[np.arange(0, x.size, n).reshape(k.shape) + (k.astype(np.intp) - 1)]
+    def at_place(x, k):
+        return at_place(np, x, k)
 
     @staticmethod
     def put(values, index, like):

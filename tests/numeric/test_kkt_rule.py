@@ -363,7 +363,7 @@ def test_whole_rows_rounds(name, most):
                 if not body.__qualname__.startswith("_linear_start"):
                     rounds.append(0)
                     return super().repeat_rows(steps, lambda s, r: (rounds.__setitem__(-1, rounds[-1] + 1), body(s, r))[1],
-                                               state, going, rows)
+                                               state, going, rows, tail)
                 return super().repeat_rows(steps, body, state, going, rows, tail)
 
         with np.errstate(all="ignore"):
