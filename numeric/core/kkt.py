@@ -152,10 +152,10 @@ def _kkt_newton(ops: TensorOps, r: Routines, y, steps: int, fallback: bool = Tru
         z = y - t
         if sparse:
             p = ops.where(z > rr.clip(), p, 0)
-        zero = p == 0
-        need = zero & (z > edge)
+        need = (p == 0) & (z > edge)
 
-        def enter():
+        def enter():  # (need found again from p and z: a traced branch's boolean operands cost more than that)
+            need = (p == 0) & (z > edge)
             w0 = rr.weight(ops.full(t, 0.0))
             e = c * (z - anchor) + at
             start = ops.where(ops.isfinite(w0) & (w0 > 0), w0 * (z - rr.clip()), ops.exp(ops.where(e < 0, e, 0)))
@@ -163,10 +163,10 @@ def _kkt_newton(ops: TensorOps, r: Routines, y, steps: int, fallback: bool = Tru
                 on = need & (start > 0)
                 q = ops.where(on, start, 1)
                 start = ops.where(on, _elastic_step(ops, rr, q, q, rr.omega_prime(q), rr.weight(q), z), start)
-            q = ops.where(need, start, p)
-            return q, q == 0
+            return ops.where(need, start, p)
 
-        p, zero = ops.branch(need, enter, lambda: (p, zero))
+        p = ops.branch(need, enter, lambda: p)
+        zero = p == 0
 
         # (a dense map's p is 0 only where it underflowed)
         ps, zs, w = _on_support(ops, rr, p, z) if sparse else ops.rare(zero, lambda: _on_support(ops, rr, p, z),

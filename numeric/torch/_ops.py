@@ -69,6 +69,10 @@ class TorchOps(CompactRows, TensorOps):
 
     @staticmethod
     def at_most(x, v):
+        if torch.compiler.is_compiling():
+            # (traced, the comparison and where fuse into the kernel around them; inductor's CPU kernels test
+            # nan_to_num's NaN one score at a time)
+            return torch.where(x < v, x, v)
         # (clamp keeps NaN, which where(x < v, x, v) sends to v; on the CPU a comparison and where take 5 times as long)
         return torch.clamp(x, max=v).nan_to_num_(nan=v, posinf=v, neginf=-math.inf)
 
@@ -105,8 +109,9 @@ class TorchOps(CompactRows, TensorOps):
 
     @staticmethod
     def above(x, cut, k):
-        keep = x > cut
-        slot = torch.where(keep, torch.cumsum(keep, dim=-1) - 1, k).clamp_(max=k)
+        # (a mask in x's dtype: inductor's CPU kernels store and load a boolean tensor one entry at a time)
+        mark = (x > cut).to(torch.float32)  # (counts exact to 2**24)
+        slot = torch.where(mark > 0, torch.cumsum(mark, dim=-1) - 1, k).clamp_(max=k).long()
         rows, n = x.shape[:-1], x.shape[-1]
         values = torch.full((*rows, k + 1), -math.inf, dtype=x.dtype, device=x.device).scatter_(-1, slot, x)
         columns = torch.arange(n, device=x.device).expand_as(slot)

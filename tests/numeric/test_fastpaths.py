@@ -565,6 +565,18 @@ def test_at_most_and_rare_on_every_target(target):
         _at_most_and_rare(target)
 
 
+def test_at_most_traced_in_torch():
+    """Under ``torch.compile`` torch's ``at_most`` is a comparison and a where (eager torch clamps and mends NaN):
+    the same values, NaN and +inf to ``v``, -inf kept."""
+    torch = pytest.importorskip("torch")
+    pytest.importorskip("torch._dynamo")
+    ops, array, host = _row_ops("torch", np.float32)
+    x = np.array([[-np.inf, -3.0, 0.5, 1.0, 1.5, np.inf, np.nan, 1 - 2.0**-24]], dtype=np.float32)
+    traced = torch.compile(lambda a: ops.at_most(a, 1.0), backend="aot_eager", fullgraph=True)
+    for got in (host(traced(array(x))), host(ops.at_most(array(x), 1.0))):
+        np.testing.assert_array_equal(got, np.where(x < 1, x, np.float32(1)))
+
+
 def _at_most_and_rare(target):
     ops, array, host = _row_ops(target, np.float32)
     x = np.array([[-np.inf, -3.0, 0.5, 1.0, 1.5, np.inf, np.nan, 1 - 2.0**-24]], dtype=np.float32)
