@@ -116,6 +116,13 @@ class TensorOps(Ops):
     def int_max(self, x):  # pragma: no cover - interface
         raise NotImplementedError
 
+    #: Whether a sparse map's KKT solve starts long rows from many candidates when they are not above a cut
+    #: (:func:`~numeric.core.screen.screened`'s ``wide_start``): where the target traces, and so every row takes a
+    #: stage that any row needs, and its ``top(x, k)`` costs as much for 16 scores as for 64 (torch under
+    #: ``torch.compile``: ``torch.topk`` on 512 x 1024 float32 scores, 2.7 ms either way; not XLA's ``top_k`` on the
+    #: CPU, with which JAX's ``p**2/2 + p*log(1 + p)`` on such rows took 2.5x entmax15's time instead of 1.3x).
+    wide_top = False
+
     def number(self, x):
         """A single parameter value ``x`` as the rules choose by it: a number where the target can read it, else
         ``x`` (a NumPy scalar is one already; a traced value is not read)."""

@@ -48,14 +48,16 @@ def screened(ops: TensorOps, r: Routines, y, solve: Callable, whole: Callable, c
     ``wide_start`` (the KKT solve), rows above a cut longer than ``8 (candidates + 1)`` start from
     ``4 candidates + 3`` candidates: every row takes a traced stage that any row needs, and on causal attention's
     rows of 256 some row always needed more than 16 (``p**2/2 + p*log(1 + p)``'s compiled in 60 s instead of 82-87,
-    its calls 27.6-28.6 ms instead of 43.8; the root rule's calls were slower so, cosh_one's 13.2 -> 15.8 ms).
+    its calls 27.6-28.6 ms instead of 43.8; the root rule's calls were slower so, cosh_one's 13.2 -> 15.8 ms), and
+    so do longer rows where the target's largest 64 cost as much as its largest 16
+    (:attr:`~numeric.core.ops.TensorOps.wide_top`).
     """
     n = y.shape[-1]
     clip = ops.number(r.clip())
     cut = isinstance(n, int) and n <= ops.cut_up_to  # (not a traced row's length)
     if not isinstance(clip, numbers.Real) or not math.isfinite(clip) or short(n, candidates) or (n < ops.candidates_from and not cut):
         return whole(r, y)
-    if cut and wide_start and n > 8 * (candidates + 1):
+    if wide_start and n > 8 * (candidates + 1) and (cut or ops.wide_top):
         candidates = 4 * candidates + 3
     if cut:
         values, index, rest, fits = _above_cut(ops, r, y, clip, candidates + 1)
