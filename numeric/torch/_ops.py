@@ -67,12 +67,11 @@ class TorchOps(CompactRows, TensorOps):
 
     below = staticmethod(torch.minimum)  # (minimum(a, NaN) = NaN)
 
-    @staticmethod
-    def at_most(x, v):
+    def at_most(self, x, v):
         if torch.compiler.is_compiling():
-            # (traced, the comparison and where fuse into the kernel around them; inductor's CPU kernels test
-            # nan_to_num's NaN one score at a time)
-            return torch.where(x < v, x, v)
+            # (traced: TensorOps' comparison and where fuse into the kernel around them; inductor's CPU kernels
+            # test nan_to_num's NaN one score at a time)
+            return super().at_most(x, v)
         # (clamp keeps NaN, which where(x < v, x, v) sends to v; on the CPU a comparison and where take 5 times as long)
         return torch.clamp(x, max=v).nan_to_num_(nan=v, posinf=v, neginf=-math.inf)
 
@@ -109,8 +108,9 @@ class TorchOps(CompactRows, TensorOps):
 
     @staticmethod
     def above(x, cut, k):
-        # (a mask in x's dtype: inductor's CPU kernels store and load a boolean tensor one entry at a time)
-        mark = (x > cut).to(torch.float32)  # (counts exact to 2**24)
+        # (the mask in float32, its counts exact to 2**24: inductor's CPU kernels store and load a boolean tensor
+        # one entry at a time)
+        mark = (x > cut).to(torch.float32)
         slot = torch.where(mark > 0, torch.cumsum(mark, dim=-1) - 1, k).clamp_(max=k).long()
         rows, n = x.shape[:-1], x.shape[-1]
         values = torch.full((*rows, k + 1), -math.inf, dtype=x.dtype, device=x.device).scatter_(-1, slot, x)
@@ -150,7 +150,7 @@ class TorchOps(CompactRows, TensorOps):
     @staticmethod
     def repeat(n, body, state, going):
         if torch.compiler.is_compiling():
-            if n <= UNROLLED:  # (a row that stopped stays as it is: the rounds may go on over every row)
+            if n <= UNROLLED:  # (exact: a traced body already leaves the rows that stopped as they are)
                 for _ in range(n):
                     state, _ = body(state)
                 return state
