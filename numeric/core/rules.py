@@ -69,8 +69,9 @@ def _solve_shifted(ops, r, x, method, kind, relative, extra=None):
         m = ops.where(ops.isnan(extra) | (extra > m), extra, m)
     bad = ops.not_(ops.isfinite(m))
     m0 = ops.where(bad, 0, m)
-    # bad rows are solved as zeros and overwritten below (full-size masks only where there are some)
-    y = ops.branch(bad, lambda: ops.where(bad, 0, x - m0), lambda: x - m0)
+    # bad rows are solved as zeros and overwritten below (full-size masks only where there are some; a traced
+    # target masks every row: a branch there costs a read back and two subgraphs, each copying the rows)
+    y = ops.rare(bad, lambda: ops.where(bad, 0, x - m0), lambda: x - m0)
     if extra is not None:
         p, t = closed_rule(ops, r, y, extra - m0)
     elif kind == "closed":
@@ -88,7 +89,7 @@ def _solve_shifted(ops, r, x, method, kind, relative, extra=None):
         return (ops.where(bad, ops.where(invalid, nan, 0), p),
                 ops.where(bad, ops.where(invalid, nan, float("inf")), tau))
 
-    return ops.branch(bad, overwrite, lambda: (p, tau))
+    return ops.rare(bad, overwrite, lambda: (p, tau))
 
 
 def recomputable(r: Routines) -> bool:
