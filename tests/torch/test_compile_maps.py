@@ -204,6 +204,38 @@ def test_compiled_softmax_is_one_graph_with_the_rules_on_hard_rows():
     assert bool((gc[2] == 0).all())
 
 
+def _conds(gm) -> int:
+    """The torch.cond calls in a dynamo graph and its subgraphs."""
+    own = sum(node.op == "call_function" and "cond" in str(node.target) for node in gm.graph.nodes)
+    return own + sum(_conds(sub) for _, sub in gm.named_children() if isinstance(sub, torch.fx.GraphModule))
+
+
+def test_a_closed_solve_traces_without_branches():
+    """The rules' shift of each row by its maximum and the overwrite of rows without a finite one (fully masked, a
+    NaN, +inf) are masked work under compile, not torch.cond: softmax's closed rule with a sink column traces with
+    no branch at all, and gives eager's values on those rows."""
+    from numeric.torch._ops import ops_for
+
+    ops, r = ops_for(torch.float64), get_map("softmax")._solver.routines(())
+    x = hard_scores(torch.float64)
+    sink = torch.randn(x.shape[0], 1, dtype=torch.float64, generator=torch.Generator().manual_seed(6))
+    graphs = []
+
+    def backend(gm, inputs):
+        graphs.append(gm)
+        return gm.forward
+
+    def fn(x, sink):
+        return rules.closed_with(ops, r, x, sink)
+
+    got = torch.compile(fn, backend=backend, fullgraph=True)(x, sink)
+    want = fn(x, sink)
+    assert len(graphs) == 1 and _conds(graphs[0]) == 0
+    for a, b in zip(got, want):
+        torch.testing.assert_close(a, b, rtol=1e-14, atol=1e-15, equal_nan=True)
+    assert bool((got[0][2] == 0).all()) and bool(got[0][3].isnan().all()) and bool(got[0][4].isnan().all())
+
+
 _FIRST_CALL = """
 import warnings
 import torch
