@@ -206,7 +206,7 @@ def test_compiled_softmax_is_one_graph_with_the_rules_on_hard_rows():
 
 def _conds(gm) -> int:
     """The torch.cond calls in a dynamo graph and its subgraphs."""
-    own = sum(node.op == "call_function" and "cond" in str(node.target) for node in gm.graph.nodes)
+    own = sum(node.op == "call_function" and node.target is torch.ops.higher_order.cond for node in gm.graph.nodes)
     return own + sum(_conds(sub) for _, sub in gm.named_children() if isinstance(sub, torch.fx.GraphModule))
 
 
