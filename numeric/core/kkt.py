@@ -8,7 +8,7 @@ import math
 
 from ..newton import safeguarded_point
 from .derivatives import weights
-from .halley import ROOT_STEPS, lower_end, root_halley
+from .halley import ROOT_STEPS, lower_end, michelot, root_halley
 from .ops import Routines, TensorOps, row_length, uncat
 from .screen import CANDIDATES, screened, short
 
@@ -378,14 +378,5 @@ def _linear_start(ops, r: Routines, y, live, count, clip, steps: int = LINEAR_ST
     half = ops.full(count, 0.5)
     a = half / (r.omega_prime(half) - clip)
     ys = ops.where(live, y - clip, float("-inf"))
-    t = (ops.row_sum(ops.where(live, ys, 0)) - 1 / a) / count
-
-    def body(state, rows):
-        t, size = state
-        ys, a = rows
-        on = ys > t
-        now = ops.row_sum(ops.float_(on))
-        return ((ops.row_sum(ops.where(on, ys, 0)) - 1 / a) / now, now), now < size
-
-    t, _ = ops.repeat_rows(steps, body, (t, count), ops.full(count, True), (ys, a))
+    t, _ = michelot(ops, ys, 1 / a, (ops.row_sum(ops.where(live, ys, 0)) - 1 / a) / count, count, steps)
     return a * ops.pos_part(ys - t), t

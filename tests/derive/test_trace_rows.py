@@ -260,14 +260,17 @@ def _reached(functions, name):
 
 def test_a_helper_shared_by_solvers_is_printed_once():
     """A function of numeric.core that several solves meet with the same text is one device function they call:
-    ``threshold_round`` (a round of the bracketed solves) once, reached from the Halley solves of five kinds of
-    map; the KKT rounds' safeguard (free for the first steps) once for the sparse and the dense KKT solve; no two
-    device functions have the same text."""
+    ``threshold_round`` (a round of the bracketed solves) once, its loop's rounds reached from the Halley solves of
+    five kinds of map (a printed link's first round, whose state starts as constants, traces a text of its own);
+    the KKT rounds' safeguard (free for the first steps) once for the sparse and the dense KKT solve; no two device
+    functions have the same text."""
     source = TRR.rows_solve_source()
     assert source.count("__device__ void rg_threshold_round(") == 1
     functions = _functions(source)
-    users = {s.name for s in TRR.SOLVERS if "rg_threshold_round" in _reached(functions, f"rg_solve_{s.name}")}
-    assert {"sort_link", "sort_link_quadratic", "root_link", "kkt", "kkt_dense"} <= users
+    solvers = {"sort_link", "sort_link_quadratic", "root_link", "kkt", "kkt_dense"}
+    shared = [name for name in functions if name.startswith("rg_threshold_round")
+              and solvers <= {s.name for s in TRR.SOLVERS if name in _reached(functions, f"rg_solve_{s.name}")}]
+    assert len(shared) == 1, shared
     kkt = _reached(functions, "rg_solve_kkt") & _reached(functions, "rg_solve_kkt_dense")
     assert any(functions[f][2] == "numeric.newton.safeguarded_point" for f in kkt)
     texts = [(params, body) for params, body, _ in functions.values()]

@@ -100,3 +100,72 @@ def test_a_round_takes_a_step_below_the_resolution():
     np.testing.assert_array_equal(new[:12], point[:12])
     np.testing.assert_array_equal(new[12:], tau[12:])
     assert np.abs(new[:8] - tau[:8]).max() <= resolution
+
+
+@given(c=st.lists(st.floats(-50, 50), min_size=1, max_size=12), d=st.floats(0.01, 20), slope=st.floats(0, 5),
+       below=st.floats(0, 30))
+def test_michelot_rises_to_the_root_of_its_sum(c, d, slope, below):
+    """Michelot's rounds (``halley._michelot_round``) from a lower bound of the root of ``sum (c_i - s)_+ - b s =
+    d``: every round's point is a lower bound, and they reach the root (within one round more than the terms),
+    which bisection finds; ``halley.michelot`` (``b = 0``) stops there."""
+    c = np.array(c)[None]
+    b = np.array([[slope]])
+
+    def lhs(s):
+        return np.maximum(c - s, 0).sum(-1, keepdims=True) - b * s
+
+    # the root by bisection of the decreasing left side: at least d at lo (below every c, where it is linear),
+    # at most 0 < d at hi (above every c and 0)
+    lo, hi = min(c.min(), (c.sum() - d) / (c.shape[1] + slope)) - 1, max(c.max(), 0) + 1
+    for _ in range(200):
+        mid = (lo + hi) / 2
+        lo, hi = (mid, hi) if lhs(np.array([[mid]]))[0, 0] >= d else (lo, mid)
+    root = lo
+    assert abs(lhs(np.array([[root]]))[0, 0] - d) <= 1e-9 * (1 + abs(d) + abs(c).sum())
+    ops = ops_for(np.float64)
+    s = np.array([[root - below]])
+    for _ in range(c.shape[1] + 1):
+        s, _ = halley._michelot_round(ops, c, np.array([[d]]), s, b)
+        assert s[0, 0] <= root + 1e-9 * (1 + abs(root))
+    np.testing.assert_allclose(s[0, 0], root, rtol=1e-10, atol=1e-10)
+    if slope == 0:
+        s, _ = halley.michelot(ops, c, np.array([[d]]), np.array([[root - below]]), np.array([[np.inf]]),
+                               c.shape[1] + 1)
+        np.testing.assert_allclose(s[0, 0], root, rtol=1e-10, atol=1e-10)
+
+
+@pytest.mark.parametrize("steps", [None, 33])
+def test_a_round_from_the_right_takes_the_entering_scores(steps, monkeypatch):
+    """Where ``F < 1`` and Newton's point crosses scores' entry points, the round's point is the root of ``F``'s
+    model with those scores on the link's tangent at their kinks (halley._across_kinks).  Sparsemax's link is
+    linear (``w = 1``): the model is ``F`` itself, so from ``hi`` on rows of 32 N(0, 1) scores the first round's
+    point is a lower bound of the threshold sorting finds, and at it where Michelot's rounds may run until the
+    support stops changing (``steps`` 33; Halley alone landed on it on 7 of the 64 rows)."""
+    r = routines("sparsemax")
+    assert float(r.weight(np.zeros(1))[0]) == 1.0
+    x = np.random.default_rng(4).standard_normal((64, 32))
+    y = x - x.max(-1, keepdims=True)
+    z = np.sort(y, -1)[:, ::-1]
+    cums = (np.cumsum(z, -1) - 1) / np.arange(1, 33)
+    want = cums[np.arange(64), (z > cums).sum(-1) - 1][:, None]
+    ops = ops_for(np.float64)
+    lo, hi = -np.ones((64, 1)), np.full((64, 1), -1 / 32)
+    first = []
+    round_ = halley.threshold_round
+
+    def spy(ops, t, lo, hi, step, step_old, active, f, slope, point, *rest):
+        if not first:
+            first.extend([point, t - (f - 1) / slope])
+        return round_(ops, t, lo, hi, step, step_old, active, f, slope, point, *rest)
+
+    monkeypatch.setattr(halley, "threshold_round", spy)
+    if steps is not None:
+        monkeypatch.setattr(halley, "PIECE_STEPS", steps)
+    with np.errstate(all="ignore"):
+        t, *_ = halley.halley_threshold(ops, r, y, lo, hi, start=hi)
+    point, newton = first
+    tol = 1e-14
+    assert (newton <= point + tol).all() and (point <= want + tol).all()
+    if steps is not None:
+        np.testing.assert_allclose(point, want, rtol=0, atol=tol)
+    np.testing.assert_allclose(t, want, rtol=0, atol=tol)

@@ -78,7 +78,7 @@ def solve(module, x, *, steps=kkt.KKT_STEPS, hide_link=False, rounds=None):
     if rounds is not None:
         class Counting(type(ops)):
             def repeat_rows(self, n, body, state, going, rows=(), tail=False):
-                if body.__qualname__.startswith("_linear_start"):  # (the start's rounds: a few passes, not Newton's)
+                if body.__qualname__.startswith("michelot"):  # (the start's rounds, Michelot's: a few passes, not Newton's)
                     return super().repeat_rows(n, body, state, going, rows, tail)
 
                 def counted(state, rows):
@@ -360,7 +360,7 @@ def test_whole_rows_rounds(name, most):
             candidates_from = n + 1
 
             def repeat_rows(self, steps, body, state, going, rows=(), tail=False):
-                if not body.__qualname__.startswith("_linear_start"):
+                if not body.__qualname__.startswith("michelot"):  # (not the start's rounds)
                     rounds.append(0)
                     return super().repeat_rows(steps, lambda s, r: (rounds.__setitem__(-1, rounds[-1] + 1), body(s, r))[1],
                                                state, going, rows, tail)
