@@ -27,7 +27,7 @@ ROOT_STEPS = 100
 #: Iteration budget of a bisection to a few ulps: the root rule's in ``log(a / c)`` (a bracket of ``log(n) / k``,
 #: :func:`numeric.core.rules.root_rule`) and the bounded threshold's (:func:`numeric.constraints.box.box_between`).
 LOG_STEPS = 200
-#: Rounds of Michelot's fixed point on the piecewise linear model of ``F`` where a Halley round's Newton point
+#: Rounds of Michelot's fixed point on the piecewise linear model of ``F`` where the first Halley round's Newton point
 #: crosses the kinks of scores entering the support (:func:`halley_threshold`): on 512 N(0, 1) rows of 64 (the 16
 #: candidates of each), 1, 2 and 3 rounds leave ``p**2/2 + p**4/4`` 5, 4 and 4 Halley rounds (7 without the model),
 #: ``p**2/2 + p**3/3`` 5, 4 and 4 (6).
@@ -208,7 +208,7 @@ def halley_threshold(ops, r, y, lo, hi, *, steps: int = ROOT_STEPS, power=None, 
     # there: a printed link's first round models the kinks it crosses (not the KKT solve's fallback, whose link is
     # inverted: its rows are few and its graph under torch.compile large; nor a traced kernel's kept scores beside a
     # model of the rest)
-    pieces = power is None and not _dense(clip) and r.has("link") and rest is None and steps > 0
+    pieces = power is None and not _dense(clip) and r.has("link") and steps > 0
     width = hi - lo
     # where omega's domain ends at 1 the lower end comes from the smallest score, far from the root when the scores
     # spread (F is 1 to rounding from near the root down to it, and Newton's first steps from it are short): from hi
@@ -222,7 +222,7 @@ def halley_threshold(ops, r, y, lo, hi, *, steps: int = ROOT_STEPS, power=None, 
     def inside(v, lo, hi):
         return (v > lo) & (v < hi) & ops.isfinite(v)
 
-    def body(state, rows, kink=None):
+    def body(state, rows, kinks=False):
         t, lo, hi, step, step_old, active, settled = state
         scores, one, ends, scale, clip, peak, a, k, *params = rows
         rr = r.bound(params)
@@ -245,8 +245,8 @@ def halley_threshold(ops, r, y, lo, hi, *, steps: int = ROOT_STEPS, power=None, 
         halley = t - 2 * h * h1 / ops.where(denom > 0, denom, 1)
         newton = t - h / ops.where(sloped, h1, 1)
         new = ops.where((denom > 0) & inside(halley, lo, hi), halley, newton)
-        if kink is not None:
-            new = ops.rare(kink > 0, lambda: _across_kinks(ops, scores, clip, kink, t, total, d1, new), lambda: new)
+        if kinks:
+            new = _across_kinks(ops, rr, scores, clip, t, total, d1, new)
         usable = ops.isfinite(new) & sloped & some
         t_new, step, step_old, going, exact, _ = threshold_round(ops, t, lo, hi, step, step_old, active, total, d1,
                                                                  new, usable, scale)
@@ -257,12 +257,10 @@ def halley_threshold(ops, r, y, lo, hi, *, steps: int = ROOT_STEPS, power=None, 
     if rest is None:
         if pieces:
             # the first round, from the start (above the root on a top-heavy row, where the linear link's threshold
-            # leaves few scores on the support), takes the kinks it crosses (_across_kinks: w(0+), the link's slope
-            # at its kink, where finite, else 0: none); the rounds after it lie in the bracket it narrowed, where
-            # Halley's points were as good (on 512 N(0, 1) rows of 64, p**2/2 + p**4/4 and p**2/2 + p**3/3 took the
-            # same rounds with the model in every round)
-            kink = r.weight(ops.full(lo, 0.0))
-            state, going = body(state, rows, ops.where(ops.isfinite(kink), kink, 0))
+            # leaves few scores on the support), takes the kinks it crosses (_across_kinks); the rounds after it lie
+            # in the bracket it narrowed, where Halley's points were as good (on 512 N(0, 1) rows of 64,
+            # p**2/2 + p**4/4 and p**2/2 + p**3/3 took the same rounds with the model in every round)
+            state, going = body(state, rows, kinks=True)
             steps -= 1
         t, lo, hi, _, _, active, settled = ops.repeat_rows(steps, body, state, going, rows, tail=True)
     else:  # (rest reads every row as it is: a traced kernel's rounds run on every row)
@@ -270,7 +268,7 @@ def halley_threshold(ops, r, y, lo, hi, *, steps: int = ROOT_STEPS, power=None, 
     return t, lo, hi, active, settled, weights
 
 
-def _across_kinks(ops, y, clip, w0, t, total, d1, new):
+def _across_kinks(ops, r, y, clip, t, total, d1, new):
     """A Halley round's point ``new`` from ``t``, or where ``F < 1`` and Newton's point on ``F`` crosses scores'
     kinks (they enter the support on the way), the root of a model of ``F`` with those kinks.
 
@@ -282,13 +280,14 @@ def _across_kinks(ops, y, clip, w0, t, total, d1, new):
     Michelot's rounds (:func:`michelot`'s) reach from Newton's point, a lower bound of it.  It reads the scores alone: no link is
     evaluated again.  (Scores that leave the support, from the left of the root, are not modelled: there the
     tangents of the scores on the support cross 0 past their entry points, at ``t + p_i / w_i``, with their own
-    slopes, which only the link gives.)  Where ``w0`` is 0 (a link of zero slope at its kink, where ``F`` is smooth,
-    or of an infinite one), ``new`` stands.
+    slopes, which only the link gives.)  Where ``w0`` is 0 or infinite (a link of zero slope at its kink, where ``F``
+    is smooth, or of an infinite one), ``new`` stands.
     """
+    w0 = r.weight(ops.full(t, 0.0))
     edge = y - clip  # (-inf at masked scores, +inf where a per-row clip is -inf: never entering)
     entering = ops.where(edge < t, edge, -math.inf)
     newton = t - (total - 1) / ops.where(d1 != 0, d1, -1)
-    crossed = (w0 > 0) & (ops.row_max(entering) > newton)
+    crossed = (w0 > 0) & ops.isfinite(w0) & (ops.row_max(entering) > newton)
 
     def model():
         w = ops.where(crossed, w0, 1)
@@ -303,8 +302,8 @@ def _across_kinks(ops, y, clip, w0, t, total, d1, new):
 
 
 def michelot(ops, c, d, t, size, steps: int):
-    """``(s, size)``: the root ``s`` of ``sum_i (c_i - s)_+ = d`` by Michelot's fixed point from ``t``, a lower bound
-    of it (rows ``(rows, 1)``), and the count of the terms positive at the last ``t``.
+    """The root ``s`` of ``sum_i (c_i - s)_+ = d`` by Michelot's fixed point from ``t``, a lower bound of it (rows
+    ``(rows, 1)``).
 
     Each round takes the terms positive at ``t``, ``S``, and moves to ``t = (sum_S c_i - d) / |S|``, the root of
     their sum: ``t`` rises to the root (the sum over ``S`` is at most the whole one) and stops there, at a count of
@@ -316,7 +315,7 @@ def michelot(ops, c, d, t, size, steps: int):
         t, now = _michelot_round(ops, *rows, state[0])
         return (t, now), now != state[1]
 
-    return ops.repeat_rows(steps, body, (t, size), ops.full(t, True), (c, d))
+    return ops.repeat_rows(steps, body, (t, size), ops.full(t, True), (c, d))[0]
 
 
 def _michelot_round(ops, c, d, t, b=0):

@@ -378,5 +378,5 @@ def _linear_start(ops, r: Routines, y, live, count, clip, steps: int = LINEAR_ST
     half = ops.full(count, 0.5)
     a = half / (r.omega_prime(half) - clip)
     ys = ops.where(live, y - clip, float("-inf"))
-    t, _ = michelot(ops, ys, 1 / a, (ops.row_sum(ops.where(live, ys, 0)) - 1 / a) / count, count, steps)
+    t = michelot(ops, ys, 1 / a, (ops.row_sum(ops.where(live, ys, 0)) - 1 / a) / count, count, steps)
     return a * ops.pos_part(ys - t), t

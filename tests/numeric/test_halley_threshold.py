@@ -129,8 +129,8 @@ def test_michelot_rises_to_the_root_of_its_sum(c, d, slope, below):
         assert s[0, 0] <= root + 1e-9 * (1 + abs(root))
     np.testing.assert_allclose(s[0, 0], root, rtol=1e-10, atol=1e-10)
     if slope == 0:
-        s, _ = halley.michelot(ops, c, np.array([[d]]), np.array([[root - below]]), np.array([[np.inf]]),
-                               c.shape[1] + 1)
+        s = halley.michelot(ops, c, np.array([[d]]), np.array([[root - below]]), np.array([[np.inf]]),
+                            c.shape[1] + 1)
         np.testing.assert_allclose(s[0, 0], root, rtol=1e-10, atol=1e-10)
 
 
