@@ -111,7 +111,8 @@ class TorchOps(CompactRows, TensorOps):
         # (the mask in float32, its counts exact to 2**24: inductor's CPU kernels store and load a boolean tensor
         # one entry at a time)
         mark = (x > cut).to(torch.float32)
-        slot = torch.where(mark > 0, torch.cumsum(mark, dim=-1) - 1, k).clamp_(max=k).long()
+        # (the slot by arithmetic on the float mask: a where on it kept x > cut as a boolean tensor too)
+        slot = ((torch.cumsum(mark, dim=-1) - 1 - k) * mark + k).clamp_(max=k).long()
         rows, n = x.shape[:-1], x.shape[-1]
         values = torch.full((*rows, k + 1), -math.inf, dtype=x.dtype, device=x.device).scatter_(-1, slot, x)
         columns = torch.arange(n, device=x.device).expand_as(slot)

@@ -13,6 +13,7 @@ import pytest
 torch = pytest.importorskip("torch")
 
 import numeric as nm  # noqa: E402
+from numeric.core import array_ops as nm_ops  # noqa: E402
 from numeric.core import rules  # noqa: E402
 from numeric.core.ops import TensorOps  # noqa: E402
 from numeric.torch import TorchMap  # noqa: E402
@@ -86,3 +87,26 @@ def test_support_rule_sorts_only_its_open_rows(monkeypatch, name):
     full = rules.sort_rule(ops_for(torch.float64), r, y)
     torch.testing.assert_close(t, full, rtol=0, atol=1e-12)
     np.testing.assert_allclose(m(x).numpy(), nm.get_map(name)(x.numpy()), rtol=0, atol=1e-12)
+
+
+@pytest.mark.filterwarnings("ignore:`torch.jit.script_method` is deprecated:DeprecationWarning")  # (inductor's import)
+@pytest.mark.parametrize("compiled", [False, True], ids=["eager", "compiled"])
+def test_above_gathers_the_first_k_entries_above_the_cut(compiled):
+    """TorchOps.above (the slots by arithmetic on the float mask) equals NumPy's gather: rows with none, fewer than
+    k, exactly k and more than k entries above their cut, and masked (-inf) entries."""
+    k = 16
+    x = torch.randn(40, 64, dtype=torch.float32, generator=torch.Generator().manual_seed(5))
+    x[3, ::2] = -torch.inf
+    x[4] = -torch.inf
+    ranks = torch.arange(40) % 24  # the cut at each row's (rank + 1)-th largest: rank entries above it
+    cut = x.sort(dim=-1, descending=True).values.gather(-1, ranks[:, None])
+    cut[5] = torch.inf  # none above
+    cut[6] = -torch.inf  # every entry above: more than k
+    above = type(ops_for(torch.float32)).above
+    fn = torch.compile(lambda x, c: above(x, c, k), fullgraph=True) if compiled else (lambda x, c: above(x, c, k))
+    values, index = fn(x, cut)
+    counts = (x > cut).sum(-1)
+    assert {0, 64}.issubset(set(counts.tolist())) and ((counts > 0) & (counts < k)).any() and (counts > k).any()
+    want_values, want_index = nm_ops.gather_above(np, x.numpy(), cut.numpy(), k)
+    np.testing.assert_array_equal(values.numpy(), want_values)
+    np.testing.assert_array_equal(index.numpy(), want_index)
