@@ -50,11 +50,16 @@ def screened(ops: TensorOps, r: Routines, y, solve: Callable, whole: Callable, c
     rows of 256 some row always needed more than 16 (``p**2/2 + p*log(1 + p)``'s compiled in 60 s instead of 82-87,
     its calls 27.6-28.6 ms instead of 43.8; the root rule's calls were slower so, cosh_one's 13.2 -> 15.8 ms), and
     so do longer rows where the target's largest 64 cost as much as its largest 16
-    (:attr:`~numeric.core.ops.TensorOps.wide_top`).
+    (:attr:`~numeric.core.ops.TensorOps.wide_top`).  Where the target cuts at all (``cut_up_to`` above 0), that wide
+    first stage takes its candidates above a cut on rows of any length, and later stages on rows longer than
+    ``cut_up_to`` the largest: under ``torch.compile`` the 64 largest of 512 rows of 1024 took as long as a whole
+    compiled entmax15 (``p**2/2 + p*log(1 + p)`` forward+backward 3.0x -> 1.8x compiled entmax15; its cold compile on
+    those rows 64 -> 74 s).
     """
     n = y.shape[-1]
     clip = ops.number(r.clip())
-    cut = isinstance(n, int) and n <= ops.cut_up_to  # (not a traced row's length)
+    # (not a traced row's length; the KKT solve's wide first stage on rows of any length where the target cuts)
+    cut = isinstance(n, int) and (n <= ops.cut_up_to or (wide_start and ops.cut_up_to > 0))
     if not isinstance(clip, numbers.Real) or not math.isfinite(clip) or short(n, candidates) or (n < ops.candidates_from and not cut):
         return whole(r, y)
     if wide_start and n > 8 * (candidates + 1) and (cut or ops.wide_top):
