@@ -13,7 +13,7 @@ import pytest
 torch = pytest.importorskip("torch")
 
 import numeric as nm  # noqa: E402
-from numeric.core import array_ops as nm_ops  # noqa: E402
+from numeric.core.array_ops import gather_above  # noqa: E402
 from numeric.core import rules  # noqa: E402
 from numeric.core.ops import TensorOps  # noqa: E402
 from numeric.torch import TorchMap  # noqa: E402
@@ -107,6 +107,6 @@ def test_above_gathers_the_first_k_entries_above_the_cut(compiled):
     values, index = fn(x, cut)
     counts = (x > cut).sum(-1)
     assert {0, 64}.issubset(set(counts.tolist())) and ((counts > 0) & (counts < k)).any() and (counts > k).any()
-    want_values, want_index = nm_ops.gather_above(np, x.numpy(), cut.numpy(), k)
+    want_values, want_index = gather_above(np, x.numpy(), cut.numpy(), k)
     np.testing.assert_array_equal(values.numpy(), want_values)
     np.testing.assert_array_equal(index.numpy(), want_index)
