@@ -540,7 +540,10 @@ def _power_piece_newton(ops, a, k, y, lo, steps):
 
     def body(state, rows):
         q = state[0]
-        d, on, inside, top, a = rows  # d = a (y - top) above s_L (1 elsewhere); on: the first L scores
+        d, top, a = rows  # d = a (y - top) on the first L scores, -inf elsewhere
+        # (found again from d each round: a traced target stores a boolean operand of the loop one byte at a time)
+        on, inside = d >= 0, d > 0
+        d = ops.where(inside, d, 1)
         log_e = ops.log(q) / k
         # log(base): s_L's (and its ties') is log(e), which e = q**(1/k) may underflow
         log_base = ops.where(inside, ops.log(d + ops.exp(log_e)), log_e)
@@ -551,9 +554,7 @@ def _power_piece_newton(ops, a, k, y, lo, steps):
         return (ops.where(going, ops.clamp_min(q - step, ops.tiny), q), p, g, top - ops.exp(log_e) / a), going
 
     state = (q, ops.full(y, 0.0), ops.full(q, 1.0), ops.full(q, 0.0))
-    d = ops.where(y >= top, a * (y - top), -math.inf)
-    on, inside = d >= 0, d > 0
-    rows = (ops.where(inside, d, 1), on, inside, top, a)
+    rows = (ops.where(y >= top, a * (y - top), -math.inf), top, a)
     _, p, g, t = ops.repeat_rows(steps, body, state, ops.full(q, True), rows, tail=True)
     return p / g, t
 
