@@ -50,10 +50,30 @@ def _cbrt(x):
     return torch.sign(x) * torch.abs(x) ** (1 / 3)
 
 
+#: Above this ``|x|``, :func:`_arcsinh` takes ``sqrt(1 + x**2)`` as ``|x|`` (their ratio is 1 to float32 and
+#: float64 rounding from ``2**27`` on) and scales ``x`` down by :data:`_ASINH_SCALE` (``x**2`` overflows float32
+#: from ``2**64``).
+_ASINH_BIG = 2.0**60
+_ASINH_SCALE = 2.0**-60
+
+
+def _arcsinh(x):
+    if not torch.compiler.is_compiling():
+        return torch.asinh(x)
+    # asinh|x| = log1p(a + a r), r = a / (1 + sqrt(1 + a**2)) (a = |x|: no cancellation, one log1p where inductor's
+    # asinh takes two), and past _ASINH_BIG log1p(a s (1 + r) - 1) - log(s) with r = 1 and s = _ASINH_SCALE
+    a = torch.abs(x)
+    big = a > _ASINH_BIG
+    r = torch.where(big, 1.0, a / (1 + torch.sqrt(1 + a * a)))
+    u = torch.where(big, a * _ASINH_SCALE * (1 + r) - 1, a * (1 + r))
+    return torch.copysign(torch.log1p(u) - big.to(x.dtype) * math.log(_ASINH_SCALE), x)
+
+
 #: torch under the names of the NumPy functions generated routines call (:func:`numeric.contract.namespace_as_numpy`):
 #: ``numpy.power`` is ``torch.pow``, the cube root (torch has none) is real for negative arguments as NumPy's is;
-#: every other name is torch's
-TORCH_AS_NUMPY = contract.namespace_as_numpy("numeric.torch.as_numpy", torch, power=torch.pow, cbrt=_cbrt)
+#: under ``torch.compile`` ``arcsinh`` is :func:`_arcsinh`; every other name is torch's
+TORCH_AS_NUMPY = contract.namespace_as_numpy("numeric.torch.as_numpy", torch, power=torch.pow, cbrt=_cbrt,
+                                             arcsinh=_arcsinh)
 
 
 @lru_cache(maxsize=None)

@@ -291,3 +291,44 @@ def test_maps_with_a_sink_compile_to_one_graph_and_equal_eager(typed):
     for a, e in zip([*pc, *gc], [*pe, *ge]):
         torch.testing.assert_close(a, e, rtol=TOL[torch.float64][0], atol=TOL[torch.float64][1])
     assert all(bool((p[2] == 0).all()) and bool((p.sum(-1) <= 1 + 8 * torch.finfo(p.dtype).eps).all()) for p in pc)
+
+
+def test_compiled_arcsinh_is_asinh_to_two_ulps():
+    """The ``arcsinh`` printed routines call under ``torch.compile`` (one log1p where inductor's asinh takes two) is
+    mpmath's asinh to 2 ulps in float32 and float64, from subnormal to the largest finite arguments of both signs,
+    and keeps asinh's zeros, infinities and NaN."""
+    import mpmath
+    import numpy as np
+
+    from numeric.torch.maps import TORCH_AS_NUMPY
+
+    rng = np.random.default_rng(3)
+    mags = np.concatenate([10.0 ** rng.uniform(-44, 38.5, 300), 2.0 ** np.arange(55, 66), rng.uniform(0, 3, 100)])
+    xs = np.concatenate([mags, -mags])
+    f = torch.compile(TORCH_AS_NUMPY.arcsinh, fullgraph=True)
+    for dtype, ftype in ((torch.float32, np.float32), (torch.float64, np.float64)):
+        x = torch.tensor(xs.astype(ftype))
+        got = f(x).numpy()
+        with mpmath.workdps(40):
+            want = np.array([float(mpmath.asinh(mpmath.mpf(float(v)))) for v in x.numpy()]).astype(ftype)
+        ulps = np.abs(got.astype(np.float64) - want) / np.spacing(np.abs(want)).astype(np.float64)
+        assert ulps.max() <= 2, (dtype, x.numpy()[ulps.argmax()], got[ulps.argmax()], want[ulps.argmax()])
+        edge = torch.tensor([0.0, -0.0, math.inf, -math.inf, math.nan], dtype=dtype)
+        out = f(edge)
+        assert out[0] == 0 and not out[0].signbit() and out[1] == 0 and out[1].signbit(), out
+        assert out[2] == math.inf and out[3] == -math.inf and out[4].isnan(), out
+
+
+def test_a_printed_transcendental_link_compiles_and_equals_eager(torch_user_modules):
+    """``cosh(p) - 1`` (link ``asinh``, solved by Halley on the printed link) compiled (fullgraph) equals eager on
+    the hard rows, p and the gradients: compiled, its link runs the one-log1p arcsinh above."""
+    reg = Regularizer.from_string("cosh(p) - 1", name="cosh_one")
+    (torch_user_modules / "cosh_one.py").write_text(generate_module(derive_map(reg), "cosh_one"))
+    importlib.invalidate_caches()
+    cosh_one = get_map(importlib.import_module("cosh_one"))
+
+    def fn(x, alpha):
+        return [cosh_one(x) + 0 * alpha.sum()]
+
+    dtypes = (torch.float32, torch.float64) if THOROUGH else (torch.float32,)
+    _compare(fn, "aot_eager", dtypes, ["cosh_one"] * len(dtypes))
