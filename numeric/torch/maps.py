@@ -54,7 +54,7 @@ def _cbrt(x):
 #: float64 rounding from ``2**27`` on) and scales ``x`` down by :data:`_ASINH_SCALE` (``x**2`` overflows float32
 #: from ``2**64``).
 _ASINH_BIG = 2.0**60
-_ASINH_SCALE = 2.0**-60
+_ASINH_SCALE = 1 / _ASINH_BIG
 
 
 def _arcsinh(x):

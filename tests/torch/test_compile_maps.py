@@ -3,7 +3,8 @@
 Compiling is slow (a minute to several a graph on a CI core: docs/benchmarks.md), so each test compiles one function that calls many
 maps at once, in float32 and float64 together: the built-ins, alpha-entmax with a learnable alpha tensor (one
 value per row, on both sides of alpha = 2, where the solver takes different rules), and two typed maps (links
-with no closed form, solved by Newton on the KKT system): gini_log1p (sparse) and plogp_cube (dense).
+with no closed form, solved by Newton on the KKT system): gini_log1p (sparse) and plogp_cube (dense); and a map whose
+printed link is transcendental, ``cosh(p) - 1`` (``asinh``), beside the compiled ``arcsinh`` against mpmath.
 ``backend="aot_eager"`` traces what inductor is given (dynamo's graph, autograd's backward graph, the
 while_loop and cond operators) and runs it op by op; one test runs inductor's generated code as well.
 """
