@@ -61,7 +61,9 @@ def _arcsinh(x):
     if not torch.compiler.is_compiling():
         return torch.asinh(x)
     # asinh|x| = log1p(a + a r), r = a / (1 + sqrt(1 + a**2)) (a = |x|: no cancellation, one log1p where inductor's
-    # asinh takes two), and past _ASINH_BIG log1p(a s (1 + r) - 1) - log(s) with r = 1 and s = _ASINH_SCALE
+    # asinh takes two), and past _ASINH_BIG log1p(a s (1 + r) - 1) - log(s) with r = 1 and s = _ASINH_SCALE: the
+    # identity of the Triton kernels' rg_asinh (numeric.kernels.triton_math), whose large arguments take
+    # log(a) + log(2) instead; here both sides of a select run in one CPU kernel, and that would be a second log
     a = torch.abs(x)
     big = a > _ASINH_BIG
     r = torch.where(big, 1.0, a / (1 + torch.sqrt(1 + a * a)))

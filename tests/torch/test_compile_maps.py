@@ -22,7 +22,7 @@ import pytest
 torch = pytest.importorskip("torch")
 pytest.importorskip("torch._dynamo")
 
-from derive import Regularizer, derive_map, generate_module  # noqa: E402
+from derive.codegen.files import write_user_module  # noqa: E402
 from numeric.core import kkt, rules  # noqa: E402
 from numeric.torch import TorchMap  # noqa: E402
 from numeric.torch.maps import get_map  # noqa: E402
@@ -44,8 +44,7 @@ TOL = {torch.float64: (1e-13, 1e-15), torch.float32: (2e-6, 1e-7)}
 @pytest.fixture(scope="module")
 def typed(torch_user_modules):
     """The typed maps: conftest's gini_log1p and plogp_cube, generated here as `regattn generate --expr` does."""
-    reg = Regularizer.from_string("p*log(p) + p**3", name="plogp_cube")
-    (torch_user_modules / "plogp_cube.py").write_text(generate_module(derive_map(reg), "plogp_cube"))
+    write_user_module("p*log(p) + p**3", "plogp_cube", torch_user_modules)
     importlib.invalidate_caches()
     return [get_map(importlib.import_module(name)) for name in ("gini_log1p", "plogp_cube")]
 
@@ -323,8 +322,7 @@ def test_compiled_arcsinh_is_asinh_to_two_ulps():
 def test_a_printed_transcendental_link_compiles_and_equals_eager(torch_user_modules):
     """``cosh(p) - 1`` (link ``asinh``, solved by Halley on the printed link) compiled (fullgraph) equals eager on
     the hard rows, p and the gradients: compiled, its link runs the one-log1p arcsinh above."""
-    reg = Regularizer.from_string("cosh(p) - 1", name="cosh_one")
-    (torch_user_modules / "cosh_one.py").write_text(generate_module(derive_map(reg), "cosh_one"))
+    write_user_module("cosh(p) - 1", "cosh_one", torch_user_modules)
     importlib.invalidate_caches()
     cosh_one = get_map(importlib.import_module("cosh_one"))
 
