@@ -28,6 +28,7 @@ and returns a :class:`~derive.derivation.Derivation`.
 
 from __future__ import annotations
 
+import math
 from dataclasses import replace
 from typing import Any
 
@@ -118,6 +119,15 @@ def _limit_at_one(reg: Regularizer, expr: sp.Expr) -> sp.Expr:
 def _invert(reg: Regularizer, d1: sp.Expr, d2: sp.Expr) -> Inversion:
     newton_step = sp.simplify(p - (d1 - z) / d2)
     bracket = (sp.Integer(0), sp.Integer(1))
+    # omega' a polynomial of which no root is a closed form worth printing: decided from its coefficients, before
+    # SymPy's solve spends seconds (a cubic with parameters) or its whole time limit (a quartic in sqrt(p)) writing
+    # Cardano's or Ferrari's radicals only for them to be refused below
+    cubic = _monotone_cubic_root(reg, d1)
+    if cubic is not None and _verify_branch(reg, d1, cubic):
+        return Inversion("closed", cubic, (), newton_step, bracket, _HYPERBOLIC)
+    nested = _nested_polynomial_root(d1)
+    if nested is not None:
+        return Inversion("newton", None, (), newton_step, bracket, nested)
     candidates: list[sp.Expr] = []
     failure = ""
     try:
@@ -150,11 +160,6 @@ def _invert(reg: Regularizer, d1: sp.Expr, d2: sp.Expr) -> Inversion:
         )
         return Inversion("newton", chosen, special, newton_step, bracket, reason)
     if chosen.has(sp.I) or _nested_radical(chosen):
-        cubic = _monotone_cubic_root(reg, d1)
-        if cubic is not None and _verify_branch(reg, d1, cubic):
-            return Inversion("closed", cubic, (), newton_step, bracket,
-                             "omega' is a cubic without a square term, increasing everywhere: its one real root in the "
-                             "hyperbolic form, which has no cancellation (Cardano's nested radicals have)")
         reason = (
             "the inverse is a root of a polynomial of degree >= 3 (nested radicals, "
             "Cardano-like), which cancels catastrophically in floating point; "
@@ -162,6 +167,40 @@ def _invert(reg: Regularizer, d1: sp.Expr, d2: sp.Expr) -> Inversion:
         )
         return Inversion("newton", chosen, (), newton_step, bracket, reason)
     return Inversion("closed", chosen, (), newton_step, bracket, "SymPy's solve gives an elementary inverse")
+
+
+_HYPERBOLIC = ("omega' is a cubic without a square term, increasing everywhere: its one real root in the hyperbolic "
+               "form, which has no cancellation (Cardano's nested radicals have)")
+
+
+def _nested_polynomial_root(d1: sp.Expr) -> str | None:
+    """Why the link is left to Newton, where ``omega'`` is a polynomial of degree ``n >= 4`` in ``t = p**(1/q)``
+    (``q`` the least common denominator of ``p``'s rational exponents) that is not ``a (t + b)**n + c``; else
+    ``None``.  Such a root is Ferrari's nested radicals (``n = 4``) or no radicals at all (``n >= 5``, where SymPy
+    gives ``CRootOf``): only the shifted power's root ``t = ((z - c)/a)**(1/n) - b`` nests no radical, and a
+    composition of smaller polynomials nests one root in another.  A coefficient that may vanish for some value of
+    a parameter leaves the question to SymPy's solve (``None``)."""
+    exponents = [power.exp for power in d1.atoms(sp.Pow) if power.base == p]
+    if not all(e.is_Rational for e in exponents):
+        return None
+    q = math.lcm(1, *(int(sp.Rational(e).q) for e in exponents))
+    t = sp.Dummy("t", positive=True)
+    try:
+        poly = sp.Poly(sp.expand(d1.subs(p, t**q)), t)
+    except sp.PolynomialError:
+        return None
+    n = poly.degree()
+    if n < 4 or poly.free_symbols_in_domain & {z}:
+        return None
+    coeffs = poly.all_coeffs()
+    shift = coeffs[1] / (n * coeffs[0])
+    rest = sp.Poly(sp.expand(poly.as_expr() - coeffs[0] * (t + shift) ** n), t)
+    if not any(sp.simplify(c).is_zero is False for c in rest.all_coeffs()[:-1] if rest.degree() > 0):
+        return None
+    root = "p" if q == 1 else f"p**(1/{q})"
+    return (f"the inverse is a root of a polynomial of degree {n} in {root} that is not a shifted power "
+            f"({'nested radicals' if n == 4 else 'no radicals'}), which cancels catastrophically in floating point; "
+            "the numeric side solves omega'(p) = z by safeguarded Newton")
 
 
 def _monotone_cubic_root(reg: Regularizer, d1: sp.Expr) -> sp.Expr | None:

@@ -41,7 +41,9 @@ class Inversion:
         bisection safeguard (:attr:`newton_step` is one step).
     closed_form:
         ``g(z)`` as SymPy found it, also when it is not used numerically
-        (a LambertW, Cardano's formula), else ``None``.
+        (a LambertW, Cardano's formula), else ``None`` (also where ``omega'``
+        is a polynomial of degree 4 or more in a root of ``p``, not a shifted
+        power, whose roots are not asked for).
     special:
         Names of non-elementary functions in :attr:`closed_form`.
     newton_step:

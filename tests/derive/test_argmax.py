@@ -158,6 +158,54 @@ def test_a_cubic_without_a_square_term_has_a_hyperbolic_link(text, parameters):
             assert abs(link(np.float64(at)) - want) <= 4e-16 * (1 + np.log1p(above)) * abs(want), (above, link(at), want)
 
 
+def _solves_for_p(monkeypatch):
+    """The equations SymPy's solve is asked to solve for ``p`` while the context's test runs."""
+    calls, solve = [], sp.solve
+    monkeypatch.setattr(sp, "solve", lambda eq, *args, **kw: (args[:1] == (p,) and calls.append(eq)) or solve(eq, *args, **kw))
+    return calls
+
+
+@pytest.mark.parametrize("text, parameters, degree", [
+    ("(p**(3/2) - p)/(3/4) + p**3", {}, "degree 4 in p**(1/2)"),  # (solve took its whole 20-s limit on it)
+    ("p**5/5 + p**2/2", {}, "degree 4 in p"),
+    ("c*p**6 + p*log(1 + p)", {}, None),  # (not a polynomial: solve decides)
+    ("c*p**6 + p**2/2", {"c": (0, 1)}, "degree 5 in p"),
+])
+def test_a_polynomial_link_of_degree_four_or_more_is_left_to_newton_unsolved(monkeypatch, text, parameters, degree):
+    """omega' a polynomial of degree >= 4 in a root of p that is not a shifted power has no root that nests no
+    radical (Ferrari's radicals, or none past degree 4): the derivation says so from the coefficients, without
+    asking SymPy's solve, and the root rule solves it; the map is the reference's still (sums to 1, KKT)."""
+    if degree is None:
+        parameters = {"c": (0, 1)}
+    calls = _solves_for_p(monkeypatch)
+    dv = derive_map(Regularizer.from_string(text, name="poly", parameters=parameters))
+    assert dv.inversion.method == "newton" and "Newton" in dv.inversion.reason
+    if degree is None:
+        assert calls  # (left to solve)
+        return
+    assert not calls and degree in dv.inversion.reason and dv.link is None
+    values = {q.symbol.name: 0.5 for q in dv.parameters}
+    x = [0.3, -0.2, 1.1, 0.9]
+    prob = dv.evaluate(x, digits=30, **values)
+    assert sum(prob) == pytest.approx(1, abs=1e-25)
+
+
+@pytest.mark.parametrize("text", ["(p + 1)**5", "p**5 / 5"])
+def test_a_shifted_power_is_still_solved_in_closed_form(monkeypatch, text):
+    """a (t + b)**n + c: its root ((z - c)/a)**(1/n) - b nests no radical, so SymPy's solve is asked and the link
+    is closed."""
+    calls = _solves_for_p(monkeypatch)
+    dv = derive_map(Regularizer.from_string(text, name="power"))
+    assert calls and dv.inversion.method == "closed"
+
+
+def test_a_monotone_cubic_takes_the_hyperbolic_root_unsolved(monkeypatch):
+    """omega' = p**3 + p (omega = p**2/2 + p**4/4): the hyperbolic root, without Cardano's formula first."""
+    calls = _solves_for_p(monkeypatch)
+    dv = derive_map(Regularizer.from_string("p**2/2 + p**4/4", name="cubic"))
+    assert not calls and dv.inversion.method == "closed" and "hyperbolic" in dv.inversion.reason
+
+
 def test_no_closed_inverse_falls_back_to_newton():
     dv = derive_map(Regularizer(p * sp.log(p) + p**4, name="nolink"))
     assert dv.link is None and dv.inversion.method == "newton"
