@@ -29,6 +29,7 @@ and returns a :class:`~derive.derivation.Derivation`.
 from __future__ import annotations
 
 import math
+import threading
 from dataclasses import replace
 from typing import Any
 
@@ -427,6 +428,10 @@ def derive_map(reg: Regularizer, *, timeout: float | None = None) -> Derivation:
         (a :class:`DerivationError`) if the derivation takes longer than
         ``timeout``.
 
+    The derivations of the last 64 regularizers are kept: deriving an equal
+    regularizer again returns the same derivation, on the caller's
+    regularizer (:func:`forget_derivations` empties them).
+
     Examples
     --------
     >>> from derive import derive_map, gini
@@ -436,12 +441,34 @@ def derive_map(reg: Regularizer, *, timeout: float | None = None) -> Derivation:
     """
     if not isinstance(reg, Regularizer):
         raise DerivationError(f"derive_map expects a Regularizer, got {type(reg).__name__}")
-    limit = TimeLimit(timeout, f"deriving the map of omega(p) = {describe(reg.omega)}")
-    # in a child process killed at the deadline (a single SymPy call into C can outlast it by minutes)
-    dv = limit.run_isolated(_derive, reg)
-    if dv.regularizer is not reg:  # (the child's copy of reg: the caller's own object)
-        dv = replace(dv, regularizer=reg)
-    return dv
+    with _DERIVED_LOCK:
+        known = _DERIVED.pop(reg, None)
+        if known is not None:
+            _DERIVED[reg] = known  # (the most recent last)
+    if known is None:
+        limit = TimeLimit(timeout, f"deriving the map of omega(p) = {describe(reg.omega)}")
+        # in a child process killed at the deadline (a single SymPy call into C can outlast it by minutes)
+        known = limit.run_isolated(_derive, reg)
+        with _DERIVED_LOCK:
+            _DERIVED[reg] = known
+            while len(_DERIVED) > _KEPT:
+                del _DERIVED[next(iter(_DERIVED))]
+    # (the child's copy of reg, or an equal one derived before: the caller's own object)
+    return known if known.regularizer is reg else replace(known, regularizer=reg)
+
+
+#: the derivations of the last :data:`_KEPT` regularizers, by regularizer (equal ones are the same work: the same
+#: omega, name and parameters), the most recently used last: the same regularizer is derived once in a process
+#: (a family's cases, a generated module checked after it is written, a notebook's cell run again)
+_DERIVED: dict[Regularizer, Derivation] = {}
+_KEPT = 64
+_DERIVED_LOCK = threading.Lock()
+
+
+def forget_derivations() -> None:
+    """Derive every regularizer afresh from now on (:func:`derive_map` keeps the last derivations)."""
+    with _DERIVED_LOCK:
+        _DERIVED.clear()
 
 
 def _derive(reg: Regularizer) -> Derivation:

@@ -6,6 +6,8 @@ import mpmath
 import pytest
 import sympy as sp
 
+import derive.argmax
+
 from derive import DerivationError, Regularizer, alpha, derive_map, p, z
 from derive.argmax import S1, S2, d, i, k, s, s_max, tau
 
@@ -159,7 +161,9 @@ def test_a_cubic_without_a_square_term_has_a_hyperbolic_link(text, parameters):
 
 
 def _solves_for_p(monkeypatch):
-    """The equations SymPy's solve is asked to solve for ``p`` while the context's test runs."""
+    """The equations SymPy's solve is asked to solve for ``p`` while the context's test runs (every map derived
+    afresh)."""
+    monkeypatch.setattr(derive.argmax, "_DERIVED", {})
     calls, solve = [], sp.solve
     monkeypatch.setattr(sp, "solve", lambda eq, *args, **kw: (args[:1] == (p,) and calls.append(eq)) or solve(eq, *args, **kw))
     return calls

@@ -26,6 +26,31 @@ from derive.regularizers import RESERVED_NAMES
 
 from ._maps import ALL, derivation
 
+
+@pytest.fixture(autouse=True)
+def derived_afresh(monkeypatch):
+    """The tests of this module time, break or count the derivation's work: none starts from one kept before."""
+    monkeypatch.setattr(derive.argmax, "_DERIVED", {})
+
+
+def test_an_equal_regularizer_is_derived_once(monkeypatch):
+    """derive_map keeps its derivations: an equal regularizer (another object) gets the same one, on its own
+    object, without the work; another name or parameter is derived; forget_derivations starts afresh."""
+    work = []
+    steps = derive.argmax._derive_steps
+    monkeypatch.setattr("derive.argmax._derive_steps", lambda reg: work.append(reg) or steps(reg))
+    first = derive_map(Regularizer.from_string("p**2/2 + p*log(p)", name="kept"))
+    again = Regularizer.from_string("p**2/2 + p*log(p)", name="kept")
+    second = derive_map(again)
+    assert len(work) == 1 and second.regularizer is again and second.link == first.link
+    assert second.evaluate([0.5, -1.0], digits=20) == first.evaluate([0.5, -1.0], digits=20)
+    derive_map(Regularizer.from_string("p**2/2 + p*log(p)", name="other"))
+    derive_map(Regularizer.from_string("c*p**2/2 + p*log(p)", name="kept", parameters={"c": (0, 1)}))
+    assert len(work) == 3
+    derive.argmax.forget_derivations()
+    derive_map(again)
+    assert len(work) == 4
+
 # ----------------------------------------------------------------- time limit
 
 # constructs in well under a second, but SymPy's solve and simplify on exp(100 p) take > 20 s
@@ -108,7 +133,9 @@ def test_the_regattn_command_holds_its_default_limit(monkeypatch, capsys):
 def test_an_isolated_derivation_is_the_derivation(monkeypatch):
     # the work in a child process gives the same derivation (pickled back), on the caller's regularizer
     reg = Regularizer.from_string("p**3/3 + p*log(p)")
-    here, apart = derive_map(reg, timeout=math.inf), derive_map(reg, timeout=60)
+    here = derive_map(reg, timeout=math.inf)
+    derive.argmax.forget_derivations()  # (derived again, in a child)
+    apart = derive_map(reg, timeout=60)
     assert apart.regularizer is reg
     for name in ("link", "weight", "clip", "omega_zero", "scalar_conjugate", "conjugate", "loss"):
         assert getattr(apart, name) == getattr(here, name), name
@@ -116,6 +143,7 @@ def test_an_isolated_derivation_is_the_derivation(monkeypatch):
     scores = [0.5, -1.0, 2.0]
     assert apart.evaluate(scores, digits=30) == here.evaluate(scores, digits=30)
     # errors come back as raised in the child
+    derive.argmax.forget_derivations()
     with pytest.raises(DerivationError, match="cannot derive the map"):
         monkeypatch.setattr("derive.argmax._derive_steps", lambda reg: 1 / 0)
         derive_map(reg, timeout=60)
