@@ -399,6 +399,10 @@ def _conjugates(reg: Regularizer, inversion: Inversion, threshold: Threshold, cl
 def derive_map(reg: Regularizer, *, timeout: float | None = None) -> Derivation:
     """Derive the regularized-argmax map of ``reg`` from the KKT conditions.
 
+    The derivations of the last 64 regularizers are kept: deriving an equal
+    regularizer again returns the same derivation, on the caller's
+    regularizer (``derive.argmax.forget_derivations()`` empties them).
+
     Parameters
     ----------
     reg:
@@ -427,10 +431,6 @@ def derive_map(reg: Regularizer, *, timeout: float | None = None) -> Derivation:
     DerivationTimeout
         (a :class:`DerivationError`) if the derivation takes longer than
         ``timeout``.
-
-    The derivations of the last 64 regularizers are kept: deriving an equal
-    regularizer again returns the same derivation, on the caller's
-    regularizer (:func:`forget_derivations` empties them).
 
     Examples
     --------
