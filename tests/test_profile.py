@@ -30,3 +30,21 @@ def test_a_folder_run_takes_the_thorough_profile(workers):
     # tests/triton/conftest.py reads the flag when it is imported, as the first conftest of that folder
     pytest.importorskip("triton")
     assert _collected("thorough", *workers) > _collected("ci", *workers)
+
+
+@pytest.mark.parametrize(("rows", "columns", "per"), [(8, 2, 1), (6, 5, 2), (5, 3, 1), (8, 12, 3), (3, 7, 2)])
+def test_crossed_takes_every_row_and_column_or_every_pair(rows, columns, per, monkeypatch):
+    """The CI profile's pairs: each row ``per`` times with distinct columns, every column once before any twice
+    (so every column where there are enough rows); the thorough profile's: every pair."""
+    import tests.profile as profile
+
+    monkeypatch.setattr(profile, "THOROUGH", False)
+    pairs = profile.crossed(range(rows), range(columns), per=per)
+    assert [r for r, _ in pairs] == [r for r in range(rows) for _ in range(per)]
+    assert all(len({c for r, c in pairs if r == row}) == per for row in range(rows))
+    counts = [sum(c == column for _, c in pairs) for column in range(columns)]
+    assert max(counts) - min(counts) <= 1 and (min(counts) >= 1 or rows * per < columns)
+    shifted = profile.crossed(range(rows), range(columns), per=per, start=1)
+    assert shifted == [(r, (c + 1) % columns) for r, c in pairs]
+    monkeypatch.setattr(profile, "THOROUGH", True)
+    assert profile.crossed(range(rows), range(columns), per=per) == [(r, c) for r in range(rows) for c in range(columns)]

@@ -6,15 +6,17 @@ and in blocks of 2 query rows.
 
 torch runs every case; JAX, whose every case is several XLA programs, runs ``"all"``, which puts the others together
 (an additive mask with masked entries and a fully masked row, causal, more queries than keys, shared heads).  The
-``"all"`` case is also checked to second order in one block.
-"""
+``"all"`` case is also checked to second order in one block.  The CI profile takes a selection (``_grid``)."""
 
 from __future__ import annotations
+
+import itertools
 
 import numpy as np
 import pytest
 
 from tests.backends import backend_params
+from tests.profile import crossed
 
 INF = np.inf
 MAPPINGS = ["softmax", "sparsemax", "entmax15", "entmax"]
@@ -45,15 +47,25 @@ def _case(case, seed=20):
     return q, k, v, mask, causal
 
 
-#: (backend, case): torch every case, JAX the 'all' case, which puts the others together (each case is an XLA
-#: compile of the forward and its reverse)
-BACKEND_CASES = [pytest.param(p.values[0], case, marks=p.marks, id=f"{p.values[0]}-{case}")
-                 for p in backend_params("autodiff") for case in (CASES if p.values[0] != "jax" else ("all",))]
+def _grid():
+    """(backend, case, name, block): torch every case, JAX the 'all' case, which puts the others together (each case
+    is an XLA compile of the forward and its reverse).  The CI profile runs torch's 'all' case with every map and
+    block, and each of its other cases with two (map, block) pairs, each pair on one; JAX's 'all' case with each map
+    in one of the blocks.  The thorough profile runs every combination."""
+    grid = []
+    for p in backend_params("autodiff"):
+        backend = p.values[0]
+        if backend == "jax":
+            runs = [("all", name, block) for name, block in crossed(MAPPINGS, [None, 2])]
+        else:
+            runs = [("all", name, block) for name in MAPPINGS for block in (None, 2)]
+            runs += [(case, *pair) for pair, case in crossed(itertools.product(MAPPINGS, [None, 2]), CASES[:-1])]
+        grid += [pytest.param(backend, case, name, block, marks=p.marks, id=f"{backend}-{case}-{name}-{block}")
+                 for case, name, block in runs]
+    return grid
 
 
-@pytest.mark.parametrize("block", [None, 2])
-@pytest.mark.parametrize("name", MAPPINGS)
-@pytest.mark.parametrize(("backend", "case"), BACKEND_CASES, indirect=["backend"])
+@pytest.mark.parametrize(("backend", "case", "name", "block"), _grid(), indirect=["backend"])
 def test_gradient_checks(backend, name, case, block):
     q, k, v, mask, causal = _case(case)
     additive = mask is not None and mask.dtype != bool

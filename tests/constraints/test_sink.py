@@ -18,6 +18,7 @@ import pytest
 import numeric as nm
 from derive.sink import sink_jacobians, sink_loss, sink_loss_gradients, solve_sink
 from tests.backends import backend_params
+from tests.profile import backend_grid, crossed
 from tests.constraints.cases import TYPED as MAPS
 from tests.constraints.cases import TYPED_IDS as IDS
 from tests.numeric.conftest import case_derivation
@@ -104,9 +105,10 @@ def test_numpy_derivatives_match_the_reference(name, params):
         m.vjp(p, dy, axis=1, sink=b)
 
 
-@pytest.mark.parametrize(("name", "params"), [MAPS[1], MAPS[2], MAPS[4], MAPS[5], MAPS[6]],
-                         ids=[IDS[1], IDS[2], IDS[4], IDS[5], IDS[6]])
-@pytest.mark.parametrize("backend", AUTODIFF, indirect=True)
+# (the CI profile checks each map in one framework, the thorough one in each)
+@pytest.mark.parametrize(("backend", "name", "params"),
+                         backend_grid(crossed([(IDS[i], MAPS[i]) for i in (1, 2, 4, 5, 6)], AUTODIFF)),
+                         indirect=["backend"])
 def test_gradient_checks_in_scores_sink_and_alpha(backend, name, params):
     """Away from kinks, to second order (sparsemax's first order: its second derivatives are 0)."""
     x = np.array([[0.9, 0.3, -0.2, 1.4], [0.1, 2.0, 0.6, -0.5]])

@@ -26,6 +26,7 @@ import numeric as nm
 from numeric.contract import CUDA_THREADS
 from numeric.kernels import cuda_file
 from tests.numeric.conftest import importable_user_maps
+from tests.profile import crossed
 
 from . import harness as H
 
@@ -435,9 +436,13 @@ def _tol(suffix, n, kind):
     return f32_tol_forward(n) if kind == "forward" else f32_tol_jvp(n)
 
 
-@pytest.mark.parametrize("suffix", list(DTYPES))
-@pytest.mark.parametrize("n", SIZES)
-@pytest.mark.parametrize("name, params", MAPS, ids=MAP_IDS)
+# (each block's threads run as host threads, so a forward row costs about 0.3 s: the CI profile runs each map at three
+# of the (size, dtype) pairs and each pair with two maps, the thorough one every triple)
+FORWARD = crossed(zip(MAP_IDS, MAPS), [(n, suffix) for n in SIZES for suffix in DTYPES], per=3)
+
+
+@pytest.mark.parametrize("name, params, n, suffix", [(*m, *case) for (_, m), case in FORWARD],
+                         ids=[f"{i}-{n}-{suffix}" for (i, _), (n, suffix) in FORWARD])
 def test_forward_rows(libraries, name, params, n, suffix):
     dtype, ref, args, lib = _case(name, params, suffix, libraries)
     s = _scores(n, dtype)

@@ -42,7 +42,8 @@ NEEDS = {"distributed_torch.py": "torch", "distributed_jax.py": "jax", "alpha_ac
 #: examples a test below runs and checks the claims of (its exit status among them): not run twice
 CLAIMED = {"birds_sometimes_walk.py", "attention_exploration.py", "simplex_geometry.py", "derive_a_new_map.py",
            "train_flag_retrieval.py", "continuous_attention.py", "hf_adaptive_sparsity.py",
-           "context_parallel_torch.py", "attention_sinks.py"}
+           "context_parallel_torch.py", "attention_sinks.py",
+           "distributed_jax.py", "distributed_torch.py"}  # (tests/jax/test_sharded.py, tests/torch/test_distributed.py)
 
 
 @pytest.mark.parametrize("script", [s for s in EXAMPLES if s.name not in CLAIMED], ids=lambda p: p.name)

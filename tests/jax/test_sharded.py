@@ -10,9 +10,6 @@ starts, so it cannot be set inside this test process (where JAX is running alrea
 
 from __future__ import annotations
 
-import os
-import subprocess
-import sys
 from pathlib import Path
 
 import pytest
@@ -23,9 +20,11 @@ SCRIPT = Path(__file__).resolve().parents[2] / "examples" / "distributed_jax.py"
 
 
 def _run(tmp_path, *args):
-    env = {**os.environ, "XLA_FLAGS": "--xla_force_host_platform_device_count=2", "JAX_PLATFORMS": "cpu"}
-    proc = subprocess.run([sys.executable, str(SCRIPT), "--devices", "2", *args], cwd=tmp_path, env=env,
-                          capture_output=True, text=True, timeout=600)
+    """The example's output, run with ``args``; with none it runs as the docs show it (150 steps over 2 devices),
+    and its output is kept for the docs build (tests/examples/test_examples.py ``run_example``)."""
+    from tests.examples.test_examples import run_example
+
+    proc = run_example(SCRIPT, tmp_path, *args)
     assert proc.returncode == 0, proc.stderr
     return proc.stdout
 
@@ -38,7 +37,7 @@ def test_one_sharded_step_has_the_single_device_gradients(tmp_path):
 
 
 def test_the_loss_falls_with_the_batch_sharded(tmp_path):
-    out = _run(tmp_path, "--steps", "60")
+    out = _run(tmp_path)
     line = next(ln for ln in out.splitlines() if ln.startswith("loss fell from"))
     first, last = float(line.split()[3]), float(line.split()[5])
     assert "over 2 devices" in line, line

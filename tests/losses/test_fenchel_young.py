@@ -23,6 +23,7 @@ from hypothesis.extra import numpy as hnp
 import numeric as nm
 from derive import reference as R
 from tests.backends import backend_params
+from tests.profile import backend_grid, crossed
 from tests.numeric.conftest import FRAMEWORK_IDS as IDS
 from tests.numeric.conftest import FRAMEWORK_MAPS as MAPS
 from tests.numeric.conftest import PARAMS, USER, case_derivation
@@ -78,8 +79,10 @@ def test_loss_and_gradient_match_numpy(backend, name, params, reduction):
     assert _loss(backend, bm, x, bad, "none")[1] == INF
 
 
-@pytest.mark.parametrize(("name", "params"), MAPS, ids=IDS)
-@pytest.mark.parametrize("backend", AUTODIFF, indirect=True)
+# (the CI profile checks each map in one framework, the pairs that tests/maps/test_derivatives.py's second-order check
+# leaves out: between them every pair; the thorough profile every pair in each)
+@pytest.mark.parametrize(("backend", "name", "params"), backend_grid(crossed(zip(IDS, MAPS), AUTODIFF, start=1)),
+                         indirect=["backend"])
 def test_gradient_checks_and_the_hessian_is_the_jacobian(backend, name, params):
     """The loss's derivatives in the scores to second order by the framework's check, for labels and
     distributions; its Hessian in one row's scores is the map's Jacobian."""

@@ -16,6 +16,7 @@ import pytest
 
 import numeric as nm
 from tests.backends import backend_params
+from tests.profile import backend_grid, crossed
 from tests.numeric.conftest import FRAMEWORK_IDS as IDS
 from tests.numeric.conftest import FRAMEWORK_MAPS as MAPS
 
@@ -63,8 +64,10 @@ def test_vjp_and_jvp_equal_numpy(backend, name, params):
         _close(jv, m.jvp(p, v))
 
 
-@pytest.mark.parametrize(("name", "params"), MAPS, ids=IDS)
-@pytest.mark.parametrize("backend", FRAMEWORKS, indirect=True)
+# (the CI profile checks each map in one framework, the other framework's pairs in tests/losses/test_fenchel_young.py,
+# whose Hessian is the map's Jacobian: between them every pair; the thorough profile every pair in each)
+@pytest.mark.parametrize(("backend", "name", "params"), backend_grid(crossed(zip(IDS, MAPS), FRAMEWORKS)),
+                         indirect=["backend"])
 def test_gradient_checks_to_second_order(backend, name, params):
     """Finite differences of the map, to second order, on rows with and without masked scores; zero gradients at a
     masked score and in a fully masked row."""

@@ -17,7 +17,7 @@ import warnings
 import numpy as np
 import pytest
 
-from tests.profile import THOROUGH
+from tests.profile import THOROUGH, crossed
 
 from .conftest import interpreter_reason
 
@@ -200,12 +200,18 @@ def _check(name, params, L, S, causal, mask_kind, seed=0, dtype=None, inputs=Non
     return worst
 
 
-@pytest.mark.parametrize(("name", "params"), MAPS, ids=IDS)
-@pytest.mark.parametrize(("L", "S", "causal", "mask"), [
-    (21, 19, False, None), (21, 19, True, "bool"), (16, 16, True, None), (7, 40, False, "float"), (33, 5, True, "float"),
-], ids=["ragged", "causal-bool", "one-block-causal", "L<S-float", "L>S-causal-float"])
-def test_forward_and_backward_against_numpy(name, params, L, S, causal, mask):
-    _check(name, params, L, S, causal, mask)
+#: (L, S, causal, mask) by name
+GRID_LAYOUTS = {"ragged": (21, 19, False, None), "causal-bool": (21, 19, True, "bool"), "one-block-causal": (16, 16, True, None),
+                "L<S-float": (7, 40, False, "float"), "L>S-causal-float": (33, 5, True, "float")}
+# (a map's code in the kernels is its functions, a layout's the masking and blocking around them: the CI profile runs
+# each map on two layouts and each layout with two maps or more, the thorough one every pair)
+GRID = crossed(zip(IDS, MAPS), GRID_LAYOUTS, per=2)
+
+
+@pytest.mark.parametrize(("name", "params", "layout"), [(*m, layout) for (_, m), layout in GRID],
+                         ids=[f"{i}-{layout}" for (i, _), layout in GRID])
+def test_forward_and_backward_against_numpy(name, params, layout):
+    _check(name, params, *GRID_LAYOUTS[layout])
 
 
 #: maps whose link has no closed form (its inversion traced into Triton): one dense, one sparse

@@ -26,7 +26,7 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from derive.box import box_jacobians, solve_box
-from tests.profile import THOROUGH
+from tests.profile import THOROUGH, crossed
 
 from .conftest import interpreter_reason
 
@@ -103,12 +103,16 @@ MAPS = [("softmax", {}), ("sparsemax", {}), ("entmax15", {}), ("entmax", {"alpha
 IDS = ["softmax", "sparsemax", "entmax15", "entmax-0.6", "entmax-1.3"]
 
 
-@pytest.mark.parametrize(("name", "params"), MAPS, ids=IDS)
-@pytest.mark.parametrize(("L", "S", "causal", "mask"), [
-    (21, 19, False, None), (21, 19, True, "bool"), (7, 40, False, "float"),
-], ids=["ragged", "causal-bool", "L<S-float"])
-def test_bounded_attention_against_numpy(name, params, L, S, causal, mask):
-    _check(name, params, L, S, causal, mask)
+#: (L, S, causal, mask) by name
+LAYOUTS = {"ragged": (21, 19, False, None), "causal-bool": (21, 19, True, "bool"), "L<S-float": (7, 40, False, "float")}
+# (the CI profile runs each map on one layout, each layout with a map or more; the thorough one every pair)
+GRID = crossed(zip(IDS, MAPS), LAYOUTS)
+
+
+@pytest.mark.parametrize(("name", "params", "layout"), [(*m, layout) for (_, m), layout in GRID],
+                         ids=[f"{i}-{layout}" for (i, _), layout in GRID])
+def test_bounded_attention_against_numpy(name, params, layout):
+    _check(name, params, *LAYOUTS[layout])
 
 
 def test_a_map_without_closed_form_link():
