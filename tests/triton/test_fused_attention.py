@@ -201,29 +201,28 @@ def _check(name, params, L, S, causal, mask_kind, seed=0, dtype=None, inputs=Non
 
 
 #: (L, S, causal, mask) by name
-GRID_LAYOUTS = {"ragged": (21, 19, False, None), "causal-bool": (21, 19, True, "bool"), "one-block-causal": (16, 16, True, None),
+LAYOUTS = {"ragged": (21, 19, False, None), "causal-bool": (21, 19, True, "bool"), "one-block-causal": (16, 16, True, None),
                 "L<S-float": (7, 40, False, "float"), "L>S-causal-float": (33, 5, True, "float")}
 # (a map's code in the kernels is its functions, a layout's the masking and blocking around them: the CI profile runs
 # each map on two layouts and each layout with two maps or more, the thorough one every pair)
-GRID = crossed(zip(IDS, MAPS), GRID_LAYOUTS, per=2)
+GRID = crossed(zip(IDS, MAPS), LAYOUTS, per=2)
 
 
 @pytest.mark.parametrize(("name", "params", "layout"), [(*m, layout) for (_, m), layout in GRID],
                          ids=[f"{i}-{layout}" for (i, _), layout in GRID])
 def test_forward_and_backward_against_numpy(name, params, layout):
-    _check(name, params, *GRID_LAYOUTS[layout])
+    _check(name, params, *LAYOUTS[layout])
 
 
 #: maps whose link has no closed form (its inversion traced into Triton): one dense, one sparse
 TYPED = [("shannon_gini", {}), ("gini_log1p", {})]
-LAYOUTS = {"ragged": (21, 19, False, None), "L>S-causal-float": (33, 5, True, "float"),
-           "causal-bool": (21, 19, True, "bool"), "L<S-float": (7, 40, False, "float")}
-# (the interpreter runs the traced Newton inversion one NumPy operation at a time: the CI profile takes two layouts)
-TYPED_LAYOUTS = list(LAYOUTS) if THOROUGH else ["ragged", "L>S-causal-float"]
+# (the interpreter runs the traced Newton inversion one NumPy operation at a time, 7 to 11 s a case: the CI profile
+# takes each map on one layout, the thorough one on four)
+TYPED_GRID = crossed(TYPED, ["ragged", "L>S-causal-float", "causal-bool", "L<S-float"])
 
 
-@pytest.mark.parametrize(("name", "params"), TYPED, ids=[n for n, _ in TYPED])
-@pytest.mark.parametrize("layout", TYPED_LAYOUTS)
+@pytest.mark.parametrize(("name", "params", "layout"), [(*m, layout) for m, layout in TYPED_GRID],
+                         ids=[f"{layout}-{m[0]}" for m, layout in TYPED_GRID])
 def test_maps_without_closed_form_link(name, params, layout):
     """A typed map runs the fused kernels (no fallback warning) with its link inverted by the traced Newton
     solver, within the same float32 bounds as the built-ins."""
