@@ -2,7 +2,7 @@
 
 One step's gradients with the batch sharded over 2 devices (XLA's partitioner
 splits the forward and backward passes and all-reduces the gradients) equal one
-device's gradients on the whole batch, in float64; a short run's loss falls.
+device's gradients on the whole batch, in float64; the loss of the run the docs show falls.
 Both run the example script itself in a subprocess: the number of host devices
 (``XLA_FLAGS=--xla_force_host_platform_device_count=2``) is read once, when JAX
 starts, so it cannot be set inside this test process (where JAX is running already).

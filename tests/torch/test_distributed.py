@@ -1,8 +1,8 @@
 """The PyTorch distributed example: DistributedDataParallel over 2 gloo processes.
 
 One step's gradients under DDP (each process takes half the batch, DDP averages)
-equal one process's gradients on the whole batch, in float64; a short run's loss
-falls.  Both run the example script itself in a subprocess.
+equal one process's gradients on the whole batch, in float64; the loss of the run
+the docs show falls.  Both run the example script itself in a subprocess.
 """
 
 from __future__ import annotations

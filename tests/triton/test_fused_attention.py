@@ -202,7 +202,7 @@ def _check(name, params, L, S, causal, mask_kind, seed=0, dtype=None, inputs=Non
 
 #: (L, S, causal, mask) by name
 LAYOUTS = {"ragged": (21, 19, False, None), "causal-bool": (21, 19, True, "bool"), "one-block-causal": (16, 16, True, None),
-                "L<S-float": (7, 40, False, "float"), "L>S-causal-float": (33, 5, True, "float")}
+           "L<S-float": (7, 40, False, "float"), "L>S-causal-float": (33, 5, True, "float")}
 # (a map's code in the kernels is its functions, a layout's the masking and blocking around them: the CI profile runs
 # each map on two layouts and each layout with two maps or more, the thorough one every pair)
 GRID = crossed(zip(IDS, MAPS), LAYOUTS, per=2)
@@ -531,9 +531,8 @@ def test_rows_beyond_the_kept_scores(name, params, monkeypatch):
     k[..., 8:40, :] = k[..., 8:16, :].repeat(1, 1, 4, 1)
     mapping = get_map(name, **params)
     assert _forward_products(monkeypatch, q, k, v, mapping)[0] > 3
-    # (the CI profile checks each map in one layout, the thorough profile in both)
-    layouts = [(False, None), (True, "bool")]
-    for causal, mask in layouts if THOROUGH else layouts[BEYOND.index((name, params)) % 2:][:1]:
+    # (the CI profile checks each map in one layout, the maps in turn; the thorough profile in both)
+    for _, (causal, mask) in crossed([name], [(False, None), (True, "bool")], start=BEYOND.index((name, params))):
         _check(name, params, 40, 40, causal, mask, inputs=(q, k, v, do))
 
 
