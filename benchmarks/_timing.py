@@ -1,5 +1,5 @@
-"""Timing shared by the benchmark scripts: medians of repeated runs after a warm-up, first quartiles of interleaved
-calls."""
+"""Timing shared by the benchmark scripts: medians of repeated runs after a warm-up, medians of two functions' calls
+alternated, first quartiles of interleaved calls."""
 
 import statistics
 import time
@@ -16,6 +16,21 @@ def median_seconds(fn, repeat: int = 5, warmup: bool = True, min_seconds: float 
         fn()
         times.append(time.perf_counter() - start)
     return statistics.median(times)
+
+
+def paired_seconds(base, ours, repeat: int = 5, min_seconds: float = 0.0) -> tuple:
+    """Median wall times ``(base, ours)`` of ``base()`` and ``ours()`` called in turn (one untimed call of each
+    first) over ``repeat`` rounds, or over as many more rounds (up to 1000) as fill ``min_seconds`` with both
+    functions' calls: the two figures of a ratio see the same machine, whatever it does between rounds."""
+    base()
+    ours()
+    times = [], []
+    while len(times[0]) < repeat or sum(times[0]) + sum(times[1]) < min_seconds and len(times[0]) < 1000:
+        for fn, t in zip((base, ours), times):
+            start = time.perf_counter()
+            fn()
+            t.append(time.perf_counter() - start)
+    return statistics.median(times[0]), statistics.median(times[1])
 
 
 def median_cpu_ms(fn, repeat: int) -> float:

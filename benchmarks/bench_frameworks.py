@@ -36,8 +36,10 @@ Run (torch's CPU wheel first, then the peers):
   written to the entmax package's algorithm (``entmax_bisect``: 50 halvings of
   the bracket ``[max - 1, max - n**(1 - alpha)]`` on the scaled scores).
 
-Every figure is a ratio of medians measured in this run; goals (issues 14 and
-46) are reported met or missed.
+Every figure is a ratio of medians measured in this run (a typed map's calls
+alternated with entmax15's, each ratio's two figures seeing the same machine,
+the least of three passes' medians: other work on the machine only adds time);
+goals (issues 14 and 46) are reported met or missed.
 
 The maps' tensors are 512 KiB.  glibc's malloc, which torch's CPU allocator
 calls, returns freed blocks that size to the system (``mmap`` / heap trimming),
@@ -55,16 +57,18 @@ from __future__ import annotations
 
 import argparse
 import json
+import math
 import os
 import platform
 import resource
+import statistics
 import subprocess
 import sys
 import time
 import warnings
 from pathlib import Path
 
-from _timing import median_seconds
+from _timing import median_seconds, paired_seconds
 from _typed import KINDS, kind_modules, rule
 
 SIZES = (64, 1024, 16384)
@@ -98,17 +102,24 @@ def _torch_maps(torch, rt, entmax, sizes, repeat):
     return rows
 
 
-def _time_torch(torch, fn, x, dy, mode, repeat, min_seconds=MIN_SECONDS):
+def _torch_call(torch, fn, x, dy, mode):
+    """One call of ``fn`` on ``x``: its forward under ``no_grad``, or forward and backward (of ``dy``)."""
     if mode == "forward":
-        with torch.no_grad():
-            return median_seconds(lambda: fn(x), repeat, min_seconds=min_seconds)
+        def forward():
+            with torch.no_grad():
+                fn(x)
+        return forward
     leaf = x.detach().requires_grad_()
 
     def step():
         leaf.grad = None
         fn(leaf).backward(dy)
 
-    return median_seconds(step, repeat, min_seconds=min_seconds)
+    return step
+
+
+def _time_torch(torch, fn, x, dy, mode, repeat, min_seconds=MIN_SECONDS):
+    return median_seconds(_torch_call(torch, fn, x, dy, mode), repeat, min_seconds=min_seconds)
 
 
 def _torch_attention(torch, rt, entmax, repeat, shape=(2, 4, 1024, 64)):
@@ -239,6 +250,8 @@ TYPED_GOALS = {
     "jax forward": {64: 4.0, 1024: 2.0},
     "jax forward+backward": {64: 4.0, 1024: 2.0},
 }
+#: passes over the typed maps, each map's calls alternated with entmax15's in each; a figure is the least of its passes'
+PASSES = 3
 #: the typed table's column for each measurement
 _TYPED_COLUMNS = {"numpy forward": "NumPy fwd", "torch forward+backward": "torch f+b",
                   "torch compiled forward+backward": "torch compiled f+b", "jax forward": "JAX jit fwd",
@@ -276,24 +289,38 @@ def _typed_maps(repeat, torch=None, rt=None, *, names=None, sizes=TYPED_SIZES, c
              for name, module in modules.items()}
     rows = []
 
-    def measure(key, n, peer, base, timers):
-        """``base``: entmax15's timer; ``timers``: ``{name: () -> seconds}``; a row for each."""
-        base_ms = base() * 1e3
-        head, _, mode = key.rpartition(" ")
-        for name, timer in timers.items():
-            row = dict(what=f"{head} {name} {mode}", n=n, peer=peer, ours_ms=None, peer_ms=base_ms, measure=key, **about[name])
+    def measure(key, n, peer, base, makers):
+        """``base``: entmax15's call; ``makers``: ``{name: () -> call or (call, extra)}``.  A row for each map: its
+        calls alternated with entmax15's (:func:`_timing.paired_seconds`), so that each ratio's two figures see
+        the same machine, in :data:`PASSES` passes over the maps, each figure the least of its passes' medians
+        (other work on the machine only ever adds time, and a pass it disturbs is outvoted)."""
+        calls, out = {}, {}
+        for name, make in makers.items():
+            out[name] = row = dict(what=f"{key.rpartition(' ')[0]} {name} {key.rpartition(' ')[2]}", n=n, peer=peer,
+                                   ours_ms=None, peer_ms=None, measure=key, **about[name])
             try:
-                extra = timer()
-                seconds, extra = extra if isinstance(extra, tuple) else (extra, {})
-                row.update(ours_ms=seconds * 1e3, **extra)
+                call = make()
+                calls[name], extra = call if isinstance(call, tuple) else (call, {})
+                row.update(extra)
             except Exception as error:  # (a map that fails here is reported; the others are still measured)
                 row["error"] = _failure(error)
+        for _ in range(PASSES):
+            for name, call in list(calls.items()):
+                row = out[name]
+                try:
+                    base_s, ours_s = paired_seconds(base, call, repeat, min_seconds=2 * min_seconds)
+                except Exception as error:
+                    row["error"] = _failure(error)
+                    del calls[name]
+                    continue
+                row["peer_ms"] = min(base_s * 1e3, row["peer_ms"] or math.inf)
+                row["ours_ms"] = min(ours_s * 1e3, row["ours_ms"] or math.inf)
+        for row in out.values():
+            if "error" in row:
+                row["ours_ms"] = None
             rows.append(row)
-            print(f"  {row['what']} n={n}: " + (f"{row['ours_ms'] / base_ms:.2f}x entmax15" if row["ours_ms"] else row["error"]),
+            print(f"  {row['what']} n={n}: " + (f"{row['ours_ms'] / row['peer_ms']:.2f}x entmax15" if row["ours_ms"] else row["error"]),
                   file=sys.stderr, flush=True)
-
-    def timed(fn):
-        return lambda: median_seconds(fn, repeat, min_seconds=min_seconds)
 
     threads = nm.get_num_threads(), torch.get_num_threads() if torch is not None else None
     nm.set_num_threads(1)
@@ -304,50 +331,55 @@ def _typed_maps(repeat, torch=None, rt=None, *, names=None, sizes=TYPED_SIZES, c
             x = np.random.default_rng(n).standard_normal((512, n)).astype(np.float32)
             dy = np.random.default_rng(n + 1).standard_normal((512, n)).astype(np.float32)
             maps = {name: nm.get_map(module) for name, module in modules.items()}
-            measure("numpy forward", n, "numeric entmax15", timed(lambda: nm.entmax15(x)),
-                    {name: timed(lambda m=m: m(x)) for name, m in maps.items()})
+            measure("numpy forward", n, "numeric entmax15", lambda: nm.entmax15(x),
+                    {name: (lambda m=m: lambda: m(x)) for name, m in maps.items()})
             if torch is not None:
                 xt, dyt = torch.from_numpy(x), torch.from_numpy(dy)
                 maps = {name: rt.get_map(module) for name, module in modules.items()}
 
                 def eager(m):
-                    return lambda: _time_torch(torch, lambda t: m(t, dim=-1), xt, dyt, "forward+backward", repeat, min_seconds)
+                    return _torch_call(torch, lambda t: m(t, dim=-1), xt, dyt, "forward+backward")
 
                 measure("torch forward+backward", n, "numeric.torch entmax15", eager(rt.entmax15),
-                        {name: eager(m) for name, m in maps.items()})
+                        {name: (lambda m=m: eager(m)) for name, m in maps.items()})
                 if compiled:
-                    def compiled_step(m):
-                        def run():
-                            torch._dynamo.reset()  # (one compiled graph per map and size; dynamo's cache limit untouched)
-                            fn = torch.compile((lambda t: m(t, dim=-1)), fullgraph=True)
-                            leaf = xt.detach().requires_grad_()
-                            with warnings.catch_warnings():
-                                warnings.simplefilter("ignore")  # (torch's own tracing warnings)
-                                start = time.perf_counter()
-                                fn(leaf).backward(dyt)
-                                first = time.perf_counter() - start
-                                seconds = _time_torch(torch, fn, xt, dyt, "forward+backward", repeat, min_seconds)
-                            return seconds, dict(compile_s=first)
-                        return run
+                    # every map's graph and entmax15's stay compiled side by side (dynamo keeps one per closure of the
+                    # same lambda, up to its recompile limit)
+                    torch._dynamo.reset()
+                    limit = torch._dynamo.config.patch(recompile_limit=len(maps) + 8)
+                    limit.__enter__()
 
-                    measure("torch compiled forward+backward", n, "numeric.torch entmax15, compiled",
-                            lambda: compiled_step(rt.get_map("entmax15"))()[0], {name: compiled_step(m) for name, m in maps.items()})
+                    def compiled_call(m):
+                        fn = torch.compile((lambda t: m(t, dim=-1)), fullgraph=True)
+                        leaf = xt.detach().requires_grad_()
+                        with warnings.catch_warnings():
+                            warnings.simplefilter("ignore")  # (torch's own tracing warnings)
+                            start = time.perf_counter()
+                            fn(leaf).backward(dyt)
+                            first = time.perf_counter() - start
+                        return _torch_call(torch, fn, xt, dyt, "forward+backward"), dict(compile_s=first)
+
+                    try:
+                        measure("torch compiled forward+backward", n, "numeric.torch entmax15, compiled",
+                                compiled_call(rt.get_map("entmax15"))[0], {name: (lambda m=m: compiled_call(m)) for name, m in maps.items()})
+                    finally:
+                        limit.__exit__(None, None, None)
             if jax is not None:
                 xj, dj = jnp.asarray(x), jnp.asarray(dy)
                 maps = {name: rj.get_map(module) for name, module in modules.items()}
 
                 def forward(m):
                     f = jax.jit(lambda v: m(v, axis=-1))
-                    return timed(lambda: f(xj).block_until_ready())
+                    return lambda: f(xj).block_until_ready()
 
                 def gradient(m):
                     g = jax.jit(jax.grad(lambda v, d: (m(v, axis=-1) * d).sum()))
-                    return timed(lambda: g(xj, dj).block_until_ready())
+                    return lambda: g(xj, dj).block_until_ready()
 
                 measure("jax forward", n, "numeric.jax entmax15, jit", forward(rj.entmax15),
-                        {name: forward(m) for name, m in maps.items()})
+                        {name: (lambda m=m: forward(m)) for name, m in maps.items()})
                 measure("jax forward+backward", n, "numeric.jax entmax15, jit", gradient(rj.entmax15),
-                        {name: gradient(m) for name, m in maps.items()})
+                        {name: (lambda m=m: gradient(m)) for name, m in maps.items()})
     finally:
         nm.set_num_threads(threads[0])
         if torch is not None:
@@ -357,8 +389,8 @@ def _typed_maps(repeat, torch=None, rt=None, *, names=None, sizes=TYPED_SIZES, c
 
 def _typed_table(rows):
     """The typed maps' rows as one Markdown table: a line per map and n (its kind and rule beside it), a column per
-    measurement, each cell the map's time over entmax15's (``failed`` where it failed); entmax15's own times (ms)
-    first in each n."""
+    measurement, each cell the map's time over entmax15's measured beside it (``failed`` where it failed);
+    entmax15's own times (ms, the median over the maps' runs) first in each n."""
     typed = [r for r in rows if "measure" in r]
     if not typed:
         return []
@@ -366,7 +398,8 @@ def _typed_table(rows):
     cells, base, about = {}, {}, {}
     for r in typed:
         cells[r["map"], r["n"], r["measure"]] = "failed" if r["ours_ms"] is None else f"{r['ours_ms'] / r['peer_ms']:.2f}"
-        base[r["n"], r["measure"]] = f"{r['peer_ms']:.3f}"
+        if r["peer_ms"] is not None:
+            base.setdefault((r["n"], r["measure"]), []).append(r["peer_ms"])
         about[r["map"]] = r
     lines = ["Typed maps (`_typed.KINDS`) against numeric's own entmax15 on the same (512, n) float32 scores, one "
              "thread: the map's time over entmax15's (issue 46's goals: NumPy and torch 3x, torch compiled 2x, "
@@ -374,7 +407,8 @@ def _typed_table(rows):
              "| map | kind | rule | n | " + " | ".join(_TYPED_COLUMNS[k] for k in keys) + " |",
              "|---|---|---|---:|" + "---:|" * len(keys)]
     for n in dict.fromkeys(r["n"] for r in typed):
-        lines.append(f"| entmax15 (ms) | built-in | | {n} | " + " | ".join(base.get((n, k), "") for k in keys) + " |")
+        lines.append(f"| entmax15 (ms) | built-in | | {n} | "
+                     + " | ".join(f"{statistics.median(base[n, k]):.3f}" if (n, k) in base else "" for k in keys) + " |")
         for name, r in about.items():
             lines.append(f"| {name} | {r['kind']} | {r['rule']} | {n} | "
                          + " | ".join(cells.get((name, n, k), "") for k in keys) + " |")
