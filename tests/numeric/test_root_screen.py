@@ -382,3 +382,21 @@ def test_halley_rounds_take_the_entering_scores(name, most32, most64, monkeypatc
         for row in (0, 17, 300):
             want = derivation(name).evaluate(list(map(float, y[row])), digits=30)
             np.testing.assert_allclose(p[row], np.array(want, dtype=float), rtol=0, atol=16 * eps)
+
+
+@pytest.mark.parametrize("name, owner, solve", [("cosh_one", rules, "_root_whole"), ("gini_log1p", kkt, "_kkt_newton")])
+def test_a_traced_ladder_takes_one_more_stage_of_candidates_at_most(name, owner, solve, monkeypatch):
+    """Where a target traces (no count reaches Python: ``int_max`` gives None), rows whose first candidates do not
+    hold their support are screened once more, on four times as many, and then solved whole: a traced graph holds
+    every stage's solve, so a third stage of candidates (256 of rows of 1100) costs its compile time whether a row
+    needs it or not.  Flat rows need every stage, and still get the whole rows' p."""
+    import numeric as nm
+
+    monkeypatch.setattr(NumpyRowOps, "int_max", staticmethod(lambda x: None))
+    _, shapes = record_shapes(monkeypatch, owner, solve)
+    n = 1100
+    x = np.random.default_rng(3).standard_normal((8, n)) * np.geomspace(1e-3, 1, 8)[:, None]
+    p = nm.get_map(importlib.import_module(name))(x)
+    assert [shape[-1] for shape in shapes] == [CANDIDATES + 1, 4 * CANDIDATES + 4, n], shapes
+    monkeypatch.undo()
+    np.testing.assert_allclose(p, nm.get_map(importlib.import_module(name))(x), rtol=0, atol=1e-14)

@@ -25,7 +25,7 @@ CASES = [("gini_log1p", 100), ("gini_log1p", 300), ("cube", 100)] + ([("gini_log
 def test_candidate_rounds_compile_to_one_graph(torch_user_modules, name, n):
     """The KKT solve's gini_log1p (candidates above a cut, then four times as many, then whole rows; on rows of
     200 the four times as many first, and on rows of 300, longer than the cut's rows, the four times as many above
-    a cut first, then the largest 256) and the root rule's p**3 (candidates above a cut, then whole rows)."""
+    a cut first, then whole rows) and the root rule's p**3 (candidates above a cut, then whole rows)."""
     m = get_map(importlib.import_module(name))
     assert n > 2 * (CANDIDATES + 1)  # the candidate rounds run
     scales = torch.tensor([0.0, 0.1, 1, 3, 10, 30], dtype=torch.float64)[:, None]
