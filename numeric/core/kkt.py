@@ -237,15 +237,18 @@ def _kkt_newton(ops: TensorOps, r: Routines, y, steps: int, fallback: bool = Tru
     p = ops.on_rows(abs(total - 1) > 16 * ops.eps, lambda p, *params: _to_sum_one(ops, r.bound(params), p),
                     (p, *r.params), p / total)
 
-    def halley(y, c, anchor, at, one, edge, *params):
-        rr = r.bound(params)
-        size = ops.full(y[..., :1], row_length(y))
-        q, s = root_halley(ops, rr, y, ROOT_STEPS, None, lower_end(ops, rr, y), -rr.omega_prime(1 / size))
-        return ops.cat(q, s)
-
     if not fallback:
         return p, ops.where(settled, t, math.nan)
-    return uncat(ops.on_rows(ops.not_(settled), halley, rows, ops.cat(p, t)), n)
+    return uncat(ops.rare_rows(ops.not_(settled), _halley_rows, r, rows, ops.cat(p, t)), n)
+
+
+def _halley_rows(ops, r: Routines, y, c, anchor, at, one, edge, *params):
+    """:func:`_kkt_newton`'s fallback on the rows that did not settle: ``p`` and ``t`` side by side, by
+    :func:`~numeric.core.halley.root_halley` with the link inverted."""
+    rr = r.bound(params)
+    size = ops.full(y[..., :1], row_length(y))
+    q, s = root_halley(ops, rr, y, ROOT_STEPS, None, lower_end(ops, rr, y), -rr.omega_prime(1 / size))
+    return ops.cat(q, s)
 
 
 def _on_support(ops, r: Routines, p, z):

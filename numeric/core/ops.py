@@ -263,6 +263,14 @@ class TensorOps(Ops):
         """
         return self.branch(mask, lambda: self.where(mask, fn(*rows), otherwise), lambda: otherwise)
 
+    def rare_rows(self, mask, fn: Callable, r: "Routines", rows: tuple, otherwise):
+        """:meth:`on_rows` of ``fn(ops, r, *rows)`` for rows that seldom need it (a solve's fallback): ``fn`` a
+        module-level function, ``r`` a generated module's routines (their parameters among ``rows``, as ``fn``
+        binds them).  A target that traces may run it outside its graph, on the rows concerned alone, so that the
+        graph holds none of its operations (:class:`numeric.torch._ops.TorchOps`: a compile of ``fn``'s solve
+        costs as much as the rest of a typed map's)."""
+        return self.on_rows(mask, lambda *rows: fn(self, r, *rows), rows, otherwise)
+
 
 class CompactRows:
     """:meth:`TensorOps.repeat_rows` and :meth:`TensorOps.on_rows` computing only the rows concerned, for a target

@@ -49,3 +49,42 @@ def test_candidate_rounds_compile_to_one_graph(torch_user_modules, name, n):
         got = run(torch.compile(lambda v: m(v), backend="aot_eager", fullgraph=True))
     for a, b in zip(got, want):
         torch.testing.assert_close(a, b, rtol=1e-13, atol=1e-15)
+
+
+@pytest.mark.parametrize("name", ["gini_log1p", "shannon_gini"])
+def test_the_kkt_fallback_runs_outside_the_compiled_graph(torch_user_modules, name, monkeypatch):
+    """Rows that the KKT solve's Newton rounds leave (here all of them: no rounds) take the Halley fallback with the
+    link inverted.  Under torch.compile that fallback runs eagerly, on those rows alone, in an operator opaque to
+    the compiler (``TorchOps.rare_rows``): each compiled call runs it again, where a traced fallback would have
+    run at the trace alone, and p and its gradient are eager's (float64, to 1e-13) and the full solve's."""
+    from numeric.core import kkt
+
+    m = get_map(importlib.import_module(name))
+    x = torch.randn(5, 40, dtype=torch.float64, generator=torch.Generator().manual_seed(2)) * 2
+    x[1, ::3] = -torch.inf
+    dy = torch.randn_like(x)
+
+    def run(fn):
+        leaf = x.clone().requires_grad_()
+        p = fn(leaf)
+        return p, torch.autograd.grad((p * dy).sum(), leaf)[0]
+
+    full = run(m)
+    newton = kkt._kkt_newton
+    monkeypatch.setattr(kkt, "_kkt_newton", lambda ops, r, y, steps, **kw: newton(ops, r, y, 0, **kw))
+    rows = []
+    root_halley = kkt.root_halley
+    monkeypatch.setattr(kkt, "root_halley", lambda ops, r, y, *a: rows.append(y.shape[0]) or root_halley(ops, r, y, *a))
+    want = run(m)
+    assert rows == [5]  # (eager: every row falls back)
+    torch._dynamo.reset()
+    compiled = torch.compile(lambda v: m(v), backend="aot_eager", fullgraph=True)
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        run(compiled)
+        rows.clear()
+        got = run(compiled)
+    assert rows == [5]  # (the compiled call ran the fallback, on the 5 rows)
+    for a, b, c in zip(got, want, full):
+        torch.testing.assert_close(a, b, rtol=1e-13, atol=1e-15)
+        torch.testing.assert_close(a, c, rtol=1e-12, atol=1e-14)
