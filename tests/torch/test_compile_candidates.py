@@ -88,3 +88,36 @@ def test_the_kkt_fallback_runs_outside_the_compiled_graph(torch_user_modules, na
     for a, b, c in zip(got, want, full):
         torch.testing.assert_close(a, b, rtol=1e-13, atol=1e-15)
         torch.testing.assert_close(a, c, rtol=1e-12, atol=1e-14)
+
+
+def test_a_module_not_found_by_its_name_keeps_its_fallback_in_the_graph(torch_user_modules, monkeypatch):
+    """A generated module that ``sys.modules`` does not hold under its name (one made in memory, or imported and
+    dropped) cannot be found again by the operator that runs a fallback outside the graph: its fallback rows are
+    compiled with the rest, and give eager's p and gradient."""
+    import sys
+
+    from numeric.core import kkt
+    from numeric.torch import _ops
+
+    module = importlib.import_module("shannon_gini")
+    m = get_map(module)
+    monkeypatch.delitem(sys.modules, "shannon_gini")
+    monkeypatch.setattr(_ops, "_OUTSIDE", {})
+    newton = kkt._kkt_newton
+    monkeypatch.setattr(kkt, "_kkt_newton", lambda ops, r, y, steps, **kw: newton(ops, r, y, 0, **kw))
+    x = torch.randn(3, 20, dtype=torch.float64, generator=torch.Generator().manual_seed(4))
+    dy = torch.randn_like(x)
+
+    def run(fn):
+        leaf = x.clone().requires_grad_()
+        p = fn(leaf)
+        return p, torch.autograd.grad((p * dy).sum(), leaf)[0]
+
+    want = run(m)
+    torch._dynamo.reset()
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        got = run(torch.compile(lambda v: m(v), backend="aot_eager", fullgraph=True))
+    assert _ops._OUTSIDE == {}  # (nothing was run outside the graph)
+    for a, b in zip(got, want):
+        torch.testing.assert_close(a, b, rtol=1e-13, atol=1e-15)
