@@ -298,47 +298,21 @@ def _traced_repeat(n, body, state, going):
     return tuple(out[2:2 + count])
 
 
-#: the modules :func:`_rows_outside_graph` runs rows of, by name (kept from the trace that named them: a compiled
+#: the modules ``regattn::rows_outside_graph`` runs rows of, by name (kept from the trace that named them: a compiled
 #: graph may outlive the module's entry in ``sys.modules``)
-_OUTSIDE = {}
+OUTSIDE_MODULES = {}
 
 
 @torch._dynamo.assume_constant_result
 def _outside_names(fn, module):
-    """``("package.module:function", module name)`` for :func:`_rows_outside_graph`, or ``None`` where ``module``
+    """``("package.module:function", module name)`` for ``regattn::rows_outside_graph``, or ``None`` where ``module``
     cannot be found again by its name (one made in memory: its rows stay in the graph).  Run as Python while
-    ``torch.compile`` traces (its result a constant of the graph), which keeps ``module`` for the compiled calls."""
+    ``torch.compile`` traces (its result a constant of the graph), which keeps ``module`` for the compiled calls.
+    (The operator is :func:`numeric.torch.maps._rows_outside_graph`, beside the routine table it binds.)"""
     name = module.__name__
-    if sys.modules.get(name) is not module or _OUTSIDE.setdefault(name, module) is not module:
+    if sys.modules.get(name) is not module or OUTSIDE_MODULES.setdefault(name, module) is not module:
         return None
     return f"{fn.__module__}:{fn.__qualname__}", name
-
-
-@torch.library.custom_op("regattn::rows_outside_graph", mutates_args=())
-def _rows_outside_graph(fn: str, module: str, mask: torch.Tensor, rows: list[torch.Tensor],
-                        otherwise: torch.Tensor) -> torch.Tensor:
-    """:meth:`TorchOps.rare_rows` under ``torch.compile``: ``fn`` (``"package.module:function"``) of the generated
-    ``module``'s torch routines on the rows where ``mask`` is true, ``otherwise`` elsewhere, run eagerly on those
-    rows alone (an operator opaque to the compiler: its graph holds a call, not the solve)."""
-    from importlib import import_module
-
-    from ..core.ops import Routines
-    from .maps import routine_table
-
-    where, _, name = fn.partition(":")
-    solve = import_module(where)
-    for part in name.split("."):
-        solve = getattr(solve, part)
-    mod = _OUTSIDE[module]
-    ops = ops_for(otherwise.dtype)
-    r = Routines(mod, routine_table(mod))
-    out = ops.on_rows(mask, lambda *rows: solve(ops, r, *rows), tuple(rows), otherwise)
-    return out.clone() if out is otherwise else out  # (an operator's output may not alias its input)
-
-
-@_rows_outside_graph.register_fake
-def _(fn, module, mask, rows, otherwise):
-    return torch.empty_like(otherwise)
 
 
 _OPS = {dtype: TorchOps(dtype) for dtype in (torch.float32, torch.float64)}

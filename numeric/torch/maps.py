@@ -30,6 +30,7 @@ from __future__ import annotations
 
 import math
 from functools import lru_cache
+from importlib import import_module
 from types import ModuleType
 
 import torch
@@ -37,9 +38,10 @@ import torch
 from .. import contract, family, front
 from ..constraints import SIMPLEX, split
 from ..core import derivatives, rules
+from ..core.ops import Routines
 from ..families import functions
 from ..maps import FrameworkMap, choose_for
-from ._ops import ops_for
+from ._ops import OUTSIDE_MODULES, ops_for
 
 __all__ = ["TorchMap", "get_map", "softmax", "sparsemax", "entmax15", "entmax", "FAMILY_FUNCTIONS"]
 
@@ -82,6 +84,29 @@ TORCH_AS_NUMPY = contract.namespace_as_numpy("numeric.torch.as_numpy", torch, po
 def routine_table(module: ModuleType) -> dict:
     """The module's routines on torch tensors (bound once per module)."""
     return contract.routines_on(module, TORCH_AS_NUMPY, erf=torch.special.erf)
+
+
+@torch.library.custom_op("regattn::rows_outside_graph", mutates_args=())
+def _rows_outside_graph(fn: str, module: str, mask: torch.Tensor, rows: list[torch.Tensor],
+                        otherwise: torch.Tensor) -> torch.Tensor:
+    """:meth:`numeric.torch._ops.TorchOps.rare_rows` under ``torch.compile``: ``fn``
+    (``"package.module:function"``) of the generated ``module``'s torch routines (the module kept by
+    :func:`numeric.torch._ops._outside_names`) on the rows where ``mask`` is true, ``otherwise`` elsewhere, run
+    eagerly on those rows alone (an operator opaque to the compiler: its graph holds a call, not the solve)."""
+    where, _, name = fn.partition(":")
+    solve = import_module(where)
+    for part in name.split("."):
+        solve = getattr(solve, part)
+    mod = OUTSIDE_MODULES[module]
+    ops = ops_for(otherwise.dtype)
+    r = Routines(mod, routine_table(mod))
+    out = ops.on_rows(mask, lambda *rows: solve(ops, r, *rows), tuple(rows), otherwise)
+    return out.clone() if out is otherwise else out  # (an operator's output may not alias its input)
+
+
+@_rows_outside_graph.register_fake
+def _(fn, module, mask, rows, otherwise):
+    return torch.empty_like(otherwise)
 
 
 class _TorchArrays(front.Arrays):

@@ -102,7 +102,7 @@ def test_a_module_not_found_by_its_name_keeps_its_fallback_in_the_graph(torch_us
     module = importlib.import_module("shannon_gini")
     m = get_map(module)
     monkeypatch.delitem(sys.modules, "shannon_gini")
-    monkeypatch.setattr(_ops, "_OUTSIDE", {})
+    monkeypatch.setattr(_ops, "OUTSIDE_MODULES", {})
     newton = kkt._kkt_newton
     monkeypatch.setattr(kkt, "_kkt_newton", lambda ops, r, y, steps, **kw: newton(ops, r, y, 0, **kw))
     x = torch.randn(3, 20, dtype=torch.float64, generator=torch.Generator().manual_seed(4))
@@ -118,6 +118,6 @@ def test_a_module_not_found_by_its_name_keeps_its_fallback_in_the_graph(torch_us
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")
         got = run(torch.compile(lambda v: m(v), backend="aot_eager", fullgraph=True))
-    assert _ops._OUTSIDE == {}  # (nothing was run outside the graph)
+    assert _ops.OUTSIDE_MODULES == {}  # (nothing was run outside the graph)
     for a, b in zip(got, want):
         torch.testing.assert_close(a, b, rtol=1e-13, atol=1e-15)
