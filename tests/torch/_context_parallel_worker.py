@@ -163,6 +163,9 @@ def _run_disagree(rank, init, out):
     if rank == 0:
         with open(out, "w") as f:
             json.dump(results, f)
+    # (a rank that destroys the group while another still writes can abort in gloo's teardown, 'terminate called
+    # without an active exception': every rank waits for the others first, as examples/distributed_torch.py does)
+    dist.barrier()
     dist.destroy_process_group()
 
 
@@ -180,6 +183,9 @@ def _run(rank, init, out, folder, module):
     if rank == 0:
         with open(out, "w") as f:
             json.dump(results, f)
+    # (a rank that destroys the group while another still writes can abort in gloo's teardown, 'terminate called
+    # without an active exception': every rank waits for the others first, as examples/distributed_torch.py does)
+    dist.barrier()
     dist.destroy_process_group()
 
 
