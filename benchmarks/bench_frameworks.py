@@ -346,8 +346,6 @@ def _typed_maps(repeat, torch=None, rt=None, *, names=None, sizes=TYPED_SIZES, c
                     # every map's graph and entmax15's stay compiled side by side (dynamo keeps one per closure of the
                     # same lambda, up to its recompile limit)
                     torch._dynamo.reset()
-                    limit = torch._dynamo.config.patch(recompile_limit=len(maps) + 8)
-                    limit.__enter__()
 
                     def compiled_call(m):
                         fn = torch.compile((lambda t: m(t, dim=-1)), fullgraph=True)
@@ -359,11 +357,9 @@ def _typed_maps(repeat, torch=None, rt=None, *, names=None, sizes=TYPED_SIZES, c
                             first = time.perf_counter() - start
                         return _torch_call(torch, fn, xt, dyt, "forward+backward"), dict(compile_s=first)
 
-                    try:
+                    with torch._dynamo.config.patch(recompile_limit=len(maps) + 8):
                         measure("torch compiled forward+backward", n, "numeric.torch entmax15, compiled",
                                 compiled_call(rt.get_map("entmax15"))[0], {name: (lambda m=m: compiled_call(m)) for name, m in maps.items()})
-                    finally:
-                        limit.__exit__(None, None, None)
             if jax is not None:
                 xj, dj = jnp.asarray(x), jnp.asarray(dy)
                 maps = {name: rj.get_map(module) for name, module in modules.items()}

@@ -24,7 +24,7 @@ def short(n, candidates: int = CANDIDATES) -> bool:
 
 
 def screened(ops: TensorOps, r: Routines, y, solve: Callable, whole: Callable, candidates: int = CANDIDATES,
-             whole_next: bool = False, wide_start: bool = False, first: bool = True):
+             whole_next: bool = False, wide_start: bool = False):
     """``(p, tau - m)`` for shifted rows ``y``: ``solve(r, rows)`` on each row's ``candidates + 1`` largest scores,
     where that gives the row's solution, and ``whole(r, rows)`` on rows where screening does not apply.
 
@@ -37,10 +37,10 @@ def screened(ops: TensorOps, r: Routines, y, solve: Callable, whole: Callable, c
     are screened again on that many largest scores and one more (``TensorOps.int_max``), or, where a target
     cannot read the count (it traces: JAX under ``jit``, ``torch.compile``), on four times as many as before,
     once: after a stage of more than ``CANDIDATES + 1`` (the second, or ``wide_start``'s first) they take
-    ``whole``.  A traced graph holds every stage's solve whether a row
-    needs it or not (``cosh(p) - 1`` on rows of 1024 under ``torch.compile``, forward and backward: 16, 64 and
-    256 candidates and whole rows compiled in 72 s, without the 256 in 52 s, its calls as fast; ``p**2/2 +
-    p*log(1 + p)``'s 90 s -> 71 s, 9.0 -> 6.9 ms).  Other maps, and short rows, take ``whole``.
+    ``whole``.  A traced graph holds every stage's solve whether a row needs it or not (``cosh(p) - 1`` on rows
+    of 1024 under ``torch.compile``, forward and backward: 16, 64 and 256 candidates and whole rows compiled in
+    72 s, without the 256 in 52 s, its calls as fast; ``p**2/2 + p*log(1 + p)``'s 90 s -> 71 s, 9.0 -> 6.9 ms).
+    Other maps, and short rows, take ``whole``.
 
     Rows of at most :attr:`~numeric.core.ops.TensorOps.cut_up_to` scores take as candidates at most
     ``candidates + 1`` scores above a cut (:func:`_above_cut`) instead of the largest: where the largest score
@@ -85,10 +85,9 @@ def screened(ops: TensorOps, r: Routines, y, solve: Callable, whole: Callable, c
     def more(y, t, *params):
         rr = r.bound(params)
         above = ops.int_max(ops.row_sum(ops.float_(y - t > clip)))
-        if above is None and (cut and whole_next or not first or candidates > CANDIDATES):
+        if above is None and (cut and whole_next or candidates > CANDIDATES):
             return ops.cat(*whole(rr, y))  # (traced: a second stage of candidates at most, see above)
-        q, s = screened(ops, rr, y, solve, whole, 4 * candidates + 3 if above is None else max(above, 2 * candidates + 1),
-                        first=False)
+        q, s = screened(ops, rr, y, solve, whole, 4 * candidates + 3 if above is None else max(above, 2 * candidates + 1))
         return ops.cat(q, s)
 
     return uncat(ops.on_rows(ops.not_(ok), more, (y, t, *r.params), both), n)

@@ -213,8 +213,8 @@ class TorchOps(CompactRows, TensorOps):
         return CompactRows.on_rows(self, mask, fn, rows, otherwise)
 
     def rare_rows(self, mask, fn, r, rows, otherwise):
-        # (compiled: the rows run eagerly, outside the graph, in the custom operator below; a module that cannot
-        # be found again by its name, one made in memory, stays in the graph)
+        # (compiled: the rows run eagerly, outside the graph, in regattn::rows_outside_graph (numeric.torch.maps);
+        # a module that cannot be found again by its name, one made in memory, stays in the graph)
         names = _outside_names(fn, r.module) if torch.compiler.is_compiling() else None
         if names is None:
             return TensorOps.rare_rows(self, mask, fn, r, rows, otherwise)

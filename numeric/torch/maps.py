@@ -86,6 +86,16 @@ def routine_table(module: ModuleType) -> dict:
     return contract.routines_on(module, TORCH_AS_NUMPY, erf=torch.special.erf)
 
 
+@lru_cache(maxsize=None)
+def _function_named(fn: str):
+    """The module-level function ``"package.module:function"`` (found once, not on every compiled call)."""
+    where, _, name = fn.partition(":")
+    found = import_module(where)
+    for part in name.split("."):
+        found = getattr(found, part)
+    return found
+
+
 @torch.library.custom_op("regattn::rows_outside_graph", mutates_args=())
 def _rows_outside_graph(fn: str, module: str, mask: torch.Tensor, rows: list[torch.Tensor],
                         otherwise: torch.Tensor) -> torch.Tensor:
@@ -93,10 +103,7 @@ def _rows_outside_graph(fn: str, module: str, mask: torch.Tensor, rows: list[tor
     (``"package.module:function"``) of the generated ``module``'s torch routines (the module kept by
     :func:`numeric.torch._ops._outside_names`) on the rows where ``mask`` is true, ``otherwise`` elsewhere, run
     eagerly on those rows alone (an operator opaque to the compiler: its graph holds a call, not the solve)."""
-    where, _, name = fn.partition(":")
-    solve = import_module(where)
-    for part in name.split("."):
-        solve = getattr(solve, part)
+    solve = _function_named(fn)
     mod = OUTSIDE_MODULES[module]
     ops = ops_for(otherwise.dtype)
     r = Routines(mod, routine_table(mod))
